@@ -1,0 +1,213 @@
+//! The DSHT's parameters, with the paper's symbols and every limit named with
+//! its unit. Defaults are the NSDI 2004 paper's.
+
+use crate::time::Duration;
+
+/// Maximum number of cluster levels a node can be configured with (level 0
+/// is the global cluster). The wire format carries one cluster header entry
+/// per non-global level.
+pub const LEVELS_MAX: usize = 4;
+
+/// Parameters of one node's DSHT.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// RTT threshold (diameter) of each level in milliseconds; level 0 is the
+    /// global cluster and has no threshold (`u32::MAX`). Default ∞ / 60 / 20.
+    pub level_thresholds_ms: Vec<u32>,
+    /// b: bits of the key corrected per lookup hop (§4.1). Default 1.
+    pub b: u32,
+    /// α: the window of outstanding RPCs per lookup (§4.1). Default 3.
+    pub alpha: usize,
+    /// l: values for one key that make a node *full* (§4.2). Default 4.
+    pub values_per_key_max: usize,
+    /// β: the leakage rate, requests per minute for one key above which a
+    /// node is *loaded* (§4.2). Default 12.
+    pub beta_per_min: u32,
+    /// k: contacts per routing-table bucket (Kademlia's k). Default 8.
+    pub bucket_size: usize,
+    /// Contacts returned by a find-closer-nodes reply. Default 8.
+    pub reply_contacts_max: usize,
+    /// Values returned by one get reply: a random subset of those stored (§4.2).
+    pub get_values_max: usize,
+    /// Time after which an RPC without a reply has failed.
+    pub rpc_timeout_ms: u64,
+    /// Time after which a lookup whose RPCs are all outstanding opens one
+    /// more, up to α (the window that hides slow or stale peers, §4.1).
+    pub rpc_stall_ms: u64,
+    /// Contacts one lookup remembers (the closest to its key are kept).
+    pub lookup_contacts_max: usize,
+    /// Upper bound on one whole operation (all levels, both phases).
+    pub operation_timeout_ms: u64,
+    /// Operations (gets and puts) in progress at once; more are refused.
+    pub operations_max: usize,
+    /// RPCs awaiting replies at once; more are refused.
+    pub pending_rpcs_max: usize,
+    /// Largest TTL a stored value may have; longer TTLs are clamped.
+    pub ttl_max_secs: u32,
+    /// Keys stored per level; a store for a new key beyond it is refused.
+    pub keys_per_level_max: usize,
+    /// Largest value in bytes (the wire's limit is 255).
+    pub value_bytes_max: usize,
+    /// How often the write-token secret rotates; tokens from the previous
+    /// secret stay valid, so a token lives between one and two periods.
+    pub token_rotate_secs: u64,
+    /// Outgoing datagrams queued before the oldest are dropped.
+    pub transmit_queue_max: usize,
+    /// Completed-operation events queued before the oldest are dropped.
+    pub event_queue_max: usize,
+    /// Liveness pings to unverified senders queued at once.
+    pub verify_pings_max: usize,
+    /// Whether this node's id hashes its port as well as its IP, for several
+    /// nodes on one address (§4.1, the 494-node experiment of §6.4).
+    pub id_includes_port: bool,
+    /// Whether to drop datagrams whose sender id is neither SHA-1 of the
+    /// source IP nor of the IP and port (ids bound to addresses, as BEP 42).
+    pub require_id_binding: bool,
+    /// How often each routing-table bucket that has seen no traffic is
+    /// refreshed by a lookup for a random id in it (Kademlia's refresh).
+    pub bucket_refresh_secs: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            level_thresholds_ms: vec![u32::MAX, 60, 20],
+            b: 1,
+            alpha: 3,
+            values_per_key_max: 4,
+            beta_per_min: 12,
+            bucket_size: 8,
+            reply_contacts_max: 8,
+            get_values_max: 4,
+            rpc_timeout_ms: 2_000,
+            rpc_stall_ms: 500,
+            lookup_contacts_max: 64,
+            operation_timeout_ms: 30_000,
+            operations_max: 4_096,
+            pending_rpcs_max: 16_384,
+            ttl_max_secs: 24 * 3600,
+            keys_per_level_max: 1 << 20,
+            value_bytes_max: 255,
+            token_rotate_secs: 300,
+            transmit_queue_max: 65_536,
+            event_queue_max: 65_536,
+            verify_pings_max: 256,
+            bucket_refresh_secs: 3600,
+            id_includes_port: false,
+            require_id_binding: true,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "invalid DSHT configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// The number of levels (including the global level 0).
+    pub fn levels(&self) -> usize {
+        self.level_thresholds_ms.len()
+    }
+
+    /// Checks every parameter against its bound.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |s: &str| Err(ConfigError(s.to_string()));
+        if self.level_thresholds_ms.is_empty() || self.level_thresholds_ms.len() > LEVELS_MAX {
+            return err("level_thresholds_ms must name between 1 and 4 levels");
+        }
+        if self.level_thresholds_ms[0] != u32::MAX {
+            return err("level 0 is the global cluster: its threshold must be unbounded");
+        }
+        if self.level_thresholds_ms.windows(2).any(|w| w[1] >= w[0]) {
+            return err("level thresholds must decrease with the level");
+        }
+        if !(1..=8).contains(&self.b) {
+            return err("b must be between 1 and 8 bits per hop");
+        }
+        if self.alpha == 0 || self.alpha > 16 {
+            return err("alpha must be between 1 and 16");
+        }
+        if self.values_per_key_max == 0 || self.values_per_key_max > 64 {
+            return err("values_per_key_max (l) must be between 1 and 64");
+        }
+        if self.bucket_size == 0 || self.bucket_size > 64 {
+            return err("bucket_size must be between 1 and 64");
+        }
+        if self.reply_contacts_max == 0 || self.reply_contacts_max > 32 {
+            return err("reply_contacts_max must be between 1 and 32");
+        }
+        if self.get_values_max == 0 || self.get_values_max > 32 {
+            return err("get_values_max must be between 1 and 32");
+        }
+        if self.value_bytes_max == 0 || self.value_bytes_max > 255 {
+            return err("value_bytes_max must be between 1 and 255");
+        }
+        if self.rpc_timeout_ms == 0 || self.operation_timeout_ms < self.rpc_timeout_ms {
+            return err("rpc_timeout_ms must be positive and at most operation_timeout_ms");
+        }
+        if self.lookup_contacts_max < self.reply_contacts_max {
+            return err("lookup_contacts_max must be at least reply_contacts_max");
+        }
+        if self.token_rotate_secs == 0 {
+            return err("token_rotate_secs must be positive");
+        }
+        Ok(())
+    }
+
+    /// The RPC timeout.
+    pub fn rpc_timeout(&self) -> Duration {
+        Duration::from_millis(self.rpc_timeout_ms)
+    }
+
+    /// The stall time after which a lookup widens its window.
+    pub fn rpc_stall(&self) -> Duration {
+        Duration::from_millis(self.rpc_stall_ms)
+    }
+
+    /// The bound on the closest node's put RPCs per minute for `n` nodes
+    /// (§4.2): β·(2^b − 1)·⌈log2(n)/b⌉.
+    pub fn hotspot_bound_per_min(&self, n: u64) -> u64 {
+        let log_n = (n.max(2) as f64).log2();
+        let digits = (log_n / f64::from(self.b)).ceil() as u64;
+        u64::from(self.beta_per_min) * ((1u64 << self.b) - 1) * digits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_papers_and_valid() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.levels(), 3);
+        assert_eq!(c.values_per_key_max, 4);
+        assert_eq!(c.beta_per_min, 12);
+        assert_eq!(c.b, 1);
+    }
+
+    #[test]
+    fn hotspot_bound_is_108_for_494_nodes_section_4_2() {
+        assert_eq!(Config::default().hotspot_bound_per_min(494), 108);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let mut c = Config::default();
+        c.level_thresholds_ms = vec![u32::MAX, 20, 60];
+        assert!(c.validate().is_err());
+        let c = Config { b: 0, ..Config::default() };
+        assert!(c.validate().is_err());
+        let c = Config { value_bytes_max: 300, ..Config::default() };
+        assert!(c.validate().is_err());
+    }
+}

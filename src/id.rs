@@ -1,0 +1,386 @@
+//! 160-bit identifiers, the XOR metric and `splice` (paper §4.1).
+//!
+//! Keys and node ids live in one 160-bit space. A node's id is the SHA-1 of
+//! its IP address; where several nodes share one address (the paper's
+//! 494-node experiment ran three per host) the UDP port joins the hash.
+
+use core::fmt;
+use std::net::{IpAddr, SocketAddr};
+
+use sha1::{Digest, Sha1};
+
+/// Number of bytes in an [`Id`].
+pub const ID_BYTES: usize = 20;
+/// Number of bits in an [`Id`].
+pub const ID_BITS: u32 = 160;
+
+/// A 160-bit identifier: a node id, a key, or a cluster id.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Id(pub [u8; ID_BYTES]);
+
+/// A key in the DSHT (same space as node ids).
+pub type Key = Id;
+/// A node's identifier (same space as keys).
+pub type NodeId = Id;
+
+impl Id {
+    /// The all-zero id: the predefined level-0 cluster id `0^160` (§4.3).
+    pub const ZERO: Id = Id([0; ID_BYTES]);
+
+    /// SHA-1 of arbitrary bytes.
+    pub fn hash(bytes: &[u8]) -> Id {
+        let digest = Sha1::digest(bytes);
+        let mut id = [0u8; ID_BYTES];
+        id.copy_from_slice(&digest);
+        Id(id)
+    }
+
+    /// The key of a URL as the proxy indexes it: SHA-1 of the URL's bytes (§3.2).
+    pub fn from_url(url: &str) -> Key {
+        Id::hash(url.as_bytes())
+    }
+
+    /// A node id bound to its IP address: SHA-1 of the address bytes (§4.1).
+    pub fn from_ip(ip: IpAddr) -> NodeId {
+        match ip {
+            IpAddr::V4(v4) => Id::hash(&v4.octets()),
+            IpAddr::V6(v6) => Id::hash(&v6.octets()),
+        }
+    }
+
+    /// A node id for one of several nodes that share an IP address: SHA-1 of
+    /// the address bytes followed by the big-endian port.
+    pub fn from_ip_port(addr: SocketAddr) -> NodeId {
+        let mut buf = [0u8; 18];
+        let n = match addr.ip() {
+            IpAddr::V4(v4) => {
+                buf[..4].copy_from_slice(&v4.octets());
+                4
+            }
+            IpAddr::V6(v6) => {
+                buf[..16].copy_from_slice(&v6.octets());
+                16
+            }
+        };
+        buf[n..n + 2].copy_from_slice(&addr.port().to_be_bytes());
+        Id::hash(&buf[..n + 2])
+    }
+
+    /// Whether `id` is one a node at `addr` may claim: SHA-1 of its IP, or of
+    /// its IP and port (the address binding that keeps ids from being chosen).
+    pub fn is_bound_to(&self, addr: SocketAddr) -> bool {
+        *self == Id::from_ip(addr.ip()) || *self == Id::from_ip_port(addr)
+    }
+
+    /// XOR distance to `other`.
+    pub fn distance(&self, other: &Id) -> Distance {
+        let mut d = [0u8; ID_BYTES];
+        for (i, byte) in d.iter_mut().enumerate() {
+            *byte = self.0[i] ^ other.0[i];
+        }
+        Distance(d)
+    }
+
+    /// The bit at position `i`, counted from the most significant bit (0).
+    pub fn bit(&self, i: u32) -> bool {
+        debug_assert!(i < ID_BITS);
+        (self.0[(i / 8) as usize] >> (7 - (i % 8))) & 1 == 1
+    }
+
+    /// Flips the most significant bit (the IPTPS §2.5 `cid^F` from `cid^N`).
+    pub fn flip_high_bit(mut self) -> Id {
+        self.0[0] ^= 0x80;
+        self
+    }
+
+    /// Number of leading bits `self` and `other` have in common (160 if equal).
+    pub fn common_prefix_len(&self, other: &Id) -> u32 {
+        self.distance(other).leading_zeros()
+    }
+
+    /// Parses 40 hexadecimal digits.
+    pub fn from_hex(s: &str) -> Option<Id> {
+        let bytes = s.as_bytes();
+        if bytes.len() != 2 * ID_BYTES {
+            return None;
+        }
+        let mut id = [0u8; ID_BYTES];
+        for (i, byte) in id.iter_mut().enumerate() {
+            let hi = hex_value(bytes[2 * i])?;
+            let lo = hex_value(bytes[2 * i + 1])?;
+            *byte = (hi << 4) | lo;
+        }
+        Some(Id(id))
+    }
+
+    /// The first eight bytes as a big-endian integer (for hashing and sharding).
+    pub fn prefix_u64(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[..8]);
+        u64::from_be_bytes(b)
+    }
+}
+
+/// A hasher for maps keyed by [`Id`]: ids are SHA-1 outputs, already
+/// uniform, so their first eight bytes are the hash.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct IdHasher(u64);
+
+impl core::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // `Id` hashes as one 20-byte write; anything else is folded in.
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(b);
+        }
+    }
+}
+
+/// `BuildHasher` for [`IdHasher`].
+pub type IdBuildHasher = core::hash::BuildHasherDefault<IdHasher>;
+
+fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Eight hex digits are enough to tell ids apart in logs.
+        write!(f, "Id(")?;
+        for b in &self.0[..4] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "..)")
+    }
+}
+
+/// An XOR distance between two ids, ordered as an unsigned 160-bit integer.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Distance(pub [u8; ID_BYTES]);
+
+impl Distance {
+    /// The distance of an id to itself.
+    pub const ZERO: Distance = Distance([0; ID_BYTES]);
+
+    /// Number of leading zero bits (160 for the zero distance).
+    pub fn leading_zeros(&self) -> u32 {
+        for (i, b) in self.0.iter().enumerate() {
+            if *b != 0 {
+                return i as u32 * 8 + b.leading_zeros();
+            }
+        }
+        ID_BITS
+    }
+
+    /// Bit length of the distance as a binary number: 0 for the zero
+    /// distance, 160 when the most significant bit differs. A node in bucket
+    /// `i` of a routing table is at a distance whose bit length is `i + 1`.
+    pub fn bit_len(&self) -> u32 {
+        ID_BITS - self.leading_zeros()
+    }
+
+    /// log2 of the distance as a float (approximate; -inf for zero).
+    pub fn log2(&self) -> f64 {
+        let lz = self.leading_zeros();
+        if lz == ID_BITS {
+            return f64::NEG_INFINITY;
+        }
+        // Take 64 bits starting at the leading one.
+        let mut acc: u64 = 0;
+        for k in 0..64u32 {
+            let bit = lz + k;
+            acc <<= 1;
+            if bit < ID_BITS && (self.0[(bit / 8) as usize] >> (7 - bit % 8)) & 1 == 1 {
+                acc |= 1;
+            }
+        }
+        (acc as f64).log2() - 63.0 + f64::from(ID_BITS - 1 - lz)
+    }
+}
+
+/// `splice(k, r, i)` (§4.1): the most significant `b·i` bits of `k` followed
+/// by the least significant `160 − b·i` bits of `r`. `b·i` is clamped to 160.
+pub fn splice(k: &Id, r: &Id, i: u32, b: u32) -> Id {
+    let bits = (b.saturating_mul(i)).min(ID_BITS);
+    let mut out = r.0;
+    let full = (bits / 8) as usize;
+    out[..full].copy_from_slice(&k.0[..full]);
+    let rem = bits % 8;
+    if rem != 0 {
+        let mask = 0xffu8 << (8 - rem);
+        out[full] = (k.0[full] & mask) | (r.0[full] & !mask);
+    }
+    Id(out)
+}
+
+/// One step of the lookup target sequence (§4.1): `t ← splice(k, t, i)` with
+/// the smallest `i > i_prev` that yields a new value of `t`. Returns the new
+/// target and its `i`, or `None` when `t` already equals `k`.
+pub fn next_target(k: &Id, t: &Id, i_prev: u32, b: u32) -> Option<(Id, u32)> {
+    if t == k {
+        return None;
+    }
+    // The first differing bit decides the smallest i that changes t:
+    // splice(k, t, i) differs from t iff b·i > first differing bit.
+    let first_diff = k.distance(t).leading_zeros();
+    let i = (first_diff / b + 1).max(i_prev + 1);
+    Some((splice(k, t, i, b), i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn id_from_u8(x: u8) -> Id {
+        let mut id = [0u8; ID_BYTES];
+        id[ID_BYTES - 1] = x;
+        Id(id)
+    }
+
+    fn arb_id() -> impl Strategy<Value = Id> {
+        proptest::array::uniform20(any::<u8>()).prop_map(Id)
+    }
+
+    #[test]
+    fn node_id_is_sha1_of_ip_section_4_1() {
+        // SHA-1 of the four bytes 127.0.0.1, computed independently.
+        let id = Id::from_ip("127.0.0.1".parse().unwrap());
+        // SHA-1 of the bytes 7f 00 00 01, computed independently (Python's hashlib).
+        assert_eq!(id.to_string(), "11d1def534ea1be07cf4e4ced4b128798aff7599");
+        assert_eq!(id, Id::hash(&[127, 0, 0, 1]));
+        assert!(id.is_bound_to("127.0.0.1:4000".parse().unwrap()));
+        let shared = Id::from_ip_port("127.0.0.1:4000".parse().unwrap());
+        assert!(shared.is_bound_to("127.0.0.1:4000".parse().unwrap()));
+        assert!(!shared.is_bound_to("127.0.0.1:4001".parse().unwrap()));
+        assert!(!Id::ZERO.is_bound_to("127.0.0.1:4000".parse().unwrap()));
+    }
+
+    #[test]
+    fn sha1_known_vector() {
+        // FIPS 180 test vector: SHA-1("abc").
+        assert_eq!(
+            Id::hash(b"abc").to_string(),
+            "a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        assert_eq!(Id::from_hex("a9993e364706816aba3e25717850c26c9cd0d89d"), Some(Id::hash(b"abc")));
+        assert_eq!(Id::from_hex("a9993e"), None);
+        assert_eq!(Id::from_hex(&"g".repeat(40)), None);
+    }
+
+    #[test]
+    fn figure_2_distances() {
+        // Fig. 2: key 4; node 0 is at distance 4, node 5 at 1, node 14 at 10.
+        let k = id_from_u8(4);
+        assert_eq!(id_from_u8(0).distance(&k).0[19], 4);
+        assert_eq!(id_from_u8(5).distance(&k).0[19], 1);
+        assert_eq!(id_from_u8(14).distance(&k).0[19], 10);
+        assert_eq!(id_from_u8(14).distance(&k).bit_len(), 4);
+    }
+
+    #[test]
+    fn splice_takes_high_bits_of_k_and_low_bits_of_r() {
+        let k = Id([0xff; ID_BYTES]);
+        let r = Id::ZERO;
+        assert_eq!(splice(&k, &r, 0, 1), r);
+        let s = splice(&k, &r, 3, 1);
+        assert_eq!(s.0[0], 0b1110_0000);
+        assert_eq!(&s.0[1..], &[0u8; 19]);
+        let s = splice(&k, &r, 3, 4);
+        assert_eq!(s.0[0], 0xff);
+        assert_eq!(s.0[1], 0xf0);
+        assert_eq!(splice(&k, &r, 1000, 1), k);
+    }
+
+    #[test]
+    fn next_target_skips_bits_already_matching() {
+        // k = 1000..., t = 1011...: the first bit matches, the second differs.
+        let mut k = Id::ZERO;
+        k.0[0] = 0b1000_0000;
+        let mut t = Id::ZERO;
+        t.0[0] = 0b1011_0000;
+        let (t1, i1) = next_target(&k, &t, 0, 1).unwrap();
+        assert_eq!(i1, 3);
+        assert_eq!(t1.0[0], 0b1001_0000);
+        let (t2, i2) = next_target(&k, &t1, i1, 1).unwrap();
+        assert_eq!(i2, 4);
+        assert_eq!(t2, k);
+        assert_eq!(next_target(&k, &t2, i2, 1), None);
+    }
+
+    proptest! {
+        #[test]
+        fn xor_metric_is_a_metric(a in arb_id(), b in arb_id(), c in arb_id()) {
+            prop_assert_eq!(a.distance(&a), Distance::ZERO);
+            prop_assert_eq!(a.distance(&b), b.distance(&a));
+            prop_assert_eq!(a.distance(&b) == Distance::ZERO, a == b);
+            // Unidirectionality: for a fixed point and distance there is exactly one id.
+            let d = a.distance(&b);
+            let mut back = a;
+            for i in 0..ID_BYTES { back.0[i] ^= d.0[i]; }
+            prop_assert_eq!(back, b);
+            // Triangle inequality, in its XOR form: d(a,c) ≤ d(a,b) ⊕ d(b,c) ≤ d(a,b) + d(b,c).
+            let ac = a.distance(&c).bit_len();
+            let ab = a.distance(&b).bit_len();
+            let bc = b.distance(&c).bit_len();
+            prop_assert!(ac <= ab.max(bc));
+        }
+
+        #[test]
+        fn splice_prefix_and_suffix(k in arb_id(), r in arb_id(), i in 0u32..200, b in 1u32..8) {
+            let s = splice(&k, &r, i, b);
+            let bits = (b * i).min(ID_BITS);
+            for bit in 0..ID_BITS {
+                let want = if bit < bits { k.bit(bit) } else { r.bit(bit) };
+                prop_assert_eq!(s.bit(bit), want);
+            }
+        }
+
+        #[test]
+        fn target_sequence_reaches_key_and_gets_strictly_closer(k in arb_id(), r in arb_id(), b in 1u32..5) {
+            let mut t = r;
+            let mut i = 0;
+            let mut steps = 0;
+            while let Some((nt, ni)) = next_target(&k, &t, i, b) {
+                prop_assert!(nt.distance(&k) < t.distance(&k));
+                // Each step corrects at most b bits beyond the first difference... and
+                // never changes the bits beyond b·i.
+                prop_assert_eq!(nt, splice(&k, &r, ni, b));
+                t = nt;
+                i = ni;
+                steps += 1;
+                prop_assert!(steps <= ID_BITS.div_ceil(b));
+            }
+            prop_assert_eq!(t, k);
+        }
+
+        #[test]
+        fn log2_agrees_with_bit_len(a in arb_id(), b in arb_id()) {
+            let d = a.distance(&b);
+            if d != Distance::ZERO {
+                let l = d.log2();
+                prop_assert!(l >= f64::from(d.bit_len() - 1) - 1e-9);
+                prop_assert!(l < f64::from(d.bit_len()) + 1e-9);
+            }
+        }
+    }
+}

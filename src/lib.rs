@@ -1,0 +1,34 @@
+//! coral's pure core: CoralCDN's distributed sloppy hash table (DSHT) and
+//! everything else that decides, as sans-IO state machines.
+//!
+//! Nothing in this crate performs I/O, reads a clock, spawns a thread or
+//! holds a lock: inputs are `now` ([`time::Time`]), bytes and a seed
+//! ([`rng::Rng`]); outputs are datagrams, events and deadlines. The runtime
+//! (`shards/`) and the simulator drive the same code.
+//!
+//! - [`id`]: 160-bit ids, XOR distance, `splice` (NSDI 2004 §4.1).
+//! - [`wire`]: the RPC wire format, with checked parsing.
+//! - [`routing`]: k-bucket routing tables, one per level.
+//! - [`store`]: sloppy storage — full, loaded, leakage rate β (§4.2).
+//! - [`lookup`]: the b-bit-per-hop iterative lookup with its window (§4.1).
+//! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod id;
+pub mod lookup;
+pub mod node;
+pub mod rng;
+pub mod routing;
+pub mod sim;
+pub mod store;
+pub mod time;
+pub mod wire;
+
+pub use config::Config;
+pub use id::{Id, Key, NodeId};
+pub use node::{Event, Level, Node, OpId};
+pub use time::{Duration, Time};
+pub use wire::Value;

@@ -1,0 +1,402 @@
+//! The iterative lookup of §4.1, as a state machine with no I/O.
+//!
+//! A lookup for key k keeps a target t, initially the local id (or where the
+//! previous level's lookup stopped, §4.3). Each step sets
+//! `t ← splice(k, t, i)` for the smallest i that yields a new t, and the next
+//! hop is the closest known node to t. Correcting only b bits per hop is what
+//! spreads load over the nodes near a popular key (no tree saturation).
+//!
+//! The window: one RPC normally, so that each hop costs one RPC; when the
+//! outstanding ones have been quiet for `rpc_stall` the lookup opens another,
+//! to the next-closest node to t, up to α outstanding (slow or stale peers
+//! cost a stall, not a timeout). The lookup ends when t = k and the closest
+//! known live node to k has answered, or when no candidate is left. Every
+//! candidate is asked at most once and t only moves toward k, so it ends.
+
+use crate::id::{next_target, Distance, Id};
+use crate::time::{Duration, Time};
+use crate::wire::{Contact, Token};
+
+/// The state of one candidate node.
+#[allow(missing_docs)] // fields named by the enclosing docs
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CandidateState {
+    /// Known, not asked.
+    Fresh,
+    /// Asked; the RPC with this transaction id is outstanding since `sent`.
+    InFlight { txid: u32, sent: Time },
+    /// Answered.
+    Answered,
+    /// Timed out or refused.
+    Failed,
+}
+
+/// What a put's forward phase learnt from a node's reply (§4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeReply {
+    /// Whether the node is full and loaded for the key (the forward phase stops there).
+    pub full_and_loaded: bool,
+    /// The write token it gave us.
+    pub token: Token,
+}
+
+/// A node the lookup knows of.
+#[derive(Clone, Copy, Debug)]
+pub struct Candidate {
+    /// The node.
+    pub contact: Contact,
+    /// Where it stands.
+    pub state: CandidateState,
+    /// For a put's forward phase: what it said.
+    pub probe: Option<ProbeReply>,
+}
+
+/// What the lookup wants done next.
+#[allow(missing_docs)] // fields named by the enclosing docs
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Send the lookup's RPC to this contact (toward `target`), then call
+    /// [`Lookup::sent`].
+    Send { contact: Contact, target: Id },
+    /// Nothing to send now; wait for a reply, a timeout, or this time (the
+    /// stall deadline of the window).
+    Wait(Option<Time>),
+    /// The lookup is over: `closest` is the closest live node to the key that
+    /// answered (None if nobody did).
+    Done { closest: Option<Contact> },
+}
+
+/// An iterative lookup at one level.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    key: Id,
+    target: Id,
+    i: u32,
+    b: u32,
+    alpha: usize,
+    stall: Duration,
+    capacity: usize,
+    candidates: Vec<Candidate>,
+    /// RPCs answered so far (hops taken).
+    pub answered: u32,
+}
+
+impl Lookup {
+    /// A lookup for `key` that starts from `start` (the local id, or where the
+    /// previous level stopped) with the given seed contacts.
+    pub fn new(
+        key: Id,
+        start: Id,
+        b: u32,
+        alpha: usize,
+        stall: Duration,
+        capacity: usize,
+        seeds: impl IntoIterator<Item = Contact>,
+    ) -> Lookup {
+        // Bits of `start` that already match the key count as corrected.
+        let i = key.distance(&start).leading_zeros() / b;
+        let mut l = Lookup {
+            key,
+            target: start,
+            i,
+            b,
+            alpha,
+            stall,
+            capacity,
+            candidates: Vec::new(),
+            answered: 0,
+        };
+        for c in seeds {
+            l.learn(c);
+        }
+        // t ← splice(k, t, i) comes before the first hop: the first hop is the
+        // closest node to the first corrected target, not to the start.
+        if let Some((t, i)) = next_target(&l.key, &l.target, l.i, l.b) {
+            l.target = t;
+            l.i = i;
+        }
+        l
+    }
+
+    /// The target an RPC sent now should ask about: one step beyond t, so
+    /// that the hop chosen for t returns nodes "half-way closer" (Fig. 2).
+    fn rpc_target(&self) -> Id {
+        next_target(&self.key, &self.target, self.i, self.b).map_or(self.key, |(t, _)| t)
+    }
+
+    /// The key.
+    pub fn key(&self) -> Id {
+        self.key
+    }
+
+    /// The current target t.
+    pub fn target(&self) -> Id {
+        self.target
+    }
+
+    /// Adds a contact learnt from a reply (ignored if already known; if over
+    /// capacity, the contact farthest from the key is forgotten unless it is
+    /// in flight or has answered).
+    pub fn learn(&mut self, contact: Contact) {
+        if self.candidates.iter().any(|c| c.contact.id == contact.id) {
+            return;
+        }
+        self.candidates.push(Candidate { contact, state: CandidateState::Fresh, probe: None });
+        if self.candidates.len() > self.capacity {
+            let key = self.key;
+            if let Some((pos, _)) = self
+                .candidates
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.state == CandidateState::Fresh || c.state == CandidateState::Failed)
+                .max_by_key(|(_, c)| c.contact.id.distance(&key))
+            {
+                self.candidates.swap_remove(pos);
+            }
+        }
+    }
+
+    /// Records that the RPC for `step` went out as `txid` at `now`.
+    pub fn sent(&mut self, id: &Id, txid: u32, now: Time) {
+        if let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) {
+            c.state = CandidateState::InFlight { txid, sent: now };
+        }
+    }
+
+    /// Records an answer from `id` (with the put probe's result, if any) and
+    /// learns the contacts it returned. Returns false if no RPC to `id` was
+    /// outstanding (a late or unexpected reply).
+    pub fn on_answer(&mut self, id: &Id, probe: Option<ProbeReply>, contacts: &[Contact]) -> bool {
+        let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) else { return false };
+        if !matches!(c.state, CandidateState::InFlight { .. }) {
+            return false;
+        }
+        c.state = CandidateState::Answered;
+        c.probe = probe;
+        self.answered += 1;
+        for contact in contacts {
+            self.learn(*contact);
+        }
+        true
+    }
+
+    /// Records that the RPC to `id` failed.
+    pub fn on_failure(&mut self, id: &Id) {
+        if let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) {
+            c.state = CandidateState::Failed;
+        }
+    }
+
+    /// Transaction ids of the RPCs still outstanding.
+    pub fn in_flight(&self) -> impl Iterator<Item = u32> + '_ {
+        self.candidates.iter().filter_map(|c| match c.state {
+            CandidateState::InFlight { txid, .. } => Some(txid),
+            _ => None,
+        })
+    }
+
+    /// Candidates that answered, closest to the key first.
+    pub fn answered_by_distance(&self) -> Vec<Candidate> {
+        let mut v: Vec<Candidate> =
+            self.candidates.iter().filter(|c| c.state == CandidateState::Answered).copied().collect();
+        let key = self.key;
+        v.sort_by_key(|c| c.contact.id.distance(&key));
+        v
+    }
+
+    fn best_for(&self, target: &Id, skip_in_flight: bool) -> Option<usize> {
+        let mut best: Option<(Distance, usize)> = None;
+        for (i, c) in self.candidates.iter().enumerate() {
+            match c.state {
+                CandidateState::Failed => continue,
+                CandidateState::InFlight { .. } if skip_in_flight => continue,
+                CandidateState::Answered if skip_in_flight => continue,
+                _ => {}
+            }
+            let d = c.contact.id.distance(target);
+            if best.is_none_or(|(bd, _)| d < bd) {
+                best = Some((d, i));
+            }
+        }
+        best.map(|(_, i)| i)
+    }
+
+    /// Decides the next step at `now`.
+    pub fn step(&mut self, now: Time) -> Step {
+        loop {
+            let outstanding = self.in_flight().count();
+            let Some(best) = self.best_for(&self.target, false) else {
+                return if outstanding == 0 { Step::Done { closest: None } } else { Step::Wait(None) };
+            };
+            let c = self.candidates[best];
+            match c.state {
+                CandidateState::Fresh => {
+                    if outstanding == 0 {
+                        return Step::Send { contact: c.contact, target: self.rpc_target() };
+                    }
+                    return self.widen(now, outstanding);
+                }
+                CandidateState::InFlight { .. } => return self.widen(now, outstanding),
+                CandidateState::Answered => match next_target(&self.key, &self.target, self.i, self.b) {
+                    Some((t, i)) => {
+                        self.target = t;
+                        self.i = i;
+                    }
+                    None => {
+                        // t = k and the closest live node to k has answered. RPCs
+                        // still outstanding went to nodes no closer to k: their
+                        // answers cannot change the result.
+                        return Step::Done { closest: Some(c.contact) };
+                    }
+                },
+                CandidateState::Failed => unreachable!("best_for skips failed candidates"),
+            }
+        }
+    }
+
+    /// With RPCs outstanding: open another to the next-closest fresh node to t
+    /// if they have all stalled and the window allows, else wait.
+    fn widen(&self, now: Time, outstanding: usize) -> Step {
+        let newest = self
+            .candidates
+            .iter()
+            .filter_map(|c| match c.state {
+                CandidateState::InFlight { sent, .. } => Some(sent),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(now);
+        let stall_at = newest + self.stall;
+        if outstanding >= self.alpha {
+            return Step::Wait(None);
+        }
+        if now < stall_at {
+            return Step::Wait(Some(stall_at));
+        }
+        match self.best_for(&self.target, true) {
+            Some(i) => Step::Send { contact: self.candidates[i].contact, target: self.rpc_target() },
+            None => Step::Wait(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+    use crate::wire::Services;
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+
+    fn contact(id: Id) -> Contact {
+        Contact { id, addr: SocketAddr::from(([127, 0, 0, 1], 1)), services: Services::NONE }
+    }
+
+    /// A static network of `n` random ids where every node knows every other:
+    /// a reply returns the 8 closest to the target.
+    fn network(n: usize, seed: u64) -> Vec<Id> {
+        let mut rng = Rng::new(seed);
+        (0..n)
+            .map(|_| {
+                let mut id = Id::ZERO;
+                rng.fill(&mut id.0);
+                id
+            })
+            .collect()
+    }
+
+    fn closest_to(ids: &[Id], t: &Id, count: usize, exclude: &Id) -> Vec<Contact> {
+        let mut v: Vec<Id> = ids.iter().copied().filter(|i| i != exclude).collect();
+        v.sort_by_key(|i| i.distance(t));
+        v.truncate(count);
+        v.into_iter().map(contact).collect()
+    }
+
+    #[test]
+    fn lookup_finds_the_closest_node_and_terminates() {
+        let ids = network(500, 1);
+        let mut rng = Rng::new(2);
+        for trial in 0..50 {
+            let mut key = Id::ZERO;
+            rng.fill(&mut key.0);
+            let me = ids[trial];
+            let seeds = closest_to(&ids, &me, 8, &me);
+            let mut l = Lookup::new(key, me, 1, 3, Duration::from_millis(500), 64, seeds);
+            let mut now = Time::ZERO;
+            let mut txid = 0;
+            let mut rpcs = 0;
+            let closest = loop {
+                match l.step(now) {
+                    Step::Send { contact, target } => {
+                        txid += 1;
+                        rpcs += 1;
+                        l.sent(&contact.id, txid, now);
+                        let reply = closest_to(&ids, &target, 8, &contact.id);
+                        now = now + Duration::from_millis(10);
+                        assert!(l.on_answer(&contact.id, None, &reply));
+                    }
+                    Step::Wait(_) => panic!("nothing outstanding, nothing to wait for"),
+                    Step::Done { closest } => break closest,
+                }
+                assert!(rpcs < 200, "lookup did not terminate");
+            };
+            let want = closest_to(&ids, &key, 1, &me)[0].id;
+            let got = closest.unwrap().id;
+            // The local node is not a candidate; the closest other node must be found.
+            assert_eq!(got, want, "trial {trial}");
+            // About log2(500) ≈ 9 hops with b = 1, never wildly more.
+            assert!(rpcs <= 20, "{rpcs} RPCs");
+        }
+    }
+
+    #[test]
+    fn window_opens_after_a_stall_and_failures_are_skipped() {
+        let ids = network(100, 3);
+        let me = ids[0];
+        let key = ids[50];
+        let seeds = closest_to(&ids, &me, 8, &me);
+        let mut l = Lookup::new(key, me, 1, 2, Duration::from_millis(500), 64, seeds);
+        let first = match l.step(Time::ZERO) {
+            Step::Send { contact, .. } => contact,
+            s => panic!("{s:?}"),
+        };
+        l.sent(&first.id, 1, Time::ZERO);
+        assert_eq!(l.step(Time(1)), Step::Wait(Some(Time::ZERO + Duration::from_millis(500))));
+        let second = match l.step(Time::ZERO + Duration::from_millis(500)) {
+            Step::Send { contact, .. } => contact,
+            s => panic!("{s:?}"),
+        };
+        assert_ne!(first.id, second.id);
+        l.sent(&second.id, 2, Time::ZERO + Duration::from_millis(500));
+        // α = 2 outstanding: wait without a deadline.
+        assert_eq!(l.step(Time::ZERO + Duration::from_secs(5)), Step::Wait(None));
+        l.on_failure(&first.id);
+        l.on_failure(&second.id);
+        let mut answered = BTreeMap::new();
+        let mut now = Time::ZERO + Duration::from_secs(5);
+        let mut tx = 10;
+        let closest = loop {
+            match l.step(now) {
+                Step::Send { contact, target } => {
+                    assert!(contact.id != first.id && contact.id != second.id);
+                    tx += 1;
+                    l.sent(&contact.id, tx, now);
+                    answered.insert(contact.id, ());
+                    let mut reply = closest_to(&ids, &target, 8, &contact.id);
+                    reply.retain(|c| c.id != first.id && c.id != second.id);
+                    now = now + Duration::from_millis(1);
+                    l.on_answer(&contact.id, None, &reply);
+                }
+                Step::Wait(_) => panic!("stuck"),
+                Step::Done { closest } => break closest,
+            }
+        };
+        assert_eq!(closest.unwrap().id, key);
+    }
+
+    #[test]
+    fn lookup_with_no_candidates_is_done_at_once() {
+        let mut l = Lookup::new(Id([1; 20]), Id::ZERO, 1, 3, Duration::from_millis(500), 64, []);
+        assert_eq!(l.step(Time::ZERO), Step::Done { closest: None });
+    }
+}

@@ -1,0 +1,1325 @@
+//! One DSHT node as a sans-IO state machine (the interface of §2.3).
+//!
+//! The driving contract, in the style of quinn-proto and str0m:
+//!
+//! - Inputs: [`Node::handle`] for each received datagram, [`Node::handle_timeout`]
+//!   when the deadline from [`Node::poll_timeout`] passes, and the API calls
+//!   [`Node::put`], [`Node::get`], [`Node::nodes`], [`Node::levels`],
+//!   [`Node::bootstrap`].
+//! - Outputs: after every input, drain [`Node::poll_transmit`] (datagrams to
+//!   send) and [`Node::poll_event`] (completed operations), then sleep until
+//!   [`Node::poll_timeout`]. A spurious timeout is harmless.
+//!
+//! Time (`now`) and randomness (a seed) are inputs, so the same inputs give
+//! the same outputs: the simulator runs this code for thousands of nodes, and
+//! the runtime runs it on every core.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+
+use sha1::{Digest, Sha1};
+use smallvec::SmallVec;
+
+use crate::config::{Config, ConfigError};
+use crate::id::{Id, Key, NodeId};
+use crate::lookup::{Lookup, ProbeReply, Step};
+use crate::rng::Rng;
+use crate::routing::{Insert, RoutingTable};
+use crate::store::{ProbeState, Store, StoreOutcome};
+use crate::time::{Duration, Time};
+use crate::wire::{
+    kind, Body, ClusterInfo, Contact, Contacts, ErrorCode, Header, Message, Services, Token, Value,
+    Values, WireError, TOKEN_BYTES,
+};
+
+/// Identifies an operation started by [`Node::get`] or [`Node::put`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct OpId(pub u64);
+
+/// A cluster level: 0 is the global cluster, higher levels are smaller and faster.
+pub type Level = u8;
+
+/// The cluster a node belongs to at one level (§4.3).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Cluster {
+    /// The cluster id (0^160 at level 0, random otherwise).
+    pub id: Id,
+    /// When the cluster was created, on this node's clock.
+    pub created: Time,
+}
+
+/// What `levels()` reports for one level (§2.3).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LevelInfo {
+    /// The level.
+    pub level: Level,
+    /// Its RTT threshold in milliseconds (`u32::MAX` for the global level).
+    pub threshold_ms: u32,
+    /// Our cluster at this level.
+    pub cluster: Id,
+    /// Seconds since that cluster was created.
+    pub age_secs: u64,
+    /// Our estimate of the cluster's size.
+    pub size_estimate: u32,
+    /// Contacts in this level's routing table.
+    pub contacts: usize,
+    /// Keys stored at this level.
+    pub keys: usize,
+}
+
+/// Where a put stored its value at one level.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StoredAt {
+    /// In the local node's own store.
+    Local,
+    /// At this remote node.
+    Remote(Contact),
+}
+
+/// The outcome of a put at one level.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PutLevel {
+    /// The level.
+    pub level: Level,
+    /// Where the value landed, if anywhere.
+    pub stored_at: Option<StoredAt>,
+    /// Whether the forward phase stopped at a full and loaded node.
+    pub stopped_at_loaded: bool,
+}
+
+/// A completed operation.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// A get finished.
+    GetDone {
+        /// The operation.
+        op: OpId,
+        /// The key.
+        key: Key,
+        /// The values found (a random subset of those stored where found).
+        values: Vec<Value>,
+        /// The level at which they were found (None: not found).
+        level: Option<Level>,
+        /// Whether they came from the local node's own store.
+        local: bool,
+        /// RPCs answered during the get.
+        hops: u32,
+        /// Time from the call to completion.
+        elapsed: Duration,
+    },
+    /// A put finished.
+    PutDone {
+        /// The operation.
+        op: OpId,
+        /// The key.
+        key: Key,
+        /// Per level tried, highest first.
+        levels: Vec<PutLevel>,
+        /// Time from the call to completion.
+        elapsed: Duration,
+    },
+}
+
+/// Counters, for metrics and tests.
+#[allow(missing_docs)] // each counter is named for what it counts
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Datagrams handed to `handle`.
+    pub datagrams_in: u64,
+    /// Datagrams produced by `poll_transmit`.
+    pub datagrams_out: u64,
+    /// Datagrams dropped because they did not parse.
+    pub malformed: u64,
+    /// Datagrams dropped because the sender's id is not bound to its address.
+    pub unbound_sender: u64,
+    /// Replies that matched no outstanding RPC (late, duplicate or forged).
+    pub unexpected_replies: u64,
+    /// Requests served, by kind.
+    pub pings_served: u64,
+    pub find_nodes_served: u64,
+    pub gets_served: u64,
+    /// Forward-phase put RPCs received (PutProbe).
+    pub put_probes_received: u64,
+    /// Reverse-phase put RPCs received (Store).
+    pub stores_received: u64,
+    /// Stores accepted.
+    pub stores_accepted: u64,
+    /// Requests refused because the sender is in another cluster at that level.
+    pub wrong_cluster: u64,
+    /// Stores refused for a bad or missing token.
+    pub bad_token: u64,
+    /// RPCs that timed out.
+    pub rpc_timeouts: u64,
+    /// Outgoing datagrams dropped because the transmit queue was full.
+    pub transmit_dropped: u64,
+    /// Operations refused because `operations_max` were in progress.
+    pub ops_refused: u64,
+}
+
+/// Why a datagram was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dropped {
+    /// It did not parse.
+    Malformed(WireError),
+    /// The sender's id is not SHA-1 of its address.
+    UnboundSender,
+    /// A reply that matched no outstanding RPC.
+    Unexpected,
+}
+
+const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(10);
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+const VERIFIED_CACHE_MAX: usize = 4096;
+const PINGED_RECENTLY: Duration = Duration::from_secs(60);
+/// Bucket refreshes a node starts after joining, per level.
+const JOIN_REFRESHES_MAX: usize = 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Rpc(u32),
+    Op(u64),
+    Maintenance,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Purpose {
+    Op(u64),
+    VerifyPing,
+    OldestPing { level: usize },
+    Bootstrap,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    to: SocketAddr,
+    to_id: Option<Id>,
+    sent: Time,
+    deadline: Time,
+    request_kind: u8,
+    purpose: Purpose,
+}
+
+struct LevelState {
+    threshold_ms: u32,
+    cluster: Cluster,
+    table: RoutingTable,
+    store: Store,
+    size_estimate: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct StackEntry {
+    at: StoredAt,
+    token: Token,
+}
+
+enum Phase {
+    /// A get, or a routing refresh, walking one level.
+    Walk(Lookup),
+    /// A put's forward phase at one level; `stack` holds every node that was
+    /// not both full and loaded (the local node first when eligible).
+    Forward { lookup: Lookup, stack: Vec<StackEntry> },
+    /// A put's reverse phase: try the stack from the node closest to the key
+    /// outward until a store succeeds.
+    Reverse { stack: Vec<StackEntry>, stopped_at_loaded: bool, waiting: Option<u32> },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    Get,
+    Put,
+    Refresh,
+}
+
+struct Op {
+    kind: OpKind,
+    key: Key,
+    started: Time,
+    deadline: Time,
+    /// Levels still to do after the current one, next first.
+    levels_left: SmallVec<[Level; 4]>,
+    level: Level,
+    phase: Phase,
+    hops: u32,
+    value: Value,
+    ttl_secs: u32,
+    put_levels: Vec<PutLevel>,
+}
+
+/// One DSHT node.
+pub struct Node {
+    config: Config,
+    id: NodeId,
+    addr: SocketAddr,
+    services: Services,
+    route_hint: u16,
+    rng: Rng,
+    levels: Vec<LevelState>,
+    pending: HashMap<u32, Pending>,
+    timers: BinaryHeap<Reverse<(Time, Timer)>>,
+    ops: HashMap<u64, Op>,
+    next_op: u64,
+    next_txid: u32,
+    out: VecDeque<(SocketAddr, Message)>,
+    events: VecDeque<Event>,
+    secret: [u8; 16],
+    previous_secret: [u8; 16],
+    secret_epoch: u64,
+    verified: HashMap<SocketAddr, NodeId>,
+    pinged: HashMap<SocketAddr, Time>,
+    verify_pings_in_flight: usize,
+    last_sweep: Time,
+    stats: Stats,
+}
+
+impl Node {
+    /// A node at `addr` whose id is SHA-1 of its IP (or of IP and port when
+    /// `config.id_includes_port`), started at `now`, with all randomness
+    /// drawn from `seed`. Each non-global level starts as a singleton cluster
+    /// with a random id (§4.4).
+    pub fn new(config: Config, addr: SocketAddr, now: Time, seed: u64) -> Result<Node, ConfigError> {
+        config.validate()?;
+        let id = if config.id_includes_port { Id::from_ip_port(addr) } else { Id::from_ip(addr.ip()) };
+        let mut rng = Rng::new(seed);
+        let mut secret = [0u8; 16];
+        rng.fill(&mut secret);
+        let mut previous_secret = [0u8; 16];
+        rng.fill(&mut previous_secret);
+        let levels = config
+            .level_thresholds_ms
+            .iter()
+            .enumerate()
+            .map(|(level, &threshold_ms)| {
+                let mut cid = Id::ZERO;
+                if level > 0 {
+                    rng.fill(&mut cid.0);
+                }
+                LevelState {
+                    threshold_ms,
+                    cluster: Cluster { id: cid, created: now },
+                    table: RoutingTable::new(id, config.bucket_size),
+                    store: Store::new(config.values_per_key_max, config.beta_per_min, config.keys_per_level_max),
+                    size_estimate: 1,
+                }
+            })
+            .collect();
+        let next_txid = rng.next_u64() as u32;
+        let mut node = Node {
+            secret_epoch: now.as_secs() / config.token_rotate_secs,
+            config,
+            id,
+            addr,
+            services: Services::NONE,
+            route_hint: rng.next_u64() as u16,
+            rng,
+            levels,
+            pending: HashMap::new(),
+            timers: BinaryHeap::new(),
+            ops: HashMap::new(),
+            next_op: 1,
+            next_txid,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            secret,
+            previous_secret,
+            verified: HashMap::new(),
+            pinged: HashMap::new(),
+            verify_pings_in_flight: 0,
+            last_sweep: now,
+            stats: Stats::default(),
+        };
+        node.timers.push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
+        Ok(node)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// This node's DSHT address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Sets the services this node advertises in every header.
+    pub fn set_services(&mut self, services: Services) {
+        self.services = services;
+    }
+
+    /// Sets the route value of requests that are not for a key (pings, node
+    /// lookups), so that their replies come back to the calling core.
+    pub fn set_route_hint(&mut self, route: u16) {
+        self.route_hint = route;
+    }
+
+    /// Joins cluster `id` (created at `created`) at `level` ≥ 1. Values and
+    /// contacts of the old cluster at that level are dropped: they belong to
+    /// it, not to the new one.
+    pub fn set_cluster(&mut self, level: Level, id: Id, created: Time) {
+        let l = level as usize;
+        assert!(l > 0 && l < self.levels.len(), "level {level} is not a non-global level");
+        let state = &mut self.levels[l];
+        if state.cluster.id != id {
+            state.cluster = Cluster { id, created };
+            state.table = RoutingTable::new(self.id, self.config.bucket_size);
+            state.store.clear();
+            state.size_estimate = 1;
+        }
+    }
+
+    /// Our cluster at `level`.
+    pub fn cluster(&self, level: Level) -> Option<Cluster> {
+        self.levels.get(level as usize).map(|l| l.cluster)
+    }
+
+    /// The routing table of `level`.
+    pub fn routing_table(&self, level: Level) -> Option<&RoutingTable> {
+        self.levels.get(level as usize).map(|l| &l.table)
+    }
+
+    /// The local store of `level`.
+    pub fn store(&self, level: Level) -> Option<&Store> {
+        self.levels.get(level as usize).map(|l| &l.store)
+    }
+
+    /// `levels()` (§2.3): the hierarchy and our place in it.
+    pub fn levels(&self, now: Time) -> Vec<LevelInfo> {
+        self.levels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LevelInfo {
+                level: i as Level,
+                threshold_ms: l.threshold_ms,
+                cluster: l.cluster.id,
+                age_secs: now.saturating_since(l.cluster.created).as_secs(),
+                size_estimate: l.size_estimate,
+                contacts: l.table.len(),
+                keys: l.store.key_count(),
+            })
+            .collect()
+    }
+
+    /// `nodes(level, count, [target], [services])` (§2.3): up to `count`
+    /// members of our cluster at `level` running `services`. With a target
+    /// address, nodes sharing the longest address prefix with it come first
+    /// (a stand-in for the network hints of §4.4); otherwise the nodes with
+    /// the lowest measured RTT.
+    pub fn nodes(&self, level: Level, count: usize, target: Option<IpAddr>, services: Services) -> Vec<Contact> {
+        let Some(l) = self.levels.get(level as usize) else { return Vec::new() };
+        let mut v: Vec<_> = l.table.with_services(services).copied().collect();
+        match target {
+            Some(ip) => v.sort_by_key(|e| {
+                (Reverse(ip_common_prefix(ip, e.contact.addr.ip())), e.rtt_min.unwrap_or(Duration(u64::MAX)))
+            }),
+            None => v.sort_by_key(|e| e.rtt_min.unwrap_or(Duration(u64::MAX))),
+        }
+        v.into_iter().take(count).map(|e| e.contact).collect()
+    }
+
+    /// Contacts the nodes at `addrs` to join the network; once one answers, a
+    /// lookup for our own id seeds the routing tables (§4.4).
+    pub fn bootstrap(&mut self, now: Time, addrs: &[SocketAddr]) {
+        for &addr in addrs {
+            if addr != self.addr {
+                self.send_request(now, addr, None, self.route_hint, Body::Ping, Purpose::Bootstrap);
+            }
+        }
+    }
+
+    /// Makes a contact known without an RPC (the runtime shares what one core
+    /// learnt with the others). It must already have been verified.
+    pub fn learn_verified(&mut self, contact: Contact, level: Level, now: Time, rtt: Option<Duration>) {
+        if let Some(l) = self.levels.get_mut(level as usize) {
+            l.table.insert(contact, now, rtt);
+        }
+    }
+
+    // ---- The API: put and get --------------------------------------------------
+
+    /// `put(key, val, ttl, [levels])` (§2.3, §4.2–4.3): inserts at the highest
+    /// level first, then at each lower level from where the last one stored,
+    /// unless the key is loaded. `levels` defaults to all.
+    pub fn put(&mut self, now: Time, key: Key, value: Value, ttl_secs: u32, levels: Option<&[Level]>) -> OpId {
+        let ttl_secs = ttl_secs.min(self.config.ttl_max_secs).max(1);
+        let mut order = self.level_order(levels);
+        let op = self.alloc_op();
+        if order.is_empty() || value.0.len() > self.config.value_bytes_max || self.ops.len() >= self.config.operations_max {
+            self.stats.ops_refused += 1;
+            self.push_event(Event::PutDone { op: OpId(op), key, levels: Vec::new(), elapsed: Duration::ZERO });
+            return OpId(op);
+        }
+        let level = order.remove(0);
+        let phase = self.put_phase(key, level, ttl_secs, now, self.id);
+        let o = Op {
+            kind: OpKind::Put,
+            key,
+            started: now,
+            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
+            levels_left: order,
+            level,
+            phase,
+            hops: 0,
+            value,
+            ttl_secs,
+            put_levels: Vec::new(),
+        };
+        self.ops.insert(op, o);
+        self.timers.push(Reverse((now + Duration::from_millis(self.config.operation_timeout_ms), Timer::Op(op))));
+        self.drive(op, now);
+        OpId(op)
+    }
+
+    /// `get(key, [levels])` (§2.3, §4.3): searches the highest level first,
+    /// each lower level continuing from where the last one stopped in id
+    /// space, and stops at the first node storing the key.
+    pub fn get(&mut self, now: Time, key: Key, levels: Option<&[Level]>) -> OpId {
+        let mut order = self.level_order(levels);
+        let op = self.alloc_op();
+        if order.is_empty() || self.ops.len() >= self.config.operations_max {
+            self.stats.ops_refused += 1;
+            self.finish_get(op, key, now, now, Values::new(), None, false, 0);
+            return OpId(op);
+        }
+        // The local store at every level answers first, without an RPC.
+        for &level in &order {
+            let values = self.levels[level as usize].store.get(&key, now, self.config.get_values_max, &mut self.rng);
+            if !values.is_empty() {
+                self.finish_get(op, key, now, now, values, Some(level), true, 0);
+                return OpId(op);
+            }
+        }
+        let level = order.remove(0);
+        let lookup = self.new_lookup(key, level, self.id);
+        let o = Op {
+            kind: OpKind::Get,
+            key,
+            started: now,
+            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
+            levels_left: order,
+            level,
+            phase: Phase::Walk(lookup),
+            hops: 0,
+            value: Value::default(),
+            ttl_secs: 0,
+            put_levels: Vec::new(),
+        };
+        self.ops.insert(op, o);
+        self.timers.push(Reverse((now + Duration::from_millis(self.config.operation_timeout_ms), Timer::Op(op))));
+        self.drive(op, now);
+        OpId(op)
+    }
+
+    /// Starts a lookup for `target` at `level` that only refreshes routing
+    /// tables (no event).
+    pub fn refresh(&mut self, now: Time, target: Id, level: Level) {
+        if level as usize >= self.levels.len() || self.ops.len() >= self.config.operations_max {
+            return;
+        }
+        let op = self.alloc_op();
+        let lookup = self.new_lookup(target, level, self.id);
+        let o = Op {
+            kind: OpKind::Refresh,
+            key: target,
+            started: now,
+            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
+            levels_left: SmallVec::new(),
+            level,
+            phase: Phase::Walk(lookup),
+            hops: 0,
+            value: Value::default(),
+            ttl_secs: 0,
+            put_levels: Vec::new(),
+        };
+        self.ops.insert(op, o);
+        self.timers.push(Reverse((now + Duration::from_millis(self.config.operation_timeout_ms), Timer::Op(op))));
+        self.drive(op, now);
+    }
+
+    // ---- Driving: input and output --------------------------------------------
+
+    /// Handles one datagram from `from`. Bad datagrams are dropped and
+    /// counted; the reason is returned for logging.
+    pub fn handle(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) -> Result<(), Dropped> {
+        self.stats.datagrams_in += 1;
+        let msg = match Message::decode(datagram) {
+            Ok(m) => m,
+            Err(e) => {
+                self.stats.malformed += 1;
+                return Err(Dropped::Malformed(e));
+            }
+        };
+        if !self.sender_is_bound(&msg.header.sender, from) {
+            self.stats.unbound_sender += 1;
+            return Err(Dropped::UnboundSender);
+        }
+        if msg.body.is_request() {
+            self.on_request(now, from, msg);
+            Ok(())
+        } else {
+            self.on_reply(now, from, msg)
+        }
+    }
+
+    /// Handles every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some(&Reverse((at, timer))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            match timer {
+                Timer::Rpc(txid) => {
+                    if self.pending.get(&txid).is_some_and(|p| p.deadline <= now) {
+                        let p = self.pending.remove(&txid).expect("checked");
+                        self.on_rpc_failed(now, txid, p);
+                    }
+                }
+                Timer::Op(op) => {
+                    if self.ops.contains_key(&op) {
+                        self.drive(op, now);
+                    }
+                }
+                Timer::Maintenance => self.maintain(now),
+            }
+        }
+    }
+
+    /// The next time `handle_timeout` has work (None: nothing scheduled).
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The next datagram to send: encodes it into `buf` (cleared first) and
+    /// returns its destination.
+    pub fn poll_transmit(&mut self, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        let (to, msg) = self.out.pop_front()?;
+        buf.clear();
+        msg.encode(buf);
+        self.stats.datagrams_out += 1;
+        Some(to)
+    }
+
+    /// The next outgoing message, unencoded (for the simulator, which counts
+    /// messages by kind; encode with [`Message::encode`]).
+    pub fn poll_message(&mut self) -> Option<(SocketAddr, Message)> {
+        let m = self.out.pop_front()?;
+        self.stats.datagrams_out += 1;
+        Some(m)
+    }
+
+    /// The next completed operation.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Operations in progress.
+    pub fn operations_in_progress(&self) -> usize {
+        self.ops.values().filter(|o| o.kind != OpKind::Refresh).count()
+    }
+
+    // ---- Serving requests --------------------------------------------------------
+
+    fn on_request(&mut self, now: Time, from: SocketAddr, msg: Message) {
+        let Message { header, body } = msg;
+        self.observe_requester(now, from, &header);
+        let level_ok = |node: &Node, level: u8| -> Result<usize, ErrorCode> {
+            let l = level as usize;
+            if l >= node.levels.len() {
+                return Err(ErrorCode::NoSuchLevel);
+            }
+            if !node.shares_cluster(&header, l) {
+                return Err(ErrorCode::WrongCluster);
+            }
+            Ok(l)
+        };
+        let reply = match body {
+            Body::Ping => {
+                self.stats.pings_served += 1;
+                Body::Pong
+            }
+            Body::FindNode { level, target } => match level_ok(self, level) {
+                Ok(l) => {
+                    self.stats.find_nodes_served += 1;
+                    Body::Nodes { level, contacts: self.closest_for_reply(l, &target, &header.sender) }
+                }
+                Err(code) => self.refuse(code),
+            },
+            Body::Get { level, key, target } => match level_ok(self, level) {
+                Ok(l) => {
+                    self.stats.gets_served += 1;
+                    let values = self.levels[l].store.get(&key, now, self.config.get_values_max, &mut self.rng);
+                    let contacts = if values.is_empty() {
+                        self.closest_for_reply(l, &target, &header.sender)
+                    } else {
+                        Contacts::new()
+                    };
+                    Body::GetReply { level, values, contacts }
+                }
+                Err(code) => self.refuse(code),
+            },
+            Body::PutProbe { level, key, target } => match level_ok(self, level) {
+                Ok(l) => {
+                    self.stats.put_probes_received += 1;
+                    let ProbeState { loaded, value_count, min_ttl_secs } = self.levels[l].store.probe(&key, now);
+                    Body::PutProbeReply {
+                        level,
+                        loaded,
+                        value_count,
+                        min_ttl_secs,
+                        token: self.token_for(now, from),
+                        contacts: self.closest_for_reply(l, &target, &header.sender),
+                    }
+                }
+                Err(code) => self.refuse(code),
+            },
+            Body::Store { level, key, ttl_secs, token, value } => match level_ok(self, level) {
+                Ok(l) => {
+                    self.stats.stores_received += 1;
+                    if !self.token_is_valid(now, from, &token) {
+                        self.stats.bad_token += 1;
+                        Body::Error { code: ErrorCode::BadToken }
+                    } else if value.0.len() > self.config.value_bytes_max {
+                        Body::StoreReply { level, stored: false }
+                    } else {
+                        let ttl = Duration::from_secs(u64::from(ttl_secs.min(self.config.ttl_max_secs)));
+                        let outcome = self.levels[l].store.store(&key, value, ttl, now);
+                        self.stats.stores_accepted += u64::from(outcome.is_stored());
+                        Body::StoreReply { level, stored: outcome.is_stored() }
+                    }
+                }
+                Err(code) => self.refuse(code),
+            },
+            // Replies are handled in on_reply.
+            _ => return,
+        };
+        let header = self.header(header.route, header.txid, now);
+        self.queue(from, Message { header, body: reply });
+    }
+
+    fn refuse(&mut self, code: ErrorCode) -> Body {
+        if code == ErrorCode::WrongCluster {
+            self.stats.wrong_cluster += 1;
+        }
+        Body::Error { code }
+    }
+
+    fn closest_for_reply(&self, level: usize, target: &Id, requester: &Id) -> Contacts {
+        let mut out = Contacts::new();
+        let v = self.levels[level]
+            .table
+            .closest_matching(target, self.config.reply_contacts_max, |e| e.contact.id != *requester);
+        out.extend(v);
+        out
+    }
+
+    /// Whether the sender of `header` is in our cluster at `level` (level 0: always).
+    fn shares_cluster(&self, header: &Header, level: usize) -> bool {
+        level == 0 || header.clusters.get(level - 1).is_some_and(|c| c.id == self.levels[level].cluster.id)
+    }
+
+    fn sender_is_bound(&mut self, sender: &Id, from: SocketAddr) -> bool {
+        if !self.config.require_id_binding {
+            return true;
+        }
+        if self.verified.get(&from) == Some(sender) {
+            return true;
+        }
+        if sender.is_bound_to(from) {
+            if self.verified.len() >= VERIFIED_CACHE_MAX {
+                self.verified.clear();
+            }
+            self.verified.insert(from, *sender);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A request tells us a node exists; it enters our tables only after it
+    /// answers a ping of ours (a request's source can be forged).
+    fn observe_requester(&mut self, now: Time, from: SocketAddr, header: &Header) {
+        let known = self.levels[0].table.contains(&header.sender, from);
+        if known || !self.levels[0].table.has_room_for(&header.sender) {
+            return;
+        }
+        if self.verify_pings_in_flight >= self.config.verify_pings_max {
+            return;
+        }
+        if self.pinged.get(&from).is_some_and(|&t| now.saturating_since(t) < PINGED_RECENTLY) {
+            return;
+        }
+        if self.pinged.len() >= self.config.verify_pings_max * 16 {
+            self.pinged.retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+        }
+        self.pinged.insert(from, now);
+        self.verify_pings_in_flight += 1;
+        self.send_request(now, from, Some(header.sender), self.route_hint, Body::Ping, Purpose::VerifyPing);
+    }
+
+    // ---- Replies and failures ----------------------------------------------------------
+
+    fn on_reply(&mut self, now: Time, from: SocketAddr, msg: Message) -> Result<(), Dropped> {
+        let txid = msg.header.txid;
+        let Some(p) = self.pending.get(&txid).copied() else {
+            self.stats.unexpected_replies += 1;
+            return Err(Dropped::Unexpected);
+        };
+        let kind_matches = msg.body.kind() == p.request_kind | kind::REPLY || msg.body.kind() == kind::ERROR;
+        if p.to != from || !kind_matches || p.to_id.is_some_and(|id| id != msg.header.sender) {
+            self.stats.unexpected_replies += 1;
+            return Err(Dropped::Unexpected);
+        }
+        self.pending.remove(&txid);
+        let rtt = now.saturating_since(p.sent);
+        let contact = Contact { id: msg.header.sender, addr: from, services: msg.header.services };
+        self.observe_verified(now, contact, &msg.header, rtt);
+        match p.purpose {
+            Purpose::VerifyPing => self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1),
+            Purpose::OldestPing { level } => self.levels[level].table.on_oldest_alive(&contact.id, now),
+            Purpose::Bootstrap => {
+                // Seed every level's table with a lookup for our own id.
+                for level in 0..self.levels.len() {
+                    self.refresh(now, self.id, level as Level);
+                }
+            }
+            Purpose::Op(op) => self.on_op_reply(op, now, txid, contact, msg.body),
+        }
+        Ok(())
+    }
+
+    /// A node answered us: it enters (or is refreshed in) the table of every
+    /// level where it shares our cluster, and leaves those where it does not.
+    fn observe_verified(&mut self, now: Time, contact: Contact, header: &Header, rtt: Duration) {
+        for level in 0..self.levels.len() {
+            if self.shares_cluster(header, level) {
+                if let Insert::PingOldest(oldest) = self.levels[level].table.insert(contact, now, Some(rtt)) {
+                    self.send_request(
+                        now,
+                        oldest.addr,
+                        Some(oldest.id),
+                        self.route_hint,
+                        Body::Ping,
+                        Purpose::OldestPing { level },
+                    );
+                }
+            } else {
+                self.levels[level].table.remove(&contact.id);
+            }
+        }
+    }
+
+    fn on_rpc_failed(&mut self, now: Time, txid: u32, p: Pending) {
+        self.stats.rpc_timeouts += 1;
+        if let Some(id) = p.to_id {
+            for l in &mut self.levels {
+                l.table.on_failure(&id);
+            }
+        }
+        match p.purpose {
+            Purpose::VerifyPing => self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1),
+            Purpose::OldestPing { .. } | Purpose::Bootstrap => {}
+            Purpose::Op(op) => {
+                if let Some(o) = self.ops.get_mut(&op) {
+                    match &mut o.phase {
+                        Phase::Walk(l) | Phase::Forward { lookup: l, .. } => {
+                            if let Some(id) = p.to_id {
+                                l.on_failure(&id);
+                            }
+                        }
+                        Phase::Reverse { waiting, .. } => {
+                            if *waiting == Some(txid) {
+                                *waiting = None;
+                            }
+                        }
+                    }
+                    self.drive(op, now);
+                }
+            }
+        }
+    }
+
+    fn on_op_reply(&mut self, op: u64, now: Time, txid: u32, from: Contact, body: Body) {
+        let Some(mut o) = self.ops.remove(&op) else { return };
+        let mut found: Option<Values> = None;
+        let ttl_secs = o.ttl_secs;
+        let l_max = self.config.values_per_key_max;
+        match (&mut o.phase, body) {
+            (Phase::Walk(lookup), Body::GetReply { values, contacts, .. }) => {
+                if values.is_empty() {
+                    lookup.on_answer(&from.id, None, &contacts);
+                } else {
+                    lookup.on_answer(&from.id, None, &[]);
+                    found = Some(values);
+                }
+            }
+            (Phase::Walk(lookup), Body::Nodes { contacts, .. }) => {
+                lookup.on_answer(&from.id, None, &contacts);
+            }
+            (Phase::Forward { lookup, .. }, Body::PutProbeReply { loaded, value_count, min_ttl_secs, token, contacts, .. }) => {
+                let state = ProbeState { loaded, value_count, min_ttl_secs };
+                let probe = ProbeReply { full_and_loaded: loaded && state.is_full(l_max, ttl_secs), token };
+                lookup.on_answer(&from.id, Some(probe), &contacts);
+            }
+            (Phase::Reverse { waiting, .. }, Body::StoreReply { stored, .. }) if *waiting == Some(txid) => {
+                *waiting = None;
+                if stored {
+                    self.ops.insert(op, o);
+                    self.finish_put_level(op, now, Some(StoredAt::Remote(from)));
+                    return;
+                }
+            }
+            (Phase::Reverse { waiting, .. }, Body::Error { .. }) if *waiting == Some(txid) => {
+                *waiting = None;
+            }
+            (Phase::Walk(lookup) | Phase::Forward { lookup, .. }, _) => {
+                // An error (wrong cluster, overloaded) or a reply of the wrong shape.
+                lookup.on_failure(&from.id);
+            }
+            _ => {}
+        }
+        o.hops += 1;
+        if let Some(values) = found {
+            let level = o.level;
+            self.finish_get(op, o.key, o.started, now, values, Some(level), false, o.hops);
+            return;
+        }
+        self.ops.insert(op, o);
+        self.drive(op, now);
+    }
+
+    // ---- Operations ----------------------------------------------------------------
+
+    fn alloc_op(&mut self) -> u64 {
+        let op = self.next_op;
+        self.next_op += 1;
+        op
+    }
+
+    fn level_order(&self, levels: Option<&[Level]>) -> SmallVec<[Level; 4]> {
+        let n = self.levels.len() as Level;
+        let mut v: SmallVec<[Level; 4]> = match levels {
+            Some(ls) => ls.iter().copied().filter(|&l| l < n).collect(),
+            None => (0..n).collect(),
+        };
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v.dedup();
+        v
+    }
+
+    fn new_lookup(&self, key: Key, level: Level, start: Id) -> Lookup {
+        let l = &self.levels[level as usize];
+        // Seed with the contacts closest to where the walk will go first.
+        let first = crate::id::next_target(&key, &start, key.distance(&start).leading_zeros() / self.config.b, self.config.b)
+            .map_or(key, |(t, _)| t);
+        let seeds = l.table.closest(&first, self.config.reply_contacts_max);
+        Lookup::new(
+            key,
+            start,
+            self.config.b,
+            self.config.alpha,
+            self.config.rpc_stall(),
+            self.config.lookup_contacts_max,
+            seeds,
+        )
+    }
+
+    /// The first phase of a put at `level`, walking from `start`. The local
+    /// node is the first node of the forward phase (§4.2: "including itself").
+    fn put_phase(&mut self, key: Key, level: Level, ttl_secs: u32, now: Time, start: Id) -> Phase {
+        let state = self.levels[level as usize].store.probe(&key, now);
+        if state.loaded && state.is_full(self.config.values_per_key_max, ttl_secs) {
+            // Full and loaded right here: the forward phase ends before it starts.
+            return Phase::Reverse { stack: Vec::new(), stopped_at_loaded: true, waiting: None };
+        }
+        let stack = vec![StackEntry { at: StoredAt::Local, token: [0; TOKEN_BYTES] }];
+        Phase::Forward { lookup: self.new_lookup(key, level, start), stack }
+    }
+
+    /// Advances operation `op` as far as it can go without input.
+    fn drive(&mut self, op: u64, now: Time) {
+        let Some(mut o) = self.ops.remove(&op) else { return };
+        if now >= o.deadline {
+            self.abandon(op, o, now);
+            return;
+        }
+        loop {
+            match &mut o.phase {
+                Phase::Walk(lookup) => match lookup.step(now) {
+                    Step::Send { contact, target } => {
+                        let key = lookup.key();
+                        let body = match o.kind {
+                            OpKind::Get => Body::Get { level: o.level, key, target },
+                            _ => Body::FindNode { level: o.level, target },
+                        };
+                        let route = route_of(&key);
+                        if let Some(txid) = self.send_request(now, contact.addr, Some(contact.id), route, body, Purpose::Op(op)) {
+                            lookup.sent(&contact.id, txid, now);
+                        } else {
+                            lookup.on_failure(&contact.id);
+                        }
+                    }
+                    Step::Wait(at) => {
+                        if let Some(at) = at {
+                            self.timers.push(Reverse((at, Timer::Op(op))));
+                        }
+                        break;
+                    }
+                    Step::Done { closest } => {
+                        if o.kind == OpKind::Refresh || o.levels_left.is_empty() {
+                            match o.kind {
+                                OpKind::Get => {
+                                    self.finish_get(op, o.key, o.started, now, Values::new(), None, false, o.hops)
+                                }
+                                OpKind::Refresh if o.key == self.id => self.refresh_far_buckets(now, o.level),
+                                _ => {}
+                            }
+                            return;
+                        }
+                        // §4.3: continue at the next level from where this one stopped.
+                        o.level = o.levels_left.remove(0);
+                        let start = closest.map_or(self.id, |c| c.id);
+                        o.phase = Phase::Walk(self.new_lookup(o.key, o.level, start));
+                    }
+                },
+                Phase::Forward { lookup, stack } => {
+                    // Stop at the first node that is full and loaded.
+                    let stop = lookup
+                        .answered_by_distance()
+                        .iter()
+                        .any(|c| c.probe.is_some_and(|p| p.full_and_loaded));
+                    let step = if stop { Step::Done { closest: None } } else { lookup.step(now) };
+                    match step {
+                        Step::Send { contact, target } => {
+                            let key = lookup.key();
+                            let body = Body::PutProbe { level: o.level, key, target };
+                            if let Some(txid) =
+                                self.send_request(now, contact.addr, Some(contact.id), route_of(&key), body, Purpose::Op(op))
+                            {
+                                lookup.sent(&contact.id, txid, now);
+                            } else {
+                                lookup.on_failure(&contact.id);
+                            }
+                        }
+                        Step::Wait(at) => {
+                            if let Some(at) = at {
+                                self.timers.push(Reverse((at, Timer::Op(op))));
+                            }
+                            break;
+                        }
+                        Step::Done { .. } => {
+                            // The stack: every answered node that was not full
+                            // and loaded, ordered by distance to the key, and the
+                            // local node (farthest, first pushed) when eligible.
+                            let mut s = std::mem::take(stack);
+                            let mut remote: Vec<StackEntry> = lookup
+                                .answered_by_distance()
+                                .into_iter()
+                                .filter_map(|c| {
+                                    let p = c.probe?;
+                                    (!p.full_and_loaded).then_some(StackEntry { at: StoredAt::Remote(c.contact), token: p.token })
+                                })
+                                .collect();
+                            if stop {
+                                // Only nodes farther from the key than the full
+                                // and loaded one are candidates: the walk stopped there.
+                                let key = lookup.key();
+                                if let Some(limit) = lookup
+                                    .answered_by_distance()
+                                    .iter()
+                                    .filter(|c| c.probe.is_some_and(|p| p.full_and_loaded))
+                                    .map(|c| c.contact.id.distance(&key))
+                                    .max()
+                                {
+                                    remote.retain(|e| match e.at {
+                                        StoredAt::Remote(c) => c.id.distance(&key) > limit,
+                                        StoredAt::Local => true,
+                                    });
+                                }
+                            }
+                            // Pop order: closest first, so push farthest first.
+                            remote.reverse();
+                            s.extend(remote);
+                            o.phase = Phase::Reverse { stack: s, stopped_at_loaded: stop, waiting: None };
+                        }
+                    }
+                }
+                Phase::Reverse { stack, waiting, .. } => {
+                    if waiting.is_some() {
+                        break;
+                    }
+                    let Some(top) = stack.pop() else {
+                        self.ops.insert(op, o);
+                        self.finish_put_level(op, now, None);
+                        return;
+                    };
+                    match top.at {
+                        StoredAt::Local => {
+                            let ttl = Duration::from_secs(u64::from(o.ttl_secs));
+                            let outcome = self.levels[o.level as usize].store.store(&o.key, o.value.clone(), ttl, now);
+                            if outcome.is_stored() {
+                                self.ops.insert(op, o);
+                                self.finish_put_level(op, now, Some(StoredAt::Local));
+                                return;
+                            }
+                            debug_assert!(matches!(outcome, StoreOutcome::Full | StoreOutcome::TooManyKeys));
+                        }
+                        StoredAt::Remote(c) => {
+                            let body = Body::Store {
+                                level: o.level,
+                                key: o.key,
+                                ttl_secs: o.ttl_secs,
+                                token: top.token,
+                                value: o.value.clone(),
+                            };
+                            *waiting = self.send_request(now, c.addr, Some(c.id), route_of(&o.key), body, Purpose::Op(op));
+                        }
+                    }
+                }
+            }
+        }
+        self.ops.insert(op, o);
+    }
+
+    /// A put finished one level: record it, then go on to the next level from
+    /// where the value was inserted, unless the key was loaded (§4.3).
+    fn finish_put_level(&mut self, op: u64, now: Time, stored_at: Option<StoredAt>) {
+        let Some(mut o) = self.ops.remove(&op) else { return };
+        let stopped_at_loaded = matches!(o.phase, Phase::Reverse { stopped_at_loaded: true, .. });
+        o.put_levels.push(PutLevel { level: o.level, stored_at, stopped_at_loaded });
+        if stopped_at_loaded || o.levels_left.is_empty() {
+            self.push_event(Event::PutDone {
+                op: OpId(op),
+                key: o.key,
+                levels: o.put_levels,
+                elapsed: now.saturating_since(o.started),
+            });
+            return;
+        }
+        o.level = o.levels_left.remove(0);
+        let start = match stored_at {
+            Some(StoredAt::Remote(c)) => c.id,
+            _ => self.id,
+        };
+        o.phase = self.put_phase(o.key, o.level, o.ttl_secs, now, start);
+        self.ops.insert(op, o);
+        self.drive(op, now);
+    }
+
+    /// The operation ran out of time: report what it has.
+    fn abandon(&mut self, op: u64, mut o: Op, now: Time) {
+        match o.kind {
+            OpKind::Get => self.finish_get(op, o.key, o.started, now, Values::new(), None, false, o.hops),
+            OpKind::Put => {
+                o.put_levels.push(PutLevel { level: o.level, stored_at: None, stopped_at_loaded: false });
+                self.push_event(Event::PutDone {
+                    op: OpId(op),
+                    key: o.key,
+                    levels: o.put_levels,
+                    elapsed: now.saturating_since(o.started),
+                });
+            }
+            OpKind::Refresh => {}
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_get(&mut self, op: u64, key: Key, started: Time, now: Time, values: Values, level: Option<Level>, local: bool, hops: u32) {
+        // Replies still outstanding find no operation and only refresh
+        // routing tables (operation ids are never reused).
+        self.ops.remove(&op);
+        self.push_event(Event::GetDone {
+            op: OpId(op),
+            key,
+            values: values.into_vec(),
+            level,
+            local,
+            hops,
+            elapsed: now.saturating_since(started),
+        });
+    }
+
+    fn push_event(&mut self, e: Event) {
+        if self.events.len() >= self.config.event_queue_max {
+            self.events.pop_front();
+        }
+        self.events.push_back(e);
+    }
+
+    // ---- Sending -------------------------------------------------------------------------
+
+    /// Our header: every message carries our cluster at each non-global
+    /// level, its age and our estimate of its size (§4.3).
+    fn header(&self, route: u16, txid: u32, now: Time) -> Header {
+        Header {
+            route,
+            txid,
+            sender: self.id,
+            services: self.services,
+            clusters: self.levels[1..]
+                .iter()
+                .map(|l| ClusterInfo {
+                    id: l.cluster.id,
+                    age_secs: now.saturating_since(l.cluster.created).as_secs().min(u64::from(u32::MAX)) as u32,
+                    size: l.size_estimate,
+                })
+                .collect(),
+        }
+    }
+
+    fn send_request(
+        &mut self,
+        now: Time,
+        to: SocketAddr,
+        to_id: Option<Id>,
+        route: u16,
+        body: Body,
+        purpose: Purpose,
+    ) -> Option<u32> {
+        if self.pending.len() >= self.config.pending_rpcs_max {
+            return None;
+        }
+        let mut txid = self.next_txid;
+        while self.pending.contains_key(&txid) {
+            txid = txid.wrapping_add(1);
+        }
+        self.next_txid = txid.wrapping_add(1);
+        let deadline = now + self.config.rpc_timeout();
+        let request_kind = body.kind();
+        let header = self.header(route, txid, now);
+        self.pending.insert(txid, Pending { to, to_id, sent: now, deadline, request_kind, purpose });
+        self.timers.push(Reverse((deadline, Timer::Rpc(txid))));
+        self.queue(to, Message { header, body });
+        Some(txid)
+    }
+
+    fn queue(&mut self, to: SocketAddr, msg: Message) {
+        if self.out.len() >= self.config.transmit_queue_max {
+            self.out.pop_front();
+            self.stats.transmit_dropped += 1;
+        }
+        self.out.push_back((to, msg));
+    }
+
+    // ---- Tokens ----------------------------------------------------------------------------
+
+    fn rotate_secret(&mut self, now: Time) {
+        let epoch = now.as_secs() / self.config.token_rotate_secs;
+        if epoch != self.secret_epoch {
+            self.previous_secret = if epoch == self.secret_epoch + 1 { self.secret } else { [0; 16] };
+            self.rng.fill(&mut self.secret);
+            self.secret_epoch = epoch;
+        }
+    }
+
+    fn token_for(&mut self, now: Time, addr: SocketAddr) -> Token {
+        self.rotate_secret(now);
+        token(&self.secret, addr)
+    }
+
+    fn token_is_valid(&mut self, now: Time, addr: SocketAddr, t: &Token) -> bool {
+        self.rotate_secret(now);
+        token(&self.secret, addr) == *t || (self.previous_secret != [0; 16] && token(&self.previous_secret, addr) == *t)
+    }
+
+    // ---- Maintenance ---------------------------------------------------------------------
+
+    fn maintain(&mut self, now: Time) {
+        self.timers.push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
+        for l in &mut self.levels {
+            l.size_estimate = l.table.size_estimate();
+        }
+        if now.saturating_since(self.last_sweep) >= SWEEP_INTERVAL {
+            self.last_sweep = now;
+            for l in &mut self.levels {
+                l.store.sweep(now);
+            }
+            self.pinged.retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+        }
+        // Kademlia's refresh: a lookup for a random id in one quiet bucket per level.
+        let quiet_since = now - Duration::from_secs(self.config.bucket_refresh_secs);
+        if now.as_micros() >= Duration::from_secs(self.config.bucket_refresh_secs).as_micros() {
+            for level in 0..self.levels.len() {
+                let stale = self.levels[level].table.stale_buckets(quiet_since);
+                if let Some(&bucket) = stale.first() {
+                    let target = self.random_id_in_bucket(bucket);
+                    self.refresh(now, target, level as Level);
+                }
+            }
+        }
+    }
+
+    /// After a lookup for our own id (joining), refresh every bucket farther
+    /// than our closest neighbour with a lookup for a random id in it, as
+    /// Kademlia does, so the table holds contacts across the whole id space.
+    fn refresh_far_buckets(&mut self, now: Time, level: Level) {
+        let table = &self.levels[level as usize].table;
+        let Some(nearest) = table.entries().map(|e| self.id.distance(&e.contact.id).bit_len()).min() else {
+            return;
+        };
+        // Bucket i holds distances of bit length i + 1.
+        let first = nearest as usize; // the bucket just past the closest neighbour's
+        for bucket in (first..crate::id::ID_BITS as usize).rev().take(JOIN_REFRESHES_MAX) {
+            let target = self.random_id_in_bucket(bucket);
+            self.refresh(now, target, level);
+        }
+    }
+
+    fn random_id_in_bucket(&mut self, bucket: usize) -> Id {
+        // Distance with bit length bucket+1: flip bit (159 − bucket), randomise below it.
+        let mut d = Id::ZERO;
+        self.rng.fill(&mut d.0);
+        let top = 159 - bucket as u32;
+        for bit in 0..=top {
+            let (byte, mask) = ((bit / 8) as usize, 0x80u8 >> (bit % 8));
+            if bit < top {
+                d.0[byte] &= !mask;
+            } else {
+                d.0[byte] |= mask;
+            }
+        }
+        let mut out = self.id;
+        for i in 0..out.0.len() {
+            out.0[i] ^= d.0[i];
+        }
+        out
+    }
+}
+
+/// The route value of requests for `key`: its first two bytes.
+pub fn route_of(key: &Key) -> u16 {
+    u16::from_be_bytes([key.0[0], key.0[1]])
+}
+
+fn token(secret: &[u8; 16], addr: SocketAddr) -> Token {
+    let mut h = Sha1::new();
+    h.update(secret);
+    match addr.ip() {
+        IpAddr::V4(v4) => h.update(v4.octets()),
+        IpAddr::V6(v6) => h.update(v6.octets()),
+    }
+    h.update(addr.port().to_be_bytes());
+    let d = h.finalize();
+    let mut t = [0u8; TOKEN_BYTES];
+    t.copy_from_slice(&d[..TOKEN_BYTES]);
+    t
+}
+
+fn ip_common_prefix(a: IpAddr, b: IpAddr) -> u32 {
+    match (a, b) {
+        (IpAddr::V4(x), IpAddr::V4(y)) => (u32::from(x) ^ u32::from(y)).leading_zeros(),
+        (IpAddr::V6(x), IpAddr::V6(y)) => (u128::from(x) ^ u128::from(y)).leading_zeros(),
+        _ => 0,
+    }
+}

@@ -1,0 +1,382 @@
+//! Kademlia k-bucket routing table for one cluster level (§4.1).
+//!
+//! Bucket `i` holds contacts whose XOR distance from the local id has bit
+//! length `i + 1`. Each bucket holds at most k contacts, least recently seen
+//! first. A verified contact that finds its bucket full does not displace
+//! anyone: it waits as the bucket's one replacement while the least recently
+//! seen contact is pinged, and takes that place only if the ping fails
+//! (Kademlia's preference for long-lived nodes). No clock is read here: every
+//! method that needs the time takes `now`.
+
+use std::net::SocketAddr;
+
+use crate::id::{Id, ID_BITS};
+use crate::time::{Duration, Time};
+use crate::wire::{Contact, Services};
+
+/// RPC failures in a row after which a contact is dropped even when no
+/// replacement waits for its place.
+pub const CONTACT_FAILURES_MAX: u8 = 3;
+
+/// A contact in the routing table, with what we know of it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Entry {
+    /// The contact as it would appear on the wire.
+    pub contact: Contact,
+    /// When it last answered us.
+    pub last_seen: Time,
+    /// Minimum RTT measured to it, if any.
+    pub rtt_min: Option<Duration>,
+    /// RPC failures since it last answered.
+    pub failures: u8,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Bucket {
+    /// Least recently seen first.
+    entries: Vec<Entry>,
+    /// A verified contact waiting for a place (see the module docs).
+    replacement: Option<Entry>,
+}
+
+/// What `insert` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Insert {
+    /// The contact was already present; its record was refreshed.
+    Refreshed,
+    /// The contact was added.
+    Added,
+    /// The bucket is full. The contact waits as its replacement; ping this
+    /// least-recently-seen contact and report the outcome.
+    PingOldest(Contact),
+    /// The bucket is full and its oldest contact is already being checked.
+    Waiting,
+    /// The contact is the local node.
+    IsSelf,
+}
+
+/// One level's routing table.
+#[derive(Clone, Debug)]
+pub struct RoutingTable {
+    local: Id,
+    bucket_size: usize,
+    buckets: Vec<Bucket>,
+    len: usize,
+}
+
+impl RoutingTable {
+    /// An empty table around `local` with buckets of `bucket_size` (k).
+    pub fn new(local: Id, bucket_size: usize) -> RoutingTable {
+        RoutingTable {
+            local,
+            bucket_size,
+            buckets: vec![Bucket::default(); ID_BITS as usize],
+            len: 0,
+        }
+    }
+
+    /// The local node's id.
+    pub fn local_id(&self) -> Id {
+        self.local
+    }
+
+    /// Number of contacts.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn bucket_index(&self, id: &Id) -> Option<usize> {
+        let bits = self.local.distance(id).bit_len();
+        (bits > 0).then(|| bits as usize - 1)
+    }
+
+    /// Inserts or refreshes a contact that has just answered one of our RPCs
+    /// (`rtt` measured on it), see [`Insert`].
+    pub fn insert(&mut self, contact: Contact, now: Time, rtt: Option<Duration>) -> Insert {
+        let Some(bi) = self.bucket_index(&contact.id) else {
+            return Insert::IsSelf;
+        };
+        let k = self.bucket_size;
+        let bucket = &mut self.buckets[bi];
+        if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == contact.id) {
+            let mut e = bucket.entries.remove(pos);
+            e.contact = contact;
+            e.last_seen = now;
+            e.failures = 0;
+            e.rtt_min = min_rtt(e.rtt_min, rtt);
+            bucket.entries.push(e);
+            return Insert::Refreshed;
+        }
+        let entry = Entry { contact, last_seen: now, rtt_min: rtt, failures: 0 };
+        if bucket.entries.len() < k {
+            bucket.entries.push(entry);
+            self.len += 1;
+            return Insert::Added;
+        }
+        let waiting = bucket.replacement.is_some();
+        bucket.replacement = Some(entry);
+        if waiting {
+            Insert::Waiting
+        } else {
+            Insert::PingOldest(bucket.entries[0].contact)
+        }
+    }
+
+    /// Whether `insert` of a new contact `id` would add it without a ping:
+    /// used to decide whether an unverified sender is worth a verifying ping.
+    pub fn has_room_for(&self, id: &Id) -> bool {
+        match self.bucket_index(id) {
+            None => false,
+            Some(bi) => {
+                let b = &self.buckets[bi];
+                b.entries.len() < self.bucket_size && !b.entries.iter().any(|e| e.contact.id == *id)
+            }
+        }
+    }
+
+    /// Records a failed RPC to `id`. The contact is replaced if a verified
+    /// replacement waits, or dropped after [`CONTACT_FAILURES_MAX`] failures.
+    /// Returns true if it was removed.
+    pub fn on_failure(&mut self, id: &Id) -> bool {
+        let Some(bi) = self.bucket_index(id) else { return false };
+        let bucket = &mut self.buckets[bi];
+        let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) else {
+            return false;
+        };
+        bucket.entries[pos].failures = bucket.entries[pos].failures.saturating_add(1);
+        if let Some(replacement) = bucket.replacement.take() {
+            bucket.entries.remove(pos);
+            bucket.entries.push(replacement);
+            true
+        } else if bucket.entries[pos].failures >= CONTACT_FAILURES_MAX {
+            bucket.entries.remove(pos);
+            self.len -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Records that the oldest contact answered its liveness ping: it stays,
+    /// and the waiting replacement is discarded.
+    pub fn on_oldest_alive(&mut self, id: &Id, now: Time) {
+        let Some(bi) = self.bucket_index(id) else { return };
+        let bucket = &mut self.buckets[bi];
+        if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) {
+            let mut e = bucket.entries.remove(pos);
+            e.last_seen = now;
+            e.failures = 0;
+            bucket.entries.push(e);
+            bucket.replacement = None;
+        }
+    }
+
+    /// Removes a contact (e.g. it left our cluster at this level).
+    pub fn remove(&mut self, id: &Id) -> bool {
+        let Some(bi) = self.bucket_index(id) else { return false };
+        let bucket = &mut self.buckets[bi];
+        if bucket.replacement.is_some_and(|r| r.contact.id == *id) {
+            bucket.replacement = None;
+        }
+        if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) {
+            bucket.entries.remove(pos);
+            if let Some(r) = bucket.replacement.take() {
+                bucket.entries.push(r);
+            } else {
+                self.len -= 1;
+            }
+            return true;
+        }
+        false
+    }
+
+    /// The entry for `id`, if present.
+    pub fn get(&self, id: &Id) -> Option<&Entry> {
+        let bi = self.bucket_index(id)?;
+        self.buckets[bi].entries.iter().find(|e| e.contact.id == *id)
+    }
+
+    /// Whether a contact with this id and address is present.
+    pub fn contains(&self, id: &Id, addr: SocketAddr) -> bool {
+        self.get(id).is_some_and(|e| e.contact.addr == addr)
+    }
+
+    /// Up to `count` contacts closest to `target` by XOR, closest first.
+    pub fn closest(&self, target: &Id, count: usize) -> Vec<Contact> {
+        self.closest_matching(target, count, |_| true)
+    }
+
+    /// Like [`closest`](Self::closest), keeping only entries `keep` accepts.
+    pub fn closest_matching(
+        &self,
+        target: &Id,
+        count: usize,
+        mut keep: impl FnMut(&Entry) -> bool,
+    ) -> Vec<Contact> {
+        let mut all: Vec<(crate::id::Distance, Contact)> = self
+            .entries()
+            .filter(|e| keep(e))
+            .map(|e| (e.contact.id.distance(target), e.contact))
+            .collect();
+        if all.len() > count {
+            all.select_nth_unstable_by(count, |a, b| a.0.cmp(&b.0));
+            all.truncate(count);
+        }
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        all.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// Every entry, in bucket order.
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.buckets.iter().flat_map(|b| b.entries.iter())
+    }
+
+    /// Contacts running every service in `services`.
+    pub fn with_services(&self, services: Services) -> impl Iterator<Item = &Entry> {
+        self.entries().filter(move |e| e.contact.services.contains(services))
+    }
+
+    /// An estimate of the number of nodes in this level's cluster (including
+    /// the local node), from the distances of the closest contacts: the j-th
+    /// closest of n uniformly spread ids lies at about j·2^160/n.
+    pub fn size_estimate(&self) -> u32 {
+        let mut dists: Vec<f64> = self.entries().map(|e| self.local.distance(&e.contact.id).log2()).collect();
+        if dists.is_empty() {
+            return 1;
+        }
+        dists.sort_by(|a, b| a.partial_cmp(b).unwrap_or(core::cmp::Ordering::Equal));
+        let use_n = dists.len().min(self.bucket_size);
+        let mut sum_log = 0.0;
+        for (j, d) in dists.iter().take(use_n).enumerate() {
+            sum_log += ((j + 1) as f64).log2() + f64::from(ID_BITS) - d;
+        }
+        let log_n = sum_log / use_n as f64;
+        // Never less than what we can see.
+        let est = 2f64.powf(log_n).max((self.len + 1) as f64);
+        est.min(f64::from(u32::MAX)) as u32
+    }
+
+    /// Indices of buckets that hold contacts and whose contacts have all been
+    /// quiet since `since` (candidates for a refresh lookup).
+    pub fn stale_buckets(&self, since: Time) -> Vec<usize> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| !b.entries.is_empty() && b.entries.iter().all(|e| e.last_seen < since))
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+fn min_rtt(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn contact(id: Id, port: u16) -> Contact {
+        Contact { id, addr: SocketAddr::from(([127, 0, 0, 1], port)), services: Services::NONE }
+    }
+
+    fn id_with_prefix(first: u8, n: u8) -> Id {
+        let mut id = Id::ZERO;
+        id.0[0] = first;
+        id.0[19] = n;
+        id
+    }
+
+    #[test]
+    fn full_bucket_pings_oldest_before_replacing() {
+        let mut t = RoutingTable::new(Id::ZERO, 2);
+        // All in bucket 159 (top bit set).
+        let a = contact(id_with_prefix(0x80, 1), 1);
+        let b = contact(id_with_prefix(0x80, 2), 2);
+        let c = contact(id_with_prefix(0x80, 3), 3);
+        assert_eq!(t.insert(a, Time(1), None), Insert::Added);
+        assert_eq!(t.insert(b, Time(2), None), Insert::Added);
+        assert_eq!(t.insert(c, Time(3), None), Insert::PingOldest(a));
+        assert_eq!(t.len(), 2);
+        // The oldest answered: it stays and c is discarded.
+        t.on_oldest_alive(&a.id, Time(4));
+        assert!(t.get(&c.id).is_none());
+        // Now b is the oldest; c tries again, b fails, c takes its place.
+        assert_eq!(t.insert(c, Time(5), None), Insert::PingOldest(b));
+        assert!(t.on_failure(&b.id));
+        assert!(t.get(&c.id).is_some());
+        assert!(t.get(&b.id).is_none());
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn contact_without_replacement_is_dropped_after_failures() {
+        let mut t = RoutingTable::new(Id::ZERO, 2);
+        let a = contact(id_with_prefix(0x80, 1), 1);
+        t.insert(a, Time(1), None);
+        for _ in 1..CONTACT_FAILURES_MAX {
+            assert!(!t.on_failure(&a.id));
+        }
+        assert!(t.on_failure(&a.id));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn local_id_is_never_inserted() {
+        let mut t = RoutingTable::new(Id([7; 20]), 8);
+        assert_eq!(t.insert(contact(Id([7; 20]), 1), Time(0), None), Insert::IsSelf);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn size_estimate_tracks_population() {
+        // 1000 random ids; a table of bucket size 8 sees the closest ones.
+        let mut rng = crate::rng::Rng::new(3);
+        let mut local = Id::ZERO;
+        rng.fill(&mut local.0);
+        let mut t = RoutingTable::new(local, 8);
+        for i in 0..1000u16 {
+            let mut id = Id::ZERO;
+            rng.fill(&mut id.0);
+            t.insert(contact(id, i), Time(0), None);
+        }
+        let est = t.size_estimate();
+        assert!((250..4000).contains(&est), "estimate {est} for 1001 nodes");
+    }
+
+    proptest! {
+        #[test]
+        fn buckets_stay_bounded_and_closest_is_sorted(
+            ids in proptest::collection::vec(proptest::array::uniform20(any::<u8>()), 1..300),
+            k in 1usize..10,
+            target in proptest::array::uniform20(any::<u8>()),
+        ) {
+            let mut t = RoutingTable::new(Id::ZERO, k);
+            for (i, id) in ids.iter().enumerate() {
+                t.insert(contact(Id(*id), i as u16), Time(i as u64), None);
+            }
+            prop_assert!(t.buckets.iter().all(|b| b.entries.len() <= k));
+            prop_assert_eq!(t.entries().count(), t.len());
+            let target = Id(target);
+            let got = t.closest(&target, 5);
+            prop_assert!(got.len() <= 5);
+            prop_assert!(got.windows(2).all(|w| w[0].id.distance(&target) <= w[1].id.distance(&target)));
+            // Nothing left out is closer than the farthest returned.
+            if let Some(last) = got.last() {
+                let far = last.id.distance(&target);
+                let closer = t.entries().filter(|e| e.contact.id.distance(&target) < far).count();
+                prop_assert!(closer < got.len());
+            }
+        }
+    }
+}

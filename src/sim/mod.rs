@@ -1,0 +1,11 @@
+//! The deterministic simulator: many [`Node`](crate::node::Node)s in virtual
+//! time on a modelled wide-area network. No threads, no sockets, no clock:
+//! one seed drives everything, and the same seed gives the same run.
+//!
+//! - [`net`]: the event queue and links (delay, loss) that carry datagrams.
+//! - [`world`]: where nodes sit on the globe and the RTTs that follow.
+//! - [`svg`]: plots of results, for `--plot`.
+
+pub mod net;
+pub mod svg;
+pub mod world;

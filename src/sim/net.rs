@@ -1,0 +1,280 @@
+//! The simulated network: an event queue in virtual time that carries
+//! datagrams between [`Node`]s over links with delay and loss.
+//!
+//! Time jumps from one event to the next; nothing sleeps. Every datagram is
+//! encoded and parsed exactly as on a real socket, so the simulator exercises
+//! the same bytes the server does. Ties in time are broken by insertion
+//! order, and loss draws from the simulator's own seeded [`Rng`], so one seed
+//! gives one run.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use crate::node::{Event, Node};
+use crate::rng::Rng;
+use crate::time::{Duration, Time};
+
+/// The links between simulated nodes, by node index.
+pub trait Links {
+    /// One-way delay from `a` to `b`.
+    fn one_way(&self, a: usize, b: usize) -> Duration;
+    /// Probability that a datagram from `a` to `b` is lost.
+    fn loss(&self, _a: usize, _b: usize) -> f64 {
+        0.0
+    }
+}
+
+/// Every link has the same delay and no loss.
+#[derive(Clone, Copy, Debug)]
+pub struct ConstantLinks(pub Duration);
+
+impl Links for ConstantLinks {
+    fn one_way(&self, _a: usize, _b: usize) -> Duration {
+        self.0
+    }
+}
+
+/// The address of simulated node `i`: 10.x.y.z from the index, port 7000.
+/// (Private addresses are fine inside the simulator: nothing leaves it.)
+pub fn sim_addr(i: usize) -> SocketAddr {
+    let i = i as u32 + 1;
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff))), 7000)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum What {
+    Deliver { to: usize, from: usize, bytes: Vec<u8> },
+    Wake { node: usize },
+}
+
+/// Network-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Datagrams sent by all nodes.
+    pub datagrams: u64,
+    /// Bytes sent by all nodes.
+    pub bytes: u64,
+    /// Datagrams lost on links or sent to crashed nodes.
+    pub lost: u64,
+    /// Datagrams sent to addresses no node has.
+    pub unroutable: u64,
+    /// Events processed.
+    pub events: u64,
+}
+
+/// Many nodes on one simulated network.
+pub struct Sim<L: Links> {
+    now: Time,
+    nodes: Vec<Node>,
+    alive: Vec<bool>,
+    wake_at: Vec<Option<Time>>,
+    by_addr: HashMap<SocketAddr, usize>,
+    queue: BinaryHeap<Reverse<(Time, u64, What)>>,
+    seq: u64,
+    rng: Rng,
+    links: L,
+    events: Vec<(usize, Event)>,
+    buf: Vec<u8>,
+    stats: NetStats,
+}
+
+impl<L: Links> Sim<L> {
+    /// An empty network at time zero; `seed` drives link loss.
+    pub fn new(links: L, seed: u64) -> Sim<L> {
+        Sim {
+            now: Time::ZERO,
+            nodes: Vec::new(),
+            alive: Vec::new(),
+            wake_at: Vec::new(),
+            by_addr: HashMap::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            rng: Rng::new(seed),
+            links,
+            events: Vec::new(),
+            buf: Vec::with_capacity(2048),
+            stats: NetStats::default(),
+        }
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// The links.
+    pub fn links(&self) -> &L {
+        &self.links
+    }
+
+    /// Network-wide counters.
+    pub fn stats(&self) -> NetStats {
+        self.stats
+    }
+
+    /// Adds a node; returns its index.
+    pub fn add(&mut self, node: Node) -> usize {
+        let i = self.nodes.len();
+        self.by_addr.insert(node.addr(), i);
+        self.nodes.push(node);
+        self.alive.push(true);
+        self.wake_at.push(None);
+        self.flush(i);
+        i
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> &Node {
+        &self.nodes[i]
+    }
+
+    /// All nodes.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Whether node `i` is running.
+    pub fn is_alive(&self, i: usize) -> bool {
+        self.alive[i]
+    }
+
+    /// Calls into node `i` at the current time (an API call such as `put`),
+    /// then sends what it produced.
+    pub fn with_node<R>(&mut self, i: usize, f: impl FnOnce(&mut Node, Time) -> R) -> R {
+        let now = self.now;
+        let r = f(&mut self.nodes[i], now);
+        self.flush(i);
+        r
+    }
+
+    /// Crashes node `i`: datagrams to it are lost until it is replaced.
+    pub fn crash(&mut self, i: usize) {
+        self.alive[i] = false;
+        self.wake_at[i] = None;
+    }
+
+    /// Replaces node `i` with a fresh one (a restart: state is lost).
+    pub fn restart(&mut self, i: usize, node: Node) {
+        self.by_addr.remove(&self.nodes[i].addr());
+        self.by_addr.insert(node.addr(), i);
+        self.nodes[i] = node;
+        self.alive[i] = true;
+        self.wake_at[i] = None;
+        self.flush(i);
+    }
+
+    /// Delivers a raw datagram to node `to` at the current time, as if sent
+    /// from `from` (for injecting malformed input).
+    pub fn inject(&mut self, to: usize, from: SocketAddr, bytes: &[u8]) {
+        let now = self.now;
+        let _ = self.nodes[to].handle(now, from, bytes);
+        self.flush(to);
+    }
+
+    /// Completed operations since the last call, with the node that completed them.
+    pub fn take_events(&mut self) -> Vec<(usize, Event)> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Processes every event up to and including `until`, then sets the
+    /// clock to `until`.
+    pub fn run_until(&mut self, until: Time) {
+        while let Some(Reverse((at, _, _))) = self.queue.peek() {
+            if *at > until {
+                break;
+            }
+            let Some(Reverse((at, _, what))) = self.queue.pop() else { break };
+            self.now = at;
+            self.stats.events += 1;
+            match what {
+                What::Deliver { to, from, bytes } => {
+                    if !self.alive[to] {
+                        self.stats.lost += 1;
+                        continue;
+                    }
+                    let from_addr = self.nodes[from].addr();
+                    let _ = self.nodes[to].handle(at, from_addr, &bytes);
+                    self.flush(to);
+                }
+                What::Wake { node } => {
+                    if !self.alive[node] || self.wake_at[node] != Some(at) {
+                        continue; // superseded
+                    }
+                    self.wake_at[node] = None;
+                    self.nodes[node].handle_timeout(at);
+                    self.flush(node);
+                }
+            }
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Runs for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        self.run_until(until);
+    }
+
+    /// Runs until no datagram is in flight (timers may remain), or `limit` passes.
+    pub fn run_until_quiet(&mut self, limit: Duration) {
+        let end = self.now + limit;
+        loop {
+            let next_delivery = self
+                .queue
+                .iter()
+                .filter(|Reverse((_, _, w))| matches!(w, What::Deliver { .. }))
+                .map(|Reverse((t, _, _))| *t)
+                .min();
+            match next_delivery {
+                Some(t) if t <= end => self.run_until(t),
+                _ => break,
+            }
+        }
+    }
+
+    fn push(&mut self, at: Time, what: What) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, what)));
+    }
+
+    /// Sends everything node `i` has queued and schedules its next wake-up.
+    fn flush(&mut self, i: usize) {
+        let now = self.now;
+        while let Some(to_addr) = self.nodes[i].poll_transmit(&mut self.buf) {
+            self.stats.datagrams += 1;
+            self.stats.bytes += self.buf.len() as u64;
+            let Some(&to) = self.by_addr.get(&to_addr) else {
+                self.stats.unroutable += 1;
+                continue;
+            };
+            if self.rng.chance(self.links.loss(i, to)) {
+                self.stats.lost += 1;
+                continue;
+            }
+            let at = now + self.links.one_way(i, to);
+            let bytes = self.buf.clone();
+            self.push(at, What::Deliver { to, from: i, bytes });
+        }
+        while let Some(e) = self.nodes[i].poll_event() {
+            self.events.push((i, e));
+        }
+        if let Some(t) = self.nodes[i].poll_timeout() {
+            let t = t.max(now);
+            if self.wake_at[i].is_none_or(|w| t < w) {
+                self.wake_at[i] = Some(t);
+                self.push(t, What::Wake { node: i });
+            }
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Plots (being written).

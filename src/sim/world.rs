@@ -1,0 +1,1 @@
+//! The world model (being written).

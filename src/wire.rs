@@ -1,0 +1,828 @@
+//! The DSHT's RPC wire format, version 1.
+//!
+//! Every datagram is one [`Message`]: a fixed header, the sender's cluster
+//! header (one entry per non-global level, §4.3), and a body. All integers
+//! are big-endian. Parsing is checked: no input makes it panic, every error
+//! is a [`WireError`], and trailing bytes are an error.
+//!
+//! ```text
+//! offset  size  field
+//! 0       1     version (1)
+//! 1       1     kind (request kinds < 0x80, replies = request | 0x80, 0xff error)
+//! 2       2     route: the steering value. Requests for a key carry the key's
+//!               first two bytes; other requests carry a value that maps to
+//!               the sender's core. A reply echoes its request's route, so a
+//!               reuseport program can deliver both to the owning core.
+//! 4       4     txid: chosen by the requester, echoed by the reply
+//! 8       20    sender node id
+//! 28      1     sender's services (bit 0 http proxy, 1 dns, 2 non-recursive)
+//! 29      1     n = number of non-global cluster entries (≤ 3)
+//! 30      28·n  per level 1..=n: cluster id (20), age in seconds (4), size estimate (4)
+//! ..            body, by kind (see `Body`)
+//! ```
+//!
+//! Contacts are encoded as id (20), family (1: 4 or 6), address (4 or 16),
+//! port (2), services (1). Values as length (1) and bytes.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use smallvec::SmallVec;
+
+use crate::config::LEVELS_MAX;
+use crate::id::{Id, ID_BYTES};
+
+/// The wire format's version.
+pub const VERSION: u8 = 1;
+/// Bytes in the fixed part of the header (up to the cluster entries).
+pub const HEADER_FIXED_BYTES: usize = 30;
+/// Bytes per cluster header entry.
+pub const CLUSTER_ENTRY_BYTES: usize = 28;
+/// Offset of the route field (used by the runtime's reuseport steering).
+pub const ROUTE_OFFSET: usize = 2;
+/// Most contacts one message may carry.
+pub const CONTACTS_MAX: usize = 32;
+/// Most values one message may carry.
+pub const VALUES_MAX: usize = 32;
+/// Largest value in bytes.
+pub const VALUE_BYTES_MAX: usize = 255;
+/// Bytes in a write token.
+pub const TOKEN_BYTES: usize = 8;
+/// Largest datagram coral accepts: the largest UDP payload.
+pub const DATAGRAM_BYTES_MAX: usize = 65_507;
+
+/// Services a node runs, as advertised in every header.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Services(pub u8);
+
+impl Services {
+    /// No services beyond the DSHT.
+    pub const NONE: Services = Services(0);
+    /// Runs the HTTP proxy (CoralProxy).
+    pub const HTTP: Services = Services(1);
+    /// Runs the DNS server (dnssrv).
+    pub const DNS: Services = Services(2);
+    /// The proxy is "non-recursive": dnssrv returns it only to local clients (§3.1).
+    pub const NON_RECURSIVE: Services = Services(4);
+    const KNOWN: u8 = 7;
+
+    /// Whether every service in `other` is in `self`.
+    pub fn contains(self, other: Services) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of two sets of services.
+    pub fn with(self, other: Services) -> Services {
+        Services(self.0 | other.0)
+    }
+}
+
+/// One entry of the cluster header: the sender's cluster at one non-global level.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ClusterInfo {
+    /// The cluster id (random 160 bits, §4.3).
+    pub id: Id,
+    /// Seconds since the cluster was created.
+    pub age_secs: u32,
+    /// The sender's estimate of the cluster's size in nodes.
+    pub size: u32,
+}
+
+/// A node as named in a reply: id, address and services.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Contact {
+    /// The node's id.
+    pub id: Id,
+    /// Its DSHT RPC address.
+    pub addr: SocketAddr,
+    /// The services it advertised.
+    pub services: Services,
+}
+
+/// A value stored in the DSHT: up to [`VALUE_BYTES_MAX`] opaque bytes.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct Value(pub SmallVec<[u8; 24]>);
+
+impl Value {
+    /// A value from bytes, or `None` if it is longer than [`VALUE_BYTES_MAX`].
+    pub fn new(bytes: &[u8]) -> Option<Value> {
+        (bytes.len() <= VALUE_BYTES_MAX).then(|| Value(SmallVec::from_slice(bytes)))
+    }
+
+    /// The conventional value for "the node at `addr`" (a proxy pointer or a
+    /// clustering hint): family (1), address (4 or 16), port (2).
+    pub fn from_addr(addr: SocketAddr) -> Value {
+        let mut v = SmallVec::new();
+        put_addr(&mut v, addr);
+        Value(v)
+    }
+
+    /// Reads a value written by [`Value::from_addr`].
+    pub fn to_addr(&self) -> Option<SocketAddr> {
+        let mut r = Reader { buf: &self.0, pos: 0 };
+        let addr = r.addr().ok()?;
+        r.finish().ok()?;
+        Some(addr)
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A write token: proof that the storer recently heard from us at its address
+/// (as BitTorrent's BEP 5 requires before a store).
+pub type Token = [u8; TOKEN_BYTES];
+
+/// Contacts in a reply.
+pub type Contacts = SmallVec<[Contact; 8]>;
+/// Values in a reply.
+pub type Values = SmallVec<[Value; 4]>;
+
+/// Why a request was refused.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ErrorCode {
+    /// The request named a level on which the receiver does not share a
+    /// cluster with the sender; the reply's header carries the receiver's
+    /// clusters, which is how old neighbours learn of a node's new cluster.
+    WrongCluster,
+    /// A store's token was missing, stale or for another address.
+    BadToken,
+    /// The receiver is over one of its limits.
+    Overloaded,
+    /// The request named a level the receiver does not have.
+    NoSuchLevel,
+}
+
+impl ErrorCode {
+    fn to_u8(self) -> u8 {
+        match self {
+            ErrorCode::WrongCluster => 1,
+            ErrorCode::BadToken => 2,
+            ErrorCode::Overloaded => 3,
+            ErrorCode::NoSuchLevel => 4,
+        }
+    }
+
+    fn from_u8(b: u8) -> Result<ErrorCode, WireError> {
+        Ok(match b {
+            1 => ErrorCode::WrongCluster,
+            2 => ErrorCode::BadToken,
+            3 => ErrorCode::Overloaded,
+            4 => ErrorCode::NoSuchLevel,
+            _ => return Err(WireError::BadField("error code")),
+        })
+    }
+}
+
+/// The body of a message.
+#[allow(missing_docs)] // fields named by the enclosing docs
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Body {
+    /// Liveness check (kind 0x01).
+    Ping,
+    /// Reply to a ping (0x81).
+    Pong,
+    /// find-closer-nodes: contacts near `target` at `level` (0x02).
+    FindNode { level: u8, target: Id },
+    /// Reply to FindNode (0x82).
+    Nodes { level: u8, contacts: Contacts },
+    /// get: values for `key` at `level`, else contacts near `target` (0x03).
+    Get { level: u8, key: Id, target: Id },
+    /// Reply to Get (0x83): a random subset of stored values, or contacts.
+    GetReply { level: u8, values: Values, contacts: Contacts },
+    /// Forward phase of a put (§4.2): storage state for `key`, and contacts
+    /// near `target` (0x04). Counts as a request for the key.
+    PutProbe { level: u8, key: Id, target: Id },
+    /// Reply to PutProbe (0x84): loaded?, value count, minimum remaining TTL
+    /// of the stored values, a write token, and contacts.
+    PutProbeReply {
+        level: u8,
+        loaded: bool,
+        value_count: u16,
+        min_ttl_secs: u32,
+        token: Token,
+        contacts: Contacts,
+    },
+    /// Reverse phase of a put: store `value` under `key` for `ttl_secs` (0x05).
+    Store { level: u8, key: Id, ttl_secs: u32, token: Token, value: Value },
+    /// Reply to Store (0x85): whether the value is now stored.
+    StoreReply { level: u8, stored: bool },
+    /// A refused request (0xff).
+    Error { code: ErrorCode },
+}
+
+/// Kind bytes.
+#[allow(missing_docs)] // the names are the kinds
+pub mod kind {
+    pub const PING: u8 = 0x01;
+    pub const FIND_NODE: u8 = 0x02;
+    pub const GET: u8 = 0x03;
+    pub const PUT_PROBE: u8 = 0x04;
+    pub const STORE: u8 = 0x05;
+    pub const REPLY: u8 = 0x80;
+    pub const ERROR: u8 = 0xff;
+}
+
+impl Body {
+    /// The kind byte of this body.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Body::Ping => kind::PING,
+            Body::Pong => kind::PING | kind::REPLY,
+            Body::FindNode { .. } => kind::FIND_NODE,
+            Body::Nodes { .. } => kind::FIND_NODE | kind::REPLY,
+            Body::Get { .. } => kind::GET,
+            Body::GetReply { .. } => kind::GET | kind::REPLY,
+            Body::PutProbe { .. } => kind::PUT_PROBE,
+            Body::PutProbeReply { .. } => kind::PUT_PROBE | kind::REPLY,
+            Body::Store { .. } => kind::STORE,
+            Body::StoreReply { .. } => kind::STORE | kind::REPLY,
+            Body::Error { .. } => kind::ERROR,
+        }
+    }
+
+    /// Whether this is a request (as opposed to a reply or an error).
+    pub fn is_request(&self) -> bool {
+        self.kind() & kind::REPLY == 0
+    }
+}
+
+/// The header every message carries.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Header {
+    /// Steering value (see the module docs).
+    pub route: u16,
+    /// Transaction id, echoed in the reply.
+    pub txid: u32,
+    /// The sender's node id.
+    pub sender: Id,
+    /// The sender's services.
+    pub services: Services,
+    /// The sender's cluster at each non-global level (index 0 = level 1).
+    pub clusters: SmallVec<[ClusterInfo; 3]>,
+}
+
+/// One datagram.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Message {
+    /// The header.
+    pub header: Header,
+    /// The body.
+    pub body: Body,
+}
+
+/// Why a datagram could not be parsed. The fault is always the sender's.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum WireError {
+    /// The datagram ended inside a field.
+    Truncated,
+    /// A version this node does not speak.
+    BadVersion(u8),
+    /// An unknown kind byte.
+    UnknownKind(u8),
+    /// A count above its limit (contacts, values, cluster entries).
+    TooMany(&'static str),
+    /// A field with an impossible value.
+    BadField(&'static str),
+    /// Bytes after the end of the message.
+    TrailingBytes,
+}
+
+impl core::fmt::Display for WireError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            WireError::Truncated => write!(f, "datagram truncated"),
+            WireError::BadVersion(v) => write!(f, "unsupported wire version {v}"),
+            WireError::UnknownKind(k) => write!(f, "unknown message kind {k:#04x}"),
+            WireError::TooMany(what) => write!(f, "too many {what}"),
+            WireError::BadField(what) => write!(f, "invalid {what}"),
+            WireError::TrailingBytes => write!(f, "trailing bytes after message"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl Message {
+    /// Appends the encoded message to `buf`.
+    ///
+    /// Panics (a programmer error, never input) if a count exceeds its wire
+    /// limit; the node never builds such a message.
+    pub fn encode(&self, buf: &mut Vec<u8>) {
+        let h = &self.header;
+        assert!(h.clusters.len() < LEVELS_MAX, "too many cluster entries");
+        buf.push(VERSION);
+        buf.push(self.body.kind());
+        buf.extend_from_slice(&h.route.to_be_bytes());
+        buf.extend_from_slice(&h.txid.to_be_bytes());
+        buf.extend_from_slice(&h.sender.0);
+        buf.push(h.services.0);
+        buf.push(h.clusters.len() as u8);
+        for c in &h.clusters {
+            buf.extend_from_slice(&c.id.0);
+            buf.extend_from_slice(&c.age_secs.to_be_bytes());
+            buf.extend_from_slice(&c.size.to_be_bytes());
+        }
+        match &self.body {
+            Body::Ping | Body::Pong => {}
+            Body::FindNode { level, target } => {
+                buf.push(*level);
+                buf.extend_from_slice(&target.0);
+            }
+            Body::Nodes { level, contacts } => {
+                buf.push(*level);
+                put_contacts(buf, contacts);
+            }
+            Body::Get { level, key, target } | Body::PutProbe { level, key, target } => {
+                buf.push(*level);
+                buf.extend_from_slice(&key.0);
+                buf.extend_from_slice(&target.0);
+            }
+            Body::GetReply { level, values, contacts } => {
+                buf.push(*level);
+                assert!(values.len() <= VALUES_MAX, "too many values");
+                buf.push(values.len() as u8);
+                for v in values {
+                    put_value(buf, v);
+                }
+                put_contacts(buf, contacts);
+            }
+            Body::PutProbeReply { level, loaded, value_count, min_ttl_secs, token, contacts } => {
+                buf.push(*level);
+                buf.push(u8::from(*loaded));
+                buf.extend_from_slice(&value_count.to_be_bytes());
+                buf.extend_from_slice(&min_ttl_secs.to_be_bytes());
+                buf.extend_from_slice(token);
+                put_contacts(buf, contacts);
+            }
+            Body::Store { level, key, ttl_secs, token, value } => {
+                buf.push(*level);
+                buf.extend_from_slice(&key.0);
+                buf.extend_from_slice(&ttl_secs.to_be_bytes());
+                buf.extend_from_slice(token);
+                put_value(buf, value);
+            }
+            Body::StoreReply { level, stored } => {
+                buf.push(*level);
+                buf.push(u8::from(*stored));
+            }
+            Body::Error { code } => buf.push(code.to_u8()),
+        }
+    }
+
+    /// The encoded message as a new vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(128);
+        self.encode(&mut buf);
+        buf
+    }
+
+    /// Parses one datagram.
+    pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
+        let mut r = Reader { buf: bytes, pos: 0 };
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(WireError::BadVersion(version));
+        }
+        let kind_byte = r.u8()?;
+        let route = r.u16()?;
+        let txid = r.u32()?;
+        let sender = r.id()?;
+        let services = r.u8()?;
+        if services & !Services::KNOWN != 0 {
+            return Err(WireError::BadField("services"));
+        }
+        let n = r.u8()? as usize;
+        if n >= LEVELS_MAX {
+            return Err(WireError::TooMany("cluster entries"));
+        }
+        let mut clusters = SmallVec::new();
+        for _ in 0..n {
+            clusters.push(ClusterInfo { id: r.id()?, age_secs: r.u32()?, size: r.u32()? });
+        }
+        let body = match kind_byte {
+            kind::PING => Body::Ping,
+            k if k == kind::PING | kind::REPLY => Body::Pong,
+            kind::FIND_NODE => Body::FindNode { level: r.level()?, target: r.id()? },
+            k if k == kind::FIND_NODE | kind::REPLY => {
+                Body::Nodes { level: r.level()?, contacts: r.contacts()? }
+            }
+            kind::GET => Body::Get { level: r.level()?, key: r.id()?, target: r.id()? },
+            k if k == kind::GET | kind::REPLY => {
+                let level = r.level()?;
+                let count = r.u8()? as usize;
+                if count > VALUES_MAX {
+                    return Err(WireError::TooMany("values"));
+                }
+                let mut values = SmallVec::new();
+                for _ in 0..count {
+                    values.push(r.value()?);
+                }
+                Body::GetReply { level, values, contacts: r.contacts()? }
+            }
+            kind::PUT_PROBE => Body::PutProbe { level: r.level()?, key: r.id()?, target: r.id()? },
+            k if k == kind::PUT_PROBE | kind::REPLY => Body::PutProbeReply {
+                level: r.level()?,
+                loaded: r.bool()?,
+                value_count: r.u16()?,
+                min_ttl_secs: r.u32()?,
+                token: r.token()?,
+                contacts: r.contacts()?,
+            },
+            kind::STORE => Body::Store {
+                level: r.level()?,
+                key: r.id()?,
+                ttl_secs: r.u32()?,
+                token: r.token()?,
+                value: r.value()?,
+            },
+            k if k == kind::STORE | kind::REPLY => {
+                Body::StoreReply { level: r.level()?, stored: r.bool()? }
+            }
+            kind::ERROR => Body::Error { code: ErrorCode::from_u8(r.u8()?)? },
+            other => return Err(WireError::UnknownKind(other)),
+        };
+        r.finish()?;
+        Ok(Message {
+            header: Header { route, txid, sender, services: Services(services), clusters },
+            body,
+        })
+    }
+}
+
+/// Reads the route field of a datagram without parsing it (for steering).
+pub fn peek_route(bytes: &[u8]) -> Option<u16> {
+    let b = bytes.get(ROUTE_OFFSET..ROUTE_OFFSET + 2)?;
+    Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+fn put_contacts(buf: &mut Vec<u8>, contacts: &[Contact]) {
+    assert!(contacts.len() <= CONTACTS_MAX, "too many contacts");
+    buf.push(contacts.len() as u8);
+    for c in contacts {
+        buf.extend_from_slice(&c.id.0);
+        put_addr(buf, c.addr);
+        buf.push(c.services.0);
+    }
+}
+
+fn put_addr<B: Extend<u8>>(buf: &mut B, addr: SocketAddr) {
+    match addr.ip() {
+        IpAddr::V4(v4) => {
+            buf.extend([4u8]);
+            buf.extend(v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            buf.extend([6u8]);
+            buf.extend(v6.octets());
+        }
+    }
+    buf.extend(addr.port().to_be_bytes());
+}
+
+fn put_value(buf: &mut Vec<u8>, v: &Value) {
+    assert!(v.0.len() <= VALUE_BYTES_MAX, "value too long");
+    buf.push(v.0.len() as u8);
+    buf.extend_from_slice(&v.0);
+}
+
+/// A bounds-checked cursor: every read returns `Truncated` instead of panicking.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let end = self.pos.checked_add(n).ok_or(WireError::Truncated)?;
+        let s = self.buf.get(self.pos..end).ok_or(WireError::Truncated)?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, WireError> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, WireError> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn bool(&mut self) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::BadField("boolean")),
+        }
+    }
+
+    fn level(&mut self) -> Result<u8, WireError> {
+        let l = self.u8()?;
+        if l as usize >= LEVELS_MAX {
+            return Err(WireError::BadField("level"));
+        }
+        Ok(l)
+    }
+
+    fn id(&mut self) -> Result<Id, WireError> {
+        let mut id = [0u8; ID_BYTES];
+        id.copy_from_slice(self.take(ID_BYTES)?);
+        Ok(Id(id))
+    }
+
+    fn token(&mut self) -> Result<Token, WireError> {
+        let mut t = [0u8; TOKEN_BYTES];
+        t.copy_from_slice(self.take(TOKEN_BYTES)?);
+        Ok(t)
+    }
+
+    fn addr(&mut self) -> Result<SocketAddr, WireError> {
+        let ip = match self.u8()? {
+            4 => {
+                let b = self.take(4)?;
+                IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))
+            }
+            6 => {
+                let mut o = [0u8; 16];
+                o.copy_from_slice(self.take(16)?);
+                IpAddr::V6(Ipv6Addr::from(o))
+            }
+            _ => return Err(WireError::BadField("address family")),
+        };
+        Ok(SocketAddr::new(ip, self.u16()?))
+    }
+
+    fn contacts(&mut self) -> Result<Contacts, WireError> {
+        let n = self.u8()? as usize;
+        if n > CONTACTS_MAX {
+            return Err(WireError::TooMany("contacts"));
+        }
+        let mut out = SmallVec::new();
+        for _ in 0..n {
+            let id = self.id()?;
+            let addr = self.addr()?;
+            let services = self.u8()?;
+            if services & !Services::KNOWN != 0 {
+                return Err(WireError::BadField("services"));
+            }
+            out.push(Contact { id, addr, services: Services(services) });
+        }
+        Ok(out)
+    }
+
+    fn value(&mut self) -> Result<Value, WireError> {
+        let n = self.u8()? as usize;
+        Ok(Value(SmallVec::from_slice(self.take(n)?)))
+    }
+
+    fn finish(&self) -> Result<(), WireError> {
+        if self.pos == self.buf.len() {
+            Ok(())
+        } else {
+            Err(WireError::TrailingBytes)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header() -> Header {
+        Header {
+            route: 0xabcd,
+            txid: 0x0102_0304,
+            sender: Id([0x11; 20]),
+            services: Services::HTTP,
+            clusters: SmallVec::new(),
+        }
+    }
+
+    /// A ping from node 0x11.., route 0xabcd, txid 0x01020304, HTTP service, no clusters.
+    const PING_BYTES: [u8; 30] = [
+        0x01, 0x01, 0xab, 0xcd, 0x01, 0x02, 0x03, 0x04, //
+        0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, //
+        0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, //
+        0x01, 0x00,
+    ];
+
+    /// A store reply at level 2, stored = true, from a sender in one level-1
+    /// cluster (id 0x22.., age 3600 s, size 70).
+    const STORE_REPLY_BYTES: [u8; 60] = [
+        0x01, 0x85, 0xab, 0xcd, 0x01, 0x02, 0x03, 0x04, //
+        0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, //
+        0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, //
+        0x01, 0x01, //
+        0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, //
+        0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, //
+        0x00, 0x00, 0x0e, 0x10, 0x00, 0x00, 0x00, 0x46, //
+        0x02, 0x01,
+    ];
+
+    #[test]
+    fn ping_golden_vector() {
+        let m = Message { header: header(), body: Body::Ping };
+        assert_eq!(m.to_bytes(), PING_BYTES);
+        assert_eq!(Message::decode(&PING_BYTES).unwrap(), m);
+        assert_eq!(peek_route(&PING_BYTES), Some(0xabcd));
+    }
+
+    #[test]
+    fn store_reply_with_cluster_header_golden_vector() {
+        let mut h = header();
+        h.clusters.push(ClusterInfo { id: Id([0x22; 20]), age_secs: 3600, size: 70 });
+        let m = Message { header: h, body: Body::StoreReply { level: 2, stored: true } };
+        assert_eq!(m.to_bytes(), STORE_REPLY_BYTES);
+        assert_eq!(Message::decode(&STORE_REPLY_BYTES).unwrap(), m);
+    }
+
+    #[test]
+    fn get_reply_golden_vector() {
+        let mut h = header();
+        h.services = Services::NONE;
+        let contact = Contact {
+            id: Id([0x33; 20]),
+            addr: "10.1.2.3:8000".parse().unwrap(),
+            services: Services::DNS,
+        };
+        let m = Message {
+            header: h,
+            body: Body::GetReply {
+                level: 0,
+                values: SmallVec::from_vec(vec![Value::new(b"hi").unwrap()]),
+                contacts: SmallVec::from_vec(vec![contact]),
+            },
+        };
+        let mut want = PING_BYTES.to_vec();
+        want[1] = 0x83;
+        want[28] = 0x00;
+        want.extend_from_slice(&[0x00, 0x01, 0x02, b'h', b'i', 0x01]);
+        want.extend_from_slice(&[0x33; 20]);
+        want.extend_from_slice(&[0x04, 10, 1, 2, 3, 0x1f, 0x40, 0x02]);
+        assert_eq!(m.to_bytes(), want);
+        assert_eq!(Message::decode(&want).unwrap(), m);
+    }
+
+    #[test]
+    fn malformed_datagrams_are_typed_errors() {
+        assert_eq!(Message::decode(&[]), Err(WireError::Truncated));
+        let mut v = PING_BYTES;
+        v[0] = 2;
+        assert_eq!(Message::decode(&v), Err(WireError::BadVersion(2)));
+        let mut v = PING_BYTES;
+        v[1] = 0x42;
+        assert_eq!(Message::decode(&v), Err(WireError::UnknownKind(0x42)));
+        let mut v = PING_BYTES;
+        v[29] = 9; // lying cluster count
+        assert_eq!(Message::decode(&v), Err(WireError::TooMany("cluster entries")));
+        let mut v = PING_BYTES;
+        v[29] = 2; // two entries promised, none present
+        assert_eq!(Message::decode(&v), Err(WireError::Truncated));
+        let mut v = PING_BYTES.to_vec();
+        v.push(0);
+        assert_eq!(Message::decode(&v), Err(WireError::TrailingBytes));
+        let mut v = PING_BYTES;
+        v[28] = 0x80;
+        assert_eq!(Message::decode(&v), Err(WireError::BadField("services")));
+        for n in 0..PING_BYTES.len() {
+            assert_eq!(Message::decode(&PING_BYTES[..n]), Err(WireError::Truncated), "prefix {n}");
+        }
+    }
+
+    #[test]
+    fn value_holds_an_address() {
+        for a in ["1.2.3.4:80", "[2001:db8::1]:8090"] {
+            let addr: SocketAddr = a.parse().unwrap();
+            assert_eq!(Value::from_addr(addr).to_addr(), Some(addr));
+        }
+        assert_eq!(Value::new(b"\x04\x01").unwrap().to_addr(), None);
+        assert!(Value::new(&[0u8; 256]).is_none());
+    }
+
+    pub(crate) fn arb_id() -> impl Strategy<Value = Id> {
+        proptest::array::uniform20(any::<u8>()).prop_map(Id)
+    }
+
+    fn arb_addr() -> impl Strategy<Value = SocketAddr> {
+        prop_oneof![
+            (any::<[u8; 4]>(), any::<u16>()).prop_map(|(o, p)| SocketAddr::new(IpAddr::from(o), p)),
+            (any::<[u8; 16]>(), any::<u16>()).prop_map(|(o, p)| SocketAddr::new(IpAddr::from(o), p)),
+        ]
+    }
+
+    fn arb_contacts() -> impl Strategy<Value = Contacts> {
+        proptest::collection::vec(
+            (arb_id(), arb_addr(), 0u8..8).prop_map(|(id, addr, s)| Contact {
+                id,
+                addr,
+                services: Services(s),
+            }),
+            0..=CONTACTS_MAX,
+        )
+        .prop_map(SmallVec::from_vec)
+    }
+
+    fn arb_value() -> impl Strategy<Value = Value> {
+        proptest::collection::vec(any::<u8>(), 0..=VALUE_BYTES_MAX)
+            .prop_map(|v| Value(SmallVec::from_vec(v)))
+    }
+
+    fn arb_body() -> impl Strategy<Value = Body> {
+        let level = 0u8..LEVELS_MAX as u8;
+        prop_oneof![
+            Just(Body::Ping),
+            Just(Body::Pong),
+            (level.clone(), arb_id()).prop_map(|(level, target)| Body::FindNode { level, target }),
+            (level.clone(), arb_contacts()).prop_map(|(level, contacts)| Body::Nodes { level, contacts }),
+            (level.clone(), arb_id(), arb_id()).prop_map(|(level, key, target)| Body::Get { level, key, target }),
+            (level.clone(), proptest::collection::vec(arb_value(), 0..6), arb_contacts()).prop_map(
+                |(level, values, contacts)| Body::GetReply {
+                    level,
+                    values: SmallVec::from_vec(values),
+                    contacts
+                }
+            ),
+            (level.clone(), arb_id(), arb_id())
+                .prop_map(|(level, key, target)| Body::PutProbe { level, key, target }),
+            (level.clone(), any::<bool>(), any::<u16>(), any::<u32>(), any::<Token>(), arb_contacts())
+                .prop_map(|(level, loaded, value_count, min_ttl_secs, token, contacts)| {
+                    Body::PutProbeReply { level, loaded, value_count, min_ttl_secs, token, contacts }
+                }),
+            (level.clone(), arb_id(), any::<u32>(), any::<Token>(), arb_value()).prop_map(
+                |(level, key, ttl_secs, token, value)| Body::Store { level, key, ttl_secs, token, value }
+            ),
+            (level, any::<bool>()).prop_map(|(level, stored)| Body::StoreReply { level, stored }),
+            prop_oneof![
+                Just(ErrorCode::WrongCluster),
+                Just(ErrorCode::BadToken),
+                Just(ErrorCode::Overloaded),
+                Just(ErrorCode::NoSuchLevel)
+            ]
+            .prop_map(|code| Body::Error { code }),
+        ]
+    }
+
+    fn arb_message() -> impl Strategy<Value = Message> {
+        (
+            any::<u16>(),
+            any::<u32>(),
+            arb_id(),
+            0u8..8,
+            proptest::collection::vec(
+                (arb_id(), any::<u32>(), any::<u32>())
+                    .prop_map(|(id, age_secs, size)| ClusterInfo { id, age_secs, size }),
+                0..LEVELS_MAX,
+            ),
+            arb_body(),
+        )
+            .prop_map(|(route, txid, sender, s, clusters, body)| Message {
+                header: Header {
+                    route,
+                    txid,
+                    sender,
+                    services: Services(s),
+                    clusters: SmallVec::from_vec(clusters),
+                },
+                body,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn every_message_round_trips(m in arb_message()) {
+            let bytes = m.to_bytes();
+            prop_assert_eq!(Message::decode(&bytes), Ok(m));
+        }
+
+        #[test]
+        fn every_truncation_is_an_error(m in arb_message(), cut in any::<proptest::sample::Index>()) {
+            let bytes = m.to_bytes();
+            let n = cut.index(bytes.len());
+            prop_assert!(Message::decode(&bytes[..n]).is_err());
+        }
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = Message::decode(&bytes);
+        }
+
+        #[test]
+        fn mutated_messages_never_panic(m in arb_message(), pos in any::<proptest::sample::Index>(), byte in any::<u8>()) {
+            let mut bytes = m.to_bytes();
+            let i = pos.index(bytes.len());
+            bytes[i] = byte;
+            if let Ok(m2) = Message::decode(&bytes) {
+                // Whatever parses re-encodes to the same bytes: no ambiguity.
+                prop_assert_eq!(m2.to_bytes(), bytes);
+            }
+        }
+    }
+}

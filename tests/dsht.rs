@@ -1,0 +1,353 @@
+//! The DSHT's behaviour across many nodes (NSDI 2004 §4.1–4.3), in the
+//! in-process harness: nodes exchange real encoded datagrams through a queue
+//! and time jumps to the next deadline.
+
+use coral::node::{Event, PutLevel, StoredAt};
+use coral::sim::net::{sim_addr, ConstantLinks, Links, Sim};
+use coral::wire::{Body, Header, Message, Services};
+use coral::{Config, Duration, Id, Node, Time, Value};
+
+fn config_levels(levels: usize) -> Config {
+    let mut c = Config::default();
+    c.level_thresholds_ms.truncate(levels);
+    c
+}
+
+/// `n` nodes, each bootstrapped from node 0, settled for a minute.
+fn network<L: Links>(n: usize, config: &Config, links: L, seed: u64) -> Sim<L> {
+    let mut sim = Sim::new(links, seed);
+    for i in 0..n {
+        let node = Node::new(config.clone(), sim_addr(i), sim.now(), seed.wrapping_mul(1000) + i as u64).unwrap();
+        sim.add(node);
+    }
+    for i in 1..n {
+        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(0)]));
+        sim.run_for(Duration::from_millis(50));
+    }
+    sim.run_for(Duration::from_secs(60));
+    sim
+}
+
+fn put(sim: &mut Sim<impl Links>, i: usize, key: Id, value: &[u8], ttl: u32) -> Vec<PutLevel> {
+    let op = sim.with_node(i, |node, now| node.put(now, key, Value::new(value).unwrap(), ttl, None));
+    sim.run_for(Duration::from_secs(35));
+    for (n, e) in sim.take_events() {
+        if let Event::PutDone { op: o, levels, .. } = e {
+            if n == i && o == op {
+                return levels;
+            }
+        }
+    }
+    panic!("put from node {i} did not complete");
+}
+
+fn get(sim: &mut Sim<impl Links>, i: usize, key: Id, levels: Option<&[u8]>) -> Event {
+    let op = sim.with_node(i, |node, now| node.get(now, key, levels));
+    sim.run_for(Duration::from_secs(35));
+    sim.take_events()
+        .into_iter()
+        .find(|(n, e)| *n == i && matches!(e, Event::GetDone { op: o, .. } if *o == op))
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("get from node {i} did not complete"))
+}
+
+fn values_of(e: &Event) -> &[Value] {
+    match e {
+        Event::GetDone { values, .. } => values,
+        _ => &[],
+    }
+}
+
+#[test]
+fn bootstrap_fills_routing_tables() {
+    let sim = network(64, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 1);
+    for i in 0..64 {
+        let t = sim.node(i).routing_table(0).unwrap();
+        assert!(t.len() >= 10, "node {i} knows only {} nodes", t.len());
+    }
+}
+
+#[test]
+fn sixty_four_nodes_put_one_key_and_every_node_gets_a_value() {
+    let mut sim = network(64, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 2);
+    let key = Id::from_url("http://www.x.com/y.jpg");
+    let ops: Vec<_> = (0..64)
+        .map(|i| {
+            let v = Value::from_addr(sim_addr(i));
+            sim.with_node(i, |node, now| node.put(now, key, v, 3600, None))
+        })
+        .collect();
+    sim.run_for(Duration::from_secs(40));
+    let done = sim.take_events().iter().filter(|(_, e)| matches!(e, Event::PutDone { .. })).count();
+    assert_eq!(done, ops.len());
+    for i in 0..64 {
+        let e = get(&mut sim, i, key, None);
+        assert!(!values_of(&e).is_empty(), "node {i} found nothing: {e:?}");
+        // Every value is one of the puts (a proxy address).
+        for v in values_of(&e) {
+            assert!(v.to_addr().is_some_and(|a| (0..64).any(|j| sim_addr(j) == a)));
+        }
+    }
+    // Sloppiness: the values are spread over several nodes, no node holds more than l.
+    let holders = (0..64).filter(|&i| sim.node(i).store(0).unwrap().has_values(&key, sim.now())).count();
+    assert!(holders >= 64 / 4, "only {holders} nodes store the key");
+    for i in 0..64 {
+        assert!(sim.node(i).store(0).unwrap().values(&key, sim.now()).len() <= 4);
+    }
+}
+
+#[test]
+fn a_single_put_lands_at_the_closest_node() {
+    let mut sim = network(64, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 3);
+    let key = Id::hash(b"lonely key");
+    let levels = put(&mut sim, 5, key, b"v", 600);
+    let closest = (0..64).min_by_key(|&i| sim.node(i).id().distance(&key)).unwrap();
+    match levels[0].stored_at {
+        Some(StoredAt::Remote(c)) => assert_eq!(c.id, sim.node(closest).id()),
+        Some(StoredAt::Local) => assert_eq!(closest, 5),
+        None => panic!("not stored"),
+    }
+    assert!(sim.node(closest).store(0).unwrap().has_values(&key, sim.now()));
+}
+
+#[test]
+fn sloppy_put_stops_at_full_and_loaded_node_section_4_2() {
+    let config = Config { beta_per_min: 2, ..config_levels(1) };
+    let mut sim = network(48, &config, ConstantLinks(Duration::from_millis(10)), 4);
+    let key = Id::hash(b"hot key");
+    let closest = (0..48).min_by_key(|&i| sim.node(i).id().distance(&key)).unwrap();
+    let distance_rank = |sim: &Sim<_>, i: usize| {
+        let mut ids: Vec<_> = (0..48).map(|j| sim.node(j).id().distance(&key)).collect();
+        ids.sort();
+        ids.iter().position(|d| *d == sim.node(i).id().distance(&key)).unwrap()
+    };
+    // First fill the closest node with l = 4 values, one put at a time.
+    for round in 0..4 {
+        let from = (closest + 1 + round * 5) % 48;
+        let levels = put(&mut sim, from, key, &[round as u8, 0], 3600);
+        assert!(!levels[0].stopped_at_loaded);
+    }
+    // Then a burst of puts at once: after β = 2 of them the closest node is
+    // loaded as well as full, and the forward phase stops short of it.
+    let ops: Vec<_> = (0..12)
+        .map(|round| {
+            let from = (closest + 3 + round * 4) % 48;
+            let v = Value::new(&[round as u8, 1]).unwrap();
+            (from, sim.with_node(from, |node, now| node.put(now, key, v, 3600, None)))
+        })
+        .collect();
+    sim.run_for(Duration::from_secs(35));
+    let events = sim.take_events();
+    let mut stored_further = 0;
+    let mut stopped = 0;
+    for (n, e) in &events {
+        let Event::PutDone { op, levels, .. } = e else { continue };
+        assert!(ops.contains(&(*n, *op)));
+        let l = levels[0];
+        if l.stopped_at_loaded {
+            stopped += 1;
+            match l.stored_at {
+                Some(StoredAt::Remote(c)) => {
+                    let at = (0..48).find(|&i| sim.node(i).id() == c.id).unwrap();
+                    assert!(distance_rank(&sim, at) > 0, "stored at the full and loaded node");
+                    stored_further += 1;
+                }
+                Some(StoredAt::Local) => stored_further += 1,
+                None => {}
+            }
+        }
+    }
+    assert_eq!(sim.node(closest).store(0).unwrap().values(&key, sim.now()).len(), 4);
+    assert!(stopped > 0, "no put met a full and loaded node");
+    assert!(stored_further > 0, "no value landed further from the key");
+}
+
+#[test]
+fn level_2_get_is_answered_inside_the_level_2_cluster_section_4_3() {
+    // Three levels. Nodes 0..16 form one level-2 cluster (and all share one
+    // level-1 cluster); the others are elsewhere. Links inside the level-2
+    // cluster are 2 ms one way, all others 80 ms.
+    struct TwoRegions;
+    impl Links for TwoRegions {
+        fn one_way(&self, a: usize, b: usize) -> Duration {
+            if a < 16 && b < 16 { Duration::from_millis(2) } else { Duration::from_millis(80) }
+        }
+    }
+    let config = Config::default();
+    let mut sim = Sim::new(TwoRegions, 5);
+    let l1 = Id::hash(b"level-1 cluster");
+    let l2_near = Id::hash(b"level-2 near");
+    for i in 0..48 {
+        let mut node = Node::new(config.clone(), sim_addr(i), sim.now(), 500 + i as u64).unwrap();
+        node.set_cluster(1, l1, Time::ZERO);
+        if i < 16 {
+            node.set_cluster(2, l2_near, Time::ZERO);
+        }
+        sim.add(node);
+    }
+    for i in 1..48 {
+        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(0)]));
+        sim.run_for(Duration::from_millis(200));
+    }
+    sim.run_for(Duration::from_secs(60));
+    // The level-2 tables of the near nodes hold only near nodes.
+    for i in 0..16 {
+        let t = sim.node(i).routing_table(2).unwrap();
+        assert!(!t.is_empty(), "node {i} has an empty level-2 table");
+        assert!(t.entries().all(|e| (0..16).any(|j| sim.node(j).id() == e.contact.id)));
+    }
+    let key = Id::hash(b"regional object");
+    let levels = put(&mut sim, 3, key, b"proxy", 3600);
+    assert_eq!(levels[0].level, 2);
+    assert!(levels[0].stored_at.is_some());
+    // A get from another near node finds it at level 2, fast: every RPC stayed
+    // on 2 ms links (well under one 80 ms crossing).
+    let e = get(&mut sim, 11, key, None);
+    match e {
+        Event::GetDone { level, local, elapsed, ref values, .. } => {
+            assert_eq!(level, Some(2));
+            assert!(!values.is_empty());
+            if !local {
+                assert!(elapsed < Duration::from_millis(80), "took {elapsed:?}");
+            }
+        }
+        _ => unreachable!(),
+    }
+    // A far node does not share the level-2 cluster; it finds the value at level 1 or 0.
+    let e = get(&mut sim, 30, key, None);
+    match e {
+        Event::GetDone { level, .. } => assert!(matches!(level, Some(1) | Some(0)), "{level:?}"),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn receivers_refuse_levels_they_do_not_share() {
+    let mut sim = network(8, &config_levels(2), ConstantLinks(Duration::from_millis(5)), 6);
+    // Everyone is a singleton at level 1: a level-1 FindNode is refused.
+    let me = sim.node(1).id();
+    let req = Message {
+        header: Header {
+            route: 0,
+            txid: 42,
+            sender: me,
+            services: Services::NONE,
+            clusters: [coral::wire::ClusterInfo { id: Id::hash(b"mine"), age_secs: 0, size: 1 }].into_iter().collect(),
+        },
+        body: Body::FindNode { level: 1, target: me },
+    };
+    let before = sim.node(0).stats().wrong_cluster;
+    sim.inject(0, sim_addr(1), &req.to_bytes());
+    assert_eq!(sim.node(0).stats().wrong_cluster, before + 1);
+}
+
+#[test]
+fn malformed_datagrams_are_dropped_and_counted_and_the_node_keeps_working() {
+    let mut sim = network(16, &config_levels(1), ConstantLinks(Duration::from_millis(5)), 7);
+    let key = Id::hash(b"k");
+    put(&mut sim, 2, key, b"value", 600);
+    let ping = Message {
+        header: Header { route: 0, txid: 1, sender: sim.node(3).id(), services: Services::NONE, clusters: Default::default() },
+        body: Body::Ping,
+    }
+    .to_bytes();
+    let mut bad: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![1],
+        ping[..10].to_vec(),                    // truncated
+        [&[9u8][..], &ping[1..]].concat(),      // wrong version
+        [&ping[..1], &[0x42u8][..], &ping[2..]].concat(), // unknown kind
+        [&ping[..29], &[3u8][..]].concat(),     // lying cluster count
+        [ping.clone(), vec![0]].concat(),       // trailing bytes
+    ];
+    let mut rng = coral::rng::Rng::new(9);
+    for _ in 0..200 {
+        let mut b = vec![0u8; rng.below(200) as usize];
+        rng.fill(&mut b);
+        bad.push(b);
+    }
+    let before = sim.node(0).stats().malformed;
+    for b in &bad {
+        sim.inject(0, sim_addr(3), b);
+    }
+    let dropped = sim.node(0).stats().malformed - before;
+    // Random bytes could, very rarely, parse; everything listed above must not.
+    assert!(dropped >= 7 + 190, "{dropped} dropped");
+    // A sender whose id is not bound to its address is dropped too.
+    let forged = Message {
+        header: Header { route: 0, txid: 1, sender: Id::hash(b"forged"), services: Services::NONE, clusters: Default::default() },
+        body: Body::Ping,
+    };
+    sim.inject(0, sim_addr(3), &forged.to_bytes());
+    assert_eq!(sim.node(0).stats().unbound_sender, 1);
+    // The node still serves.
+    let e = get(&mut sim, 0, key, None);
+    assert!(!values_of(&e).is_empty());
+}
+
+#[test]
+fn gets_survive_a_third_of_the_nodes_crashing() {
+    let mut sim = network(48, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 8);
+    let keys: Vec<Id> = (0..10u8).map(|k| Id::hash(&[k])).collect();
+    let holders = |sim: &Sim<_>, key: &Id| -> Vec<usize> {
+        (0..48).filter(|&i| sim.is_alive(i) && sim.node(i).store(0).unwrap().has_values(key, sim.now())).collect()
+    };
+    for (j, key) in keys.iter().enumerate() {
+        for i in [j, j + 10, j + 20, j + 30] {
+            put(&mut sim, i, *key, &[i as u8], 3600);
+        }
+    }
+    for i in (0..48).filter(|i| i % 3 == 1) {
+        sim.crash(i);
+    }
+    // Every key whose holder survived is still found, through lookups that
+    // meet dead nodes on the way.
+    for (j, key) in keys.iter().enumerate() {
+        let from = (j * 3) % 48;
+        let e = get(&mut sim, from, *key, None);
+        if !holders(&sim, key).is_empty() {
+            assert!(!values_of(&e).is_empty(), "key {j} held by {:?} not found", holders(&sim, key));
+        }
+    }
+    // Proxies renew their pointers (§3.2): after one renewal round from the
+    // surviving putters, every key is found again.
+    for (j, key) in keys.iter().enumerate() {
+        for i in [j, j + 10, j + 20, j + 30] {
+            if !sim.is_alive(i) {
+                continue;
+            }
+            put(&mut sim, i, *key, &[i as u8], 3600);
+        }
+    }
+    for (j, key) in keys.iter().enumerate() {
+        let from = (j * 3 + 2) % 48;
+        let from = if sim.is_alive(from) { from } else { (from + 1) % 48 };
+        let e = get(&mut sim, from, *key, None);
+        assert!(!values_of(&e).is_empty(), "key {j} not found after renewal");
+    }
+}
+
+#[test]
+fn same_seed_same_run() {
+    struct Lossy;
+    impl Links for Lossy {
+        fn one_way(&self, a: usize, b: usize) -> Duration {
+            Duration::from_millis(5 + ((a * 7 + b * 3) % 20) as u64)
+        }
+        fn loss(&self, _a: usize, _b: usize) -> f64 {
+            0.05
+        }
+    }
+    let run = |seed| {
+        let mut sim = network(24, &config_levels(1), Lossy, seed);
+        let key = Id::hash(b"determinism");
+        for i in 0..24 {
+            sim.with_node(i, |n, now| n.put(now, key, Value::new(&[i as u8]).unwrap(), 100, None));
+        }
+        sim.run_for(Duration::from_secs(30));
+        let events = format!("{:?}", sim.take_events());
+        (sim.stats(), events)
+    };
+    assert_eq!(run(11), run(11));
+    assert_ne!(run(11).0, run(12).0);
+}
