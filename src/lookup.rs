@@ -49,6 +49,8 @@ pub struct Candidate {
     pub state: CandidateState,
     /// For a put's forward phase: what it said.
     pub probe: Option<ProbeReply>,
+    /// The target it was last asked about.
+    pub asked: Option<Id>,
 }
 
 /// What the lookup wants done next.
@@ -77,6 +79,11 @@ pub struct Lookup {
     stall: Duration,
     capacity: usize,
     candidates: Vec<Candidate>,
+    /// How many of the closest nodes to the key must have answered before
+    /// the lookup ends: 1 for gets and puts (the walk stops at the closest
+    /// node), k for routing refreshes (Kademlia's node lookup, so that the k
+    /// closest nodes hear of us).
+    breadth: usize,
     /// RPCs answered so far (hops taken).
     pub answered: u32,
 }
@@ -104,6 +111,7 @@ impl Lookup {
             stall,
             capacity,
             candidates: Vec::new(),
+            breadth: 1,
             answered: 0,
         };
         for c in seeds {
@@ -116,6 +124,13 @@ impl Lookup {
             l.i = i;
         }
         l
+    }
+
+    /// Makes the lookup end only when the `breadth` closest live nodes to the
+    /// key have answered (at most the candidate capacity).
+    pub fn with_breadth(mut self, breadth: usize) -> Lookup {
+        self.breadth = breadth.clamp(1, self.capacity.max(1));
+        self
     }
 
     /// The target an RPC sent now should ask about: one step beyond t, so
@@ -141,14 +156,21 @@ impl Lookup {
         if self.candidates.iter().any(|c| c.contact.id == contact.id) {
             return;
         }
-        self.candidates.push(Candidate { contact, state: CandidateState::Fresh, probe: None });
+        self.candidates.push(Candidate {
+            contact,
+            state: CandidateState::Fresh,
+            probe: None,
+            asked: None,
+        });
         if self.candidates.len() > self.capacity {
             let key = self.key;
             if let Some((pos, _)) = self
                 .candidates
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| c.state == CandidateState::Fresh || c.state == CandidateState::Failed)
+                .filter(|(_, c)| {
+                    c.state == CandidateState::Fresh || c.state == CandidateState::Failed
+                })
                 .max_by_key(|(_, c)| c.contact.id.distance(&key))
             {
                 self.candidates.swap_remove(pos);
@@ -156,10 +178,12 @@ impl Lookup {
         }
     }
 
-    /// Records that the RPC for `step` went out as `txid` at `now`.
-    pub fn sent(&mut self, id: &Id, txid: u32, now: Time) {
+    /// Records that the RPC for a [`Step::Send`] to `id` about `target`
+    /// went out as `txid` at `now`.
+    pub fn sent(&mut self, id: &Id, target: Id, txid: u32, now: Time) {
         if let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) {
             c.state = CandidateState::InFlight { txid, sent: now };
+            c.asked = Some(target);
         }
     }
 
@@ -167,7 +191,9 @@ impl Lookup {
     /// learns the contacts it returned. Returns false if no RPC to `id` was
     /// outstanding (a late or unexpected reply).
     pub fn on_answer(&mut self, id: &Id, probe: Option<ProbeReply>, contacts: &[Contact]) -> bool {
-        let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) else { return false };
+        let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) else {
+            return false;
+        };
         if !matches!(c.state, CandidateState::InFlight { .. }) {
             return false;
         }
@@ -197,8 +223,12 @@ impl Lookup {
 
     /// Candidates that answered, closest to the key first.
     pub fn answered_by_distance(&self) -> Vec<Candidate> {
-        let mut v: Vec<Candidate> =
-            self.candidates.iter().filter(|c| c.state == CandidateState::Answered).copied().collect();
+        let mut v: Vec<Candidate> = self
+            .candidates
+            .iter()
+            .filter(|c| c.state == CandidateState::Answered)
+            .copied()
+            .collect();
         let key = self.key;
         v.sort_by_key(|c| c.contact.id.distance(&key));
         v
@@ -226,30 +256,88 @@ impl Lookup {
         loop {
             let outstanding = self.in_flight().count();
             let Some(best) = self.best_for(&self.target, false) else {
-                return if outstanding == 0 { Step::Done { closest: None } } else { Step::Wait(None) };
+                return if outstanding == 0 {
+                    Step::Done { closest: None }
+                } else {
+                    Step::Wait(None)
+                };
             };
             let c = self.candidates[best];
             match c.state {
                 CandidateState::Fresh => {
                     if outstanding == 0 {
-                        return Step::Send { contact: c.contact, target: self.rpc_target() };
+                        return Step::Send {
+                            contact: c.contact,
+                            target: self.rpc_target(),
+                        };
                     }
                     return self.widen(now, outstanding);
                 }
                 CandidateState::InFlight { .. } => return self.widen(now, outstanding),
-                CandidateState::Answered => match next_target(&self.key, &self.target, self.i, self.b) {
-                    Some((t, i)) => {
-                        self.target = t;
-                        self.i = i;
+                CandidateState::Answered => {
+                    match next_target(&self.key, &self.target, self.i, self.b) {
+                        Some((t, i)) => {
+                            self.target = t;
+                            self.i = i;
+                        }
+                        None => {
+                            // t = k and the closest live node to k has answered. If it
+                            // was asked about an earlier target, its table may still
+                            // hold a node closer to k (Kademlia's routing property):
+                            // ask it about k itself once before ending.
+                            if c.asked != Some(self.key) && outstanding == 0 {
+                                return Step::Send {
+                                    contact: c.contact,
+                                    target: self.key,
+                                };
+                            }
+                            if c.asked != Some(self.key) {
+                                return Step::Wait(None);
+                            }
+                            if self.breadth > 1 {
+                                return self.widen_to_breadth(c.contact, outstanding);
+                            }
+                            // RPCs still outstanding went to nodes no closer to k:
+                            // their answers cannot change the result.
+                            return Step::Done {
+                                closest: Some(c.contact),
+                            };
+                        }
                     }
-                    None => {
-                        // t = k and the closest live node to k has answered. RPCs
-                        // still outstanding went to nodes no closer to k: their
-                        // answers cannot change the result.
-                        return Step::Done { closest: Some(c.contact) };
-                    }
-                },
+                }
                 CandidateState::Failed => unreachable!("best_for skips failed candidates"),
+            }
+        }
+    }
+
+    /// The closest node has answered; ask the rest of the `breadth` closest
+    /// live nodes about the key, up to α at a time, then end.
+    fn widen_to_breadth(&self, closest: Contact, outstanding: usize) -> Step {
+        let key = self.key;
+        let mut live: Vec<&Candidate> = self
+            .candidates
+            .iter()
+            .filter(|c| c.state != CandidateState::Failed)
+            .collect();
+        live.sort_by_key(|c| c.contact.id.distance(&key));
+        let mut waiting = false;
+        for c in live.into_iter().take(self.breadth) {
+            match c.state {
+                CandidateState::Fresh if outstanding < self.alpha => {
+                    return Step::Send {
+                        contact: c.contact,
+                        target: key,
+                    };
+                }
+                CandidateState::Fresh | CandidateState::InFlight { .. } => waiting = true,
+                _ => {}
+            }
+        }
+        if waiting {
+            Step::Wait(None)
+        } else {
+            Step::Done {
+                closest: Some(closest),
             }
         }
     }
@@ -274,7 +362,10 @@ impl Lookup {
             return Step::Wait(Some(stall_at));
         }
         match self.best_for(&self.target, true) {
-            Some(i) => Step::Send { contact: self.candidates[i].contact, target: self.rpc_target() },
+            Some(i) => Step::Send {
+                contact: self.candidates[i].contact,
+                target: self.rpc_target(),
+            },
             None => Step::Wait(None),
         }
     }
@@ -289,7 +380,11 @@ mod tests {
     use std::net::SocketAddr;
 
     fn contact(id: Id) -> Contact {
-        Contact { id, addr: SocketAddr::from(([127, 0, 0, 1], 1)), services: Services::NONE }
+        Contact {
+            id,
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+            services: Services::NONE,
+        }
     }
 
     /// A static network of `n` random ids where every node knows every other:
@@ -330,7 +425,7 @@ mod tests {
                     Step::Send { contact, target } => {
                         txid += 1;
                         rpcs += 1;
-                        l.sent(&contact.id, txid, now);
+                        l.sent(&contact.id, target, txid, now);
                         let reply = closest_to(&ids, &target, 8, &contact.id);
                         now = now + Duration::from_millis(10);
                         assert!(l.on_answer(&contact.id, None, &reply));
@@ -357,19 +452,34 @@ mod tests {
         let seeds = closest_to(&ids, &me, 8, &me);
         let mut l = Lookup::new(key, me, 1, 2, Duration::from_millis(500), 64, seeds);
         let first = match l.step(Time::ZERO) {
-            Step::Send { contact, .. } => contact,
+            Step::Send { contact, target } => {
+                l.sent(&contact.id, target, 1, Time::ZERO);
+                contact
+            }
             s => panic!("{s:?}"),
         };
-        l.sent(&first.id, 1, Time::ZERO);
-        assert_eq!(l.step(Time(1)), Step::Wait(Some(Time::ZERO + Duration::from_millis(500))));
+        assert_eq!(
+            l.step(Time(1)),
+            Step::Wait(Some(Time::ZERO + Duration::from_millis(500)))
+        );
         let second = match l.step(Time::ZERO + Duration::from_millis(500)) {
-            Step::Send { contact, .. } => contact,
+            Step::Send { contact, target } => {
+                l.sent(
+                    &contact.id,
+                    target,
+                    2,
+                    Time::ZERO + Duration::from_millis(500),
+                );
+                contact
+            }
             s => panic!("{s:?}"),
         };
         assert_ne!(first.id, second.id);
-        l.sent(&second.id, 2, Time::ZERO + Duration::from_millis(500));
         // α = 2 outstanding: wait without a deadline.
-        assert_eq!(l.step(Time::ZERO + Duration::from_secs(5)), Step::Wait(None));
+        assert_eq!(
+            l.step(Time::ZERO + Duration::from_secs(5)),
+            Step::Wait(None)
+        );
         l.on_failure(&first.id);
         l.on_failure(&second.id);
         let mut answered = BTreeMap::new();
@@ -380,7 +490,7 @@ mod tests {
                 Step::Send { contact, target } => {
                     assert!(contact.id != first.id && contact.id != second.id);
                     tx += 1;
-                    l.sent(&contact.id, tx, now);
+                    l.sent(&contact.id, target, tx, now);
                     answered.insert(contact.id, ());
                     let mut reply = closest_to(&ids, &target, 8, &contact.id);
                     reply.retain(|c| c.id != first.id && c.id != second.id);
@@ -396,7 +506,15 @@ mod tests {
 
     #[test]
     fn lookup_with_no_candidates_is_done_at_once() {
-        let mut l = Lookup::new(Id([1; 20]), Id::ZERO, 1, 3, Duration::from_millis(500), 64, []);
+        let mut l = Lookup::new(
+            Id([1; 20]),
+            Id::ZERO,
+            1,
+            3,
+            Duration::from_millis(500),
+            64,
+            [],
+        );
         assert_eq!(l.step(Time::ZERO), Step::Done { closest: None });
     }
 }

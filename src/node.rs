@@ -219,10 +219,17 @@ enum Phase {
     Walk(Lookup),
     /// A put's forward phase at one level; `stack` holds every node that was
     /// not both full and loaded (the local node first when eligible).
-    Forward { lookup: Lookup, stack: Vec<StackEntry> },
+    Forward {
+        lookup: Lookup,
+        stack: Vec<StackEntry>,
+    },
     /// A put's reverse phase: try the stack from the node closest to the key
     /// outward until a store succeeds.
-    Reverse { stack: Vec<StackEntry>, stopped_at_loaded: bool, waiting: Option<u32> },
+    Reverse {
+        stack: Vec<StackEntry>,
+        stopped_at_loaded: bool,
+        waiting: Option<u32>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,9 +285,18 @@ impl Node {
     /// `config.id_includes_port`), started at `now`, with all randomness
     /// drawn from `seed`. Each non-global level starts as a singleton cluster
     /// with a random id (§4.4).
-    pub fn new(config: Config, addr: SocketAddr, now: Time, seed: u64) -> Result<Node, ConfigError> {
+    pub fn new(
+        config: Config,
+        addr: SocketAddr,
+        now: Time,
+        seed: u64,
+    ) -> Result<Node, ConfigError> {
         config.validate()?;
-        let id = if config.id_includes_port { Id::from_ip_port(addr) } else { Id::from_ip(addr.ip()) };
+        let id = if config.id_includes_port {
+            Id::from_ip_port(addr)
+        } else {
+            Id::from_ip(addr.ip())
+        };
         let mut rng = Rng::new(seed);
         let mut secret = [0u8; 16];
         rng.fill(&mut secret);
@@ -297,9 +313,16 @@ impl Node {
                 }
                 LevelState {
                     threshold_ms,
-                    cluster: Cluster { id: cid, created: now },
+                    cluster: Cluster {
+                        id: cid,
+                        created: now,
+                    },
                     table: RoutingTable::new(id, config.bucket_size),
-                    store: Store::new(config.values_per_key_max, config.beta_per_min, config.keys_per_level_max),
+                    store: Store::new(
+                        config.values_per_key_max,
+                        config.beta_per_min,
+                        config.keys_per_level_max,
+                    ),
                     size_estimate: 1,
                 }
             })
@@ -329,7 +352,8 @@ impl Node {
             last_sweep: now,
             stats: Stats::default(),
         };
-        node.timers.push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
+        node.timers
+            .push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
         Ok(node)
     }
 
@@ -369,7 +393,10 @@ impl Node {
     /// it, not to the new one.
     pub fn set_cluster(&mut self, level: Level, id: Id, created: Time) {
         let l = level as usize;
-        assert!(l > 0 && l < self.levels.len(), "level {level} is not a non-global level");
+        assert!(
+            l > 0 && l < self.levels.len(),
+            "level {level} is not a non-global level"
+        );
         let state = &mut self.levels[l];
         if state.cluster.id != id {
             state.cluster = Cluster { id, created };
@@ -416,12 +443,23 @@ impl Node {
     /// address, nodes sharing the longest address prefix with it come first
     /// (a stand-in for the network hints of §4.4); otherwise the nodes with
     /// the lowest measured RTT.
-    pub fn nodes(&self, level: Level, count: usize, target: Option<IpAddr>, services: Services) -> Vec<Contact> {
-        let Some(l) = self.levels.get(level as usize) else { return Vec::new() };
+    pub fn nodes(
+        &self,
+        level: Level,
+        count: usize,
+        target: Option<IpAddr>,
+        services: Services,
+    ) -> Vec<Contact> {
+        let Some(l) = self.levels.get(level as usize) else {
+            return Vec::new();
+        };
         let mut v: Vec<_> = l.table.with_services(services).copied().collect();
         match target {
             Some(ip) => v.sort_by_key(|e| {
-                (Reverse(ip_common_prefix(ip, e.contact.addr.ip())), e.rtt_min.unwrap_or(Duration(u64::MAX)))
+                (
+                    Reverse(ip_common_prefix(ip, e.contact.addr.ip())),
+                    e.rtt_min.unwrap_or(Duration(u64::MAX)),
+                )
             }),
             None => v.sort_by_key(|e| e.rtt_min.unwrap_or(Duration(u64::MAX))),
         }
@@ -433,14 +471,27 @@ impl Node {
     pub fn bootstrap(&mut self, now: Time, addrs: &[SocketAddr]) {
         for &addr in addrs {
             if addr != self.addr {
-                self.send_request(now, addr, None, self.route_hint, Body::Ping, Purpose::Bootstrap);
+                self.send_request(
+                    now,
+                    addr,
+                    None,
+                    self.route_hint,
+                    Body::Ping,
+                    Purpose::Bootstrap,
+                );
             }
         }
     }
 
     /// Makes a contact known without an RPC (the runtime shares what one core
     /// learnt with the others). It must already have been verified.
-    pub fn learn_verified(&mut self, contact: Contact, level: Level, now: Time, rtt: Option<Duration>) {
+    pub fn learn_verified(
+        &mut self,
+        contact: Contact,
+        level: Level,
+        now: Time,
+        rtt: Option<Duration>,
+    ) {
         if let Some(l) = self.levels.get_mut(level as usize) {
             l.table.insert(contact, now, rtt);
         }
@@ -451,13 +502,28 @@ impl Node {
     /// `put(key, val, ttl, [levels])` (§2.3, §4.2–4.3): inserts at the highest
     /// level first, then at each lower level from where the last one stored,
     /// unless the key is loaded. `levels` defaults to all.
-    pub fn put(&mut self, now: Time, key: Key, value: Value, ttl_secs: u32, levels: Option<&[Level]>) -> OpId {
+    pub fn put(
+        &mut self,
+        now: Time,
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+        levels: Option<&[Level]>,
+    ) -> OpId {
         let ttl_secs = ttl_secs.min(self.config.ttl_max_secs).max(1);
         let mut order = self.level_order(levels);
         let op = self.alloc_op();
-        if order.is_empty() || value.0.len() > self.config.value_bytes_max || self.ops.len() >= self.config.operations_max {
+        if order.is_empty()
+            || value.0.len() > self.config.value_bytes_max
+            || self.ops.len() >= self.config.operations_max
+        {
             self.stats.ops_refused += 1;
-            self.push_event(Event::PutDone { op: OpId(op), key, levels: Vec::new(), elapsed: Duration::ZERO });
+            self.push_event(Event::PutDone {
+                op: OpId(op),
+                key,
+                levels: Vec::new(),
+                elapsed: Duration::ZERO,
+            });
             return OpId(op);
         }
         let level = order.remove(0);
@@ -476,7 +542,10 @@ impl Node {
             put_levels: Vec::new(),
         };
         self.ops.insert(op, o);
-        self.timers.push(Reverse((now + Duration::from_millis(self.config.operation_timeout_ms), Timer::Op(op))));
+        self.timers.push(Reverse((
+            now + Duration::from_millis(self.config.operation_timeout_ms),
+            Timer::Op(op),
+        )));
         self.drive(op, now);
         OpId(op)
     }
@@ -494,7 +563,12 @@ impl Node {
         }
         // The local store at every level answers first, without an RPC.
         for &level in &order {
-            let values = self.levels[level as usize].store.get(&key, now, self.config.get_values_max, &mut self.rng);
+            let values = self.levels[level as usize].store.get(
+                &key,
+                now,
+                self.config.get_values_max,
+                &mut self.rng,
+            );
             if !values.is_empty() {
                 self.finish_get(op, key, now, now, values, Some(level), true, 0);
                 return OpId(op);
@@ -516,7 +590,10 @@ impl Node {
             put_levels: Vec::new(),
         };
         self.ops.insert(op, o);
-        self.timers.push(Reverse((now + Duration::from_millis(self.config.operation_timeout_ms), Timer::Op(op))));
+        self.timers.push(Reverse((
+            now + Duration::from_millis(self.config.operation_timeout_ms),
+            Timer::Op(op),
+        )));
         self.drive(op, now);
         OpId(op)
     }
@@ -528,7 +605,9 @@ impl Node {
             return;
         }
         let op = self.alloc_op();
-        let lookup = self.new_lookup(target, level, self.id);
+        let lookup = self
+            .new_lookup(target, level, self.id)
+            .with_breadth(self.config.bucket_size);
         let o = Op {
             kind: OpKind::Refresh,
             key: target,
@@ -543,7 +622,10 @@ impl Node {
             put_levels: Vec::new(),
         };
         self.ops.insert(op, o);
-        self.timers.push(Reverse((now + Duration::from_millis(self.config.operation_timeout_ms), Timer::Op(op))));
+        self.timers.push(Reverse((
+            now + Duration::from_millis(self.config.operation_timeout_ms),
+            Timer::Op(op),
+        )));
         self.drive(op, now);
     }
 
@@ -626,7 +708,10 @@ impl Node {
 
     /// Operations in progress.
     pub fn operations_in_progress(&self) -> usize {
-        self.ops.values().filter(|o| o.kind != OpKind::Refresh).count()
+        self.ops
+            .values()
+            .filter(|o| o.kind != OpKind::Refresh)
+            .count()
     }
 
     // ---- Serving requests --------------------------------------------------------
@@ -652,27 +737,43 @@ impl Node {
             Body::FindNode { level, target } => match level_ok(self, level) {
                 Ok(l) => {
                     self.stats.find_nodes_served += 1;
-                    Body::Nodes { level, contacts: self.closest_for_reply(l, &target, &header.sender) }
+                    Body::Nodes {
+                        level,
+                        contacts: self.closest_for_reply(l, &target, &header.sender),
+                    }
                 }
                 Err(code) => self.refuse(code),
             },
             Body::Get { level, key, target } => match level_ok(self, level) {
                 Ok(l) => {
                     self.stats.gets_served += 1;
-                    let values = self.levels[l].store.get(&key, now, self.config.get_values_max, &mut self.rng);
+                    let values = self.levels[l].store.get(
+                        &key,
+                        now,
+                        self.config.get_values_max,
+                        &mut self.rng,
+                    );
                     let contacts = if values.is_empty() {
                         self.closest_for_reply(l, &target, &header.sender)
                     } else {
                         Contacts::new()
                     };
-                    Body::GetReply { level, values, contacts }
+                    Body::GetReply {
+                        level,
+                        values,
+                        contacts,
+                    }
                 }
                 Err(code) => self.refuse(code),
             },
             Body::PutProbe { level, key, target } => match level_ok(self, level) {
                 Ok(l) => {
                     self.stats.put_probes_received += 1;
-                    let ProbeState { loaded, value_count, min_ttl_secs } = self.levels[l].store.probe(&key, now);
+                    let ProbeState {
+                        loaded,
+                        value_count,
+                        min_ttl_secs,
+                    } = self.levels[l].store.probe(&key, now);
                     Body::PutProbeReply {
                         level,
                         loaded,
@@ -684,19 +785,34 @@ impl Node {
                 }
                 Err(code) => self.refuse(code),
             },
-            Body::Store { level, key, ttl_secs, token, value } => match level_ok(self, level) {
+            Body::Store {
+                level,
+                key,
+                ttl_secs,
+                token,
+                value,
+            } => match level_ok(self, level) {
                 Ok(l) => {
                     self.stats.stores_received += 1;
                     if !self.token_is_valid(now, from, &token) {
                         self.stats.bad_token += 1;
-                        Body::Error { code: ErrorCode::BadToken }
+                        Body::Error {
+                            code: ErrorCode::BadToken,
+                        }
                     } else if value.0.len() > self.config.value_bytes_max {
-                        Body::StoreReply { level, stored: false }
+                        Body::StoreReply {
+                            level,
+                            stored: false,
+                        }
                     } else {
-                        let ttl = Duration::from_secs(u64::from(ttl_secs.min(self.config.ttl_max_secs)));
+                        let ttl =
+                            Duration::from_secs(u64::from(ttl_secs.min(self.config.ttl_max_secs)));
                         let outcome = self.levels[l].store.store(&key, value, ttl, now);
                         self.stats.stores_accepted += u64::from(outcome.is_stored());
-                        Body::StoreReply { level, stored: outcome.is_stored() }
+                        Body::StoreReply {
+                            level,
+                            stored: outcome.is_stored(),
+                        }
                     }
                 }
                 Err(code) => self.refuse(code),
@@ -705,7 +821,13 @@ impl Node {
             _ => return,
         };
         let header = self.header(header.route, header.txid, now);
-        self.queue(from, Message { header, body: reply });
+        self.queue(
+            from,
+            Message {
+                header,
+                body: reply,
+            },
+        );
     }
 
     fn refuse(&mut self, code: ErrorCode) -> Body {
@@ -717,16 +839,22 @@ impl Node {
 
     fn closest_for_reply(&self, level: usize, target: &Id, requester: &Id) -> Contacts {
         let mut out = Contacts::new();
-        let v = self.levels[level]
-            .table
-            .closest_matching(target, self.config.reply_contacts_max, |e| e.contact.id != *requester);
+        let v = self.levels[level].table.closest_matching(
+            target,
+            self.config.reply_contacts_max,
+            |e| e.contact.id != *requester,
+        );
         out.extend(v);
         out
     }
 
     /// Whether the sender of `header` is in our cluster at `level` (level 0: always).
     fn shares_cluster(&self, header: &Header, level: usize) -> bool {
-        level == 0 || header.clusters.get(level - 1).is_some_and(|c| c.id == self.levels[level].cluster.id)
+        level == 0
+            || header
+                .clusters
+                .get(level - 1)
+                .is_some_and(|c| c.id == self.levels[level].cluster.id)
     }
 
     fn sender_is_bound(&mut self, sender: &Id, from: SocketAddr) -> bool {
@@ -757,15 +885,27 @@ impl Node {
         if self.verify_pings_in_flight >= self.config.verify_pings_max {
             return;
         }
-        if self.pinged.get(&from).is_some_and(|&t| now.saturating_since(t) < PINGED_RECENTLY) {
+        if self
+            .pinged
+            .get(&from)
+            .is_some_and(|&t| now.saturating_since(t) < PINGED_RECENTLY)
+        {
             return;
         }
         if self.pinged.len() >= self.config.verify_pings_max * 16 {
-            self.pinged.retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+            self.pinged
+                .retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
         }
         self.pinged.insert(from, now);
         self.verify_pings_in_flight += 1;
-        self.send_request(now, from, Some(header.sender), self.route_hint, Body::Ping, Purpose::VerifyPing);
+        self.send_request(
+            now,
+            from,
+            Some(header.sender),
+            self.route_hint,
+            Body::Ping,
+            Purpose::VerifyPing,
+        );
     }
 
     // ---- Replies and failures ----------------------------------------------------------
@@ -776,18 +916,27 @@ impl Node {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);
         };
-        let kind_matches = msg.body.kind() == p.request_kind | kind::REPLY || msg.body.kind() == kind::ERROR;
+        let kind_matches =
+            msg.body.kind() == p.request_kind | kind::REPLY || msg.body.kind() == kind::ERROR;
         if p.to != from || !kind_matches || p.to_id.is_some_and(|id| id != msg.header.sender) {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);
         }
         self.pending.remove(&txid);
         let rtt = now.saturating_since(p.sent);
-        let contact = Contact { id: msg.header.sender, addr: from, services: msg.header.services };
+        let contact = Contact {
+            id: msg.header.sender,
+            addr: from,
+            services: msg.header.services,
+        };
         self.observe_verified(now, contact, &msg.header, rtt);
         match p.purpose {
-            Purpose::VerifyPing => self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1),
-            Purpose::OldestPing { level } => self.levels[level].table.on_oldest_alive(&contact.id, now),
+            Purpose::VerifyPing => {
+                self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1)
+            }
+            Purpose::OldestPing { level } => {
+                self.levels[level].table.on_oldest_alive(&contact.id, now)
+            }
             Purpose::Bootstrap => {
                 // Seed every level's table with a lookup for our own id.
                 for level in 0..self.levels.len() {
@@ -804,7 +953,9 @@ impl Node {
     fn observe_verified(&mut self, now: Time, contact: Contact, header: &Header, rtt: Duration) {
         for level in 0..self.levels.len() {
             if self.shares_cluster(header, level) {
-                if let Insert::PingOldest(oldest) = self.levels[level].table.insert(contact, now, Some(rtt)) {
+                if let Insert::PingOldest(oldest) =
+                    self.levels[level].table.insert(contact, now, Some(rtt))
+                {
                     self.send_request(
                         now,
                         oldest.addr,
@@ -828,7 +979,9 @@ impl Node {
             }
         }
         match p.purpose {
-            Purpose::VerifyPing => self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1),
+            Purpose::VerifyPing => {
+                self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1)
+            }
             Purpose::OldestPing { .. } | Purpose::Bootstrap => {}
             Purpose::Op(op) => {
                 if let Some(o) = self.ops.get_mut(&op) {
@@ -851,12 +1004,19 @@ impl Node {
     }
 
     fn on_op_reply(&mut self, op: u64, now: Time, txid: u32, from: Contact, body: Body) {
-        let Some(mut o) = self.ops.remove(&op) else { return };
+        let Some(mut o) = self.ops.remove(&op) else {
+            return;
+        };
         let mut found: Option<Values> = None;
         let ttl_secs = o.ttl_secs;
         let l_max = self.config.values_per_key_max;
         match (&mut o.phase, body) {
-            (Phase::Walk(lookup), Body::GetReply { values, contacts, .. }) => {
+            (
+                Phase::Walk(lookup),
+                Body::GetReply {
+                    values, contacts, ..
+                },
+            ) => {
                 if values.is_empty() {
                     lookup.on_answer(&from.id, None, &contacts);
                 } else {
@@ -867,12 +1027,31 @@ impl Node {
             (Phase::Walk(lookup), Body::Nodes { contacts, .. }) => {
                 lookup.on_answer(&from.id, None, &contacts);
             }
-            (Phase::Forward { lookup, .. }, Body::PutProbeReply { loaded, value_count, min_ttl_secs, token, contacts, .. }) => {
-                let state = ProbeState { loaded, value_count, min_ttl_secs };
-                let probe = ProbeReply { full_and_loaded: loaded && state.is_full(l_max, ttl_secs), token };
+            (
+                Phase::Forward { lookup, .. },
+                Body::PutProbeReply {
+                    loaded,
+                    value_count,
+                    min_ttl_secs,
+                    token,
+                    contacts,
+                    ..
+                },
+            ) => {
+                let state = ProbeState {
+                    loaded,
+                    value_count,
+                    min_ttl_secs,
+                };
+                let probe = ProbeReply {
+                    full_and_loaded: loaded && state.is_full(l_max, ttl_secs),
+                    token,
+                };
                 lookup.on_answer(&from.id, Some(probe), &contacts);
             }
-            (Phase::Reverse { waiting, .. }, Body::StoreReply { stored, .. }) if *waiting == Some(txid) => {
+            (Phase::Reverse { waiting, .. }, Body::StoreReply { stored, .. })
+                if *waiting == Some(txid) =>
+            {
                 *waiting = None;
                 if stored {
                     self.ops.insert(op, o);
@@ -892,7 +1071,16 @@ impl Node {
         o.hops += 1;
         if let Some(values) = found {
             let level = o.level;
-            self.finish_get(op, o.key, o.started, now, values, Some(level), false, o.hops);
+            self.finish_get(
+                op,
+                o.key,
+                o.started,
+                now,
+                values,
+                Some(level),
+                false,
+                o.hops,
+            );
             return;
         }
         self.ops.insert(op, o);
@@ -921,8 +1109,13 @@ impl Node {
     fn new_lookup(&self, key: Key, level: Level, start: Id) -> Lookup {
         let l = &self.levels[level as usize];
         // Seed with the contacts closest to where the walk will go first.
-        let first = crate::id::next_target(&key, &start, key.distance(&start).leading_zeros() / self.config.b, self.config.b)
-            .map_or(key, |(t, _)| t);
+        let first = crate::id::next_target(
+            &key,
+            &start,
+            key.distance(&start).leading_zeros() / self.config.b,
+            self.config.b,
+        )
+        .map_or(key, |(t, _)| t);
         let seeds = l.table.closest(&first, self.config.reply_contacts_max);
         Lookup::new(
             key,
@@ -941,15 +1134,27 @@ impl Node {
         let state = self.levels[level as usize].store.probe(&key, now);
         if state.loaded && state.is_full(self.config.values_per_key_max, ttl_secs) {
             // Full and loaded right here: the forward phase ends before it starts.
-            return Phase::Reverse { stack: Vec::new(), stopped_at_loaded: true, waiting: None };
+            return Phase::Reverse {
+                stack: Vec::new(),
+                stopped_at_loaded: true,
+                waiting: None,
+            };
         }
-        let stack = vec![StackEntry { at: StoredAt::Local, token: [0; TOKEN_BYTES] }];
-        Phase::Forward { lookup: self.new_lookup(key, level, start), stack }
+        let stack = vec![StackEntry {
+            at: StoredAt::Local,
+            token: [0; TOKEN_BYTES],
+        }];
+        Phase::Forward {
+            lookup: self.new_lookup(key, level, start),
+            stack,
+        }
     }
 
     /// Advances operation `op` as far as it can go without input.
     fn drive(&mut self, op: u64, now: Time) {
-        let Some(mut o) = self.ops.remove(&op) else { return };
+        let Some(mut o) = self.ops.remove(&op) else {
+            return;
+        };
         if now >= o.deadline {
             self.abandon(op, o, now);
             return;
@@ -960,12 +1165,26 @@ impl Node {
                     Step::Send { contact, target } => {
                         let key = lookup.key();
                         let body = match o.kind {
-                            OpKind::Get => Body::Get { level: o.level, key, target },
-                            _ => Body::FindNode { level: o.level, target },
+                            OpKind::Get => Body::Get {
+                                level: o.level,
+                                key,
+                                target,
+                            },
+                            _ => Body::FindNode {
+                                level: o.level,
+                                target,
+                            },
                         };
                         let route = route_of(&key);
-                        if let Some(txid) = self.send_request(now, contact.addr, Some(contact.id), route, body, Purpose::Op(op)) {
-                            lookup.sent(&contact.id, txid, now);
+                        if let Some(txid) = self.send_request(
+                            now,
+                            contact.addr,
+                            Some(contact.id),
+                            route,
+                            body,
+                            Purpose::Op(op),
+                        ) {
+                            lookup.sent(&contact.id, target, txid, now);
                         } else {
                             lookup.on_failure(&contact.id);
                         }
@@ -979,10 +1198,19 @@ impl Node {
                     Step::Done { closest } => {
                         if o.kind == OpKind::Refresh || o.levels_left.is_empty() {
                             match o.kind {
-                                OpKind::Get => {
-                                    self.finish_get(op, o.key, o.started, now, Values::new(), None, false, o.hops)
+                                OpKind::Get => self.finish_get(
+                                    op,
+                                    o.key,
+                                    o.started,
+                                    now,
+                                    Values::new(),
+                                    None,
+                                    false,
+                                    o.hops,
+                                ),
+                                OpKind::Refresh if o.key == self.id => {
+                                    self.refresh_far_buckets(now, o.level)
                                 }
-                                OpKind::Refresh if o.key == self.id => self.refresh_far_buckets(now, o.level),
                                 _ => {}
                             }
                             return;
@@ -999,15 +1227,28 @@ impl Node {
                         .answered_by_distance()
                         .iter()
                         .any(|c| c.probe.is_some_and(|p| p.full_and_loaded));
-                    let step = if stop { Step::Done { closest: None } } else { lookup.step(now) };
+                    let step = if stop {
+                        Step::Done { closest: None }
+                    } else {
+                        lookup.step(now)
+                    };
                     match step {
                         Step::Send { contact, target } => {
                             let key = lookup.key();
-                            let body = Body::PutProbe { level: o.level, key, target };
-                            if let Some(txid) =
-                                self.send_request(now, contact.addr, Some(contact.id), route_of(&key), body, Purpose::Op(op))
-                            {
-                                lookup.sent(&contact.id, txid, now);
+                            let body = Body::PutProbe {
+                                level: o.level,
+                                key,
+                                target,
+                            };
+                            if let Some(txid) = self.send_request(
+                                now,
+                                contact.addr,
+                                Some(contact.id),
+                                route_of(&key),
+                                body,
+                                Purpose::Op(op),
+                            ) {
+                                lookup.sent(&contact.id, target, txid, now);
                             } else {
                                 lookup.on_failure(&contact.id);
                             }
@@ -1028,7 +1269,10 @@ impl Node {
                                 .into_iter()
                                 .filter_map(|c| {
                                     let p = c.probe?;
-                                    (!p.full_and_loaded).then_some(StackEntry { at: StoredAt::Remote(c.contact), token: p.token })
+                                    (!p.full_and_loaded).then_some(StackEntry {
+                                        at: StoredAt::Remote(c.contact),
+                                        token: p.token,
+                                    })
                                 })
                                 .collect();
                             if stop {
@@ -1051,7 +1295,11 @@ impl Node {
                             // Pop order: closest first, so push farthest first.
                             remote.reverse();
                             s.extend(remote);
-                            o.phase = Phase::Reverse { stack: s, stopped_at_loaded: stop, waiting: None };
+                            o.phase = Phase::Reverse {
+                                stack: s,
+                                stopped_at_loaded: stop,
+                                waiting: None,
+                            };
                         }
                     }
                 }
@@ -1067,13 +1315,21 @@ impl Node {
                     match top.at {
                         StoredAt::Local => {
                             let ttl = Duration::from_secs(u64::from(o.ttl_secs));
-                            let outcome = self.levels[o.level as usize].store.store(&o.key, o.value.clone(), ttl, now);
+                            let outcome = self.levels[o.level as usize].store.store(
+                                &o.key,
+                                o.value.clone(),
+                                ttl,
+                                now,
+                            );
                             if outcome.is_stored() {
                                 self.ops.insert(op, o);
                                 self.finish_put_level(op, now, Some(StoredAt::Local));
                                 return;
                             }
-                            debug_assert!(matches!(outcome, StoreOutcome::Full | StoreOutcome::TooManyKeys));
+                            debug_assert!(matches!(
+                                outcome,
+                                StoreOutcome::Full | StoreOutcome::TooManyKeys
+                            ));
                         }
                         StoredAt::Remote(c) => {
                             let body = Body::Store {
@@ -1083,7 +1339,14 @@ impl Node {
                                 token: top.token,
                                 value: o.value.clone(),
                             };
-                            *waiting = self.send_request(now, c.addr, Some(c.id), route_of(&o.key), body, Purpose::Op(op));
+                            *waiting = self.send_request(
+                                now,
+                                c.addr,
+                                Some(c.id),
+                                route_of(&o.key),
+                                body,
+                                Purpose::Op(op),
+                            );
                         }
                     }
                 }
@@ -1095,9 +1358,21 @@ impl Node {
     /// A put finished one level: record it, then go on to the next level from
     /// where the value was inserted, unless the key was loaded (§4.3).
     fn finish_put_level(&mut self, op: u64, now: Time, stored_at: Option<StoredAt>) {
-        let Some(mut o) = self.ops.remove(&op) else { return };
-        let stopped_at_loaded = matches!(o.phase, Phase::Reverse { stopped_at_loaded: true, .. });
-        o.put_levels.push(PutLevel { level: o.level, stored_at, stopped_at_loaded });
+        let Some(mut o) = self.ops.remove(&op) else {
+            return;
+        };
+        let stopped_at_loaded = matches!(
+            o.phase,
+            Phase::Reverse {
+                stopped_at_loaded: true,
+                ..
+            }
+        );
+        o.put_levels.push(PutLevel {
+            level: o.level,
+            stored_at,
+            stopped_at_loaded,
+        });
         if stopped_at_loaded || o.levels_left.is_empty() {
             self.push_event(Event::PutDone {
                 op: OpId(op),
@@ -1120,9 +1395,22 @@ impl Node {
     /// The operation ran out of time: report what it has.
     fn abandon(&mut self, op: u64, mut o: Op, now: Time) {
         match o.kind {
-            OpKind::Get => self.finish_get(op, o.key, o.started, now, Values::new(), None, false, o.hops),
+            OpKind::Get => self.finish_get(
+                op,
+                o.key,
+                o.started,
+                now,
+                Values::new(),
+                None,
+                false,
+                o.hops,
+            ),
             OpKind::Put => {
-                o.put_levels.push(PutLevel { level: o.level, stored_at: None, stopped_at_loaded: false });
+                o.put_levels.push(PutLevel {
+                    level: o.level,
+                    stored_at: None,
+                    stopped_at_loaded: false,
+                });
                 self.push_event(Event::PutDone {
                     op: OpId(op),
                     key: o.key,
@@ -1135,7 +1423,17 @@ impl Node {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn finish_get(&mut self, op: u64, key: Key, started: Time, now: Time, values: Values, level: Option<Level>, local: bool, hops: u32) {
+    fn finish_get(
+        &mut self,
+        op: u64,
+        key: Key,
+        started: Time,
+        now: Time,
+        values: Values,
+        level: Option<Level>,
+        local: bool,
+        hops: u32,
+    ) {
         // Replies still outstanding find no operation and only refresh
         // routing tables (operation ids are never reused).
         self.ops.remove(&op);
@@ -1171,7 +1469,10 @@ impl Node {
                 .iter()
                 .map(|l| ClusterInfo {
                     id: l.cluster.id,
-                    age_secs: now.saturating_since(l.cluster.created).as_secs().min(u64::from(u32::MAX)) as u32,
+                    age_secs: now
+                        .saturating_since(l.cluster.created)
+                        .as_secs()
+                        .min(u64::from(u32::MAX)) as u32,
                     size: l.size_estimate,
                 })
                 .collect(),
@@ -1198,7 +1499,17 @@ impl Node {
         let deadline = now + self.config.rpc_timeout();
         let request_kind = body.kind();
         let header = self.header(route, txid, now);
-        self.pending.insert(txid, Pending { to, to_id, sent: now, deadline, request_kind, purpose });
+        self.pending.insert(
+            txid,
+            Pending {
+                to,
+                to_id,
+                sent: now,
+                deadline,
+                request_kind,
+                purpose,
+            },
+        );
         self.timers.push(Reverse((deadline, Timer::Rpc(txid))));
         self.queue(to, Message { header, body });
         Some(txid)
@@ -1217,7 +1528,11 @@ impl Node {
     fn rotate_secret(&mut self, now: Time) {
         let epoch = now.as_secs() / self.config.token_rotate_secs;
         if epoch != self.secret_epoch {
-            self.previous_secret = if epoch == self.secret_epoch + 1 { self.secret } else { [0; 16] };
+            self.previous_secret = if epoch == self.secret_epoch + 1 {
+                self.secret
+            } else {
+                [0; 16]
+            };
             self.rng.fill(&mut self.secret);
             self.secret_epoch = epoch;
         }
@@ -1230,13 +1545,15 @@ impl Node {
 
     fn token_is_valid(&mut self, now: Time, addr: SocketAddr, t: &Token) -> bool {
         self.rotate_secret(now);
-        token(&self.secret, addr) == *t || (self.previous_secret != [0; 16] && token(&self.previous_secret, addr) == *t)
+        token(&self.secret, addr) == *t
+            || (self.previous_secret != [0; 16] && token(&self.previous_secret, addr) == *t)
     }
 
     // ---- Maintenance ---------------------------------------------------------------------
 
     fn maintain(&mut self, now: Time) {
-        self.timers.push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
+        self.timers
+            .push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
         for l in &mut self.levels {
             l.size_estimate = l.table.size_estimate();
         }
@@ -1245,7 +1562,8 @@ impl Node {
             for l in &mut self.levels {
                 l.store.sweep(now);
             }
-            self.pinged.retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+            self.pinged
+                .retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
         }
         // Kademlia's refresh: a lookup for a random id in one quiet bucket per level.
         let quiet_since = now - Duration::from_secs(self.config.bucket_refresh_secs);
@@ -1265,12 +1583,19 @@ impl Node {
     /// Kademlia does, so the table holds contacts across the whole id space.
     fn refresh_far_buckets(&mut self, now: Time, level: Level) {
         let table = &self.levels[level as usize].table;
-        let Some(nearest) = table.entries().map(|e| self.id.distance(&e.contact.id).bit_len()).min() else {
+        let Some(nearest) = table
+            .entries()
+            .map(|e| self.id.distance(&e.contact.id).bit_len())
+            .min()
+        else {
             return;
         };
         // Bucket i holds distances of bit length i + 1.
         let first = nearest as usize; // the bucket just past the closest neighbour's
-        for bucket in (first..crate::id::ID_BITS as usize).rev().take(JOIN_REFRESHES_MAX) {
+        for bucket in (first..crate::id::ID_BITS as usize)
+            .rev()
+            .take(JOIN_REFRESHES_MAX)
+        {
             let target = self.random_id_in_bucket(bucket);
             self.refresh(now, target, level);
         }

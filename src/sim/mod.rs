@@ -2,10 +2,12 @@
 //! time on a modelled wide-area network. No threads, no sockets, no clock:
 //! one seed drives everything, and the same seed gives the same run.
 //!
+//! - [`hotspot`]: the hot-spot experiment of §6.4 (Fig. 8).
 //! - [`net`]: the event queue and links (delay, loss) that carry datagrams.
 //! - [`world`]: where nodes sit on the globe and the RTTs that follow.
 //! - [`svg`]: plots of results, for `--plot`.
 
+pub mod hotspot;
 pub mod net;
 pub mod svg;
 pub mod world;

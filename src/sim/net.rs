@@ -35,17 +35,54 @@ impl Links for ConstantLinks {
     }
 }
 
+/// Per-pair delays spread uniformly in `[min, max)` by hashing the pair:
+/// symmetric, fixed for a seed, and free of per-pair storage.
+#[derive(Clone, Copy, Debug)]
+pub struct HashedLinks {
+    /// Smallest one-way delay.
+    pub min: Duration,
+    /// Largest one-way delay.
+    pub max: Duration,
+    /// Varies the assignment of delays to pairs.
+    pub seed: u64,
+}
+
+impl Links for HashedLinks {
+    fn one_way(&self, a: usize, b: usize) -> Duration {
+        let (lo, hi) = if a < b { (a, b) } else { (b, a) };
+        let mut x = self.seed ^ ((lo as u64) << 32 | hi as u64);
+        x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x = (x ^ (x >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^= x >> 33;
+        let span = self
+            .max
+            .as_micros()
+            .saturating_sub(self.min.as_micros())
+            .max(1);
+        Duration::from_micros(self.min.as_micros() + x % span)
+    }
+}
+
 /// The address of simulated node `i`: 10.x.y.z from the index, port 7000.
 /// (Private addresses are fine inside the simulator: nothing leaves it.)
 pub fn sim_addr(i: usize) -> SocketAddr {
     let i = i as u32 + 1;
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff))), 7000)
+    SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff))),
+        7000,
+    )
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum What {
-    Deliver { to: usize, from: usize, bytes: Vec<u8> },
-    Wake { node: usize },
+    Deliver {
+        to: usize,
+        from: usize,
+        bytes: Vec<u8>,
+    },
+    Wake {
+        node: usize,
+    },
 }
 
 /// Network-wide counters.
@@ -194,7 +231,9 @@ impl<L: Links> Sim<L> {
             if *at > until {
                 break;
             }
-            let Some(Reverse((at, _, what))) = self.queue.pop() else { break };
+            let Some(Reverse((at, _, what))) = self.queue.pop() else {
+                break;
+            };
             self.now = at;
             self.stats.events += 1;
             match what {

@@ -1,0 +1,207 @@
+//! `coral sim <experiment>`: the paper's experiments in the simulator.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use coral::sim::hotspot::{self, Bootstrap, HotspotParams, HotspotReport};
+use coral::sim::net::HashedLinks;
+use coral::Duration;
+use serde_json::json;
+
+use crate::BootstrapMode;
+
+#[derive(Subcommand, Debug)]
+pub enum Experiment {
+    /// §6.4, Fig. 8: every node puts and gets one key; put RPCs per minute
+    /// received by each node, against the bound β·(2^b−1)·⌈log2(n)/b⌉ and
+    /// a plain DHT baseline.
+    Hotspot(HotspotArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct HotspotArgs {
+    /// Number of nodes (n).
+    #[arg(long, default_value_t = 494)]
+    nodes: usize,
+    /// Bits corrected per lookup hop (b).
+    #[arg(long, default_value_t = 1)]
+    b: u32,
+    /// Leakage rate β, requests per minute.
+    #[arg(long, default_value_t = 12)]
+    beta: u32,
+    /// Values per key that make a node full (l).
+    #[arg(long, default_value_t = 4)]
+    values_per_key: usize,
+    /// Simulated minutes of load.
+    #[arg(long, default_value_t = 3)]
+    minutes: u32,
+    /// Put/get pairs per node per second.
+    #[arg(long, default_value_t = 10.0)]
+    rate: f64,
+    /// The seed: same seed, same output.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How nodes join.
+    #[arg(long, value_enum, default_value_t = BootstrapMode::Random)]
+    bootstrap: BootstrapMode,
+    /// Skip the plain-DHT baseline (it is the slow part: every put walks to the closest node).
+    #[arg(long)]
+    no_baseline: bool,
+    /// Print machine-readable JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(experiment: Experiment) -> ExitCode {
+    match experiment {
+        Experiment::Hotspot(args) => hotspot(args),
+    }
+}
+
+fn hotspot(a: HotspotArgs) -> ExitCode {
+    if a.nodes < 2 || a.minutes == 0 || !(a.rate > 0.0) || a.beta == 0 || !(1..=8).contains(&a.b) {
+        eprintln!("coral sim hotspot: need --nodes ≥ 2, --minutes ≥ 1, --rate > 0, --beta ≥ 1, 1 ≤ --b ≤ 8");
+        return ExitCode::from(2);
+    }
+    let params = HotspotParams {
+        nodes: a.nodes,
+        b: a.b,
+        beta: a.beta,
+        values_per_key: a.values_per_key,
+        minutes: a.minutes,
+        rate: a.rate,
+        seed: a.seed,
+        baseline: !a.no_baseline,
+        bootstrap: match a.bootstrap {
+            BootstrapMode::Random => Bootstrap::Random,
+            BootstrapMode::WellKnown => Bootstrap::WellKnown,
+        },
+    };
+    let links = HashedLinks {
+        min: Duration::from_millis(5),
+        max: Duration::from_millis(80),
+        seed: a.seed,
+    };
+    let header = format!(
+        "coral sim hotspot: seed {} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s bootstrap {:?} links one-way 5-80 ms (hashed per pair), baseline {}",
+        a.seed, a.nodes, a.b, a.beta, a.values_per_key, a.minutes, a.rate, a.bootstrap, !a.no_baseline
+    );
+    // Every parameter first, so any output can be reproduced.
+    if a.json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
+    }
+    let started = std::time::Instant::now();
+    let report = hotspot::run(&params, links);
+    let wall = started.elapsed();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&hotspot_json(&report, wall.as_secs_f64())).expect("json")
+        );
+    } else {
+        print_hotspot(&report, wall.as_secs_f64());
+    }
+    ExitCode::SUCCESS
+}
+
+fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
+    let run = |x: &hotspot::HotspotRun| {
+        json!({
+            "closest_node_first_minute": x.closest_first_minute,
+            "closest_node_put_rpcs_per_min": x.closest_steady_per_min,
+            "max_node_put_rpcs_per_min": x.max_steady_per_min,
+            "put_rpcs_per_min_by_distance_rank": x.per_minute,
+            "puts": x.puts,
+            "gets": x.gets,
+            "gets_found": x.gets_found,
+            "datagrams": x.datagrams,
+            "events": x.events,
+        })
+    };
+    json!({
+        "experiment": "hotspot",
+        "params": {
+            "nodes": r.params.nodes, "b": r.params.b, "beta": r.params.beta,
+            "values_per_key": r.params.values_per_key, "minutes": r.params.minutes,
+            "rate": r.params.rate, "seed": r.params.seed,
+            "bootstrap": format!("{:?}", r.params.bootstrap),
+        },
+        "bound_rpcs_per_min": r.bound_rpcs_per_min,
+        "closest_node_put_rpcs_per_min": r.dsht.closest_steady_per_min,
+        "dht_closest_node_put_rpcs_per_min": r.dht.as_ref().map(|d| d.closest_steady_per_min),
+        "dsht": run(&r.dsht),
+        "dht": r.dht.as_ref().map(run),
+        "wall_seconds": wall_secs,
+    })
+}
+
+fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
+    let p = &r.params;
+    println!(
+        "Hot spot (NSDI 2004 §6.4, Fig. 8): {} nodes put/get one key at {}/s each",
+        p.nodes, p.rate
+    );
+    println!();
+    println!("  {:<48} {:>12} {:>12}", "", "coral DSHT", "plain DHT");
+    let dht = |f: fn(&hotspot::HotspotRun) -> String| r.dht.as_ref().map_or("-".to_string(), f);
+    println!(
+        "  {:<48} {:>12} {:>12}",
+        "closest node, put RPCs in minute 1",
+        r.dsht.closest_first_minute,
+        dht(|d| d.closest_first_minute.to_string())
+    );
+    println!(
+        "  {:<48} {:>12.1} {:>12}",
+        "closest node, put RPCs/min after minute 1",
+        r.dsht.closest_steady_per_min,
+        dht(|d| format!("{:.1}", d.closest_steady_per_min))
+    );
+    println!(
+        "  {:<48} {:>12} {:>12}",
+        "busiest node, put RPCs/min after minute 1",
+        r.dsht.max_steady_per_min,
+        dht(|d| d.max_steady_per_min.to_string())
+    );
+    println!(
+        "  {:<48} {:>12}",
+        "bound β·(2^b−1)·⌈log2 n / b⌉", r.bound_rpcs_per_min
+    );
+    println!(
+        "  {:<48} {:>12}",
+        "paper (n = 494): closest node steady state", 83
+    );
+    println!();
+    let last: Vec<u64> = r
+        .dsht
+        .per_minute
+        .iter()
+        .map(|m| m.last().copied().unwrap_or(0))
+        .collect();
+    let silent = last.iter().filter(|&&c| c == 0).count();
+    println!("  last minute, put RPCs by distance rank (closest first):");
+    for chunk in last.chunks(20).take(5) {
+        println!(
+            "    {}",
+            chunk
+                .iter()
+                .map(|c| format!("{c:>4}"))
+                .collect::<Vec<_>>()
+                .join("")
+        );
+    }
+    println!(
+        "  nodes that received no put RPC in the last minute: {silent} of {}",
+        last.len()
+    );
+    println!(
+        "  gets that found a value: {} of {}",
+        r.dsht.gets_found, r.dsht.gets
+    );
+    println!();
+    println!(
+        "  simulated {} datagrams, {} events in {:.1} s",
+        r.dsht.datagrams, r.dsht.events, wall_secs
+    );
+}

@@ -1,0 +1,248 @@
+//! The hot-spot experiment of §6.4 (Fig. 8): every node puts and gets the
+//! same key, over and over; how many put RPCs reach each node per minute?
+//!
+//! The paper ran 494 nodes (three per PlanetLab host) in a single level-0
+//! cluster, each issuing put/get pairs back to back (about 400 a second).
+//! The closest node to the key received 106 put RPCs in the first minute and
+//! 83 a minute in steady state, against the bound β·(2^b−1)·⌈log2(n)/b⌉ = 108.
+//! The steady state depends only on each node's rate exceeding β per minute,
+//! so the default rate here is 10 pairs a second.
+//!
+//! The same workload also runs against a plain DHT baseline in the same
+//! simulator: the same nodes and routing with sloppiness switched off (no
+//! node is ever loaded, so every put walks to the closest node).
+
+use crate::config::Config;
+use crate::id::Id;
+use crate::node::Node;
+use crate::sim::net::{sim_addr, Links, Sim};
+use crate::time::Duration;
+use crate::wire::Value;
+
+/// Parameters of the hot-spot experiment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotspotParams {
+    /// Number of nodes (n).
+    pub nodes: usize,
+    /// Bits corrected per hop (b).
+    pub b: u32,
+    /// Leakage rate per minute (β).
+    pub beta: u32,
+    /// Values per key that make a node full (l).
+    pub values_per_key: usize,
+    /// Simulated minutes of load.
+    pub minutes: u32,
+    /// Put/get pairs per node per second.
+    pub rate: f64,
+    /// The seed.
+    pub seed: u64,
+    /// Whether to also run the plain-DHT baseline.
+    pub baseline: bool,
+    /// How nodes join.
+    pub bootstrap: Bootstrap,
+}
+
+/// How nodes join the network before the load starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// Every node joins through node 0, as in the paper ("all nodes are
+    /// seeded with the same well-known host"). Node 0 then sits in every
+    /// routing table, and as an intermediate hop it collects more leaked
+    /// requests than any other node.
+    WellKnown,
+    /// Each node joins through a random node that joined before it, as nodes
+    /// joining an established network do.
+    Random,
+}
+
+impl Default for HotspotParams {
+    fn default() -> Self {
+        HotspotParams {
+            nodes: 494,
+            b: 1,
+            beta: 12,
+            values_per_key: 4,
+            minutes: 3,
+            rate: 10.0,
+            seed: 1,
+            baseline: true,
+            bootstrap: Bootstrap::Random,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotspotRun {
+    /// Put RPCs (forward-phase probes and stores) received per node per
+    /// minute, nodes sorted by XOR distance to the key (closest first):
+    /// `per_minute[node_rank][minute]`.
+    pub per_minute: Vec<Vec<u64>>,
+    /// Closest node's put RPCs in the first minute.
+    pub closest_first_minute: u64,
+    /// Closest node's mean put RPCs per minute after the first minute.
+    pub closest_steady_per_min: f64,
+    /// The most put RPCs any node received in one steady-state minute.
+    pub max_steady_per_min: u64,
+    /// Puts and gets issued.
+    pub puts: u64,
+    /// Gets issued.
+    pub gets: u64,
+    /// Gets that found at least one value.
+    pub gets_found: u64,
+    /// Datagrams sent in the whole run.
+    pub datagrams: u64,
+    /// Simulator events processed.
+    pub events: u64,
+}
+
+/// The experiment's report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HotspotReport {
+    /// The parameters.
+    pub params: HotspotParams,
+    /// β·(2^b−1)·⌈log2(n)/b⌉.
+    pub bound_rpcs_per_min: u64,
+    /// The DSHT.
+    pub dsht: HotspotRun,
+    /// The plain DHT baseline (if run).
+    pub dht: Option<HotspotRun>,
+}
+
+/// Runs the experiment on the given links.
+pub fn run<L: Links + Clone>(params: &HotspotParams, links: L) -> HotspotReport {
+    let config = Config {
+        level_thresholds_ms: vec![u32::MAX],
+        b: params.b,
+        beta_per_min: params.beta,
+        values_per_key_max: params.values_per_key,
+        ..Config::default()
+    };
+    let bound_rpcs_per_min = config.hotspot_bound_per_min(params.nodes as u64);
+    let dsht = run_one(params, config.clone(), links.clone());
+    let dht = params.baseline.then(|| {
+        // No node is ever loaded: every put walks to the closest node.
+        let plain = Config {
+            beta_per_min: u32::MAX,
+            ..config
+        };
+        run_one(params, plain, links)
+    });
+    HotspotReport {
+        params: params.clone(),
+        bound_rpcs_per_min,
+        dsht,
+        dht,
+    }
+}
+
+fn put_rpcs(node: &Node) -> u64 {
+    node.stats().put_probes_received + node.stats().stores_received
+}
+
+fn run_one<L: Links>(params: &HotspotParams, config: Config, links: L) -> HotspotRun {
+    let n = params.nodes;
+    let mut sim = Sim::new(links, params.seed);
+    for i in 0..n {
+        let node = Node::new(
+            config.clone(),
+            sim_addr(i),
+            sim.now(),
+            params.seed ^ (i as u64) << 20,
+        )
+        .expect("experiment config is valid");
+        sim.add(node);
+    }
+    // Join one at a time, then let the network settle for a minute.
+    let mut join_rng = crate::rng::Rng::new(params.seed ^ 0x101);
+    for i in 1..n {
+        let via = match params.bootstrap {
+            Bootstrap::WellKnown => 0,
+            Bootstrap::Random => join_rng.below(i as u64) as usize,
+        };
+        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(via)]));
+        sim.run_for(Duration::from_millis(20));
+    }
+    sim.run_for(Duration::from_secs(60));
+    let key = Id::hash(&params.seed.to_be_bytes());
+    let mut rng = crate::rng::Rng::new(params.seed ^ 0x5eed);
+    // Each node starts its put/get pairs at a random offset within the period.
+    let period = Duration::from_micros((1e6 / params.rate.max(1e-3)) as u64);
+    let mut offsets: Vec<(Duration, usize)> = (0..n)
+        .map(|i| {
+            (
+                Duration::from_micros(rng.below(period.as_micros().max(1))),
+                i,
+            )
+        })
+        .collect();
+    offsets.sort();
+    let start = sim.now();
+    let mut baseline: Vec<u64> = sim.nodes().iter().map(put_rpcs).collect();
+    let mut per_node: Vec<Vec<u64>> = vec![Vec::new(); n];
+    let (mut puts, mut gets) = (0u64, 0u64);
+    let mut gets_found = 0u64;
+    let mut value_seq = 0u64;
+    for minute in 0..params.minutes {
+        let minute_end = start + Duration::from_secs(60 * (u64::from(minute) + 1));
+        let mut tick = start + Duration::from_secs(60 * u64::from(minute));
+        while tick < minute_end {
+            for &(off, i) in &offsets {
+                let at = tick + off;
+                if at >= minute_end {
+                    continue;
+                }
+                sim.run_until(at);
+                value_seq += 1;
+                let mut v = [0u8; 8];
+                v.copy_from_slice(&value_seq.to_be_bytes());
+                let value = Value::new(&v).expect("8 bytes");
+                sim.with_node(i, |node, now| {
+                    node.put(now, key, value, 3600, None);
+                    node.get(now, key, None);
+                });
+                puts += 1;
+                gets += 1;
+            }
+            tick = tick + period;
+        }
+        sim.run_until(minute_end);
+        for (i, node) in sim.nodes().iter().enumerate() {
+            let now_count = put_rpcs(node);
+            per_node[i].push(now_count - baseline[i]);
+            baseline[i] = now_count;
+        }
+        for (_, e) in sim.take_events() {
+            if let crate::node::Event::GetDone { values, .. } = e {
+                gets_found += u64::from(!values.is_empty());
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| sim.node(i).id().distance(&key));
+    let per_minute: Vec<Vec<u64>> = order.iter().map(|&i| per_node[i].clone()).collect();
+    let closest = &per_minute[0];
+    let steady: Vec<u64> = closest.iter().skip(1).copied().collect();
+    let closest_steady_per_min = if steady.is_empty() {
+        0.0
+    } else {
+        steady.iter().sum::<u64>() as f64 / steady.len() as f64
+    };
+    let max_steady_per_min = per_minute
+        .iter()
+        .flat_map(|m| m.iter().skip(1))
+        .copied()
+        .max()
+        .unwrap_or(0);
+    HotspotRun {
+        closest_first_minute: closest.first().copied().unwrap_or(0),
+        closest_steady_per_min,
+        max_steady_per_min,
+        per_minute,
+        puts,
+        gets,
+        gets_found,
+        datagrams: sim.stats().datagrams,
+        events: sim.stats().events,
+    }
+}

@@ -1,0 +1,77 @@
+//! The hot-spot experiment (§6.4, Fig. 8) at a size CI can afford, pinned
+//! as a snapshot: the same seed must give the same numbers, and the numbers
+//! must show what the paper claims — logarithmic, not linear, load at the
+//! key's closest node.
+
+use coral::sim::hotspot::{run, Bootstrap, HotspotParams};
+use coral::sim::net::HashedLinks;
+use coral::Duration;
+
+fn params() -> HotspotParams {
+    HotspotParams {
+        nodes: 128,
+        minutes: 3,
+        rate: 5.0,
+        seed: 7,
+        baseline: true,
+        bootstrap: Bootstrap::Random,
+        ..Default::default()
+    }
+}
+
+fn links() -> HashedLinks {
+    HashedLinks {
+        min: Duration::from_millis(5),
+        max: Duration::from_millis(80),
+        seed: 7,
+    }
+}
+
+#[test]
+fn hotspot_load_is_logarithmic_at_the_closest_node_section_6_4() {
+    let r = run(&params(), links());
+    let dht = r.dht.as_ref().unwrap();
+    println!(
+        "bound {} closest steady {} first {} max {} | dht closest {}",
+        r.bound_rpcs_per_min,
+        r.dsht.closest_steady_per_min,
+        r.dsht.closest_first_minute,
+        r.dsht.max_steady_per_min,
+        dht.closest_steady_per_min
+    );
+    // β·(2^b−1)·⌈log2 128⌉ = 12·1·7.
+    assert_eq!(r.bound_rpcs_per_min, 84);
+    // Leaked requests arrive in multiples of β per minute.
+    assert!(r.dsht.closest_steady_per_min <= 2.0 * r.bound_rpcs_per_min as f64);
+    // A plain DHT sends every put to the closest node: 128 nodes · 5/s · 60 s,
+    // a probe and a store each.
+    assert!(
+        dht.closest_steady_per_min > 70_000.0,
+        "{}",
+        dht.closest_steady_per_min
+    );
+    assert!(dht.closest_steady_per_min > 100.0 * r.dsht.closest_steady_per_min);
+    // Nodes far from the key receive nothing (they route toward the key).
+    let far_half = &r.dsht.per_minute[64..];
+    let far_silent = far_half
+        .iter()
+        .filter(|m| m.iter().skip(1).all(|&c| c == 0))
+        .count();
+    assert!(
+        far_silent >= 32,
+        "only {far_silent} of the far half were silent"
+    );
+    // Gets keep working under the load.
+    assert!(r.dsht.gets_found as f64 >= 0.999 * r.dsht.gets as f64);
+}
+
+#[test]
+fn hotspot_same_seed_same_report() {
+    let p = HotspotParams {
+        nodes: 48,
+        minutes: 2,
+        baseline: false,
+        ..params()
+    };
+    assert_eq!(run(&p, links()), run(&p, links()));
+}
