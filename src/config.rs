@@ -205,9 +205,15 @@ mod tests {
         let mut c = Config::default();
         c.level_thresholds_ms = vec![u32::MAX, 20, 60];
         assert!(c.validate().is_err());
-        let c = Config { b: 0, ..Config::default() };
+        let c = Config {
+            b: 0,
+            ..Config::default()
+        };
         assert!(c.validate().is_err());
-        let c = Config { value_bytes_max: 300, ..Config::default() };
+        let c = Config {
+            value_bytes_max: 300,
+            ..Config::default()
+        };
         assert!(c.validate().is_err());
     }
 }

@@ -282,7 +282,10 @@ mod tests {
             Id::hash(b"abc").to_string(),
             "a9993e364706816aba3e25717850c26c9cd0d89d"
         );
-        assert_eq!(Id::from_hex("a9993e364706816aba3e25717850c26c9cd0d89d"), Some(Id::hash(b"abc")));
+        assert_eq!(
+            Id::from_hex("a9993e364706816aba3e25717850c26c9cd0d89d"),
+            Some(Id::hash(b"abc"))
+        );
         assert_eq!(Id::from_hex("a9993e"), None);
         assert_eq!(Id::from_hex(&"g".repeat(40)), None);
     }

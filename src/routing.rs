@@ -103,7 +103,11 @@ impl RoutingTable {
         };
         let k = self.bucket_size;
         let bucket = &mut self.buckets[bi];
-        if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == contact.id) {
+        if let Some(pos) = bucket
+            .entries
+            .iter()
+            .position(|e| e.contact.id == contact.id)
+        {
             let mut e = bucket.entries.remove(pos);
             e.contact = contact;
             e.last_seen = now;
@@ -112,7 +116,12 @@ impl RoutingTable {
             bucket.entries.push(e);
             return Insert::Refreshed;
         }
-        let entry = Entry { contact, last_seen: now, rtt_min: rtt, failures: 0 };
+        let entry = Entry {
+            contact,
+            last_seen: now,
+            rtt_min: rtt,
+            failures: 0,
+        };
         if bucket.entries.len() < k {
             bucket.entries.push(entry);
             self.len += 1;
@@ -143,7 +152,9 @@ impl RoutingTable {
     /// replacement waits, or dropped after [`CONTACT_FAILURES_MAX`] failures.
     /// Returns true if it was removed.
     pub fn on_failure(&mut self, id: &Id) -> bool {
-        let Some(bi) = self.bucket_index(id) else { return false };
+        let Some(bi) = self.bucket_index(id) else {
+            return false;
+        };
         let bucket = &mut self.buckets[bi];
         let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) else {
             return false;
@@ -165,7 +176,9 @@ impl RoutingTable {
     /// Records that the oldest contact answered its liveness ping: it stays,
     /// and the waiting replacement is discarded.
     pub fn on_oldest_alive(&mut self, id: &Id, now: Time) {
-        let Some(bi) = self.bucket_index(id) else { return };
+        let Some(bi) = self.bucket_index(id) else {
+            return;
+        };
         let bucket = &mut self.buckets[bi];
         if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) {
             let mut e = bucket.entries.remove(pos);
@@ -178,7 +191,9 @@ impl RoutingTable {
 
     /// Removes a contact (e.g. it left our cluster at this level).
     pub fn remove(&mut self, id: &Id) -> bool {
-        let Some(bi) = self.bucket_index(id) else { return false };
+        let Some(bi) = self.bucket_index(id) else {
+            return false;
+        };
         let bucket = &mut self.buckets[bi];
         if bucket.replacement.is_some_and(|r| r.contact.id == *id) {
             bucket.replacement = None;
@@ -198,7 +213,10 @@ impl RoutingTable {
     /// The entry for `id`, if present.
     pub fn get(&self, id: &Id) -> Option<&Entry> {
         let bi = self.bucket_index(id)?;
-        self.buckets[bi].entries.iter().find(|e| e.contact.id == *id)
+        self.buckets[bi]
+            .entries
+            .iter()
+            .find(|e| e.contact.id == *id)
     }
 
     /// Whether a contact with this id and address is present.
@@ -238,14 +256,18 @@ impl RoutingTable {
 
     /// Contacts running every service in `services`.
     pub fn with_services(&self, services: Services) -> impl Iterator<Item = &Entry> {
-        self.entries().filter(move |e| e.contact.services.contains(services))
+        self.entries()
+            .filter(move |e| e.contact.services.contains(services))
     }
 
     /// An estimate of the number of nodes in this level's cluster (including
     /// the local node), from the distances of the closest contacts: the j-th
     /// closest of n uniformly spread ids lies at about j·2^160/n.
     pub fn size_estimate(&self) -> u32 {
-        let mut dists: Vec<f64> = self.entries().map(|e| self.local.distance(&e.contact.id).log2()).collect();
+        let mut dists: Vec<f64> = self
+            .entries()
+            .map(|e| self.local.distance(&e.contact.id).log2())
+            .collect();
         if dists.is_empty() {
             return 1;
         }
@@ -287,7 +309,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn contact(id: Id, port: u16) -> Contact {
-        Contact { id, addr: SocketAddr::from(([127, 0, 0, 1], port)), services: Services::NONE }
+        Contact {
+            id,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            services: Services::NONE,
+        }
     }
 
     fn id_with_prefix(first: u8, n: u8) -> Id {
@@ -334,7 +360,10 @@ mod tests {
     #[test]
     fn local_id_is_never_inserted() {
         let mut t = RoutingTable::new(Id([7; 20]), 8);
-        assert_eq!(t.insert(contact(Id([7; 20]), 1), Time(0), None), Insert::IsSelf);
+        assert_eq!(
+            t.insert(contact(Id([7; 20]), 1), Time(0), None),
+            Insert::IsSelf
+        );
         assert!(t.is_empty());
     }
 

@@ -44,7 +44,10 @@ const MINUTE_US: u64 = 60_000_000;
 
 impl Leak {
     fn new(now: Time) -> Leak {
-        Leak { credit_us: MINUTE_US, last: now }
+        Leak {
+            credit_us: MINUTE_US,
+            last: now,
+        }
     }
 
     /// Counts one request; returns whether the key is loaded for it.
@@ -125,7 +128,12 @@ pub struct Store {
 impl Store {
     /// An empty store with the given l, β and key limit.
     pub fn new(values_per_key_max: usize, beta_per_min: u32, keys_max: usize) -> Store {
-        Store { entries: HashMap::default(), values_per_key_max, beta_per_min, keys_max }
+        Store {
+            entries: HashMap::default(),
+            values_per_key_max,
+            beta_per_min,
+            keys_max,
+        }
     }
 
     /// Number of keys with live state (values or a recent load record).
@@ -140,12 +148,25 @@ impl Store {
             if self.entries.len() >= self.keys_max {
                 // Out of room to track the key: report it loaded and full so
                 // that puts stop here rather than trying to store.
-                return ProbeState { loaded: true, value_count: 0, min_ttl_secs: 0 };
+                return ProbeState {
+                    loaded: true,
+                    value_count: 0,
+                    min_ttl_secs: 0,
+                };
             }
-            self.entries.insert(*key, Entry { values: SmallVec::new(), leak: None });
+            self.entries.insert(
+                *key,
+                Entry {
+                    values: SmallVec::new(),
+                    leak: None,
+                },
+            );
         }
         let entry = self.entries.get_mut(key).expect("inserted above");
-        let loaded = entry.leak.get_or_insert_with(|| Leak::new(now)).request(now, beta);
+        let loaded = entry
+            .leak
+            .get_or_insert_with(|| Leak::new(now))
+            .request(now, beta);
         expire(&mut entry.values, now);
         state(entry, now, loaded)
     }
@@ -153,7 +174,11 @@ impl Store {
     /// The key's state without counting a request.
     pub fn peek(&self, key: &Key, now: Time) -> ProbeState {
         match self.entries.get(key) {
-            None => ProbeState { loaded: false, value_count: 0, min_ttl_secs: 0 },
+            None => ProbeState {
+                loaded: false,
+                value_count: 0,
+                min_ttl_secs: 0,
+            },
             Some(e) => {
                 let mut live = e.clone();
                 expire(&mut live.values, now);
@@ -169,7 +194,10 @@ impl Store {
             return StoreOutcome::TooManyKeys;
         }
         let l = self.values_per_key_max;
-        let entry = self.entries.entry(*key).or_insert_with(|| Entry { values: SmallVec::new(), leak: None });
+        let entry = self.entries.entry(*key).or_insert_with(|| Entry {
+            values: SmallVec::new(),
+            leak: None,
+        });
         expire(&mut entry.values, now);
         if let Some(v) = entry.values.iter_mut().find(|v| v.value == value) {
             v.expires = v.expires.max(expires);
@@ -198,7 +226,9 @@ impl Store {
     /// A random subset of at most `max` live values stored under `key` (§4.2).
     pub fn get(&self, key: &Key, now: Time, max: usize, rng: &mut Rng) -> Values {
         let mut out = Values::new();
-        let Some(entry) = self.entries.get(key) else { return out };
+        let Some(entry) = self.entries.get(key) else {
+            return out;
+        };
         for v in &entry.values {
             if v.expires > now {
                 out.push(v.value.clone());
@@ -211,14 +241,22 @@ impl Store {
 
     /// Whether any live value is stored under `key`.
     pub fn has_values(&self, key: &Key, now: Time) -> bool {
-        self.entries.get(key).is_some_and(|e| e.values.iter().any(|v| v.expires > now))
+        self.entries
+            .get(key)
+            .is_some_and(|e| e.values.iter().any(|v| v.expires > now))
     }
 
     /// The live values under `key` with their expiries (for inspection).
     pub fn values(&self, key: &Key, now: Time) -> Vec<StoredValue> {
         self.entries
             .get(key)
-            .map(|e| e.values.iter().filter(|v| v.expires > now).cloned().collect())
+            .map(|e| {
+                e.values
+                    .iter()
+                    .filter(|v| v.expires > now)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -261,8 +299,8 @@ fn state(entry: &Entry, now: Time, loaded: bool) -> ProbeState {
 mod tests {
     use super::*;
     use crate::id::Id;
-    use proptest::prelude::*;
     use crate::rng::Rng;
+    use proptest::prelude::*;
 
     fn v(x: u8) -> Value {
         Value::new(&[x]).unwrap()
@@ -274,15 +312,24 @@ mod tests {
         let k = Id([1; 20]);
         let now = Time::ZERO;
         for i in 0..4 {
-            assert_eq!(s.store(&k, v(i), Duration::from_secs(100), now), StoreOutcome::Added);
+            assert_eq!(
+                s.store(&k, v(i), Duration::from_secs(100), now),
+                StoreOutcome::Added
+            );
         }
         // A value with TTL 200: the stored ones have 100 ≥ 200/2 left: full.
-        assert_eq!(s.store(&k, v(9), Duration::from_secs(200), now), StoreOutcome::Full);
+        assert_eq!(
+            s.store(&k, v(9), Duration::from_secs(200), now),
+            StoreOutcome::Full
+        );
         assert!(s.peek(&k, now).is_full(4, 200));
         // With TTL 201 they have less than half: the shortest-lived is evicted.
         assert!(!s.peek(&k, now).is_full(4, 201));
         s.store(&k, v(0), Duration::from_secs(150), now); // refresh v0: now the longest
-        assert_eq!(s.store(&k, v(9), Duration::from_secs(201), now), StoreOutcome::Added);
+        assert_eq!(
+            s.store(&k, v(9), Duration::from_secs(201), now),
+            StoreOutcome::Added
+        );
         let kept: Vec<_> = s.values(&k, now).into_iter().map(|sv| sv.value).collect();
         assert_eq!(kept.len(), 4);
         assert!(kept.contains(&v(9)) && kept.contains(&v(0)));
@@ -294,8 +341,15 @@ mod tests {
         let k = Id([1; 20]);
         s.store(&k, v(1), Duration::from_secs(10), Time::ZERO);
         s.store(&k, v(2), Duration::from_secs(20), Time::ZERO);
-        assert_eq!(s.store(&k, v(3), Duration::from_secs(3600), Time::ZERO), StoreOutcome::Added);
-        let kept: Vec<_> = s.values(&k, Time::ZERO).into_iter().map(|sv| sv.value).collect();
+        assert_eq!(
+            s.store(&k, v(3), Duration::from_secs(3600), Time::ZERO),
+            StoreOutcome::Added
+        );
+        let kept: Vec<_> = s
+            .values(&k, Time::ZERO)
+            .into_iter()
+            .map(|sv| sv.value)
+            .collect();
         assert!(kept.contains(&v(2)) && kept.contains(&v(3)) && !kept.contains(&v(1)));
     }
 
@@ -317,7 +371,10 @@ mod tests {
                 unloaded += 1;
             }
         }
-        assert!((118..=122).contains(&unloaded), "{unloaded} leaked in 10 minutes");
+        assert!(
+            (118..=122).contains(&unloaded),
+            "{unloaded} leaked in 10 minutes"
+        );
     }
 
     #[test]
@@ -326,8 +383,16 @@ mod tests {
         let k = Id([1; 20]);
         s.store(&k, v(1), Duration::from_secs(10), Time::ZERO);
         let mut rng = Rng::new(1);
-        assert_eq!(s.get(&k, Time::ZERO + Duration::from_secs(9), 4, &mut rng).len(), 1);
-        assert_eq!(s.get(&k, Time::ZERO + Duration::from_secs(10), 4, &mut rng).len(), 0);
+        assert_eq!(
+            s.get(&k, Time::ZERO + Duration::from_secs(9), 4, &mut rng)
+                .len(),
+            1
+        );
+        assert_eq!(
+            s.get(&k, Time::ZERO + Duration::from_secs(10), 4, &mut rng)
+                .len(),
+            0
+        );
         assert_eq!(s.sweep(Time::ZERO + Duration::from_secs(100)), 1);
         assert_eq!(s.key_count(), 0);
     }
@@ -335,8 +400,13 @@ mod tests {
     #[test]
     fn key_limit_is_enforced() {
         let mut s = Store::new(4, 12, 1);
-        assert!(s.store(&Id([1; 20]), v(1), Duration::from_secs(1), Time::ZERO).is_stored());
-        assert_eq!(s.store(&Id([2; 20]), v(1), Duration::from_secs(1), Time::ZERO), StoreOutcome::TooManyKeys);
+        assert!(s
+            .store(&Id([1; 20]), v(1), Duration::from_secs(1), Time::ZERO)
+            .is_stored());
+        assert_eq!(
+            s.store(&Id([2; 20]), v(1), Duration::from_secs(1), Time::ZERO),
+            StoreOutcome::TooManyKeys
+        );
         assert!(s.probe(&Id([2; 20]), Time::ZERO).loaded);
     }
 

@@ -118,7 +118,10 @@ impl Value {
 
     /// Reads a value written by [`Value::from_addr`].
     pub fn to_addr(&self) -> Option<SocketAddr> {
-        let mut r = Reader { buf: &self.0, pos: 0 };
+        let mut r = Reader {
+            buf: &self.0,
+            pos: 0,
+        };
         let addr = r.addr().ok()?;
         r.finish().ok()?;
         Some(addr)
@@ -190,7 +193,11 @@ pub enum Body {
     /// get: values for `key` at `level`, else contacts near `target` (0x03).
     Get { level: u8, key: Id, target: Id },
     /// Reply to Get (0x83): a random subset of stored values, or contacts.
-    GetReply { level: u8, values: Values, contacts: Contacts },
+    GetReply {
+        level: u8,
+        values: Values,
+        contacts: Contacts,
+    },
     /// Forward phase of a put (§4.2): storage state for `key`, and contacts
     /// near `target` (0x04). Counts as a request for the key.
     PutProbe { level: u8, key: Id, target: Id },
@@ -205,7 +212,13 @@ pub enum Body {
         contacts: Contacts,
     },
     /// Reverse phase of a put: store `value` under `key` for `ttl_secs` (0x05).
-    Store { level: u8, key: Id, ttl_secs: u32, token: Token, value: Value },
+    Store {
+        level: u8,
+        key: Id,
+        ttl_secs: u32,
+        token: Token,
+        value: Value,
+    },
     /// Reply to Store (0x85): whether the value is now stored.
     StoreReply { level: u8, stored: bool },
     /// A refused request (0xff).
@@ -339,7 +352,11 @@ impl Message {
                 buf.extend_from_slice(&key.0);
                 buf.extend_from_slice(&target.0);
             }
-            Body::GetReply { level, values, contacts } => {
+            Body::GetReply {
+                level,
+                values,
+                contacts,
+            } => {
                 buf.push(*level);
                 assert!(values.len() <= VALUES_MAX, "too many values");
                 buf.push(values.len() as u8);
@@ -348,7 +365,14 @@ impl Message {
                 }
                 put_contacts(buf, contacts);
             }
-            Body::PutProbeReply { level, loaded, value_count, min_ttl_secs, token, contacts } => {
+            Body::PutProbeReply {
+                level,
+                loaded,
+                value_count,
+                min_ttl_secs,
+                token,
+                contacts,
+            } => {
                 buf.push(*level);
                 buf.push(u8::from(*loaded));
                 buf.extend_from_slice(&value_count.to_be_bytes());
@@ -356,7 +380,13 @@ impl Message {
                 buf.extend_from_slice(token);
                 put_contacts(buf, contacts);
             }
-            Body::Store { level, key, ttl_secs, token, value } => {
+            Body::Store {
+                level,
+                key,
+                ttl_secs,
+                token,
+                value,
+            } => {
                 buf.push(*level);
                 buf.extend_from_slice(&key.0);
                 buf.extend_from_slice(&ttl_secs.to_be_bytes());
@@ -399,16 +429,28 @@ impl Message {
         }
         let mut clusters = SmallVec::new();
         for _ in 0..n {
-            clusters.push(ClusterInfo { id: r.id()?, age_secs: r.u32()?, size: r.u32()? });
+            clusters.push(ClusterInfo {
+                id: r.id()?,
+                age_secs: r.u32()?,
+                size: r.u32()?,
+            });
         }
         let body = match kind_byte {
             kind::PING => Body::Ping,
             k if k == kind::PING | kind::REPLY => Body::Pong,
-            kind::FIND_NODE => Body::FindNode { level: r.level()?, target: r.id()? },
-            k if k == kind::FIND_NODE | kind::REPLY => {
-                Body::Nodes { level: r.level()?, contacts: r.contacts()? }
-            }
-            kind::GET => Body::Get { level: r.level()?, key: r.id()?, target: r.id()? },
+            kind::FIND_NODE => Body::FindNode {
+                level: r.level()?,
+                target: r.id()?,
+            },
+            k if k == kind::FIND_NODE | kind::REPLY => Body::Nodes {
+                level: r.level()?,
+                contacts: r.contacts()?,
+            },
+            kind::GET => Body::Get {
+                level: r.level()?,
+                key: r.id()?,
+                target: r.id()?,
+            },
             k if k == kind::GET | kind::REPLY => {
                 let level = r.level()?;
                 let count = r.u8()? as usize;
@@ -419,9 +461,17 @@ impl Message {
                 for _ in 0..count {
                     values.push(r.value()?);
                 }
-                Body::GetReply { level, values, contacts: r.contacts()? }
+                Body::GetReply {
+                    level,
+                    values,
+                    contacts: r.contacts()?,
+                }
             }
-            kind::PUT_PROBE => Body::PutProbe { level: r.level()?, key: r.id()?, target: r.id()? },
+            kind::PUT_PROBE => Body::PutProbe {
+                level: r.level()?,
+                key: r.id()?,
+                target: r.id()?,
+            },
             k if k == kind::PUT_PROBE | kind::REPLY => Body::PutProbeReply {
                 level: r.level()?,
                 loaded: r.bool()?,
@@ -437,15 +487,24 @@ impl Message {
                 token: r.token()?,
                 value: r.value()?,
             },
-            k if k == kind::STORE | kind::REPLY => {
-                Body::StoreReply { level: r.level()?, stored: r.bool()? }
-            }
-            kind::ERROR => Body::Error { code: ErrorCode::from_u8(r.u8()?)? },
+            k if k == kind::STORE | kind::REPLY => Body::StoreReply {
+                level: r.level()?,
+                stored: r.bool()?,
+            },
+            kind::ERROR => Body::Error {
+                code: ErrorCode::from_u8(r.u8()?)?,
+            },
             other => return Err(WireError::UnknownKind(other)),
         };
         r.finish()?;
         Ok(Message {
-            header: Header { route, txid, sender, services: Services(services), clusters },
+            header: Header {
+                route,
+                txid,
+                sender,
+                services: Services(services),
+                clusters,
+            },
             body,
         })
     }
@@ -572,7 +631,11 @@ impl<'a> Reader<'a> {
             if services & !Services::KNOWN != 0 {
                 return Err(WireError::BadField("services"));
             }
-            out.push(Contact { id, addr, services: Services(services) });
+            out.push(Contact {
+                id,
+                addr,
+                services: Services(services),
+            });
         }
         Ok(out)
     }
@@ -629,7 +692,10 @@ mod tests {
 
     #[test]
     fn ping_golden_vector() {
-        let m = Message { header: header(), body: Body::Ping };
+        let m = Message {
+            header: header(),
+            body: Body::Ping,
+        };
         assert_eq!(m.to_bytes(), PING_BYTES);
         assert_eq!(Message::decode(&PING_BYTES).unwrap(), m);
         assert_eq!(peek_route(&PING_BYTES), Some(0xabcd));
@@ -638,8 +704,18 @@ mod tests {
     #[test]
     fn store_reply_with_cluster_header_golden_vector() {
         let mut h = header();
-        h.clusters.push(ClusterInfo { id: Id([0x22; 20]), age_secs: 3600, size: 70 });
-        let m = Message { header: h, body: Body::StoreReply { level: 2, stored: true } };
+        h.clusters.push(ClusterInfo {
+            id: Id([0x22; 20]),
+            age_secs: 3600,
+            size: 70,
+        });
+        let m = Message {
+            header: h,
+            body: Body::StoreReply {
+                level: 2,
+                stored: true,
+            },
+        };
         assert_eq!(m.to_bytes(), STORE_REPLY_BYTES);
         assert_eq!(Message::decode(&STORE_REPLY_BYTES).unwrap(), m);
     }
@@ -682,7 +758,10 @@ mod tests {
         assert_eq!(Message::decode(&v), Err(WireError::UnknownKind(0x42)));
         let mut v = PING_BYTES;
         v[29] = 9; // lying cluster count
-        assert_eq!(Message::decode(&v), Err(WireError::TooMany("cluster entries")));
+        assert_eq!(
+            Message::decode(&v),
+            Err(WireError::TooMany("cluster entries"))
+        );
         let mut v = PING_BYTES;
         v[29] = 2; // two entries promised, none present
         assert_eq!(Message::decode(&v), Err(WireError::Truncated));
@@ -693,7 +772,11 @@ mod tests {
         v[28] = 0x80;
         assert_eq!(Message::decode(&v), Err(WireError::BadField("services")));
         for n in 0..PING_BYTES.len() {
-            assert_eq!(Message::decode(&PING_BYTES[..n]), Err(WireError::Truncated), "prefix {n}");
+            assert_eq!(
+                Message::decode(&PING_BYTES[..n]),
+                Err(WireError::Truncated),
+                "prefix {n}"
+            );
         }
     }
 
@@ -714,7 +797,8 @@ mod tests {
     fn arb_addr() -> impl Strategy<Value = SocketAddr> {
         prop_oneof![
             (any::<[u8; 4]>(), any::<u16>()).prop_map(|(o, p)| SocketAddr::new(IpAddr::from(o), p)),
-            (any::<[u8; 16]>(), any::<u16>()).prop_map(|(o, p)| SocketAddr::new(IpAddr::from(o), p)),
+            (any::<[u8; 16]>(), any::<u16>())
+                .prop_map(|(o, p)| SocketAddr::new(IpAddr::from(o), p)),
         ]
     }
 
@@ -741,24 +825,62 @@ mod tests {
             Just(Body::Ping),
             Just(Body::Pong),
             (level.clone(), arb_id()).prop_map(|(level, target)| Body::FindNode { level, target }),
-            (level.clone(), arb_contacts()).prop_map(|(level, contacts)| Body::Nodes { level, contacts }),
-            (level.clone(), arb_id(), arb_id()).prop_map(|(level, key, target)| Body::Get { level, key, target }),
-            (level.clone(), proptest::collection::vec(arb_value(), 0..6), arb_contacts()).prop_map(
-                |(level, values, contacts)| Body::GetReply {
+            (level.clone(), arb_contacts())
+                .prop_map(|(level, contacts)| Body::Nodes { level, contacts }),
+            (level.clone(), arb_id(), arb_id()).prop_map(|(level, key, target)| Body::Get {
+                level,
+                key,
+                target
+            }),
+            (
+                level.clone(),
+                proptest::collection::vec(arb_value(), 0..6),
+                arb_contacts()
+            )
+                .prop_map(|(level, values, contacts)| Body::GetReply {
                     level,
                     values: SmallVec::from_vec(values),
                     contacts
-                }
-            ),
-            (level.clone(), arb_id(), arb_id())
-                .prop_map(|(level, key, target)| Body::PutProbe { level, key, target }),
-            (level.clone(), any::<bool>(), any::<u16>(), any::<u32>(), any::<Token>(), arb_contacts())
-                .prop_map(|(level, loaded, value_count, min_ttl_secs, token, contacts)| {
-                    Body::PutProbeReply { level, loaded, value_count, min_ttl_secs, token, contacts }
                 }),
-            (level.clone(), arb_id(), any::<u32>(), any::<Token>(), arb_value()).prop_map(
-                |(level, key, ttl_secs, token, value)| Body::Store { level, key, ttl_secs, token, value }
-            ),
+            (level.clone(), arb_id(), arb_id()).prop_map(|(level, key, target)| Body::PutProbe {
+                level,
+                key,
+                target
+            }),
+            (
+                level.clone(),
+                any::<bool>(),
+                any::<u16>(),
+                any::<u32>(),
+                any::<Token>(),
+                arb_contacts()
+            )
+                .prop_map(
+                    |(level, loaded, value_count, min_ttl_secs, token, contacts)| {
+                        Body::PutProbeReply {
+                            level,
+                            loaded,
+                            value_count,
+                            min_ttl_secs,
+                            token,
+                            contacts,
+                        }
+                    }
+                ),
+            (
+                level.clone(),
+                arb_id(),
+                any::<u32>(),
+                any::<Token>(),
+                arb_value()
+            )
+                .prop_map(|(level, key, ttl_secs, token, value)| Body::Store {
+                    level,
+                    key,
+                    ttl_secs,
+                    token,
+                    value
+                }),
             (level, any::<bool>()).prop_map(|(level, stored)| Body::StoreReply { level, stored }),
             prop_oneof![
                 Just(ErrorCode::WrongCluster),

@@ -17,7 +17,13 @@ fn config_levels(levels: usize) -> Config {
 fn network<L: Links>(n: usize, config: &Config, links: L, seed: u64) -> Sim<L> {
     let mut sim = Sim::new(links, seed);
     for i in 0..n {
-        let node = Node::new(config.clone(), sim_addr(i), sim.now(), seed.wrapping_mul(1000) + i as u64).unwrap();
+        let node = Node::new(
+            config.clone(),
+            sim_addr(i),
+            sim.now(),
+            seed.wrapping_mul(1000) + i as u64,
+        )
+        .unwrap();
         sim.add(node);
     }
     for i in 1..n {
@@ -29,7 +35,9 @@ fn network<L: Links>(n: usize, config: &Config, links: L, seed: u64) -> Sim<L> {
 }
 
 fn put(sim: &mut Sim<impl Links>, i: usize, key: Id, value: &[u8], ttl: u32) -> Vec<PutLevel> {
-    let op = sim.with_node(i, |node, now| node.put(now, key, Value::new(value).unwrap(), ttl, None));
+    let op = sim.with_node(i, |node, now| {
+        node.put(now, key, Value::new(value).unwrap(), ttl, None)
+    });
     sim.run_for(Duration::from_secs(35));
     for (n, e) in sim.take_events() {
         if let Event::PutDone { op: o, levels, .. } = e {
@@ -60,7 +68,12 @@ fn values_of(e: &Event) -> &[Value] {
 
 #[test]
 fn bootstrap_fills_routing_tables() {
-    let sim = network(64, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 1);
+    let sim = network(
+        64,
+        &config_levels(1),
+        ConstantLinks(Duration::from_millis(10)),
+        1,
+    );
     for i in 0..64 {
         let t = sim.node(i).routing_table(0).unwrap();
         assert!(t.len() >= 10, "node {i} knows only {} nodes", t.len());
@@ -69,7 +82,12 @@ fn bootstrap_fills_routing_tables() {
 
 #[test]
 fn sixty_four_nodes_put_one_key_and_every_node_gets_a_value() {
-    let mut sim = network(64, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 2);
+    let mut sim = network(
+        64,
+        &config_levels(1),
+        ConstantLinks(Duration::from_millis(10)),
+        2,
+    );
     let key = Id::from_url("http://www.x.com/y.jpg");
     let ops: Vec<_> = (0..64)
         .map(|i| {
@@ -78,18 +96,26 @@ fn sixty_four_nodes_put_one_key_and_every_node_gets_a_value() {
         })
         .collect();
     sim.run_for(Duration::from_secs(40));
-    let done = sim.take_events().iter().filter(|(_, e)| matches!(e, Event::PutDone { .. })).count();
+    let done = sim
+        .take_events()
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::PutDone { .. }))
+        .count();
     assert_eq!(done, ops.len());
     for i in 0..64 {
         let e = get(&mut sim, i, key, None);
         assert!(!values_of(&e).is_empty(), "node {i} found nothing: {e:?}");
         // Every value is one of the puts (a proxy address).
         for v in values_of(&e) {
-            assert!(v.to_addr().is_some_and(|a| (0..64).any(|j| sim_addr(j) == a)));
+            assert!(v
+                .to_addr()
+                .is_some_and(|a| (0..64).any(|j| sim_addr(j) == a)));
         }
     }
     // Sloppiness: the values are spread over several nodes, no node holds more than l.
-    let holders = (0..64).filter(|&i| sim.node(i).store(0).unwrap().has_values(&key, sim.now())).count();
+    let holders = (0..64)
+        .filter(|&i| sim.node(i).store(0).unwrap().has_values(&key, sim.now()))
+        .count();
     assert!(holders >= 64 / 4, "only {holders} nodes store the key");
     for i in 0..64 {
         assert!(sim.node(i).store(0).unwrap().values(&key, sim.now()).len() <= 4);
@@ -98,28 +124,46 @@ fn sixty_four_nodes_put_one_key_and_every_node_gets_a_value() {
 
 #[test]
 fn a_single_put_lands_at_the_closest_node() {
-    let mut sim = network(64, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 3);
+    let mut sim = network(
+        64,
+        &config_levels(1),
+        ConstantLinks(Duration::from_millis(10)),
+        3,
+    );
     let key = Id::hash(b"lonely key");
     let levels = put(&mut sim, 5, key, b"v", 600);
-    let closest = (0..64).min_by_key(|&i| sim.node(i).id().distance(&key)).unwrap();
+    let closest = (0..64)
+        .min_by_key(|&i| sim.node(i).id().distance(&key))
+        .unwrap();
     match levels[0].stored_at {
         Some(StoredAt::Remote(c)) => assert_eq!(c.id, sim.node(closest).id()),
         Some(StoredAt::Local) => assert_eq!(closest, 5),
         None => panic!("not stored"),
     }
-    assert!(sim.node(closest).store(0).unwrap().has_values(&key, sim.now()));
+    assert!(sim
+        .node(closest)
+        .store(0)
+        .unwrap()
+        .has_values(&key, sim.now()));
 }
 
 #[test]
 fn sloppy_put_stops_at_full_and_loaded_node_section_4_2() {
-    let config = Config { beta_per_min: 2, ..config_levels(1) };
+    let config = Config {
+        beta_per_min: 2,
+        ..config_levels(1)
+    };
     let mut sim = network(48, &config, ConstantLinks(Duration::from_millis(10)), 4);
     let key = Id::hash(b"hot key");
-    let closest = (0..48).min_by_key(|&i| sim.node(i).id().distance(&key)).unwrap();
+    let closest = (0..48)
+        .min_by_key(|&i| sim.node(i).id().distance(&key))
+        .unwrap();
     let distance_rank = |sim: &Sim<_>, i: usize| {
         let mut ids: Vec<_> = (0..48).map(|j| sim.node(j).id().distance(&key)).collect();
         ids.sort();
-        ids.iter().position(|d| *d == sim.node(i).id().distance(&key)).unwrap()
+        ids.iter()
+            .position(|d| *d == sim.node(i).id().distance(&key))
+            .unwrap()
     };
     // First fill the closest node with l = 4 values, one put at a time.
     for round in 0..4 {
@@ -133,7 +177,10 @@ fn sloppy_put_stops_at_full_and_loaded_node_section_4_2() {
         .map(|round| {
             let from = (closest + 3 + round * 4) % 48;
             let v = Value::new(&[round as u8, 1]).unwrap();
-            (from, sim.with_node(from, |node, now| node.put(now, key, v, 3600, None)))
+            (
+                from,
+                sim.with_node(from, |node, now| node.put(now, key, v, 3600, None)),
+            )
         })
         .collect();
     sim.run_for(Duration::from_secs(35));
@@ -141,7 +188,9 @@ fn sloppy_put_stops_at_full_and_loaded_node_section_4_2() {
     let mut stored_further = 0;
     let mut stopped = 0;
     for (n, e) in &events {
-        let Event::PutDone { op, levels, .. } = e else { continue };
+        let Event::PutDone { op, levels, .. } = e else {
+            continue;
+        };
         assert!(ops.contains(&(*n, *op)));
         let l = levels[0];
         if l.stopped_at_loaded {
@@ -149,7 +198,10 @@ fn sloppy_put_stops_at_full_and_loaded_node_section_4_2() {
             match l.stored_at {
                 Some(StoredAt::Remote(c)) => {
                     let at = (0..48).find(|&i| sim.node(i).id() == c.id).unwrap();
-                    assert!(distance_rank(&sim, at) > 0, "stored at the full and loaded node");
+                    assert!(
+                        distance_rank(&sim, at) > 0,
+                        "stored at the full and loaded node"
+                    );
                     stored_further += 1;
                 }
                 Some(StoredAt::Local) => stored_further += 1,
@@ -157,7 +209,14 @@ fn sloppy_put_stops_at_full_and_loaded_node_section_4_2() {
             }
         }
     }
-    assert_eq!(sim.node(closest).store(0).unwrap().values(&key, sim.now()).len(), 4);
+    assert_eq!(
+        sim.node(closest)
+            .store(0)
+            .unwrap()
+            .values(&key, sim.now())
+            .len(),
+        4
+    );
     assert!(stopped > 0, "no put met a full and loaded node");
     assert!(stored_further > 0, "no value landed further from the key");
 }
@@ -170,7 +229,11 @@ fn level_2_get_is_answered_inside_the_level_2_cluster_section_4_3() {
     struct TwoRegions;
     impl Links for TwoRegions {
         fn one_way(&self, a: usize, b: usize) -> Duration {
-            if a < 16 && b < 16 { Duration::from_millis(2) } else { Duration::from_millis(80) }
+            if a < 16 && b < 16 {
+                Duration::from_millis(2)
+            } else {
+                Duration::from_millis(80)
+            }
         }
     }
     let config = Config::default();
@@ -194,7 +257,9 @@ fn level_2_get_is_answered_inside_the_level_2_cluster_section_4_3() {
     for i in 0..16 {
         let t = sim.node(i).routing_table(2).unwrap();
         assert!(!t.is_empty(), "node {i} has an empty level-2 table");
-        assert!(t.entries().all(|e| (0..16).any(|j| sim.node(j).id() == e.contact.id)));
+        assert!(t
+            .entries()
+            .all(|e| (0..16).any(|j| sim.node(j).id() == e.contact.id)));
     }
     let key = Id::hash(b"regional object");
     let levels = put(&mut sim, 3, key, b"proxy", 3600);
@@ -204,7 +269,13 @@ fn level_2_get_is_answered_inside_the_level_2_cluster_section_4_3() {
     // on 2 ms links (well under one 80 ms crossing).
     let e = get(&mut sim, 11, key, None);
     match e {
-        Event::GetDone { level, local, elapsed, ref values, .. } => {
+        Event::GetDone {
+            level,
+            local,
+            elapsed,
+            ref values,
+            ..
+        } => {
             assert_eq!(level, Some(2));
             assert!(!values.is_empty());
             if !local {
@@ -223,7 +294,12 @@ fn level_2_get_is_answered_inside_the_level_2_cluster_section_4_3() {
 
 #[test]
 fn receivers_refuse_levels_they_do_not_share() {
-    let mut sim = network(8, &config_levels(2), ConstantLinks(Duration::from_millis(5)), 6);
+    let mut sim = network(
+        8,
+        &config_levels(2),
+        ConstantLinks(Duration::from_millis(5)),
+        6,
+    );
     // Everyone is a singleton at level 1: a level-1 FindNode is refused.
     let me = sim.node(1).id();
     let req = Message {
@@ -232,9 +308,18 @@ fn receivers_refuse_levels_they_do_not_share() {
             txid: 42,
             sender: me,
             services: Services::NONE,
-            clusters: [coral::wire::ClusterInfo { id: Id::hash(b"mine"), age_secs: 0, size: 1 }].into_iter().collect(),
+            clusters: [coral::wire::ClusterInfo {
+                id: Id::hash(b"mine"),
+                age_secs: 0,
+                size: 1,
+            }]
+            .into_iter()
+            .collect(),
         },
-        body: Body::FindNode { level: 1, target: me },
+        body: Body::FindNode {
+            level: 1,
+            target: me,
+        },
     };
     let before = sim.node(0).stats().wrong_cluster;
     sim.inject(0, sim_addr(1), &req.to_bytes());
@@ -243,22 +328,33 @@ fn receivers_refuse_levels_they_do_not_share() {
 
 #[test]
 fn malformed_datagrams_are_dropped_and_counted_and_the_node_keeps_working() {
-    let mut sim = network(16, &config_levels(1), ConstantLinks(Duration::from_millis(5)), 7);
+    let mut sim = network(
+        16,
+        &config_levels(1),
+        ConstantLinks(Duration::from_millis(5)),
+        7,
+    );
     let key = Id::hash(b"k");
     put(&mut sim, 2, key, b"value", 600);
     let ping = Message {
-        header: Header { route: 0, txid: 1, sender: sim.node(3).id(), services: Services::NONE, clusters: Default::default() },
+        header: Header {
+            route: 0,
+            txid: 1,
+            sender: sim.node(3).id(),
+            services: Services::NONE,
+            clusters: Default::default(),
+        },
         body: Body::Ping,
     }
     .to_bytes();
     let mut bad: Vec<Vec<u8>> = vec![
         vec![],
         vec![1],
-        ping[..10].to_vec(),                    // truncated
-        [&[9u8][..], &ping[1..]].concat(),      // wrong version
+        ping[..10].to_vec(),                              // truncated
+        [&[9u8][..], &ping[1..]].concat(),                // wrong version
         [&ping[..1], &[0x42u8][..], &ping[2..]].concat(), // unknown kind
-        [&ping[..29], &[3u8][..]].concat(),     // lying cluster count
-        [ping.clone(), vec![0]].concat(),       // trailing bytes
+        [&ping[..29], &[3u8][..]].concat(),               // lying cluster count
+        [ping.clone(), vec![0]].concat(),                 // trailing bytes
     ];
     let mut rng = coral::rng::Rng::new(9);
     for _ in 0..200 {
@@ -275,7 +371,13 @@ fn malformed_datagrams_are_dropped_and_counted_and_the_node_keeps_working() {
     assert!(dropped >= 7 + 190, "{dropped} dropped");
     // A sender whose id is not bound to its address is dropped too.
     let forged = Message {
-        header: Header { route: 0, txid: 1, sender: Id::hash(b"forged"), services: Services::NONE, clusters: Default::default() },
+        header: Header {
+            route: 0,
+            txid: 1,
+            sender: Id::hash(b"forged"),
+            services: Services::NONE,
+            clusters: Default::default(),
+        },
         body: Body::Ping,
     };
     sim.inject(0, sim_addr(3), &forged.to_bytes());
@@ -287,10 +389,19 @@ fn malformed_datagrams_are_dropped_and_counted_and_the_node_keeps_working() {
 
 #[test]
 fn gets_survive_a_third_of_the_nodes_crashing() {
-    let mut sim = network(48, &config_levels(1), ConstantLinks(Duration::from_millis(10)), 8);
+    let mut sim = network(
+        48,
+        &config_levels(1),
+        ConstantLinks(Duration::from_millis(10)),
+        8,
+    );
     let keys: Vec<Id> = (0..10u8).map(|k| Id::hash(&[k])).collect();
     let holders = |sim: &Sim<_>, key: &Id| -> Vec<usize> {
-        (0..48).filter(|&i| sim.is_alive(i) && sim.node(i).store(0).unwrap().has_values(key, sim.now())).collect()
+        (0..48)
+            .filter(|&i| {
+                sim.is_alive(i) && sim.node(i).store(0).unwrap().has_values(key, sim.now())
+            })
+            .collect()
     };
     for (j, key) in keys.iter().enumerate() {
         for i in [j, j + 10, j + 20, j + 30] {
@@ -306,7 +417,11 @@ fn gets_survive_a_third_of_the_nodes_crashing() {
         let from = (j * 3) % 48;
         let e = get(&mut sim, from, *key, None);
         if !holders(&sim, key).is_empty() {
-            assert!(!values_of(&e).is_empty(), "key {j} held by {:?} not found", holders(&sim, key));
+            assert!(
+                !values_of(&e).is_empty(),
+                "key {j} held by {:?} not found",
+                holders(&sim, key)
+            );
         }
     }
     // Proxies renew their pointers (§3.2): after one renewal round from the
@@ -321,7 +436,11 @@ fn gets_survive_a_third_of_the_nodes_crashing() {
     }
     for (j, key) in keys.iter().enumerate() {
         let from = (j * 3 + 2) % 48;
-        let from = if sim.is_alive(from) { from } else { (from + 1) % 48 };
+        let from = if sim.is_alive(from) {
+            from
+        } else {
+            (from + 1) % 48
+        };
         let e = get(&mut sim, from, *key, None);
         assert!(!values_of(&e).is_empty(), "key {j} not found after renewal");
     }
@@ -342,7 +461,9 @@ fn same_seed_same_run() {
         let mut sim = network(24, &config_levels(1), Lossy, seed);
         let key = Id::hash(b"determinism");
         for i in 0..24 {
-            sim.with_node(i, |n, now| n.put(now, key, Value::new(&[i as u8]).unwrap(), 100, None));
+            sim.with_node(i, |n, now| {
+                n.put(now, key, Value::new(&[i as u8]).unwrap(), 100, None)
+            });
         }
         sim.run_for(Duration::from_secs(30));
         let events = format!("{:?}", sim.take_events());
