@@ -108,6 +108,21 @@ pub enum Event {
         /// Time from the call to completion.
         elapsed: Duration,
     },
+    /// A claim (test-and-set put) finished.
+    ClaimDone {
+        /// The operation.
+        op: OpId,
+        /// The key.
+        key: Key,
+        /// Whether our value is now stored at the key's closest node, which
+        /// held no value before: we are first.
+        claimed: bool,
+        /// When not: the values that were there first (empty if the closest
+        /// node could not be reached or refused for its limits).
+        values: Vec<Value>,
+        /// Time from the call to completion.
+        elapsed: Duration,
+    },
     /// A put finished.
     PutDone {
         /// The operation.
@@ -236,6 +251,7 @@ enum Phase {
 enum OpKind {
     Get,
     Put,
+    Claim,
     Refresh,
 }
 
@@ -550,6 +566,54 @@ impl Node {
         OpId(op)
     }
 
+    /// A test-and-set put at the global level (NSDI 2004 §8, "Multi-cast
+    /// Tree Formation"): walks to the key's closest node, ignoring
+    /// sloppiness, and stores `value` there only if it holds no value yet;
+    /// otherwise returns the values it holds. Proxies use it before going to
+    /// the origin, so that a flash crowd's simultaneous first requests make
+    /// one origin fetch, not several.
+    pub fn claim(&mut self, now: Time, key: Key, value: Value, ttl_secs: u32) -> OpId {
+        let ttl_secs = ttl_secs.min(self.config.ttl_max_secs).max(1);
+        let op = self.alloc_op();
+        if value.0.len() > self.config.value_bytes_max
+            || self.ops.len() >= self.config.operations_max
+        {
+            self.stats.ops_refused += 1;
+            self.push_event(Event::ClaimDone {
+                op: OpId(op),
+                key,
+                claimed: false,
+                values: Vec::new(),
+                elapsed: Duration::ZERO,
+            });
+            return OpId(op);
+        }
+        let lookup = self.new_lookup(key, 0, self.id);
+        let o = Op {
+            kind: OpKind::Claim,
+            key,
+            started: now,
+            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
+            levels_left: SmallVec::new(),
+            level: 0,
+            phase: Phase::Forward {
+                lookup,
+                stack: Vec::new(),
+            },
+            hops: 0,
+            value,
+            ttl_secs,
+            put_levels: Vec::new(),
+        };
+        self.ops.insert(op, o);
+        self.timers.push(Reverse((
+            now + Duration::from_millis(self.config.operation_timeout_ms),
+            Timer::Op(op),
+        )));
+        self.drive(op, now);
+        OpId(op)
+    }
+
     /// `get(key, [levels])` (§2.3, §4.3): searches the highest level first,
     /// each lower level continuing from where the last one stopped in id
     /// space, and stops at the first node storing the key.
@@ -789,6 +853,7 @@ impl Node {
                 level,
                 key,
                 ttl_secs,
+                if_absent,
                 token,
                 value,
             } => match level_ok(self, level) {
@@ -803,6 +868,20 @@ impl Node {
                         Body::StoreReply {
                             level,
                             stored: false,
+                            values: Values::new(),
+                        }
+                    } else if if_absent && self.levels[l].store.has_values(&key, now) {
+                        // Test-and-set lost: here is who got there first.
+                        let values = self.levels[l].store.get(
+                            &key,
+                            now,
+                            self.config.get_values_max,
+                            &mut self.rng,
+                        );
+                        Body::StoreReply {
+                            level,
+                            stored: false,
+                            values,
                         }
                     } else {
                         let ttl =
@@ -812,6 +891,7 @@ impl Node {
                         Body::StoreReply {
                             level,
                             stored: outcome.is_stored(),
+                            values: Values::new(),
                         }
                     }
                 }
@@ -1010,6 +1090,8 @@ impl Node {
         let mut found: Option<Values> = None;
         let ttl_secs = o.ttl_secs;
         let l_max = self.config.values_per_key_max;
+        // A claim walks to the closest node whatever the load on the way.
+        let claiming = o.kind == OpKind::Claim;
         match (&mut o.phase, body) {
             (
                 Phase::Walk(lookup),
@@ -1044,15 +1126,19 @@ impl Node {
                     min_ttl_secs,
                 };
                 let probe = ProbeReply {
-                    full_and_loaded: loaded && state.is_full(l_max, ttl_secs),
+                    full_and_loaded: !claiming && loaded && state.is_full(l_max, ttl_secs),
                     token,
                 };
                 lookup.on_answer(&from.id, Some(probe), &contacts);
             }
-            (Phase::Reverse { waiting, .. }, Body::StoreReply { stored, .. })
+            (Phase::Reverse { waiting, .. }, Body::StoreReply { stored, values, .. })
                 if *waiting == Some(txid) =>
             {
                 *waiting = None;
+                if o.kind == OpKind::Claim && (stored || !values.is_empty()) {
+                    self.finish_claim(op, o, now, stored, values);
+                    return;
+                }
                 if stored {
                     self.ops.insert(op, o);
                     self.finish_put_level(op, now, Some(StoredAt::Remote(from)));
@@ -1260,6 +1346,39 @@ impl Node {
                             break;
                         }
                         Step::Done { .. } => {
+                            if o.kind == OpKind::Claim {
+                                // A test-and-set goes to the closest node (the one
+                                // every claimer agrees on), the local node included;
+                                // farther ones only if it does not answer.
+                                let key = lookup.key();
+                                let mut entries: Vec<StackEntry> = lookup
+                                    .answered_by_distance()
+                                    .into_iter()
+                                    .filter_map(|c| {
+                                        Some(StackEntry {
+                                            at: StoredAt::Remote(c.contact),
+                                            token: c.probe?.token,
+                                        })
+                                    })
+                                    .collect();
+                                entries.push(StackEntry {
+                                    at: StoredAt::Local,
+                                    token: [0; TOKEN_BYTES],
+                                });
+                                let local = self.id;
+                                entries.sort_by_key(|e| {
+                                    Reverse(match e.at {
+                                        StoredAt::Remote(c) => c.id.distance(&key),
+                                        StoredAt::Local => local.distance(&key),
+                                    })
+                                });
+                                o.phase = Phase::Reverse {
+                                    stack: entries,
+                                    stopped_at_loaded: false,
+                                    waiting: None,
+                                };
+                                continue;
+                            }
                             // The stack: every answered node that was not full
                             // and loaded, ordered by distance to the key, and the
                             // local node (farthest, first pushed) when eligible.
@@ -1308,11 +1427,33 @@ impl Node {
                         break;
                     }
                     let Some(top) = stack.pop() else {
+                        if o.kind == OpKind::Claim {
+                            self.finish_claim(op, o, now, false, Values::new());
+                            return;
+                        }
                         self.ops.insert(op, o);
                         self.finish_put_level(op, now, None);
                         return;
                     };
                     match top.at {
+                        StoredAt::Local if o.kind == OpKind::Claim => {
+                            let store = &mut self.levels[o.level as usize].store;
+                            let (claimed, values) = if store.has_values(&o.key, now) {
+                                let v = store.get(
+                                    &o.key,
+                                    now,
+                                    self.config.get_values_max,
+                                    &mut self.rng,
+                                );
+                                (false, v)
+                            } else {
+                                let ttl = Duration::from_secs(u64::from(o.ttl_secs));
+                                let outcome = store.store(&o.key, o.value.clone(), ttl, now);
+                                (outcome.is_stored(), Values::new())
+                            };
+                            self.finish_claim(op, o, now, claimed, values);
+                            return;
+                        }
                         StoredAt::Local => {
                             let ttl = Duration::from_secs(u64::from(o.ttl_secs));
                             let outcome = self.levels[o.level as usize].store.store(
@@ -1336,6 +1477,7 @@ impl Node {
                                 level: o.level,
                                 key: o.key,
                                 ttl_secs: o.ttl_secs,
+                                if_absent: o.kind == OpKind::Claim,
                                 token: top.token,
                                 value: o.value.clone(),
                             };
@@ -1392,6 +1534,17 @@ impl Node {
         self.drive(op, now);
     }
 
+    fn finish_claim(&mut self, op: u64, o: Op, now: Time, claimed: bool, values: Values) {
+        self.ops.remove(&op);
+        self.push_event(Event::ClaimDone {
+            op: OpId(op),
+            key: o.key,
+            claimed,
+            values: values.into_vec(),
+            elapsed: now.saturating_since(o.started),
+        });
+    }
+
     /// The operation ran out of time: report what it has.
     fn abandon(&mut self, op: u64, mut o: Op, now: Time) {
         match o.kind {
@@ -1418,6 +1571,7 @@ impl Node {
                     elapsed: now.saturating_since(o.started),
                 });
             }
+            OpKind::Claim => self.finish_claim(op, o, now, false, Values::new()),
             OpKind::Refresh => {}
         }
     }

@@ -212,15 +212,24 @@ pub enum Body {
         contacts: Contacts,
     },
     /// Reverse phase of a put: store `value` under `key` for `ttl_secs` (0x05).
+    /// With `if_absent` (flags bit 0) it is a test-and-set: store only if no
+    /// live value is stored under the key, else return those values (the
+    /// extension NSDI 2004 §8 proposes against redundant origin fetches).
     Store {
         level: u8,
         key: Id,
         ttl_secs: u32,
+        if_absent: bool,
         token: Token,
         value: Value,
     },
-    /// Reply to Store (0x85): whether the value is now stored.
-    StoreReply { level: u8, stored: bool },
+    /// Reply to Store (0x85): whether the value is now stored, and, for a
+    /// refused test-and-set, the values already there.
+    StoreReply {
+        level: u8,
+        stored: bool,
+        values: Values,
+    },
     /// A refused request (0xff).
     Error { code: ErrorCode },
 }
@@ -358,11 +367,7 @@ impl Message {
                 contacts,
             } => {
                 buf.push(*level);
-                assert!(values.len() <= VALUES_MAX, "too many values");
-                buf.push(values.len() as u8);
-                for v in values {
-                    put_value(buf, v);
-                }
+                put_values(buf, values);
                 put_contacts(buf, contacts);
             }
             Body::PutProbeReply {
@@ -384,18 +389,25 @@ impl Message {
                 level,
                 key,
                 ttl_secs,
+                if_absent,
                 token,
                 value,
             } => {
                 buf.push(*level);
                 buf.extend_from_slice(&key.0);
                 buf.extend_from_slice(&ttl_secs.to_be_bytes());
+                buf.push(u8::from(*if_absent));
                 buf.extend_from_slice(token);
                 put_value(buf, value);
             }
-            Body::StoreReply { level, stored } => {
+            Body::StoreReply {
+                level,
+                stored,
+                values,
+            } => {
                 buf.push(*level);
                 buf.push(u8::from(*stored));
+                put_values(buf, values);
             }
             Body::Error { code } => buf.push(code.to_u8()),
         }
@@ -451,22 +463,11 @@ impl Message {
                 key: r.id()?,
                 target: r.id()?,
             },
-            k if k == kind::GET | kind::REPLY => {
-                let level = r.level()?;
-                let count = r.u8()? as usize;
-                if count > VALUES_MAX {
-                    return Err(WireError::TooMany("values"));
-                }
-                let mut values = SmallVec::new();
-                for _ in 0..count {
-                    values.push(r.value()?);
-                }
-                Body::GetReply {
-                    level,
-                    values,
-                    contacts: r.contacts()?,
-                }
-            }
+            k if k == kind::GET | kind::REPLY => Body::GetReply {
+                level: r.level()?,
+                values: r.values()?,
+                contacts: r.contacts()?,
+            },
             kind::PUT_PROBE => Body::PutProbe {
                 level: r.level()?,
                 key: r.id()?,
@@ -484,12 +485,14 @@ impl Message {
                 level: r.level()?,
                 key: r.id()?,
                 ttl_secs: r.u32()?,
+                if_absent: r.bool()?,
                 token: r.token()?,
                 value: r.value()?,
             },
             k if k == kind::STORE | kind::REPLY => Body::StoreReply {
                 level: r.level()?,
                 stored: r.bool()?,
+                values: r.values()?,
             },
             kind::ERROR => Body::Error {
                 code: ErrorCode::from_u8(r.u8()?)?,
@@ -538,6 +541,14 @@ fn put_addr<B: Extend<u8>>(buf: &mut B, addr: SocketAddr) {
         }
     }
     buf.extend(addr.port().to_be_bytes());
+}
+
+fn put_values(buf: &mut Vec<u8>, values: &[Value]) {
+    assert!(values.len() <= VALUES_MAX, "too many values");
+    buf.push(values.len() as u8);
+    for v in values {
+        put_value(buf, v);
+    }
 }
 
 fn put_value(buf: &mut Vec<u8>, v: &Value) {
@@ -640,6 +651,18 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    fn values(&mut self) -> Result<Values, WireError> {
+        let count = self.u8()? as usize;
+        if count > VALUES_MAX {
+            return Err(WireError::TooMany("values"));
+        }
+        let mut values = SmallVec::new();
+        for _ in 0..count {
+            values.push(self.value()?);
+        }
+        Ok(values)
+    }
+
     fn value(&mut self) -> Result<Value, WireError> {
         let n = self.u8()? as usize;
         Ok(Value(SmallVec::from_slice(self.take(n)?)))
@@ -677,9 +700,9 @@ mod tests {
         0x01, 0x00,
     ];
 
-    /// A store reply at level 2, stored = true, from a sender in one level-1
-    /// cluster (id 0x22.., age 3600 s, size 70).
-    const STORE_REPLY_BYTES: [u8; 60] = [
+    /// A store reply at level 2, stored = true, no values, from a sender in one
+    /// level-1 cluster (id 0x22.., age 3600 s, size 70).
+    const STORE_REPLY_BYTES: [u8; 61] = [
         0x01, 0x85, 0xab, 0xcd, 0x01, 0x02, 0x03, 0x04, //
         0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, //
         0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x11, //
@@ -687,7 +710,7 @@ mod tests {
         0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, //
         0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, //
         0x00, 0x00, 0x0e, 0x10, 0x00, 0x00, 0x00, 0x46, //
-        0x02, 0x01,
+        0x02, 0x01, 0x00,
     ];
 
     #[test]
@@ -714,6 +737,7 @@ mod tests {
             body: Body::StoreReply {
                 level: 2,
                 stored: true,
+                values: SmallVec::new(),
             },
         };
         assert_eq!(m.to_bytes(), STORE_REPLY_BYTES);
@@ -871,17 +895,30 @@ mod tests {
                 level.clone(),
                 arb_id(),
                 any::<u32>(),
+                any::<bool>(),
                 any::<Token>(),
                 arb_value()
             )
-                .prop_map(|(level, key, ttl_secs, token, value)| Body::Store {
-                    level,
-                    key,
-                    ttl_secs,
-                    token,
-                    value
+                .prop_map(|(level, key, ttl_secs, if_absent, token, value)| {
+                    Body::Store {
+                        level,
+                        key,
+                        ttl_secs,
+                        if_absent,
+                        token,
+                        value,
+                    }
                 }),
-            (level, any::<bool>()).prop_map(|(level, stored)| Body::StoreReply { level, stored }),
+            (
+                level,
+                any::<bool>(),
+                proptest::collection::vec(arb_value(), 0..4)
+            )
+                .prop_map(|(level, stored, values)| Body::StoreReply {
+                    level,
+                    stored,
+                    values: SmallVec::from_vec(values)
+                }),
             prop_oneof![
                 Just(ErrorCode::WrongCluster),
                 Just(ErrorCode::BadToken),

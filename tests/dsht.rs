@@ -472,3 +472,53 @@ fn same_seed_same_run() {
     assert_eq!(run(11), run(11));
     assert_ne!(run(11).0, run(12).0);
 }
+
+#[test]
+fn simultaneous_claims_make_exactly_one_winner_section_8_test_and_set() {
+    let mut sim = network(
+        48,
+        &config_levels(3),
+        ConstantLinks(Duration::from_millis(10)),
+        9,
+    );
+    let key = Id::from_url("http://slashdotted.example/big.jpg");
+    // Twelve proxies miss at once and claim the right to fetch from the origin.
+    let claimers: Vec<usize> = (0..12).map(|i| i * 4).collect();
+    for &i in &claimers {
+        let v = Value::from_addr(sim_addr(i));
+        sim.with_node(i, |node, now| node.claim(now, key, v, 20));
+    }
+    sim.run_for(Duration::from_secs(10));
+    let mut winners = Vec::new();
+    let mut pointed_at = Vec::new();
+    for (n, e) in sim.take_events() {
+        if let Event::ClaimDone {
+            claimed, values, ..
+        } = e
+        {
+            if claimed {
+                winners.push(n);
+            } else {
+                assert!(
+                    !values.is_empty(),
+                    "node {n} lost the claim but learnt no winner"
+                );
+                pointed_at.extend(values.iter().filter_map(|v| v.to_addr()));
+            }
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    // Every loser was pointed at the winner.
+    assert_eq!(pointed_at.len(), claimers.len() - 1);
+    assert!(pointed_at.iter().all(|a| *a == sim_addr(winners[0])));
+    // The winner's 20-second pointer expires; then the key is free again.
+    sim.run_for(Duration::from_secs(21));
+    sim.with_node(1, |node, now| {
+        node.claim(now, key, Value::from_addr(sim_addr(1)), 20)
+    });
+    sim.run_for(Duration::from_secs(10));
+    let again: Vec<_> = sim.take_events();
+    assert!(again
+        .iter()
+        .any(|(n, e)| *n == 1 && matches!(e, Event::ClaimDone { claimed: true, .. })));
+}
