@@ -1,0 +1,555 @@
+//! The proxy's fetch policy (NSDI 2004 §3.2), sans-IO: which source serves a
+//! request for a Coralized URL, and what the proxy tells the DSHT.
+//!
+//! For each object (keyed by SHA-1 of its URL):
+//!
+//! 1. A complete local copy serves the request at once.
+//! 2. A fetch already under way here takes the request as one more waiter:
+//!    one fetch per object per node, however many clients wait.
+//! 3. Otherwise `get(key)` asks the DSHT for proxies holding the object; the
+//!    first one tried serves it (falling back to the next on failure).
+//! 4. With no referral, a *claim* (the test-and-set put of [`Node::claim`])
+//!    asks the key's closest node whether anyone is already fetching; the
+//!    winner alone goes to the origin, the others fetch from the winner.
+//!    Without claims (`claim_before_origin = false`) every miss goes to the
+//!    origin, as in the paper.
+//! 5. While fetching, the proxy keeps a pointer to itself in the DSHT with a
+//!    20-second TTL, renewed until the download completes; then it inserts a
+//!    1-hour pointer, renewed while the object stays cached. Fetches from
+//!    peers thus form a multicast tree under a flash crowd.
+//!
+//! The policy decides; the caller acts. Inputs are requests, DSHT results,
+//! fetch results and time; outputs are [`Action`]s. The simulator and the
+//! real proxy drive the same code.
+//!
+//! [`Node::claim`]: crate::node::Node::claim
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::id::{IdBuildHasher, Key};
+use crate::node::Level;
+use crate::time::{Duration, Time};
+use crate::wire::Value;
+
+/// Parameters of the fetch policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FetchConfig {
+    /// TTL of the pointer inserted while fetching (§3.2: 20 s).
+    pub fetching_pointer_ttl_secs: u32,
+    /// TTL of the pointer inserted once the object is complete (§3.2: 1 h).
+    pub complete_pointer_ttl_secs: u32,
+    /// Peers tried, in the order the DSHT returned them, before the origin.
+    pub peer_attempts_max: usize,
+    /// Whether to claim the key (test-and-set) before going to the origin.
+    pub claim_before_origin: bool,
+    /// Objects tracked at once; requests for more are sent to the origin
+    /// directly, untracked (the cache index issue bounds this by bytes).
+    pub objects_max: usize,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig {
+            fetching_pointer_ttl_secs: 20,
+            complete_pointer_ttl_secs: 3600,
+            peer_attempts_max: 3,
+            claim_before_origin: true,
+            objects_max: 1 << 20,
+        }
+    }
+}
+
+/// Where a request was served from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Served {
+    /// The proxy's own cache (complete copy).
+    LocalCache,
+    /// Waited on this proxy's own fetch of the object, started for an
+    /// earlier request.
+    Coalesced,
+    /// A peer proxy found through the DSHT at this level.
+    Peer(Level),
+    /// A peer found by a lost claim (level 0).
+    ClaimedPeer,
+    /// The origin server.
+    Origin,
+}
+
+/// What the caller must do.
+#[allow(missing_docs)] // fields named by each variant's docs
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Answer `count` waiting requests for `key`; the first was served from
+    /// `first`, the rest were coalesced onto it.
+    Serve { key: Key, first: Served, count: u32 },
+    /// Answer `count` waiting requests for `key` with an error (502).
+    Fail { key: Key, count: u32 },
+    /// Run `get(key)` on the DSHT and report with [`FetchPolicy::on_get`].
+    DshtGet { key: Key },
+    /// Run `claim(key, value, ttl)` and report with [`FetchPolicy::on_claim`].
+    DshtClaim {
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+    },
+    /// Run `put(key, value, ttl)` on all levels (nothing to report).
+    DshtPut {
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+    },
+    /// Fetch the object from the proxy at `addr`; report with [`FetchPolicy::on_fetched`].
+    FetchPeer { key: Key, addr: SocketAddr },
+    /// Fetch the object from its origin; report with [`FetchPolicy::on_fetched`].
+    FetchOrigin { key: Key },
+}
+
+#[derive(Clone, Debug)]
+enum State {
+    /// Waiting for the DSHT get.
+    Looking,
+    /// Waiting for the claim.
+    Claiming,
+    /// Downloading from `source`; `peers` are the referrals left to try.
+    Fetching {
+        source: Served,
+        peers: Vec<SocketAddr>,
+        renew_at: Time,
+    },
+    /// Complete and cached; the pointer is renewed at `renew_at`.
+    Complete { renew_at: Time },
+}
+
+#[derive(Clone, Debug)]
+struct Object {
+    state: State,
+    waiters: u32,
+}
+
+/// Counters of the policy's decisions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FetchStats {
+    /// Requests received.
+    pub requests: u64,
+    /// Fetches started from the origin.
+    pub origin_fetches: u64,
+    /// Fetches started from peers.
+    pub peer_fetches: u64,
+    /// Fetches that failed.
+    pub failed_fetches: u64,
+}
+
+/// One proxy's fetch policy.
+#[derive(Clone, Debug)]
+pub struct FetchPolicy {
+    config: FetchConfig,
+    /// This proxy's own address as a DSHT value (what its pointers say).
+    me: SocketAddr,
+    objects: HashMap<Key, Object, IdBuildHasher>,
+    stats: FetchStats,
+}
+
+impl FetchPolicy {
+    /// A policy for the proxy at `me`.
+    pub fn new(config: FetchConfig, me: SocketAddr) -> FetchPolicy {
+        FetchPolicy {
+            config,
+            me,
+            objects: HashMap::default(),
+            stats: FetchStats::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> FetchStats {
+        self.stats
+    }
+
+    /// Whether the object is complete in the local cache.
+    pub fn is_cached(&self, key: &Key) -> bool {
+        matches!(
+            self.objects.get(key),
+            Some(Object {
+                state: State::Complete { .. },
+                ..
+            })
+        )
+    }
+
+    /// Whether the object is being fetched here (a peer asking for it can be
+    /// served by cut-through as the bytes arrive).
+    pub fn is_fetching(&self, key: &Key) -> bool {
+        matches!(
+            self.objects.get(key),
+            Some(Object {
+                state: State::Fetching { .. },
+                ..
+            })
+        )
+    }
+
+    fn pointer(&self) -> Value {
+        Value::from_addr(self.me)
+    }
+
+    /// A client requests the object `key`.
+    pub fn request(&mut self, now: Time, key: Key, out: &mut Vec<Action>) {
+        self.stats.requests += 1;
+        if let Some(o) = self.objects.get_mut(&key) {
+            match o.state {
+                State::Complete { .. } => {
+                    out.push(Action::Serve {
+                        key,
+                        first: Served::LocalCache,
+                        count: 1,
+                    });
+                }
+                _ => o.waiters += 1,
+            }
+            return;
+        }
+        if self.objects.len() >= self.config.objects_max {
+            // Over the limit: fetch from the origin without tracking.
+            self.stats.origin_fetches += 1;
+            out.push(Action::FetchOrigin { key });
+            return;
+        }
+        let _ = now;
+        self.objects.insert(
+            key,
+            Object {
+                state: State::Looking,
+                waiters: 1,
+            },
+        );
+        out.push(Action::DshtGet { key });
+    }
+
+    /// The DSHT get for `key` finished with `values` found at `level`.
+    pub fn on_get(
+        &mut self,
+        now: Time,
+        key: Key,
+        values: &[Value],
+        level: Option<Level>,
+        out: &mut Vec<Action>,
+    ) {
+        let me = self.me;
+        let mut peers: Vec<SocketAddr> = values
+            .iter()
+            .filter_map(Value::to_addr)
+            .filter(|a| *a != me)
+            .collect();
+        peers.dedup();
+        peers.truncate(self.config.peer_attempts_max);
+        let Some(o) = self.objects.get_mut(&key) else {
+            return;
+        };
+        if !matches!(o.state, State::Looking) {
+            return;
+        }
+        if !peers.is_empty() {
+            let source = Served::Peer(level.unwrap_or(0));
+            self.start_peer_fetch(now, key, source, peers, out);
+        } else if self.config.claim_before_origin {
+            o.state = State::Claiming;
+            out.push(Action::DshtClaim {
+                key,
+                value: self.pointer(),
+                ttl_secs: self.config.fetching_pointer_ttl_secs,
+            });
+        } else {
+            self.start_origin_fetch(now, key, out);
+        }
+    }
+
+    /// The claim for `key` finished.
+    pub fn on_claim(
+        &mut self,
+        now: Time,
+        key: Key,
+        claimed: bool,
+        values: &[Value],
+        out: &mut Vec<Action>,
+    ) {
+        let me = self.me;
+        let Some(o) = self.objects.get_mut(&key) else {
+            return;
+        };
+        if !matches!(o.state, State::Claiming) {
+            return;
+        }
+        let mut peers: Vec<SocketAddr> = values
+            .iter()
+            .filter_map(Value::to_addr)
+            .filter(|a| *a != me)
+            .collect();
+        peers.truncate(self.config.peer_attempts_max);
+        if claimed || peers.is_empty() {
+            self.start_origin_fetch(now, key, out);
+        } else {
+            self.start_peer_fetch(now, key, Served::ClaimedPeer, peers, out);
+        }
+    }
+
+    fn start_peer_fetch(
+        &mut self,
+        now: Time,
+        key: Key,
+        source: Served,
+        mut peers: Vec<SocketAddr>,
+        out: &mut Vec<Action>,
+    ) {
+        let addr = peers.remove(0);
+        self.stats.peer_fetches += 1;
+        let renew_at = now + self.renew_fetching();
+        if let Some(o) = self.objects.get_mut(&key) {
+            o.state = State::Fetching {
+                source,
+                peers,
+                renew_at,
+            };
+        }
+        out.push(Action::FetchPeer { key, addr });
+        out.push(Action::DshtPut {
+            key,
+            value: self.pointer(),
+            ttl_secs: self.config.fetching_pointer_ttl_secs,
+        });
+    }
+
+    fn start_origin_fetch(&mut self, now: Time, key: Key, out: &mut Vec<Action>) {
+        self.stats.origin_fetches += 1;
+        let renew_at = now + self.renew_fetching();
+        if let Some(o) = self.objects.get_mut(&key) {
+            o.state = State::Fetching {
+                source: Served::Origin,
+                peers: Vec::new(),
+                renew_at,
+            };
+        }
+        out.push(Action::FetchOrigin { key });
+        out.push(Action::DshtPut {
+            key,
+            value: self.pointer(),
+            ttl_secs: self.config.fetching_pointer_ttl_secs,
+        });
+    }
+
+    /// Renew a fetching pointer a little before it expires.
+    fn renew_fetching(&self) -> Duration {
+        Duration::from_secs(u64::from(self.config.fetching_pointer_ttl_secs) * 3 / 4)
+    }
+
+    fn renew_complete(&self) -> Duration {
+        Duration::from_secs(u64::from(self.config.complete_pointer_ttl_secs) * 3 / 4)
+    }
+
+    /// The fetch of `key` finished, successfully or not.
+    pub fn on_fetched(&mut self, now: Time, key: Key, ok: bool, out: &mut Vec<Action>) {
+        let renew = self.renew_complete();
+        let Some(o) = self.objects.get_mut(&key) else {
+            return;
+        };
+        let State::Fetching { source, peers, .. } = &mut o.state else {
+            return;
+        };
+        if ok {
+            let first = *source;
+            let count = o.waiters;
+            o.waiters = 0;
+            o.state = State::Complete {
+                renew_at: now + renew,
+            };
+            out.push(Action::Serve { key, first, count });
+            out.push(Action::DshtPut {
+                key,
+                value: self.pointer(),
+                ttl_secs: self.config.complete_pointer_ttl_secs,
+            });
+            return;
+        }
+        self.stats.failed_fetches += 1;
+        if *source == Served::Origin {
+            // The origin failed: nothing better to try. ("Accept
+            // conservatively": no pointer to a copy we do not have.)
+            let count = o.waiters;
+            self.objects.remove(&key);
+            out.push(Action::Fail { key, count });
+            return;
+        }
+        if !peers.is_empty() {
+            let addr = peers.remove(0);
+            self.stats.peer_fetches += 1;
+            out.push(Action::FetchPeer { key, addr });
+        } else {
+            self.start_origin_fetch(now, key, out);
+        }
+    }
+
+    /// Renews pointers due at `now` (call at least every few seconds).
+    pub fn tick(&mut self, now: Time, out: &mut Vec<Action>) {
+        let fetching = self.renew_fetching();
+        let complete = self.renew_complete();
+        let pointer = self.pointer();
+        for (key, o) in &mut self.objects {
+            match &mut o.state {
+                State::Fetching { renew_at, .. } if *renew_at <= now => {
+                    *renew_at = now + fetching;
+                    out.push(Action::DshtPut {
+                        key: *key,
+                        value: pointer.clone(),
+                        ttl_secs: self.config.fetching_pointer_ttl_secs,
+                    });
+                }
+                State::Complete { renew_at } if *renew_at <= now => {
+                    *renew_at = now + complete;
+                    out.push(Action::DshtPut {
+                        key: *key,
+                        value: pointer.clone(),
+                        ttl_secs: self.config.complete_pointer_ttl_secs,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::Id;
+
+    fn me() -> SocketAddr {
+        "10.0.0.1:8090".parse().unwrap()
+    }
+
+    fn peer(n: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, n], 8090))
+    }
+
+    #[test]
+    fn miss_with_referral_fetches_from_peer_and_points_at_itself_section_3_2() {
+        let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        let k = Id::from_url("http://x.com/y.jpg");
+        let mut out = Vec::new();
+        p.request(Time::ZERO, k, &mut out);
+        assert_eq!(out, vec![Action::DshtGet { key: k }]);
+        out.clear();
+        // A second client while looking: coalesced, no new action.
+        p.request(Time::ZERO, k, &mut out);
+        assert!(out.is_empty());
+        p.on_get(Time(1), k, &[Value::from_addr(peer(7))], Some(2), &mut out);
+        assert_eq!(
+            out[0],
+            Action::FetchPeer {
+                key: k,
+                addr: peer(7)
+            }
+        );
+        assert_eq!(
+            out[1],
+            Action::DshtPut {
+                key: k,
+                value: Value::from_addr(me()),
+                ttl_secs: 20
+            }
+        );
+        out.clear();
+        // The 20 s pointer is renewed while the fetch lasts.
+        p.tick(Time::ZERO + Duration::from_secs(16), &mut out);
+        assert_eq!(out.len(), 1);
+        out.clear();
+        p.on_fetched(Time::ZERO + Duration::from_secs(17), k, true, &mut out);
+        assert_eq!(
+            out[0],
+            Action::Serve {
+                key: k,
+                first: Served::Peer(2),
+                count: 2
+            }
+        );
+        assert_eq!(
+            out[1],
+            Action::DshtPut {
+                key: k,
+                value: Value::from_addr(me()),
+                ttl_secs: 3600
+            }
+        );
+        out.clear();
+        p.request(Time::ZERO + Duration::from_secs(18), k, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Serve {
+                key: k,
+                first: Served::LocalCache,
+                count: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn miss_without_referral_claims_then_goes_to_origin_or_to_the_winner() {
+        let k = Id::from_url("http://x.com/a");
+        let mut out = Vec::new();
+        let mut winner = FetchPolicy::new(FetchConfig::default(), me());
+        winner.request(Time::ZERO, k, &mut out);
+        winner.on_get(Time::ZERO, k, &[], None, &mut out);
+        assert!(matches!(
+            out.last(),
+            Some(Action::DshtClaim { ttl_secs: 20, .. })
+        ));
+        out.clear();
+        winner.on_claim(Time::ZERO, k, true, &[], &mut out);
+        assert_eq!(out[0], Action::FetchOrigin { key: k });
+        let mut loser = FetchPolicy::new(FetchConfig::default(), peer(2));
+        out.clear();
+        loser.request(Time::ZERO, k, &mut out);
+        loser.on_get(Time::ZERO, k, &[], None, &mut out);
+        out.clear();
+        loser.on_claim(Time::ZERO, k, false, &[Value::from_addr(me())], &mut out);
+        assert_eq!(out[0], Action::FetchPeer { key: k, addr: me() });
+        assert_eq!(
+            winner.stats().origin_fetches + loser.stats().origin_fetches,
+            1
+        );
+    }
+
+    #[test]
+    fn failed_peers_fall_back_to_the_next_then_the_origin() {
+        let k = Id::from_url("http://x.com/b");
+        let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        let mut out = Vec::new();
+        p.request(Time::ZERO, k, &mut out);
+        p.on_get(
+            Time::ZERO,
+            k,
+            &[
+                Value::from_addr(peer(3)),
+                Value::from_addr(me()),
+                Value::from_addr(peer(4)),
+            ],
+            Some(1),
+            &mut out,
+        );
+        out.clear();
+        p.on_fetched(Time::ZERO, k, false, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::FetchPeer {
+                key: k,
+                addr: peer(4)
+            }]
+        );
+        out.clear();
+        p.on_fetched(Time::ZERO, k, false, &mut out);
+        assert_eq!(out[0], Action::FetchOrigin { key: k });
+        out.clear();
+        p.on_fetched(Time::ZERO, k, false, &mut out);
+        assert_eq!(out, vec![Action::Fail { key: k, count: 1 }]);
+        assert!(!p.is_cached(&k));
+    }
+}
