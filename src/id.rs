@@ -15,8 +15,25 @@ pub const ID_BYTES: usize = 20;
 pub const ID_BITS: u32 = 160;
 
 /// A 160-bit identifier: a node id, a key, or a cluster id.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Clone, Copy, Hash, PartialOrd, Ord, Default)]
 pub struct Id(pub [u8; ID_BYTES]);
+
+impl PartialEq for Id {
+    fn eq(&self, other: &Id) -> bool {
+        // Three word compares; a derived `==` calls memcmp, and ids are
+        // compared on every hot path (routing tables, lookups, replies).
+        let w = |b: &[u8; ID_BYTES]| {
+            (
+                u64::from_ne_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+                u64::from_ne_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+                u32::from_ne_bytes([b[16], b[17], b[18], b[19]]),
+            )
+        };
+        w(&self.0) == w(&other.0)
+    }
+}
+
+impl Eq for Id {}
 
 /// A key in the DSHT (same space as node ids).
 pub type Key = Id;
@@ -174,8 +191,33 @@ impl fmt::Debug for Id {
 }
 
 /// An XOR distance between two ids, ordered as an unsigned 160-bit integer.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Distance(pub [u8; ID_BYTES]);
+
+impl Distance {
+    /// The distance as three big-endian words, most significant first: the
+    /// same order as the bytes, compared without a byte loop.
+    fn words(&self) -> (u64, u64, u32) {
+        let b = &self.0;
+        (
+            u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+            u32::from_be_bytes([b[16], b[17], b[18], b[19]]),
+        )
+    }
+}
+
+impl Ord for Distance {
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        self.words().cmp(&other.words())
+    }
+}
+
+impl PartialOrd for Distance {
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl Distance {
     /// The distance of an id to itself.
@@ -204,16 +246,15 @@ impl Distance {
         if lz == ID_BITS {
             return f64::NEG_INFINITY;
         }
-        // Take 64 bits starting at the leading one.
-        let mut acc: u64 = 0;
-        for k in 0..64u32 {
-            let bit = lz + k;
-            acc <<= 1;
-            if bit < ID_BITS && (self.0[(bit / 8) as usize] >> (7 - bit % 8)) & 1 == 1 {
-                acc |= 1;
-            }
-        }
-        (acc as f64).log2() - 63.0 + f64::from(ID_BITS - 1 - lz)
+        // The eight bytes starting at the one holding the leading one carry
+        // at least 57 significant bits: plenty for an f64.
+        let first = (lz / 8) as usize;
+        let mut b = [0u8; 8];
+        let avail = (ID_BYTES - first).min(8);
+        b[..avail].copy_from_slice(&self.0[first..first + avail]);
+        let top = u64::from_be_bytes(b) as f64;
+        // top ≈ distance / 2^(8·(ID_BYTES − first − 8)).
+        top.log2() + 8.0 * (ID_BYTES as f64 - first as f64 - 8.0)
     }
 }
 
@@ -374,6 +415,12 @@ mod tests {
                 prop_assert!(steps <= ID_BITS.div_ceil(b));
             }
             prop_assert_eq!(t, k);
+        }
+
+        #[test]
+        fn distance_order_is_the_byte_order(a in arb_id(), b in arb_id(), c in arb_id()) {
+            let (x, y) = (a.distance(&b), a.distance(&c));
+            prop_assert_eq!(x.cmp(&y), x.0.cmp(&y.0));
         }
 
         #[test]

@@ -213,6 +213,14 @@ impl Lookup {
         }
     }
 
+    /// Whether any node that answered reported itself full and loaded (a
+    /// put's forward phase stops there).
+    pub fn met_full_and_loaded(&self) -> bool {
+        self.candidates.iter().any(|c| {
+            c.state == CandidateState::Answered && c.probe.is_some_and(|p| p.full_and_loaded)
+        })
+    }
+
     /// Transaction ids of the RPCs still outstanding.
     pub fn in_flight(&self) -> impl Iterator<Item = u32> + '_ {
         self.candidates.iter().filter_map(|c| match c.state {

@@ -1309,10 +1309,7 @@ impl Node {
                 },
                 Phase::Forward { lookup, stack } => {
                     // Stop at the first node that is full and loaded.
-                    let stop = lookup
-                        .answered_by_distance()
-                        .iter()
-                        .any(|c| c.probe.is_some_and(|p| p.full_and_loaded));
+                    let stop = lookup.met_full_and_loaded();
                     let step = if stop {
                         Step::Done { closest: None }
                     } else {

@@ -10,7 +10,9 @@
 
 use std::net::SocketAddr;
 
-use crate::id::{Id, ID_BITS};
+use smallvec::SmallVec;
+
+use crate::id::{Distance, Id, ID_BITS};
 use crate::time::{Duration, Time};
 use crate::wire::{Contact, Services};
 
@@ -236,17 +238,52 @@ impl RoutingTable {
         count: usize,
         mut keep: impl FnMut(&Entry) -> bool,
     ) -> Vec<Contact> {
-        let mut all: Vec<(crate::id::Distance, Contact)> = self
-            .entries()
-            .filter(|e| keep(e))
-            .map(|e| (e.contact.id.distance(target), e.contact))
-            .collect();
-        if all.len() > count {
-            all.select_nth_unstable_by(count, |a, b| a.0.cmp(&b.0));
-            all.truncate(count);
+        if count == 0 {
+            return Vec::new();
         }
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        all.into_iter().map(|(_, c)| c).collect()
+        // Buckets in XOR order from the target. With t the target's bucket
+        // (bit length of local ⊕ target, less one), contacts in bucket t lie
+        // below 2^t from the target, those in every bucket under t lie in
+        // [2^t, 2^(t+1)), and those in bucket i > t at 2^i or more. So: bucket
+        // t, then all buckets under t together, then t+1, t+2, ... — stopping
+        // after the first group that fills the answer.
+        let mut best: SmallVec<[(Distance, Contact); 16]> = SmallVec::new();
+        let mut consider = |bucket: &Bucket, best: &mut SmallVec<[(Distance, Contact); 16]>| {
+            for e in &bucket.entries {
+                let d = e.contact.id.distance(target);
+                if best.len() == count && d >= best[count - 1].0 {
+                    continue;
+                }
+                if !keep(e) {
+                    continue;
+                }
+                let pos = best.partition_point(|(bd, _)| *bd < d);
+                if best.len() == count {
+                    best.pop();
+                }
+                best.insert(pos, (d, e.contact));
+            }
+        };
+        let bits = self.local.distance(target).bit_len() as usize;
+        let groups_start = if bits == 0 {
+            0
+        } else {
+            let t = bits - 1;
+            consider(&self.buckets[t], &mut best);
+            if best.len() < count {
+                for b in &self.buckets[..t] {
+                    consider(b, &mut best);
+                }
+            }
+            t + 1
+        };
+        for b in &self.buckets[groups_start..] {
+            if best.len() == count {
+                break;
+            }
+            consider(b, &mut best);
+        }
+        best.into_iter().map(|(_, c)| c).collect()
     }
 
     /// Every entry, in bucket order.
@@ -264,10 +301,16 @@ impl RoutingTable {
     /// the local node), from the distances of the closest contacts: the j-th
     /// closest of n uniformly spread ids lies at about j·2^160/n.
     pub fn size_estimate(&self) -> u32 {
-        let mut dists: Vec<f64> = self
-            .entries()
-            .map(|e| self.local.distance(&e.contact.id).log2())
-            .collect();
+        // The closest contacts to the local id sit in the lowest buckets.
+        let mut dists: SmallVec<[f64; 64]> = SmallVec::new();
+        for b in &self.buckets {
+            for e in &b.entries {
+                dists.push(self.local.distance(&e.contact.id).log2());
+            }
+            if dists.len() >= self.bucket_size {
+                break;
+            }
+        }
         if dists.is_empty() {
             return 1;
         }
