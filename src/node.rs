@@ -187,6 +187,8 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(10);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 const VERIFIED_CACHE_MAX: usize = 4096;
 const PINGED_RECENTLY: Duration = Duration::from_secs(60);
+/// Newly verified contacts kept for [`Node::poll_learned`] before the oldest are dropped.
+const LEARNED_QUEUE_MAX: usize = 1024;
 /// Bucket refreshes a node starts after joining, per level.
 const JOIN_REFRESHES_MAX: usize = 20;
 
@@ -292,6 +294,7 @@ pub struct Node {
     verified: HashMap<SocketAddr, NodeId>,
     pinged: HashMap<SocketAddr, Time>,
     verify_pings_in_flight: usize,
+    learned: VecDeque<(Level, Contact, Duration)>,
     last_sweep: Time,
     stats: Stats,
 }
@@ -365,6 +368,7 @@ impl Node {
             verified: HashMap::new(),
             pinged: HashMap::new(),
             verify_pings_in_flight: 0,
+            learned: VecDeque::new(),
             last_sweep: now,
             stats: Stats::default(),
         };
@@ -765,6 +769,14 @@ impl Node {
         Some(m)
     }
 
+    /// The next contact this node verified and added to a routing table, with
+    /// its level and measured RTT. A runtime with one node per core hands these
+    /// to the other cores ([`Node::learn_verified`]) so that what one core
+    /// learns, all know. Bounded: the oldest are dropped if nobody drains them.
+    pub fn poll_learned(&mut self) -> Option<(Level, Contact, Duration)> {
+        self.learned.pop_front()
+    }
+
     /// The next completed operation.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -1033,9 +1045,14 @@ impl Node {
     fn observe_verified(&mut self, now: Time, contact: Contact, header: &Header, rtt: Duration) {
         for level in 0..self.levels.len() {
             if self.shares_cluster(header, level) {
-                if let Insert::PingOldest(oldest) =
-                    self.levels[level].table.insert(contact, now, Some(rtt))
-                {
+                let inserted = self.levels[level].table.insert(contact, now, Some(rtt));
+                if inserted == Insert::Added {
+                    if self.learned.len() >= LEARNED_QUEUE_MAX {
+                        self.learned.pop_front();
+                    }
+                    self.learned.push_back((level as Level, contact, rtt));
+                }
+                if let Insert::PingOldest(oldest) = inserted {
                     self.send_request(
                         now,
                         oldest.addr,
@@ -1261,7 +1278,13 @@ impl Node {
                                 target,
                             },
                         };
-                        let route = route_of(&key);
+                        // Keyed walks route by key (their replies return to the
+                        // core that owns the key); refreshes by our route hint.
+                        let route = if o.kind == OpKind::Get {
+                            route_of(&key)
+                        } else {
+                            self.route_hint
+                        };
                         if let Some(txid) = self.send_request(
                             now,
                             contact.addr,

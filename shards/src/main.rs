@@ -1,12 +1,18 @@
-//! `coral`: the command line. Today it runs the paper's experiments in the
-//! deterministic simulator (`coral sim ...`); the node runtime, the client
-//! commands and the demo join it as they are built.
+//! `coral`: the command line — run a node, talk to one, or run the paper's
+//! experiments in the deterministic simulator.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod admin;
+mod client;
+mod config;
+mod runtime;
 mod sim;
+mod steer;
 
 /// coral — CoralCDN rebuilt: a peer-to-peer CDN on a sloppy hash table.
 #[derive(Parser, Debug)]
@@ -16,13 +22,107 @@ struct Cli {
     command: Command,
 }
 
+/// The default admin endpoint, where client commands look for a node.
+const DEFAULT_ADMIN: &str = "127.0.0.1:7080";
+
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a node: the DSHT over UDP on every core. With no config file it
+    /// runs a standalone node on loopback.
+    Node {
+        /// TOML config file (see deploy/ for an example); flags override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// UDP address for DSHT RPCs.
+        #[arg(long)]
+        dsht: Option<SocketAddr>,
+        /// A node to join through (repeatable).
+        #[arg(long)]
+        bootstrap: Vec<SocketAddr>,
+        /// Cores to use (default: every core the process may run on).
+        #[arg(long)]
+        cores: Option<usize>,
+        /// Loopback HTTP address for the client commands.
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+    },
+    /// put(key, value, ttl, [levels]): insert a value (§2.3).
+    Put {
+        /// 40 hex digits, or url:<URL> (hashed with SHA-1 as the proxy does).
+        key: String,
+        /// The value (its bytes are stored).
+        value: String,
+        /// Time to live in seconds.
+        #[arg(long)]
+        ttl: u32,
+        /// Levels to insert at, e.g. 2,1,0 (default: all).
+        #[arg(long)]
+        levels: Option<String>,
+        #[command(flatten)]
+        target: NodeArgs,
+    },
+    /// get(key, [levels]): retrieve some of the values stored under a key (§2.3).
+    Get {
+        /// 40 hex digits, or url:<URL>.
+        key: String,
+        /// Levels to search, e.g. 2,1,0 (default: all, fastest first).
+        #[arg(long)]
+        levels: Option<String>,
+        #[command(flatten)]
+        target: NodeArgs,
+    },
+    /// nodes(level, count, [target], [services]): members of the node's cluster (§2.3).
+    Nodes {
+        /// The level.
+        #[arg(long, default_value_t = 0)]
+        level: u8,
+        /// How many.
+        #[arg(long, default_value_t = 8)]
+        count: usize,
+        /// An IP address the nodes should be near.
+        #[arg(long)]
+        target: Option<std::net::IpAddr>,
+        /// Only nodes running this service.
+        #[arg(long, value_enum)]
+        service: Option<Service>,
+        #[command(flatten)]
+        node: NodeArgs,
+    },
+    /// levels(): the hierarchy's levels, thresholds and the node's clusters (§2.3).
+    Levels {
+        #[command(flatten)]
+        target: NodeArgs,
+    },
+    /// The node's counters, per core.
+    Stats {
+        #[command(flatten)]
+        target: NodeArgs,
+    },
     /// Run one of the paper's experiments in the deterministic simulator.
     Sim {
         #[command(subcommand)]
         experiment: sim::Experiment,
     },
+}
+
+/// Which node a client command talks to, and how it prints.
+#[derive(clap::Args, Debug)]
+struct NodeArgs {
+    /// The node's admin endpoint.
+    #[arg(long, default_value = DEFAULT_ADMIN)]
+    node: SocketAddr,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Services for `nodes --service`.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Service {
+    /// HTTP proxies.
+    Http,
+    /// DNS servers.
+    Dns,
 }
 
 /// How nodes join in a simulated experiment.
@@ -37,6 +137,121 @@ pub enum BootstrapMode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Node {
+            config,
+            dsht,
+            bootstrap,
+            cores,
+            admin,
+        } => {
+            init_logging();
+            let mut cfg = match config::NodeConfig::load(config.as_deref()) {
+                Ok(c) => c,
+                Err(e) => return fail(&format!("config: {e}")),
+            };
+            if let Some(a) = dsht {
+                cfg.dsht = a;
+            }
+            if !bootstrap.is_empty() {
+                cfg.bootstrap = bootstrap;
+            }
+            if let Some(c) = cores {
+                cfg.cores = c;
+            }
+            if let Some(a) = admin {
+                cfg.admin = a;
+            }
+            if let Err(e) = cfg.validate() {
+                return fail(&format!("config: {e}"));
+            }
+            match runtime::run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Put {
+            key,
+            value,
+            ttl,
+            levels,
+            target,
+        } => {
+            let mut q = format!(
+                "/put?key={}&value={}&ttl={ttl}",
+                client::encode(&key),
+                client::encode(&value)
+            );
+            if let Some(l) = levels {
+                q.push_str(&format!("&levels={}", client::encode(&l)));
+            }
+            client_command(&target, &q)
+        }
+        Command::Get {
+            key,
+            levels,
+            target,
+        } => {
+            let mut q = format!("/get?key={}", client::encode(&key));
+            if let Some(l) = levels {
+                q.push_str(&format!("&levels={}", client::encode(&l)));
+            }
+            client_command(&target, &q)
+        }
+        Command::Nodes {
+            level,
+            count,
+            target,
+            service,
+            node,
+        } => {
+            let mut q = format!("/nodes?level={level}&count={count}");
+            if let Some(t) = target {
+                q.push_str(&format!("&target={t}"));
+            }
+            if let Some(s) = service {
+                q.push_str(match s {
+                    Service::Http => "&service=http",
+                    Service::Dns => "&service=dns",
+                });
+            }
+            client_command(&node, &q)
+        }
+        Command::Levels { target } => client_command(&target, "/levels"),
+        Command::Stats { target } => client_command(&target, "/stats"),
         Command::Sim { experiment } => sim::run(experiment),
     }
+}
+
+fn client_command(target: &NodeArgs, query: &str) -> ExitCode {
+    if query.starts_with("/put") || query.starts_with("/get") {
+        let key = query
+            .split("key=")
+            .nth(1)
+            .and_then(|k| k.split('&').next())
+            .unwrap_or("");
+        if admin::parse_key(&admin::percent_decode(key)).is_none() {
+            return fail("KEY must be 40 hex digits or url:<URL>");
+        }
+    }
+    match client::call(target.node, query) {
+        Ok(json) => {
+            client::print(&json, target.json);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn fail(msg: &str) -> ExitCode {
+    eprintln!("coral: {msg}");
+    ExitCode::from(1)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -1,0 +1,240 @@
+//! The admin endpoint: a loopback HTTP/1.1 server on core 0 through which
+//! the client commands (`coral put | get | nodes | levels | stats`) reach the
+//! node, as the paper's client library reached its daemon (§5).
+//!
+//! One request per connection, `GET` only, answers in JSON. Requests are
+//! bounded (`REQUEST_BYTES_MAX`) and parsed strictly; anything else gets a
+//! 4xx and the connection closes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+
+use coral::wire::Services;
+use coral::Id;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpListener;
+use serde_json::json;
+
+use crate::runtime::{Call, Shard};
+use crate::steer;
+
+/// Largest request head accepted.
+const REQUEST_BYTES_MAX: usize = 8 << 10;
+/// Longest a client may take to send its request.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Starts the admin server on `addr` in the current executor.
+pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
+    let listener = TcpListener::bind(addr)
+        .map_err(|e| format!("cannot bind the admin address {addr}: {e}"))?;
+    glommio::spawn_local(async move {
+        loop {
+            let Ok(mut stream) = listener.accept().await else { continue };
+            let shard = shard.clone();
+            glommio::spawn_local(async move {
+                let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+                let (status, body) = match read_request(&mut stream).await {
+                    Ok(target) => answer(&shard, &target).await,
+                    Err((status, why)) => (status, json!({"error": why}).to_string()),
+                };
+                let reason = match status {
+                    200 => "OK",
+                    400 => "Bad Request",
+                    404 => "Not Found",
+                    405 => "Method Not Allowed",
+                    431 => "Request Header Fields Too Large",
+                    _ => "Error",
+                };
+                let head = format!(
+                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len() + 1
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+                let _ = stream.write_all(b"\n").await;
+                let _ = stream.close().await;
+            })
+            .detach();
+        }
+    })
+    .detach();
+    Ok(())
+}
+
+async fn read_request(stream: &mut glommio::net::TcpStream) -> Result<String, (u16, String)> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| (400, format!("read: {e}")))?;
+        if n == 0 {
+            return Err((400, "connection closed before the request ended".into()));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(_)) => {
+                if req.method != Some("GET") {
+                    return Err((405, "only GET".into()));
+                }
+                return Ok(req.path.unwrap_or("/").to_string());
+            }
+            Ok(httparse::Status::Partial) if buf.len() < REQUEST_BYTES_MAX => continue,
+            Ok(httparse::Status::Partial) => return Err((431, "request too large".into())),
+            Err(e) => return Err((400, format!("bad request: {e}"))),
+        }
+    }
+}
+
+/// Splits `/path?a=1&b=2` into the path and its decoded parameters.
+pub fn split_target(target: &str) -> (&str, Vec<(String, String)>) {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let params = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    (path, params)
+}
+
+/// Decodes %XX escapes and `+`; invalid escapes are kept as they are.
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses a key: 40 hex digits, or `url:<URL>` hashed as the proxy does.
+pub fn parse_key(s: &str) -> Option<Id> {
+    match s.strip_prefix("url:") {
+        Some(url) => Some(Id::from_url(url)),
+        None => Id::from_hex(s),
+    }
+}
+
+fn parse_levels(s: &str) -> Option<Vec<u8>> {
+    s.split(',').map(|l| l.trim().parse::<u8>().ok()).collect()
+}
+
+async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
+    let (path, params) = split_target(target);
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let bad = |why: &str| (400, json!({"error": why}).to_string());
+    match path {
+        "/levels" => (200, shard.levels_json().to_string()),
+        "/nodes" => {
+            let Some(level) = get("level").and_then(|l| l.parse::<u8>().ok()) else {
+                return bad("level: a number");
+            };
+            let count = get("count").and_then(|c| c.parse::<usize>().ok()).unwrap_or(8).min(1024);
+            let target = match get("target") {
+                Some(t) => match t.parse::<IpAddr>() {
+                    Ok(ip) => Some(ip),
+                    Err(_) => return bad("target: an IP address"),
+                },
+                None => None,
+            };
+            let services = match get("service") {
+                None => Services::NONE,
+                Some("http") => Services::HTTP,
+                Some("dns") => Services::DNS,
+                Some(_) => return bad("service: http or dns"),
+            };
+            (200, shard.nodes_json(level, count, target, services).to_string())
+        }
+        "/get" | "/put" => {
+            let Some(key) = get("key").and_then(parse_key) else {
+                return bad("key: 40 hex digits or url:<URL>");
+            };
+            let levels = match get("levels") {
+                Some(l) => match parse_levels(l) {
+                    Some(v) => Some(v),
+                    None => return bad("levels: numbers separated by commas"),
+                },
+                None => None,
+            };
+            let owner = steer::shard_of_key(&key, shard.cores);
+            let call = if path == "/get" {
+                Call::Get { key, levels }
+            } else {
+                let Some(value) = get("value") else { return bad("value missing") };
+                let Some(ttl_secs) = get("ttl").and_then(|t| t.parse::<u32>().ok()) else {
+                    return bad("ttl: seconds");
+                };
+                Call::Put { key, value: value.as_bytes().to_vec(), ttl_secs, levels }
+            };
+            (200, shard.call_on(owner, call).await)
+        }
+        "/stats" => {
+            let mut cores = Vec::new();
+            for core in 0..shard.cores {
+                let s = shard.call_on(core, Call::Stats).await;
+                cores.push(serde_json::from_str::<serde_json::Value>(&s).unwrap_or(serde_json::Value::Null));
+            }
+            (200, json!({"cores": cores}).to_string())
+        }
+        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats"]}).to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_and_keys_parse() {
+        let (p, q) = split_target("/put?key=url%3Ahttp%3A%2F%2Fx.com%2Fy&value=a+b&ttl=60");
+        assert_eq!(p, "/put");
+        assert_eq!(q[0], ("key".into(), "url:http://x.com/y".into()));
+        assert_eq!(q[1], ("value".into(), "a b".into()));
+        assert_eq!(
+            parse_key("url:http://x.com/y"),
+            Some(Id::from_url("http://x.com/y"))
+        );
+        assert_eq!(parse_key("zz"), None);
+        assert_eq!(percent_decode("%"), "%");
+        assert_eq!(percent_decode("%4"), "%4");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(parse_levels("2,1,0"), Some(vec![2, 1, 0]));
+        assert_eq!(parse_levels("2,x"), None);
+    }
+}

@@ -1,0 +1,156 @@
+//! The client commands: the paper's client library (§5), talking to a running
+//! node through its loopback admin endpoint.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use serde_json::Value as Json;
+
+/// How long a client command waits for the node (a put or get may take
+/// several RPC timeouts across three levels).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// Percent-encodes a query value.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// GETs `target` from the admin endpoint at `node` and parses the JSON answer.
+pub fn call(node: SocketAddr, target: &str) -> Result<Json, String> {
+    let mut s = TcpStream::connect_timeout(&node, Duration::from_secs(3)).map_err(|e| {
+        format!("cannot reach the node's admin endpoint at {node}: {e} (is `coral node` running?)")
+    })?;
+    s.set_read_timeout(Some(CLIENT_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: {node}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    let text = String::from_utf8_lossy(&resp);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or("malformed answer from the node")?;
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let json: Json = serde_json::from_str(body.trim())
+        .map_err(|e| format!("malformed JSON from the node: {e}"))?;
+    if status != 200 {
+        return Err(json
+            .get("error")
+            .and_then(Json::as_str)
+            .unwrap_or("error")
+            .to_string());
+    }
+    Ok(json)
+}
+
+/// Prints an answer: raw JSON, or a readable form.
+pub fn print(json: &Json, as_json: bool) {
+    if as_json {
+        println!("{json}");
+        return;
+    }
+    match json.get("op").and_then(Json::as_str) {
+        Some("get") => {
+            let values = json["values"].as_array().cloned().unwrap_or_default();
+            if values.is_empty() {
+                println!(
+                    "not found ({} hops, {:.1} ms)",
+                    json["hops"],
+                    json["elapsed_ms"].as_f64().unwrap_or(0.0)
+                );
+            } else {
+                let level = json["level"]
+                    .as_u64()
+                    .map_or("?".to_string(), |l| l.to_string());
+                let local = if json["local"].as_bool() == Some(true) {
+                    ", local"
+                } else {
+                    ""
+                };
+                println!(
+                    "found {} value(s) at level {level}{local} ({} hops, {:.1} ms):",
+                    values.len(),
+                    json["hops"],
+                    json["elapsed_ms"].as_f64().unwrap_or(0.0)
+                );
+                for v in values {
+                    let shown = v["addr"]
+                        .as_str()
+                        .or(v["text"].as_str())
+                        .map(str::to_string);
+                    println!(
+                        "  {}",
+                        shown.unwrap_or_else(|| format!("0x{}", v["hex"].as_str().unwrap_or("")))
+                    );
+                }
+            }
+        }
+        Some("put") => {
+            for l in json["levels"].as_array().cloned().unwrap_or_default() {
+                let at = l["stored_at"].as_str().unwrap_or("nowhere");
+                let loaded = if l["stopped_at_loaded"].as_bool() == Some(true) {
+                    " (stopped at a full and loaded node)"
+                } else {
+                    ""
+                };
+                println!("level {}: stored at {at}{loaded}", l["level"]);
+            }
+        }
+        _ => {
+            if let Some(levels) = json.get("levels").and_then(Json::as_array) {
+                println!(
+                    "node {} at {} on {} core(s)",
+                    json["node"].as_str().unwrap_or("?"),
+                    json["addr"].as_str().unwrap_or("?"),
+                    json["cores"]
+                );
+                println!(
+                    "{:<6} {:>12} {:>42} {:>8} {:>9} {:>6}",
+                    "level", "threshold", "cluster", "size", "contacts", "keys"
+                );
+                for l in levels {
+                    let t = l["threshold_ms"]
+                        .as_u64()
+                        .map_or("∞".to_string(), |t| format!("{t} ms"));
+                    println!(
+                        "{:<6} {:>12} {:>42} {:>8} {:>9} {:>6}",
+                        l["level"].to_string(),
+                        t,
+                        l["cluster"].as_str().unwrap_or("?"),
+                        l["size_estimate"].to_string(),
+                        l["contacts"].to_string(),
+                        l["keys"].to_string()
+                    );
+                }
+            } else if let Some(nodes) = json.get("nodes").and_then(Json::as_array) {
+                for n in nodes {
+                    println!(
+                        "{} {}",
+                        n["addr"].as_str().unwrap_or("?"),
+                        n["id"].as_str().unwrap_or("?")
+                    );
+                }
+            } else {
+                println!("{}", serde_json::to_string_pretty(json).unwrap_or_default());
+            }
+        }
+    }
+}

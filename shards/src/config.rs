@@ -1,0 +1,189 @@
+//! The node's configuration: a TOML file, overridden by flags, on top of an
+//! embedded default that runs a standalone node on loopback.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The embedded default: what `coral node` runs with no file and no flags.
+pub const DEFAULT_CONFIG: &str = r#"
+# A standalone node on loopback, ready to serve.
+dsht = "127.0.0.1:7000"    # UDP address of the DSHT RPCs
+admin = "127.0.0.1:7080"   # loopback HTTP endpoint for the client commands
+bootstrap = []             # other nodes' DSHT addresses
+cores = 0                  # 0: every core in the process's CPU mask
+
+[dht]
+level_thresholds_ms = [0, 60, 20]  # level 0 is unbounded (written 0 here)
+b = 1
+alpha = 3
+values_per_key_max = 4
+beta_per_min = 12
+rpc_timeout_ms = 2000
+"#;
+
+/// The file's shape.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// DSHT UDP address.
+    pub dsht: Option<SocketAddr>,
+    /// Admin HTTP address (loopback).
+    pub admin: Option<SocketAddr>,
+    /// Bootstrap nodes.
+    #[serde(default)]
+    pub bootstrap: Vec<SocketAddr>,
+    /// Cores to use (0 = all allowed).
+    pub cores: Option<usize>,
+    /// Whether several nodes share this IP (the node id then hashes the port too).
+    pub id_includes_port: Option<bool>,
+    /// DSHT parameters.
+    #[serde(default)]
+    pub dht: DhtSection,
+}
+
+/// `[dht]`: the DSHT's parameters (paper symbols).
+#[derive(Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DhtSection {
+    /// RTT threshold per level in ms; level 0's is written 0 (unbounded).
+    pub level_thresholds_ms: Option<Vec<u32>>,
+    /// b.
+    pub b: Option<u32>,
+    /// α.
+    pub alpha: Option<usize>,
+    /// l.
+    pub values_per_key_max: Option<usize>,
+    /// β.
+    pub beta_per_min: Option<u32>,
+    /// RPC timeout.
+    pub rpc_timeout_ms: Option<u64>,
+}
+
+/// The resolved configuration of a node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// DSHT UDP address.
+    pub dsht: SocketAddr,
+    /// Admin HTTP address.
+    pub admin: SocketAddr,
+    /// Bootstrap nodes.
+    pub bootstrap: Vec<SocketAddr>,
+    /// Cores to use (0 = all allowed).
+    pub cores: usize,
+    /// The DSHT's parameters.
+    pub dht: coral::Config,
+}
+
+impl NodeConfig {
+    /// The embedded default, overlaid with `file` (if any).
+    pub fn load(file: Option<&Path>) -> Result<NodeConfig, String> {
+        let base: FileConfig =
+            toml::from_str(DEFAULT_CONFIG).map_err(|e| format!("embedded default: {e}"))?;
+        let mut cfg = NodeConfig::from_file(&base)?;
+        if let Some(path) = file {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let f: FileConfig =
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            cfg.overlay(&f)?;
+        }
+        Ok(cfg)
+    }
+
+    fn from_file(f: &FileConfig) -> Result<NodeConfig, String> {
+        let mut cfg = NodeConfig {
+            dsht: f.dsht.ok_or("dsht address missing")?,
+            admin: f.admin.ok_or("admin address missing")?,
+            bootstrap: Vec::new(),
+            cores: 0,
+            dht: coral::Config::default(),
+        };
+        cfg.overlay(f)?;
+        Ok(cfg)
+    }
+
+    fn overlay(&mut self, f: &FileConfig) -> Result<(), String> {
+        if let Some(a) = f.dsht {
+            self.dsht = a;
+        }
+        if let Some(a) = f.admin {
+            self.admin = a;
+        }
+        if !f.bootstrap.is_empty() {
+            self.bootstrap = f.bootstrap.clone();
+        }
+        if let Some(c) = f.cores {
+            self.cores = c;
+        }
+        if let Some(p) = f.id_includes_port {
+            self.dht.id_includes_port = p;
+        }
+        let d = &f.dht;
+        if let Some(t) = &d.level_thresholds_ms {
+            self.dht.level_thresholds_ms = t
+                .iter()
+                .enumerate()
+                .map(|(i, &ms)| if i == 0 { u32::MAX } else { ms })
+                .collect();
+        }
+        if let Some(b) = d.b {
+            self.dht.b = b;
+        }
+        if let Some(a) = d.alpha {
+            self.dht.alpha = a;
+        }
+        if let Some(l) = d.values_per_key_max {
+            self.dht.values_per_key_max = l;
+        }
+        if let Some(beta) = d.beta_per_min {
+            self.dht.beta_per_min = beta;
+        }
+        if let Some(t) = d.rpc_timeout_ms {
+            self.dht.rpc_timeout_ms = t;
+        }
+        self.validate()
+    }
+
+    /// Checks what the core's validation does not.
+    pub fn validate(&self) -> Result<(), String> {
+        self.dht.validate().map_err(|e| e.to_string())?;
+        if !self.admin.ip().is_loopback() {
+            return Err(format!(
+                "admin address {} must be loopback: it has no authentication",
+                self.admin
+            ));
+        }
+        if self.cores > 1024 {
+            return Err("cores: at most 1024".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_a_standalone_loopback_node() {
+        let c = NodeConfig::load(None).unwrap();
+        assert!(c.dsht.ip().is_loopback());
+        assert!(c.bootstrap.is_empty());
+        assert_eq!(c.dht, coral::Config::default());
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_a_reason() {
+        let bad: Result<FileConfig, _> = toml::from_str("dsht = \"nonsense\"");
+        assert!(bad.is_err());
+        let unknown: Result<FileConfig, _> = toml::from_str("colour = \"blue\"");
+        assert!(unknown.is_err());
+        let mut c = NodeConfig::load(None).unwrap();
+        let f: FileConfig = toml::from_str("admin = \"0.0.0.0:7080\"").unwrap();
+        assert!(c.overlay(&f).unwrap_err().contains("loopback"));
+        let f: FileConfig = toml::from_str("[dht]\nb = 0").unwrap();
+        assert!(c.overlay(&f).is_err());
+    }
+}

@@ -1,0 +1,582 @@
+//! The thread-per-core runtime: one glommio executor pinned per core, each
+//! driving its own `coral::Node` over its own UDP socket.
+//!
+//! - **Ownership.** Core `i` of `n` owns the keys whose route (first two key
+//!   bytes) maps to `i` (`steer::shard_of_key`): their values, their load
+//!   records and the operations on them. The kernel delivers requests and
+//!   replies for those keys to core `i` (`steer`).
+//! - **Sharing.** Every core runs a node with the same id. What one core's
+//!   node verifies about a contact it broadcasts to the others over the
+//!   channel mesh, so all routing tables learn from all traffic.
+//! - **API calls** (from the admin endpoint on core 0) go to the owning core
+//!   over the mesh; its reply comes back the same way.
+//!
+//! Nothing here is shared mutably between cores: each core's state lives in
+//! its executor, and cores exchange messages, not locks.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, RawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use coral::node::{Event, LevelInfo, Stats};
+use coral::wire::{Contact, Value};
+use coral::{Id, Node, OpId, Time};
+use glommio::channels::channel_mesh::{MeshBuilder, Senders};
+use glommio::channels::local_channel;
+use glommio::net::UdpSocket;
+use glommio::{LocalExecutorBuilder, Placement};
+use serde_json::json;
+
+use crate::config::NodeConfig;
+use crate::steer;
+
+/// io_uring memory per executor: small, because `ulimit -l` is often 8 MiB
+/// for the whole process (see tuning/).
+const IO_MEMORY_BYTES: usize = 256 << 10;
+/// Messages queued per mesh channel.
+const MESH_CHANNEL_CAPACITY: usize = 4096;
+/// Longest the timer task sleeps before checking the node's deadline and
+/// the stop flag.
+const TICK: std::time::Duration = std::time::Duration::from_millis(5);
+/// Largest datagram received.
+const RECV_BUFFER_BYTES: usize = 65_536;
+
+/// A call into the DSHT from the client commands.
+#[derive(Debug, Clone)]
+pub enum Call {
+    /// put(key, value, ttl, [levels]).
+    Put {
+        key: Id,
+        value: Vec<u8>,
+        ttl_secs: u32,
+        levels: Option<Vec<u8>>,
+    },
+    /// get(key, [levels]).
+    Get { key: Id, levels: Option<Vec<u8>> },
+    /// This core's counters.
+    Stats,
+}
+
+/// What cores send each other.
+#[derive(Debug)]
+pub enum CoreMsg {
+    /// Run `call` and send the JSON answer back to core `from` as request `req`.
+    Call { req: u64, from: usize, call: Call },
+    /// The answer to request `req`.
+    Reply { req: u64, json: String },
+    /// A contact verified on another core.
+    Learned {
+        level: u8,
+        contact: Contact,
+        rtt_us: u64,
+    },
+}
+
+/// The state of one core.
+pub struct Shard {
+    /// This core's index.
+    pub core: usize,
+    /// How many cores run.
+    pub cores: usize,
+    node: RefCell<Node>,
+    socket: UdpSocket,
+    epoch: Instant,
+    waiting: RefCell<HashMap<OpId, local_channel::LocalSender<Event>>>,
+    replies: RefCell<HashMap<u64, local_channel::LocalSender<String>>>,
+    next_req: RefCell<u64>,
+    senders: Senders<CoreMsg>,
+    stop: Arc<AtomicBool>,
+    /// Datagrams that could not be sent.
+    send_errors: RefCell<u64>,
+}
+
+impl Shard {
+    /// Now, on the node's clock.
+    pub fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_micros() as u64)
+    }
+
+    /// Sends what the node queued and hands out completed operations and
+    /// learnt contacts. Call after every input to the node.
+    async fn flush(&self) {
+        let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        let mut events = Vec::new();
+        let mut learned = Vec::new();
+        {
+            let mut node = self.node.borrow_mut();
+            let mut buf = Vec::with_capacity(512);
+            while let Some(to) = node.poll_transmit(&mut buf) {
+                out.push((to, std::mem::take(&mut buf)));
+            }
+            while let Some(e) = node.poll_event() {
+                events.push(e);
+            }
+            while let Some(l) = node.poll_learned() {
+                learned.push(l);
+            }
+        }
+        for (to, bytes) in out {
+            if self.socket.send_to(&bytes, to).await.is_err() {
+                *self.send_errors.borrow_mut() += 1;
+            }
+        }
+        for e in events {
+            let op = match &e {
+                Event::GetDone { op, .. }
+                | Event::PutDone { op, .. }
+                | Event::ClaimDone { op, .. } => *op,
+            };
+            if let Some(tx) = self.waiting.borrow_mut().remove(&op) {
+                let _ = tx.try_send(e);
+            }
+        }
+        for (level, contact, rtt) in learned {
+            for peer in 0..self.cores {
+                if peer != self.core {
+                    // Best effort: a full channel drops the news, traffic brings it again.
+                    let _ = self.senders.try_send_to(
+                        peer,
+                        CoreMsg::Learned {
+                            level,
+                            contact,
+                            rtt_us: rtt.as_micros(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Runs `call` on this core and returns its JSON answer.
+    pub async fn run_call(&self, call: Call) -> String {
+        let now = self.now();
+        let (tx, rx) = local_channel::new_bounded(1);
+        let op = {
+            let mut node = self.node.borrow_mut();
+            match &call {
+                Call::Put {
+                    key,
+                    value,
+                    ttl_secs,
+                    levels,
+                } => {
+                    let Some(v) = Value::new(value) else {
+                        return json!({"error": "value longer than 255 bytes"}).to_string();
+                    };
+                    node.put(now, *key, v, *ttl_secs, levels.as_deref())
+                }
+                Call::Get { key, levels } => node.get(now, *key, levels.as_deref()),
+                Call::Stats => {
+                    return stats_json(self.core, node.stats(), *self.send_errors.borrow())
+                        .to_string();
+                }
+            }
+        };
+        self.waiting.borrow_mut().insert(op, tx);
+        self.flush().await;
+        match rx.recv().await {
+            Some(e) => event_json(&e).to_string(),
+            None => json!({"error": "operation dropped"}).to_string(),
+        }
+    }
+
+    /// Sends `call` to the core that should run it and waits for the answer.
+    pub async fn call_on(&self, core: usize, call: Call) -> String {
+        if core == self.core {
+            return self.run_call(call).await;
+        }
+        let req = {
+            let mut n = self.next_req.borrow_mut();
+            *n += 1;
+            *n
+        };
+        let (tx, rx) = local_channel::new_bounded(1);
+        self.replies.borrow_mut().insert(req, tx);
+        if self
+            .senders
+            .send_to(
+                core,
+                CoreMsg::Call {
+                    req,
+                    from: self.core,
+                    call,
+                },
+            )
+            .await
+            .is_err()
+        {
+            self.replies.borrow_mut().remove(&req);
+            return json!({"error": "core unavailable"}).to_string();
+        }
+        rx.recv()
+            .await
+            .unwrap_or_else(|| json!({"error": "no answer"}).to_string())
+    }
+
+    /// `levels()` as JSON.
+    pub fn levels_json(&self) -> serde_json::Value {
+        let node = self.node.borrow();
+        let levels: Vec<_> = node.levels(self.now()).iter().map(level_json).collect();
+        json!({"node": node.id().to_string(), "addr": node.addr().to_string(), "cores": self.cores, "levels": levels})
+    }
+
+    /// `nodes(level, count, target, services)` as JSON.
+    pub fn nodes_json(
+        &self,
+        level: u8,
+        count: usize,
+        target: Option<std::net::IpAddr>,
+        services: coral::wire::Services,
+    ) -> serde_json::Value {
+        let node = self.node.borrow();
+        let nodes: Vec<_> = node
+            .nodes(level, count, target, services)
+            .iter()
+            .map(|c| json!({"id": c.id.to_string(), "addr": c.addr.to_string(), "services": c.services.0}))
+            .collect();
+        json!({"level": level, "nodes": nodes})
+    }
+
+    /// Whether the node is shutting down.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+fn level_json(l: &LevelInfo) -> serde_json::Value {
+    json!({
+        "level": l.level,
+        "threshold_ms": if l.threshold_ms == u32::MAX { serde_json::Value::Null } else { json!(l.threshold_ms) },
+        "cluster": l.cluster.to_string(),
+        "age_secs": l.age_secs,
+        "size_estimate": l.size_estimate,
+        "contacts": l.contacts,
+        "keys": l.keys,
+    })
+}
+
+fn stats_json(core: usize, s: &Stats, send_errors: u64) -> serde_json::Value {
+    json!({
+        "core": core,
+        "datagrams_in": s.datagrams_in, "datagrams_out": s.datagrams_out,
+        "malformed": s.malformed, "unbound_sender": s.unbound_sender,
+        "unexpected_replies": s.unexpected_replies,
+        "pings_served": s.pings_served, "find_nodes_served": s.find_nodes_served,
+        "gets_served": s.gets_served, "put_probes_received": s.put_probes_received,
+        "stores_received": s.stores_received, "stores_accepted": s.stores_accepted,
+        "wrong_cluster": s.wrong_cluster, "bad_token": s.bad_token,
+        "rpc_timeouts": s.rpc_timeouts, "ops_refused": s.ops_refused,
+        "send_errors": send_errors,
+    })
+}
+
+/// A value as JSON: its bytes in hex, as text when it is UTF-8, and as an
+/// address when it is one (proxy pointers and hints are addresses).
+pub fn value_json(v: &Value) -> serde_json::Value {
+    let hex: String = v.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    json!({
+        "hex": hex,
+        "text": std::str::from_utf8(v.as_bytes()).ok(),
+        "addr": v.to_addr().map(|a| a.to_string()),
+    })
+}
+
+fn event_json(e: &Event) -> serde_json::Value {
+    match e {
+        Event::GetDone {
+            key,
+            values,
+            level,
+            local,
+            hops,
+            elapsed,
+            ..
+        } => json!({
+            "op": "get", "key": key.to_string(),
+            "values": values.iter().map(value_json).collect::<Vec<_>>(),
+            "level": level, "local": local, "hops": hops,
+            "elapsed_ms": elapsed.as_millis_f64(),
+        }),
+        Event::PutDone {
+            key,
+            levels,
+            elapsed,
+            ..
+        } => json!({
+            "op": "put", "key": key.to_string(),
+            "levels": levels.iter().map(|l| json!({
+                "level": l.level,
+                "stored_at": match l.stored_at {
+                    Some(coral::node::StoredAt::Local) => json!("local"),
+                    Some(coral::node::StoredAt::Remote(c)) => json!(c.addr.to_string()),
+                    None => serde_json::Value::Null,
+                },
+                "stopped_at_loaded": l.stopped_at_loaded,
+            })).collect::<Vec<_>>(),
+            "elapsed_ms": elapsed.as_millis_f64(),
+        }),
+        Event::ClaimDone {
+            key,
+            claimed,
+            values,
+            elapsed,
+            ..
+        } => json!({
+            "op": "claim", "key": key.to_string(), "claimed": claimed,
+            "values": values.iter().map(value_json).collect::<Vec<_>>(),
+            "elapsed_ms": elapsed.as_millis_f64(),
+        }),
+    }
+}
+
+/// The CPUs this process may run on (glommio's placement ignores the mask).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `set` is a plain bitmask the kernel fills; zeroed is a valid
+    // empty set, and the size passed is its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// Why the runtime cannot start, in words an operator can act on.
+pub fn io_uring_problem() -> Option<String> {
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
+        match s.trim() {
+            "0" | "" => {}
+            v => {
+                return Some(format!(
+                    "io_uring is disabled (kernel.io_uring_disabled = {v}); set it to 0, see tuning/README.md"
+                ))
+            }
+        }
+    }
+    None
+}
+
+/// Runs a node until SIGINT or SIGTERM. Blocks the calling thread.
+pub fn run(config: NodeConfig) -> Result<(), String> {
+    if let Some(p) = io_uring_problem() {
+        return Err(p);
+    }
+    let cpus = allowed_cpus();
+    let cores = if config.cores == 0 {
+        cpus.len()
+    } else {
+        config.cores.min(cpus.len()).max(1)
+    };
+    let fds = steer::bind_group(config.dsht, cores)
+        .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    block_stop_signals();
+    let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
+    let mut handles = Vec::new();
+    for (core, fd) in fds.into_iter().enumerate() {
+        let mesh = mesh.clone();
+        let config = config.clone();
+        let stop = stop.clone();
+        let cpu = cpus[core % cpus.len()];
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("coral-core-{core}"))
+            .io_memory(IO_MEMORY_BYTES)
+            .spawn(move || async move { core_main(core, cores, fd, config, mesh, stop).await })
+            .map_err(|e| {
+                format!(
+                    "cannot start the executor for core {core} on CPU {cpu}: {e}. If io_uring is unavailable or \
+                     locked memory (ulimit -l) is too small, see tuning/README.md"
+                )
+            })?;
+        handles.push(handle);
+    }
+    tracing::info!(addr = %config.dsht, admin = %config.admin, cores, "coral node running");
+    wait_for_stop_signal();
+    tracing::info!("stopping");
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(e) => return Err(format!("executor failed: {e}")),
+        }
+    }
+    Ok(())
+}
+
+async fn core_main(
+    core: usize,
+    cores: usize,
+    fd: RawFd,
+    config: NodeConfig,
+    mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let (senders, mut receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| "cannot join the core mesh".to_string())?;
+    // SAFETY: `fd` is a bound UDP socket made by `steer::bind_group` for this
+    // core alone; ownership passes to the glommio socket, which closes it.
+    let socket = unsafe { UdpSocket::from_raw_fd(fd) };
+    let epoch = Instant::now();
+    let seed = seed_from_os() ^ core as u64;
+    let mut node =
+        Node::new(config.dht.clone(), config.dsht, Time::ZERO, seed).map_err(|e| e.to_string())?;
+    node.set_route_hint(steer::route_for_core(core, cores));
+    let shard = Rc::new(Shard {
+        core,
+        cores,
+        node: RefCell::new(node),
+        socket,
+        epoch,
+        waiting: RefCell::new(HashMap::new()),
+        replies: RefCell::new(HashMap::new()),
+        next_req: RefCell::new(0),
+        senders,
+        stop,
+        send_errors: RefCell::new(0),
+    });
+    // Messages from the other cores.
+    for (_, stream) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = stream.recv().await {
+                handle_core_msg(&shard, msg).await;
+            }
+        })
+        .detach();
+    }
+    // Datagrams.
+    {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            let mut buf = vec![0u8; RECV_BUFFER_BYTES];
+            loop {
+                match shard.socket.recv_from(&mut buf).await {
+                    Ok((n, from)) => {
+                        let now = shard.now();
+                        if let Err(why) = shard.node.borrow_mut().handle(now, from, &buf[..n]) {
+                            tracing::trace!(%from, ?why, "datagram dropped");
+                        }
+                        shard.flush().await;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "recv failed");
+                        glommio::timer::sleep(TICK).await;
+                    }
+                }
+            }
+        })
+        .detach();
+    }
+    // Joining: core 0 bootstraps; the others learn from it over the mesh.
+    if core == 0 && !config.bootstrap.is_empty() {
+        let now = shard.now();
+        shard.node.borrow_mut().bootstrap(now, &config.bootstrap);
+        shard.flush().await;
+    }
+    if core == 0 {
+        crate::admin::spawn(shard.clone(), config.admin)?;
+    }
+    // Timers, until told to stop.
+    while !shard.stopping() {
+        let now = shard.now();
+        let due = shard.node.borrow().poll_timeout().is_some_and(|t| t <= now);
+        if due {
+            shard.node.borrow_mut().handle_timeout(now);
+            shard.flush().await;
+        }
+        let wait = shard
+            .node
+            .borrow()
+            .poll_timeout()
+            .map(|t| std::time::Duration::from_micros(t.0.saturating_sub(shard.now().0)))
+            .unwrap_or(TICK)
+            .min(TICK);
+        glommio::timer::sleep(wait).await;
+    }
+    Ok(())
+}
+
+async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
+    match msg {
+        CoreMsg::Learned {
+            level,
+            contact,
+            rtt_us,
+        } => {
+            let now = shard.now();
+            shard.node.borrow_mut().learn_verified(
+                contact,
+                level,
+                now,
+                Some(coral::Duration(rtt_us)),
+            );
+        }
+        CoreMsg::Call { req, from, call } => {
+            let shard = shard.clone();
+            glommio::spawn_local(async move {
+                let json = shard.run_call(call).await;
+                let _ = shard
+                    .senders
+                    .send_to(from, CoreMsg::Reply { req, json })
+                    .await;
+            })
+            .detach();
+        }
+        CoreMsg::Reply { req, json } => {
+            if let Some(tx) = shard.replies.borrow_mut().remove(&req) {
+                let _ = tx.try_send(json);
+            }
+        }
+    }
+}
+
+fn seed_from_os() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    u64::from_ne_bytes(b) ^ std::process::id() as u64
+}
+
+fn stop_signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a sigset_t we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts, so
+/// that only `wait_for_stop_signal` receives them.
+fn block_stop_signals() {
+    let set = stop_signal_set();
+    // SAFETY: `set` is initialised; a null old-set pointer is allowed.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+fn wait_for_stop_signal() {
+    let set = stop_signal_set();
+    let mut sig: libc::c_int = 0;
+    // SAFETY: `set` is initialised and blocked in every thread; `sig` is a
+    // valid out-pointer.
+    unsafe {
+        libc::sigwait(&set, &mut sig);
+    }
+}

@@ -1,0 +1,234 @@
+//! `coral node` processes on loopback addresses, driven through the client
+//! commands, and datagrams sent straight at a node's sockets.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use coral::wire::{Body, Header, Message, Services};
+use coral::Id;
+
+const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+
+/// Node processes, killed when dropped.
+struct Cluster {
+    children: Vec<Option<Child>>,
+    admins: Vec<SocketAddr>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.children.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts `n` nodes on 127.0.`net`.1..=n, each joining through the first.
+    fn start(net: u8, n: u8, cores: usize) -> Cluster {
+        let mut c = Cluster {
+            children: Vec::new(),
+            admins: Vec::new(),
+        };
+        for i in 1..=n {
+            let ip = format!("127.0.{net}.{i}");
+            let mut cmd = Command::new(CORAL);
+            cmd.args([
+                "node",
+                "--dsht",
+                &format!("{ip}:7000"),
+                "--admin",
+                &format!("{ip}:7080"),
+            ])
+            .args(["--cores", &cores.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+            if i > 1 {
+                cmd.args(["--bootstrap", &format!("127.0.{net}.1:7000")]);
+            }
+            c.children
+                .push(Some(cmd.spawn().expect("start coral node")));
+            c.admins.push(format!("{ip}:7080").parse().unwrap());
+            if i == 1 {
+                wait_for_admin(c.admins[0]);
+            }
+        }
+        for a in &c.admins {
+            wait_for_admin(*a);
+        }
+        c
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.children[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn client(&self, i: usize, args: &[&str]) -> serde_json::Value {
+        let out = client(self.admins[i], args);
+        assert!(
+            out.status.success(),
+            "coral {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON from the client command")
+    }
+}
+
+fn client(admin: SocketAddr, args: &[&str]) -> Output {
+    Command::new(CORAL)
+        .args(args)
+        .args(["--node", &admin.to_string(), "--json"])
+        .output()
+        .expect("run coral client")
+}
+
+fn wait_for_admin(admin: SocketAddr) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect_timeout(&admin, Duration::from_millis(200)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "node at {admin} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn found(v: &serde_json::Value) -> usize {
+    v["values"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn twelve_nodes_put_get_nodes_levels_and_survive_losing_a_third() {
+    let mut c = Cluster::start(31, 12, 1);
+    // Let the joins settle (self-lookups and bucket refreshes).
+    std::thread::sleep(Duration::from_secs(2));
+    let levels = c.client(5, &["levels"]);
+    assert_eq!(levels["levels"].as_array().unwrap().len(), 3);
+    assert!(
+        levels["levels"][0]["contacts"].as_u64().unwrap() >= 6,
+        "{levels}"
+    );
+    let nodes = c.client(7, &["nodes", "--level", "0", "--count", "5"]);
+    assert_eq!(nodes["nodes"].as_array().unwrap().len(), 5);
+    // Ten objects, each cached by the four proxies j, j+3, j+6, j+9 (mod 12).
+    let putters = |j: usize| [j % 12, (j + 3) % 12, (j + 6) % 12, (j + 9) % 12];
+    for j in 0..10 {
+        let key = format!("url:http://www.x.com/{j}.jpg");
+        for p in putters(j) {
+            let put = c.client(
+                p,
+                &[
+                    "put",
+                    &key,
+                    &format!("127.0.31.{}:8090", p + 1),
+                    "--ttl",
+                    "600",
+                ],
+            );
+            assert!(put["levels"][0]["stored_at"].is_string(), "{put}");
+        }
+    }
+    for j in 0..10 {
+        let key = format!("url:http://www.x.com/{j}.jpg");
+        let got = c.client((j + 1) % 12, &["get", &key]);
+        assert!(found(&got) > 0, "{key}: {got}");
+    }
+    // A third of the nodes die (never node 0, the one the others joined through).
+    for i in [1, 4, 7, 10] {
+        c.kill(i);
+    }
+    let alive = |i: usize| ![1, 4, 7, 10].contains(&i);
+    // Proxies renew their pointers (§3.2); then every object is found from
+    // every surviving node, through lookups that meet dead nodes on the way.
+    for j in 0..10 {
+        let key = format!("url:http://www.x.com/{j}.jpg");
+        for p in putters(j).into_iter().filter(|&p| alive(p)) {
+            c.client(
+                p,
+                &[
+                    "put",
+                    &key,
+                    &format!("127.0.31.{}:8090", p + 1),
+                    "--ttl",
+                    "600",
+                ],
+            );
+        }
+    }
+    for j in 0..10 {
+        let key = format!("url:http://www.x.com/{j}.jpg");
+        let from = (0..12).filter(|&i| alive(i)).nth(j % 8).unwrap();
+        let got = c.client(from, &["get", &key]);
+        assert!(
+            found(&got) > 0,
+            "after the crash, {key} from node {from}: {got}"
+        );
+    }
+}
+
+#[test]
+fn keys_are_served_by_their_owning_core() {
+    let c = Cluster::start(32, 1, 2);
+    let node: SocketAddr = "127.0.32.1:7000".parse().unwrap();
+    let me = UdpSocket::bind("127.0.32.9:0").unwrap();
+    me.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let sender = Id::from_ip(me.local_addr().unwrap().ip());
+    // 200 gets for keys spread over the id space; each carries its key's route.
+    let mut want = [0u64; 2];
+    let mut buf = [0u8; 2048];
+    for k in 0..200u32 {
+        let key = Id::hash(&k.to_be_bytes());
+        let route = coral::node::route_of(&key);
+        want[((u32::from(route) * 2) >> 16) as usize] += 1;
+        let msg = Message {
+            header: Header {
+                route,
+                txid: k,
+                sender,
+                services: Services::NONE,
+                clusters: Default::default(),
+            },
+            body: Body::Get {
+                level: 0,
+                key,
+                target: key,
+            },
+        };
+        me.send_to(&msg.to_bytes(), node).unwrap();
+        // Read the answer (and ignore the node's verifying pings).
+        loop {
+            let (n, _) = me.recv_from(&mut buf).expect("an answer");
+            let reply = Message::decode(&buf[..n]).unwrap();
+            if reply.header.txid == k && matches!(reply.body, Body::GetReply { .. }) {
+                assert_eq!(reply.header.route, route, "the reply echoes the route");
+                break;
+            }
+        }
+    }
+    // Malformed datagrams are dropped and counted; the node keeps answering.
+    for junk in [
+        &b""[..],
+        b"\x01",
+        b"\x09\x01\x00\x00garbage",
+        &[0xffu8; 300][..],
+    ] {
+        me.send_to(junk, node).unwrap();
+    }
+    let stats = c.client(0, &["stats"]);
+    let cores = stats["cores"].as_array().unwrap();
+    let served: Vec<u64> = cores
+        .iter()
+        .map(|c| c["gets_served"].as_u64().unwrap())
+        .collect();
+    assert_eq!(served, want, "gets served per core vs keys owned per core");
+    let malformed: u64 = cores.iter().map(|c| c["malformed"].as_u64().unwrap()).sum();
+    assert_eq!(malformed, 4);
+    let levels = c.client(0, &["levels"]);
+    assert_eq!(levels["cores"], 2);
+}
