@@ -45,6 +45,8 @@ const MESH_CHANNEL_CAPACITY: usize = 4096;
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
 /// Largest datagram received.
 const RECV_BUFFER_BYTES: usize = 65_536;
+/// Datagrams read from the socket without waiting after each awaited one.
+const RECV_BATCH_MAX: usize = 64;
 
 /// A call into the DSHT from the client commands.
 #[derive(Debug, Clone)]
@@ -93,6 +95,9 @@ pub struct Shard {
     stop: Arc<AtomicBool>,
     /// Datagrams that could not be sent.
     send_errors: RefCell<u64>,
+    /// The same socket as `socket`, for direct non-blocking syscalls.
+    raw: std::mem::ManuallyDrop<socket2::Socket>,
+    send_buf: RefCell<Vec<u8>>,
 }
 
 impl Shard {
@@ -102,16 +107,31 @@ impl Shard {
     }
 
     /// Sends what the node queued and hands out completed operations and
-    /// learnt contacts. Call after every input to the node.
+    /// learnt contacts. Call after every batch of inputs to the node.
+    ///
+    /// Datagrams go out with a direct non-blocking `sendto`: a UDP send on
+    /// loopback or a NIC almost never blocks, and a syscall is cheaper than
+    /// a round trip through the ring. Only a send that would block waits on
+    /// the ring.
     async fn flush(&self) {
-        let mut out: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        let mut deferred: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         let mut events = Vec::new();
         let mut learned = Vec::new();
         {
             let mut node = self.node.borrow_mut();
-            let mut buf = Vec::with_capacity(512);
+            let mut buf = self.send_buf.borrow_mut();
             while let Some(to) = node.poll_transmit(&mut buf) {
-                out.push((to, std::mem::take(&mut buf)));
+                match self.raw.send_to_with_flags(
+                    &buf,
+                    &socket2::SockAddr::from(to),
+                    libc::MSG_DONTWAIT,
+                ) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        deferred.push((to, buf.clone()))
+                    }
+                    Err(_) => *self.send_errors.borrow_mut() += 1,
+                }
             }
             while let Some(e) = node.poll_event() {
                 events.push(e);
@@ -120,7 +140,7 @@ impl Shard {
                 learned.push(l);
             }
         }
-        for (to, bytes) in out {
+        for (to, bytes) in deferred {
             if self.socket.send_to(&bytes, to).await.is_err() {
                 *self.send_errors.borrow_mut() += 1;
             }
@@ -148,6 +168,32 @@ impl Shard {
                         },
                     );
                 }
+            }
+        }
+    }
+
+    /// Hands one datagram to the node.
+    fn input(&self, from: SocketAddr, datagram: &[u8]) {
+        let now = self.now();
+        if let Err(why) = self.node.borrow_mut().handle(now, from, datagram) {
+            tracing::trace!(%from, ?why, "datagram dropped");
+        }
+    }
+
+    /// Reads whatever datagrams are already queued on the socket, without
+    /// waiting, up to `RECV_BATCH_MAX`.
+    fn drain_socket(&self, buf: &mut [std::mem::MaybeUninit<u8>]) {
+        for _ in 0..RECV_BATCH_MAX {
+            match self.raw.recv_from_with_flags(buf, libc::MSG_DONTWAIT) {
+                Ok((n, addr)) => {
+                    let Some(from) = addr.as_socket() else {
+                        continue;
+                    };
+                    // SAFETY: the kernel initialised the first `n` bytes.
+                    let data = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
+                    self.input(from, data);
+                }
+                Err(_) => break,
             }
         }
     }
@@ -427,6 +473,9 @@ async fn core_main(
     // SAFETY: `fd` is a bound UDP socket made by `steer::bind_group` for this
     // core alone; ownership passes to the glommio socket, which closes it.
     let socket = unsafe { UdpSocket::from_raw_fd(fd) };
+    // SAFETY: a second handle on the same descriptor for direct syscalls;
+    // ManuallyDrop keeps it from closing what `socket` owns.
+    let raw = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(fd) });
     let epoch = Instant::now();
     let seed = seed_from_os() ^ core as u64;
     let mut node =
@@ -444,6 +493,8 @@ async fn core_main(
         senders,
         stop,
         send_errors: RefCell::new(0),
+        raw,
+        send_buf: RefCell::new(Vec::with_capacity(2048)),
     });
     // Messages from the other cores.
     for (_, stream) in receivers.streams() {
@@ -460,13 +511,12 @@ async fn core_main(
         let shard = shard.clone();
         glommio::spawn_local(async move {
             let mut buf = vec![0u8; RECV_BUFFER_BYTES];
+            let mut more = vec![std::mem::MaybeUninit::<u8>::uninit(); RECV_BUFFER_BYTES];
             loop {
                 match shard.socket.recv_from(&mut buf).await {
                     Ok((n, from)) => {
-                        let now = shard.now();
-                        if let Err(why) = shard.node.borrow_mut().handle(now, from, &buf[..n]) {
-                            tracing::trace!(%from, ?why, "datagram dropped");
-                        }
+                        shard.input(from, &buf[..n]);
+                        shard.drain_socket(&mut more);
                         shard.flush().await;
                     }
                     Err(e) => {
@@ -565,8 +615,13 @@ fn stop_signal_set() -> libc::sigset_t {
 /// that only `wait_for_stop_signal` receives them.
 fn block_stop_signals() {
     let set = stop_signal_set();
-    // SAFETY: `set` is initialised; a null old-set pointer is allowed.
+    // SAFETY: restoring the default disposition is always valid (a shell
+    // starts background jobs with SIGINT ignored, and an ignored signal is
+    // discarded before sigwait can see it); `set` is initialised and a null
+    // old-set pointer is allowed.
     unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }

@@ -232,3 +232,26 @@ fn keys_are_served_by_their_owning_core() {
     let levels = c.client(0, &["levels"]);
     assert_eq!(levels["cores"], 2);
 }
+
+#[test]
+fn sigterm_stops_a_node_cleanly() {
+    let mut c = Cluster::start(33, 1, 2);
+    let mut child = c.children[0].take().unwrap();
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "node did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

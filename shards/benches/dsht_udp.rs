@@ -1,0 +1,259 @@
+//! DSHT get RPCs per second on one core over loopback UDP, side by side with
+//! a bare UDP echo server on the same core in the same run (the kernel's
+//! limit). Load comes from another core. Figures are per second of wall time
+//! and per second of server CPU time; the ratio is what the goal names
+//! (≥ 0.8× the echo server).
+//!
+//! `cargo bench -p coral-shards --bench dsht_udp [-- SECONDS [WINDOW]]`
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use coral::wire::{Body, Header, Message, Services};
+use coral::Id;
+
+const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set for the kernel to fill.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return vec![0];
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: as above; the set names one CPU from our own mask.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// CPU seconds (user + system) a process has used.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Closed-loop load: `window` requests in flight, each answer sends the next.
+/// Returns (answers, wall seconds, server CPU seconds).
+fn load(
+    server: SocketAddr,
+    server_pid: u32,
+    from: &str,
+    secs: f64,
+    window: usize,
+    request: &dyn Fn(u32) -> Vec<u8>,
+    is_answer: &dyn Fn(&[u8]) -> bool,
+) -> (u64, f64, f64) {
+    let sock = UdpSocket::bind(from).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let mut n = 0u32;
+    for _ in 0..window {
+        sock.send_to(&request(n), server).unwrap();
+        n = n.wrapping_add(1);
+    }
+    // Warm up for a second, then measure.
+    let warm = Instant::now();
+    while warm.elapsed() < Duration::from_secs(1) {
+        if let Ok((len, _)) = sock.recv_from(&mut buf) {
+            if is_answer(&buf[..len]) {
+                let _ = sock.send_to(&request(n), server);
+                n = n.wrapping_add(1);
+            }
+        } else {
+            for _ in 0..window {
+                let _ = sock.send_to(&request(n), server);
+                n = n.wrapping_add(1);
+            }
+        }
+    }
+    let cpu0 = cpu_secs(server_pid);
+    let start = Instant::now();
+    let mut answers = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        match sock.recv_from(&mut buf) {
+            Ok((len, _)) => {
+                if is_answer(&buf[..len]) {
+                    answers += 1;
+                    let _ = sock.send_to(&request(n), server);
+                    n = n.wrapping_add(1);
+                }
+            }
+            Err(_) => {
+                // Lost datagrams: refill the window.
+                for _ in 0..window {
+                    let _ = sock.send_to(&request(n), server);
+                    n = n.wrapping_add(1);
+                }
+            }
+        }
+    }
+    let wall = start.elapsed().as_secs_f64();
+    (answers, wall, cpu_secs(server_pid) - cpu0)
+}
+
+fn echo_server(addr: &str, cpu: usize) {
+    pin_to(cpu);
+    let sock = UdpSocket::bind(addr).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let _ = sock.send_to(&buf[..n], from);
+        }
+    }
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("echo") {
+        echo_server(&args[2], args[3].parse().unwrap());
+        return;
+    }
+    let nums: Vec<f64> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let secs = nums.first().copied().unwrap_or(5.0);
+    let window = nums.get(1).copied().unwrap_or(32.0) as usize;
+    let cpus = allowed_cpus();
+    let (server_cpu, load_cpu) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+    pin_to(load_cpu);
+    println!(
+        "server on CPU {server_cpu}, load on CPU {load_cpu}, {secs} s per run, window {window}"
+    );
+
+    // 1. The bare UDP echo server.
+    let echo_addr: SocketAddr = "127.0.0.60:9000".parse().unwrap();
+    let me = std::env::current_exe().unwrap();
+    let echo = Kill(
+        Command::new(me)
+            .args(["echo", &echo_addr.to_string(), &server_cpu.to_string()])
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let payload = vec![0u8; 64];
+    let (e_n, e_wall, e_cpu) = load(
+        echo_addr,
+        echo.0.id(),
+        "127.0.0.61:0",
+        secs,
+        window,
+        &|_| payload.clone(),
+        &|_| true,
+    );
+    drop(echo);
+
+    // 2. A coral node on one core answering gets for a key it stores.
+    let node_addr: SocketAddr = "127.0.0.62:7000".parse().unwrap();
+    let node = Kill(
+        Command::new(CORAL)
+            .args([
+                "node",
+                "--cores",
+                "1",
+                "--dsht",
+                "127.0.0.62:7000",
+                "--admin",
+                "127.0.0.62:7080",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let key = Id::from_url("http://www.x.com/y.jpg");
+    let put = Command::new(CORAL)
+        .args([
+            "put",
+            "url:http://www.x.com/y.jpg",
+            "10.1.2.3:8090",
+            "--ttl",
+            "3600",
+            "--node",
+            "127.0.0.62:7080",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let from = "127.0.0.63";
+    let sender = Id::from_ip(from.parse().unwrap());
+    let request = move |txid: u32| {
+        Message {
+            header: Header {
+                route: coral::node::route_of(&key),
+                txid,
+                sender,
+                services: Services::NONE,
+                clusters: Default::default(),
+            },
+            body: Body::Get {
+                level: 0,
+                key,
+                target: key,
+            },
+        }
+        .to_bytes()
+    };
+    let is_answer = |b: &[u8]| b.len() > 1 && b[1] == 0x83;
+    let (c_n, c_wall, c_cpu) = load(
+        node_addr,
+        node.0.id(),
+        &format!("{from}:0"),
+        secs,
+        window,
+        &request,
+        &is_answer,
+    );
+    drop(node);
+
+    let per = |n: u64, d: f64| if d > 0.0 { n as f64 / d } else { 0.0 };
+    println!(
+        "{:<28} {:>14} {:>18}",
+        "", "per wall second", "per server CPU s"
+    );
+    println!(
+        "{:<28} {:>14.0} {:>18.0}",
+        "bare UDP echo",
+        per(e_n, e_wall),
+        per(e_n, e_cpu)
+    );
+    println!(
+        "{:<28} {:>14.0} {:>18.0}",
+        "coral get (1 core)",
+        per(c_n, c_wall),
+        per(c_n, c_cpu)
+    );
+    println!(
+        "ratio coral/echo: {:.2} per wall second, {:.2} per server CPU second",
+        per(c_n, c_wall) / per(e_n, e_wall).max(1.0),
+        per(c_n, c_cpu) / per(e_n, e_cpu).max(1.0)
+    );
+}
