@@ -177,16 +177,12 @@ impl FetchPolicy {
         )
     }
 
-    /// Whether the object is being fetched here (a peer asking for it can be
-    /// served by cut-through as the bytes arrive).
-    pub fn is_fetching(&self, key: &Key) -> bool {
-        matches!(
-            self.objects.get(key),
-            Some(Object {
-                state: State::Fetching { .. },
-                ..
-            })
-        )
+    /// Whether the object is on its way here — looked up, claimed or being
+    /// fetched — so that a peer asking for it can wait for it and be served
+    /// by cut-through as the bytes arrive. (A claim publishes this proxy's
+    /// pointer before its fetch starts.)
+    pub fn is_pending(&self, key: &Key) -> bool {
+        matches!(self.objects.get(key), Some(o) if !matches!(o.state, State::Complete { .. }))
     }
 
     fn pointer(&self) -> Value {

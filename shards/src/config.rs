@@ -175,6 +175,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_in_deploy_loads() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/coral.toml");
+        let c = NodeConfig::load(Some(Path::new(path))).unwrap();
+        assert_eq!(c.bootstrap.len(), 1);
+        assert_eq!(c.dht.level_thresholds_ms, vec![u32::MAX, 60, 20]);
+    }
+
+    #[test]
     fn bad_files_are_refused_with_a_reason() {
         let bad: Result<FileConfig, _> = toml::from_str("dsht = \"nonsense\"");
         assert!(bad.is_err());

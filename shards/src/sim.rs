@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use coral::sim::hotspot::{self, Bootstrap, HotspotParams, HotspotReport};
 use coral::sim::net::HashedLinks;
+use coral::sim::origin::{self, OriginParams};
 use coral::Duration;
 use serde_json::json;
 
@@ -16,6 +17,34 @@ pub enum Experiment {
     /// received by each node, against the bound β·(2^b−1)·⌈log2(n)/b⌉ and
     /// a plain DHT baseline.
     Hotspot(HotspotArgs),
+    /// §6.1, Fig. 4: a flash crowd on 12 files behind a 384 kbit/s origin;
+    /// requests per minute served by the origin, each level, and local caches.
+    OriginLoad(OriginArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct OriginArgs {
+    /// Nodes (each a DSHT node, a proxy and a client).
+    #[arg(long, default_value_t = 166)]
+    nodes: usize,
+    /// Distinct files (three per page).
+    #[arg(long, default_value_t = 12)]
+    objects: usize,
+    /// Minutes of client load.
+    #[arg(long, default_value_t = 30)]
+    minutes: u32,
+    /// Cluster levels: 1 (global only) or 3 (the paper's hierarchy).
+    #[arg(long, default_value_t = 3)]
+    levels: usize,
+    /// Skip the test-and-set claim before origin fetches (the paper's behaviour).
+    #[arg(long)]
+    no_claim: bool,
+    /// The seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print machine-readable JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -55,7 +84,106 @@ pub struct HotspotArgs {
 pub fn run(experiment: Experiment) -> ExitCode {
     match experiment {
         Experiment::Hotspot(args) => hotspot(args),
+        Experiment::OriginLoad(args) => origin_load(args),
     }
+}
+
+fn origin_load(a: OriginArgs) -> ExitCode {
+    if a.nodes < 2 || a.objects == 0 || a.minutes == 0 || !(1..=3).contains(&a.levels) {
+        eprintln!("coral sim origin-load: need --nodes ≥ 2, --objects ≥ 1, --minutes ≥ 1, 1 ≤ --levels ≤ 3");
+        return ExitCode::from(2);
+    }
+    let params = OriginParams {
+        nodes: a.nodes,
+        objects: a.objects,
+        minutes: a.minutes,
+        levels: a.levels,
+        claim: !a.no_claim,
+        seed: a.seed,
+        ..OriginParams::default()
+    };
+    let header = format!(
+        "coral sim origin-load: seed {} nodes {} objects {} of {} bytes minutes {} levels {} claim {} origin {} kbit/s \
+         peers {} kbit/s client rate {}/s start spread {} s links one-way 2-90 ms (hashed per pair)",
+        a.seed, a.nodes, a.objects, params.object_bytes, a.minutes, a.levels, !a.no_claim,
+        params.origin_kbit_per_sec, params.peer_kbit_per_sec, params.client_rate, params.client_start_spread_secs
+    );
+    if a.json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
+    }
+    let links = HashedLinks {
+        min: Duration::from_millis(2),
+        max: Duration::from_millis(90),
+        seed: a.seed,
+    };
+    let started = std::time::Instant::now();
+    let mut r = origin::run(&params, links);
+    let wall = started.elapsed().as_secs_f64();
+    let mut lat = r.get_latencies_ms.clone();
+    let (p50, p80, p99) = (
+        origin::percentile(&mut lat, 50.0),
+        origin::percentile(&mut lat, 80.0),
+        origin::percentile(&mut lat, 99.0),
+    );
+    if a.json {
+        let minutes: Vec<_> = r
+            .per_minute
+            .iter()
+            .map(|m| json!({"origin": m.origin, "level0": m.level0, "level1": m.level1, "level2": m.level2, "local": m.local, "failed": m.failed}))
+            .collect();
+        let out = json!({
+            "experiment": "origin-load",
+            "origin_fetches": r.origin_fetches,
+            "unique_objects": r.unique_objects,
+            "requests": r.requests,
+            "per_minute": minutes,
+            "get_latency_ms": {"p50": p50, "p80": p80, "p99": p99, "count": r.get_latencies_ms.len()},
+            "cluster_counts": r.cluster_sizes.iter().map(Vec::len).collect::<Vec<_>>(),
+            "wall_seconds": wall,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        return ExitCode::SUCCESS;
+    }
+    r.per_minute.truncate(a.minutes as usize);
+    println!(
+        "Origin load (NSDI 2004 §6.1, Fig. 4): {} nodes, {} files, {} minutes",
+        a.nodes, a.objects, a.minutes
+    );
+    println!();
+    println!(
+        "  origin fetches: {} for {} files (paper: 15 for 12)",
+        r.origin_fetches, r.unique_objects
+    );
+    println!("  requests: {}", r.requests);
+    println!();
+    println!(
+        "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "minute", "origin", "level 0", "level 1", "level 2", "local", "failed"
+    );
+    for (i, m) in r.per_minute.iter().enumerate() {
+        println!(
+            "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",
+            i + 1,
+            m.origin,
+            m.level0,
+            m.level1,
+            m.level2,
+            m.local,
+            m.failed
+        );
+    }
+    println!();
+    println!(
+        "  DSHT get latency seen by proxies ({} gets): p50 {:.0} ms, p80 {:.0} ms, p99 {:.0} ms",
+        r.get_latencies_ms.len(),
+        p50,
+        p80,
+        p99
+    );
+    println!("  simulated in {wall:.1} s");
+    ExitCode::SUCCESS
 }
 
 fn hotspot(a: HotspotArgs) -> ExitCode {

@@ -140,12 +140,20 @@ pub fn assign_clusters<L: Links>(
     out
 }
 
+/// How long a proxy waits on a peer's copy that is still on its way.
+const PEER_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum AppEvent {
     /// Client at node `n` requests its next page.
     Page { node: usize },
     /// A fetch by `node` of object `obj` finished.
-    Fetched { node: usize, obj: usize, ok: bool },
+    Fetched {
+        node: usize,
+        obj: usize,
+        ok: bool,
+        fetch: u64,
+    },
     /// Renew pointers.
     Tick,
 }
@@ -163,8 +171,12 @@ struct World<L: Links> {
     app: BinaryHeap<Reverse<(Time, u64, AppEvent)>>,
     seq: u64,
     ops: HashMap<(usize, OpId), Pending>,
-    /// For each (node, object): nodes waiting on its copy by cut-through.
-    cut_through: HashMap<(usize, usize), Vec<usize>>,
+    /// For each (node, object): nodes (and their fetch ids) waiting on its
+    /// copy by cut-through.
+    cut_through: HashMap<(usize, usize), Vec<(usize, u64)>>,
+    /// The current fetch id of each (node, object) being fetched.
+    fetches: HashMap<(usize, usize), u64>,
+    next_fetch: u64,
     origin_free_at: Time,
     origin_fetches: u64,
     per_minute: Vec<MinuteCounts>,
@@ -187,6 +199,13 @@ impl<L: Links> World<L> {
             self.per_minute.resize(m + 1, MinuteCounts::default());
         }
         &mut self.per_minute[m]
+    }
+
+    /// Starts a new fetch of `obj` at `node`, superseding any earlier one.
+    fn new_fetch(&mut self, node: usize, obj: usize) -> u64 {
+        self.next_fetch += 1;
+        self.fetches.insert((node, obj), self.next_fetch);
+        self.next_fetch
     }
 
     fn object_of(&self, key: &Key) -> usize {
@@ -250,17 +269,20 @@ impl<L: Links> World<L> {
                     let rtt = self.sim.links().one_way(n, 0) + self.sim.links().one_way(0, n);
                     let begin = (now + rtt).max(self.origin_free_at);
                     self.origin_free_at = begin + link;
+                    let fetch = self.new_fetch(n, obj);
                     self.push(
                         begin + link,
                         AppEvent::Fetched {
                             node: n,
                             obj,
                             ok: true,
+                            fetch,
                         },
                     );
                 }
                 Action::FetchPeer { key, addr } => {
                     let obj = self.object_of(&key);
+                    let fetch = self.new_fetch(n, obj);
                     let peer = node_of(addr).filter(|&p| p < self.sim.len());
                     let Some(peer) = peer.filter(|&p| self.sim.is_alive(p)) else {
                         self.push(
@@ -269,6 +291,7 @@ impl<L: Links> World<L> {
                                 node: n,
                                 obj,
                                 ok: false,
+                                fetch,
                             },
                         );
                         continue;
@@ -282,10 +305,25 @@ impl<L: Links> World<L> {
                                 node: n,
                                 obj,
                                 ok: true,
+                                fetch,
                             },
                         );
-                    } else if self.policies[peer].is_fetching(&key) {
-                        self.cut_through.entry((peer, obj)).or_default().push(n);
+                    } else if self.policies[peer].is_pending(&key) {
+                        // Wait for the peer's copy (cut-through), but not forever:
+                        // two proxies can end up waiting on each other.
+                        self.cut_through
+                            .entry((peer, obj))
+                            .or_default()
+                            .push((n, fetch));
+                        self.push(
+                            now + PEER_FETCH_TIMEOUT,
+                            AppEvent::Fetched {
+                                node: n,
+                                obj,
+                                ok: false,
+                                fetch,
+                            },
+                        );
                     } else {
                         self.push(
                             now + rtt,
@@ -293,6 +331,7 @@ impl<L: Links> World<L> {
                                 node: n,
                                 obj,
                                 ok: false,
+                                fetch,
                             },
                         );
                     }
@@ -410,6 +449,8 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
         seq: 0,
         ops: HashMap::new(),
         cut_through: HashMap::new(),
+        fetches: HashMap::new(),
+        next_fetch: 0,
         origin_free_at: start,
         origin_fetches: 0,
         per_minute: Vec::new(),
@@ -460,7 +501,17 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
                 }
                 w.push(at + page_period, AppEvent::Page { node });
             }
-            AppEvent::Fetched { node, obj, ok } => {
+            AppEvent::Fetched {
+                node,
+                obj,
+                ok,
+                fetch,
+            } => {
+                // Only the current fetch of this object at this node counts, once.
+                if w.fetches.get(&(node, obj)) != Some(&fetch) {
+                    continue;
+                }
+                w.fetches.remove(&(node, obj));
                 let key = w.keys[obj];
                 let mut out = std::mem::take(&mut w.actions);
                 w.policies[node].on_fetched(at, key, ok, &mut out);
@@ -468,10 +519,18 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
                 w.act(node);
                 // Peers streaming from this copy finish with it.
                 if let Some(waiting) = w.cut_through.remove(&(node, obj)) {
-                    for m in waiting {
+                    for (m, fetch) in waiting {
                         let one_way = w.sim.links().one_way(node, m);
                         let t = w.transfer();
-                        w.push(at + one_way + t, AppEvent::Fetched { node: m, obj, ok });
+                        w.push(
+                            at + one_way + t,
+                            AppEvent::Fetched {
+                                node: m,
+                                obj,
+                                ok,
+                                fetch,
+                            },
+                        );
                     }
                 }
             }

@@ -1,0 +1,60 @@
+//! The flash crowd of §6.1 (Fig. 4) at a size CI can afford: with claims
+//! (the test-and-set of §8) every file is fetched from the origin exactly
+//! once across the network, and every request is served.
+
+use coral::sim::net::HashedLinks;
+use coral::sim::origin::{run, OriginParams};
+use coral::Duration;
+
+fn params() -> OriginParams {
+    OriginParams {
+        nodes: 60,
+        minutes: 6,
+        client_start_spread_secs: 30,
+        seed: 3,
+        ..OriginParams::default()
+    }
+}
+
+fn links() -> HashedLinks {
+    HashedLinks {
+        min: Duration::from_millis(2),
+        max: Duration::from_millis(90),
+        seed: 3,
+    }
+}
+
+#[test]
+fn one_origin_fetch_per_file_with_claims_section_6_1() {
+    let r = run(&params(), links());
+    assert_eq!(r.unique_objects, 12);
+    assert_eq!(r.origin_fetches, 12, "origin fetches");
+    let served: u64 = r
+        .per_minute
+        .iter()
+        .map(|m| m.origin + m.level0 + m.level1 + m.level2 + m.local)
+        .sum();
+    let failed: u64 = r.per_minute.iter().map(|m| m.failed).sum();
+    assert_eq!(failed, 0);
+    // Requests still waiting on a fetch when the run ends are not yet served.
+    assert!(
+        served <= r.requests && served + 60 * 3 >= r.requests,
+        "{served} of {}",
+        r.requests
+    );
+    // After the first minutes, local caches serve nearly everything.
+    let last = r.per_minute.last().unwrap();
+    assert!(
+        last.local as f64
+            >= 0.95 * (last.local + last.level0 + last.level1 + last.level2 + last.origin) as f64
+    );
+}
+
+#[test]
+fn same_seed_same_flash_crowd() {
+    let p = OriginParams {
+        minutes: 3,
+        ..params()
+    };
+    assert_eq!(run(&p, links()), run(&p, links()));
+}
