@@ -255,3 +255,58 @@ fn sigterm_stops_a_node_cleanly() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
+    let c = Cluster::start(34, 1, 2);
+    let node: SocketAddr = "127.0.34.1:7000".parse().unwrap();
+    // A flooder sends junk as fast as it can for the whole test.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let s = UdpSocket::bind("127.0.34.8:0").unwrap();
+            let mut sent = 0u64;
+            let mut junk = [0u8; 96];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && sent < 2_000_000 {
+                junk[0] = (sent % 7) as u8; // mostly bad versions, sometimes a valid one with a bad body
+                junk[2] = sent as u8;
+                junk[3] = (sent >> 8) as u8;
+                let _ = s.send_to(&junk[..(sent % 96) as usize], node);
+                sent += 1;
+            }
+            sent
+        })
+    };
+    let me = UdpSocket::bind("127.0.34.9:0").unwrap();
+    me.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let sender = Id::from_ip(me.local_addr().unwrap().ip());
+    let mut buf = [0u8; 2048];
+    let mut answered = 0;
+    for k in 0..100u32 {
+        let key = Id::hash(&k.to_be_bytes());
+        let msg = Message {
+            header: Header { route: coral::node::route_of(&key), txid: k, sender, services: Services::NONE, clusters: Default::default() },
+            body: Body::Get { level: 0, key, target: key },
+        }
+        .to_bytes();
+        // UDP under a flood may drop a datagram: up to five tries each.
+        'tries: for _ in 0..5 {
+            me.send_to(&msg, node).unwrap();
+            while let Ok((n, _)) = me.recv_from(&mut buf) {
+                if let Ok(reply) = Message::decode(&buf[..n]) {
+                    if reply.header.txid == k && matches!(reply.body, Body::GetReply { .. }) {
+                        answered += 1;
+                        break 'tries;
+                    }
+                }
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = flooder.join().unwrap();
+    assert_eq!(answered, 100, "good requests answered during a flood of {sent} bad datagrams");
+    let stats = c.client(0, &["stats"]);
+    let malformed: u64 = stats["cores"].as_array().unwrap().iter().map(|c| c["malformed"].as_u64().unwrap()).sum();
+    assert!(malformed > 1000, "only {malformed} counted as malformed");
+}
