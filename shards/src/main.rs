@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod admin;
 mod client;
 mod config;
+mod hints;
 mod runtime;
 mod sim;
 mod steer;
@@ -97,6 +98,22 @@ enum Command {
     Stats {
         #[command(flatten)]
         target: NodeArgs,
+    },
+    /// Find the first routers toward an address (the probe behind the
+    /// clustering hints, §4.4): concurrent TTL-limited UDP probes.
+    Hints {
+        /// The IPv4 address to probe toward.
+        #[arg(long)]
+        to: std::net::Ipv4Addr,
+        /// Hops to probe.
+        #[arg(long, default_value_t = 5)]
+        hops: u8,
+        /// How long to wait for answers, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        timeout_ms: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Run one of the paper's experiments in the deterministic simulator.
     Sim {
@@ -218,6 +235,42 @@ fn main() -> ExitCode {
         }
         Command::Levels { target } => client_command(&target, "/levels"),
         Command::Stats { target } => client_command(&target, "/stats"),
+        Command::Hints {
+            to,
+            hops,
+            timeout_ms,
+            json,
+        } => {
+            match hints::discover_routers(
+                to,
+                hops.clamp(1, 30),
+                std::time::Duration::from_millis(timeout_ms),
+            ) {
+                Ok(found) => {
+                    if json {
+                        let v: Vec<_> = found
+                            .iter()
+                            .map(|h| serde_json::json!({"ttl": h.ttl, "addr": h.addr.to_string(), "hint": hints::is_hint_address(h.addr)}))
+                            .collect();
+                        println!(
+                            "{}",
+                            serde_json::json!({"to": to.to_string(), "routers": v})
+                        );
+                    } else {
+                        for h in &found {
+                            let note = if hints::is_hint_address(h.addr) {
+                                ""
+                            } else {
+                                "  (private: not a hint)"
+                            };
+                            println!("{:>2}  {}{note}", h.ttl, h.addr);
+                        }
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&format!("probe toward {to}: {e}")),
+            }
+        }
         Command::Sim { experiment } => sim::run(experiment),
     }
 }

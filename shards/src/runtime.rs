@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{FromRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +45,12 @@ const MESH_CHANNEL_CAPACITY: usize = 4096;
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
 /// Largest datagram received.
 const RECV_BUFFER_BYTES: usize = 65_536;
+/// Routers probed for clustering hints (§4.4: up to five hops out).
+const HINT_HOPS_MAX: u8 = 5;
+/// How long the hint probe waits for answers.
+const HINT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
+/// TTL of a clustering hint.
+const HINT_TTL_SECS: u32 = 3600;
 /// Datagrams read from the socket without waiting after each awaited one.
 const RECV_BATCH_MAX: usize = 64;
 
@@ -426,16 +432,34 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
     let stop = Arc::new(AtomicBool::new(false));
     block_stop_signals();
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
+    // The start-up probe for clustering hints runs on its own thread, off the
+    // executors; core 0 stores what it finds.
+    let mut hints_rx = None;
+    if let Some(SocketAddr::V4(to)) = config.bootstrap.first().copied() {
+        if !to.ip().is_loopback() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                match crate::hints::discover_routers(*to.ip(), HINT_HOPS_MAX, HINT_PROBE_TIMEOUT) {
+                    Ok(hops) => {
+                        let _ = tx.send(hops);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "hint probe failed"),
+                }
+            });
+            hints_rx = Some(rx);
+        }
+    }
     let mut handles = Vec::new();
     for (core, fd) in fds.into_iter().enumerate() {
         let mesh = mesh.clone();
         let config = config.clone();
         let stop = stop.clone();
+        let hints = if core == 0 { hints_rx.take() } else { None };
         let cpu = cpus[core % cpus.len()];
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("coral-core-{core}"))
             .io_memory(IO_MEMORY_BYTES)
-            .spawn(move || async move { core_main(core, cores, fd, config, mesh, stop).await })
+            .spawn(move || async move { core_main(core, cores, fd, config, mesh, stop, hints).await })
             .map_err(|e| {
                 format!(
                     "cannot start the executor for core {core} on CPU {cpu}: {e}. If io_uring is unavailable or \
@@ -465,6 +489,7 @@ async fn core_main(
     config: NodeConfig,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
+    hints: Option<std::sync::mpsc::Receiver<Vec<crate::hints::Hop>>>,
 ) -> Result<(), String> {
     let (senders, mut receivers) = mesh
         .join()
@@ -539,6 +564,9 @@ async fn core_main(
     }
     // Timers, until told to stop.
     while !shard.stopping() {
+        if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            store_hints(&shard, &hops).await;
+        }
         let now = shard.now();
         let due = shard.node.borrow().poll_timeout().is_some_and(|t| t <= now);
         if due {
@@ -555,6 +583,43 @@ async fn core_main(
         glommio::timer::sleep(wait).await;
     }
     Ok(())
+}
+
+/// Stores the clustering hints of §4.4: under each public router's address
+/// and its /24 prefix, a pointer to this node. (Puts for keys another core
+/// owns run on that core, whose replies the kernel steers back to it.)
+async fn store_hints(shard: &Rc<Shard>, hops: &[crate::hints::Hop]) {
+    let me = shard.node.borrow().addr();
+    for hop in hops
+        .iter()
+        .filter(|h| crate::hints::is_hint_address(h.addr))
+    {
+        tracing::info!(ttl = hop.ttl, router = %hop.addr, "storing clustering hint");
+        let mut keys = vec![Id::from_ip(hop.addr)];
+        if let IpAddr::V4(v4) = hop.addr {
+            keys.push(hint_prefix_key(v4));
+        }
+        for key in keys {
+            let owner = steer::shard_of_key(&key, shard.cores);
+            let call = Call::Put {
+                key,
+                value: Value::from_addr(me).as_bytes().to_vec(),
+                ttl_secs: HINT_TTL_SECS,
+                levels: None,
+            };
+            let shard = shard.clone();
+            glommio::spawn_local(async move {
+                let _ = shard.call_on(owner, call).await;
+            })
+            .detach();
+        }
+    }
+}
+
+/// The key of the hint for a router's /24 prefix: SHA-1 of its first three bytes.
+pub fn hint_prefix_key(ip: std::net::Ipv4Addr) -> Id {
+    let o = ip.octets();
+    Id::hash(&o[..3])
 }
 
 async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {

@@ -279,15 +279,26 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
         })
     };
     let me = UdpSocket::bind("127.0.34.9:0").unwrap();
-    me.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    me.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let sender = Id::from_ip(me.local_addr().unwrap().ip());
     let mut buf = [0u8; 2048];
     let mut answered = 0;
     for k in 0..100u32 {
         let key = Id::hash(&k.to_be_bytes());
         let msg = Message {
-            header: Header { route: coral::node::route_of(&key), txid: k, sender, services: Services::NONE, clusters: Default::default() },
-            body: Body::Get { level: 0, key, target: key },
+            header: Header {
+                route: coral::node::route_of(&key),
+                txid: k,
+                sender,
+                services: Services::NONE,
+                clusters: Default::default(),
+            },
+            body: Body::Get {
+                level: 0,
+                key,
+                target: key,
+            },
         }
         .to_bytes();
         // UDP under a flood may drop a datagram: up to five tries each.
@@ -305,8 +316,16 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = flooder.join().unwrap();
-    assert_eq!(answered, 100, "good requests answered during a flood of {sent} bad datagrams");
+    assert_eq!(
+        answered, 100,
+        "good requests answered during a flood of {sent} bad datagrams"
+    );
     let stats = c.client(0, &["stats"]);
-    let malformed: u64 = stats["cores"].as_array().unwrap().iter().map(|c| c["malformed"].as_u64().unwrap()).sum();
+    let malformed: u64 = stats["cores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["malformed"].as_u64().unwrap())
+        .sum();
     assert!(malformed > 1000, "only {malformed} counted as malformed");
 }

@@ -1,0 +1,212 @@
+//! Start-up hints (NSDI 2004 §3.1, §4.4): a traceroute-like probe that finds
+//! the first gateway routers toward another node, so the node can store
+//! clustering hints under their addresses.
+//!
+//! All probes go out at once (one UDP datagram per TTL 1..=`hops_max`, to
+//! port 33434 + TTL), and the ICMP "time exceeded" answers are read from the
+//! socket's error queue (`IP_RECVERR`), so the whole map takes about one
+//! round trip plus the timeout — the "concurrent probes and aggressive
+//! time-outs" of §3.1. It is blocking I/O: the runtime runs it on a thread
+//! of its own, off the executors.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// The first UDP port probed (traceroute's).
+const PROBE_PORT_BASE: u16 = 33434;
+
+/// One router on the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hop {
+    /// Its distance in hops.
+    pub ttl: u8,
+    /// The address it answered from.
+    pub addr: IpAddr,
+}
+
+/// Whether `ip` may serve as a hint: not private (RFC 1918), loopback,
+/// link-local, shared (RFC 6598), unspecified, or broadcast — addresses that
+/// mean different places on different networks.
+pub fn is_hint_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_private()
+                || v4.is_loopback()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || (o[0] == 100 && (64..128).contains(&o[1])))
+        }
+        IpAddr::V6(v6) => {
+            !(v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xfe00) == 0xfc00)
+        }
+    }
+}
+
+/// Probes the path toward `to` (IPv4) and returns the routers that answered
+/// within `timeout`, nearest first. Stops listening early once the
+/// destination itself answers (port unreachable).
+pub fn discover_routers(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Result<Vec<Hop>> {
+    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
+    let fd = sock.as_raw_fd();
+    set_int(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
+    for ttl in 1..=hops_max {
+        set_int(fd, libc::IPPROTO_IP, libc::IP_TTL, i32::from(ttl))?;
+        let dst = SocketAddr::V4(SocketAddrV4::new(to, PROBE_PORT_BASE + u16::from(ttl)));
+        // An ICMP error for an earlier probe can surface as this send's error
+        // (the report itself stays in the error queue): that send is then
+        // tried once more.
+        if sock.send_to(b"coral hint probe", dst).is_err() {
+            sock.send_to(b"coral hint probe", dst)?;
+        }
+    }
+    let deadline = Instant::now() + timeout;
+    let mut hops: Vec<Hop> = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is a valid pollfd for our open socket; nfds is 1.
+        let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if n <= 0 {
+            break;
+        }
+        match read_error(fd)? {
+            Some(ErrorReport { ttl, from, reached }) => {
+                if let Some(ttl) = ttl {
+                    if !reached && !hops.iter().any(|h| h.ttl == ttl) {
+                        hops.push(Hop { ttl, addr: from });
+                    }
+                }
+                if reached {
+                    break;
+                }
+            }
+            None => continue,
+        }
+    }
+    hops.sort_by_key(|h| h.ttl);
+    Ok(hops)
+}
+
+struct ErrorReport {
+    /// The probe's TTL, from the destination port it was sent to.
+    ttl: Option<u8>,
+    /// Who sent the ICMP error.
+    from: IpAddr,
+    /// Whether the destination itself answered (port unreachable).
+    reached: bool,
+}
+
+fn set_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: `value` lives across the call and its size is passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads one report from the socket's error queue.
+fn read_error(fd: i32) -> io::Result<Option<ErrorReport>> {
+    let mut data = [0u8; 256];
+    let mut control = [0u64; 64]; // u64 for cmsg alignment
+    let mut name: libc::sockaddr_in = unsafe_zeroed_sockaddr_in();
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // SAFETY: zeroed msghdr is valid; every pointer set below refers to a
+    // live local buffer with its true length.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut name as *mut libc::sockaddr_in).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `msg` is fully initialised as above.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::WouldBlock {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    let port = u16::from_be(name.sin_port);
+    let ttl = port
+        .checked_sub(PROBE_PORT_BASE)
+        .and_then(|t| u8::try_from(t).ok());
+    // SAFETY: CMSG_* walk the control buffer the kernel filled, bounded by
+    // msg_controllen; the extended error and its offender address follow
+    // the cmsg header as the kernel lays them out (IP_RECVERR).
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::IPPROTO_IP && (*cmsg).cmsg_type == libc::IP_RECVERR {
+                let ee = libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err;
+                let ee_val = std::ptr::read_unaligned(ee);
+                if ee_val.ee_origin != libc::SO_EE_ORIGIN_ICMP {
+                    return Ok(None);
+                }
+                let off = libc::SO_EE_OFFENDER(ee) as *const libc::sockaddr_in;
+                let off = std::ptr::read_unaligned(off);
+                let from = IpAddr::V4(Ipv4Addr::from(u32::from_be(off.sin_addr.s_addr)));
+                // ICMP type 11 = time exceeded (a router); 3 = unreachable (the end).
+                let reached = ee_val.ee_type == 3;
+                return Ok(Some(ErrorReport { ttl, from, reached }));
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(None)
+}
+
+fn unsafe_zeroed_sockaddr_in() -> libc::sockaddr_in {
+    // SAFETY: all-zero bytes are a valid sockaddr_in.
+    unsafe { std::mem::zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_and_local_addresses_are_not_hints() {
+        for a in [
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "127.0.0.1",
+            "169.254.1.1",
+            "100.64.0.1",
+            "0.0.0.0",
+        ] {
+            assert!(!is_hint_address(a.parse().unwrap()), "{a}");
+        }
+        for a in ["198.18.1.1", "8.8.8.8", "2001:db8::1"] {
+            assert!(is_hint_address(a.parse().unwrap()), "{a}");
+        }
+        assert!(!is_hint_address("fd00::1".parse().unwrap()));
+    }
+}
