@@ -15,8 +15,15 @@ pub const ID_BYTES: usize = 20;
 pub const ID_BITS: u32 = 160;
 
 /// A 160-bit identifier: a node id, a key, or a cluster id.
-#[derive(Clone, Copy, Hash, PartialOrd, Ord, Default)]
+#[derive(Clone, Copy, PartialOrd, Ord, Default)]
 pub struct Id(pub [u8; ID_BYTES]);
+
+impl core::hash::Hash for Id {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // Consistent with `eq`: equal ids have equal bytes.
+        state.write(&self.0);
+    }
+}
 
 impl PartialEq for Id {
     fn eq(&self, other: &Id) -> bool {

@@ -58,3 +58,39 @@ fn same_seed_same_flash_crowd() {
     };
     assert_eq!(run(&p, links()), run(&p, links()));
 }
+
+#[test]
+fn multi_level_gets_are_faster_than_single_level_section_6_2() {
+    use coral::sim::origin::percentile;
+    use coral::sim::world::World;
+    let run_levels = |levels| {
+        let p = OriginParams {
+            nodes: 80,
+            minutes: 5,
+            levels,
+            seed: 5,
+            ..OriginParams::default()
+        };
+        let mut r = run(&p, World::planetlab(80, &mut coral::rng::Rng::new(5)));
+        let l = &mut r.get_latencies_ms;
+        (percentile(l, 50.0), percentile(l, 80.0))
+    };
+    let (single, multi) = (run_levels(1), run_levels(3));
+    println!(
+        "single-level p50 {:.1} p80 {:.1}; multi-level p50 {:.1} p80 {:.1}",
+        single.0, single.1, multi.0, multi.1
+    );
+    // The paper: 2–5× faster up to the 80th percentile.
+    assert!(
+        multi.0 * 2.0 <= single.0,
+        "p50: multi {} vs single {}",
+        multi.0,
+        single.0
+    );
+    assert!(
+        multi.1 * 1.5 <= single.1,
+        "p80: multi {} vs single {}",
+        multi.1,
+        single.1
+    );
+}

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use coral::sim::hotspot::{self, Bootstrap, HotspotParams, HotspotReport};
-use coral::sim::net::HashedLinks;
 use coral::sim::origin::{self, OriginParams};
-use coral::Duration;
+use coral::sim::svg;
+use coral::sim::world::World;
 use serde_json::json;
 
 use crate::BootstrapMode;
@@ -20,6 +20,9 @@ pub enum Experiment {
     /// §6.1, Fig. 4: a flash crowd on 12 files behind a 384 kbit/s origin;
     /// requests per minute served by the origin, each level, and local caches.
     OriginLoad(OriginArgs),
+    /// §6.2, Fig. 6: latency of the gets proxies make, single level (level 0
+    /// only) against the three-level hierarchy, under the flash-crowd load.
+    Latency(LatencyArgs),
 }
 
 #[derive(Args, Debug)]
@@ -45,6 +48,9 @@ pub struct OriginArgs {
     /// Print machine-readable JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write an SVG plot like the paper's figure to FILE.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -79,13 +85,145 @@ pub struct HotspotArgs {
     /// Print machine-readable JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write an SVG plot like the paper's figure to FILE.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct LatencyArgs {
+    /// Nodes (each a DSHT node, a proxy and a client).
+    #[arg(long, default_value_t = 166)]
+    nodes: usize,
+    /// Minutes of client load.
+    #[arg(long, default_value_t = 10)]
+    minutes: u32,
+    /// The seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print machine-readable JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot like the paper's Fig. 6 to FILE.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 pub fn run(experiment: Experiment) -> ExitCode {
     match experiment {
         Experiment::Hotspot(args) => hotspot(args),
         Experiment::OriginLoad(args) => origin_load(args),
+        Experiment::Latency(args) => latency(args),
     }
+}
+
+fn write_plot(path: &std::path::Path, svg_text: &str) -> bool {
+    match std::fs::write(path, svg_text) {
+        Ok(()) => {
+            eprintln!("plot written to {}", path.display());
+            true
+        }
+        Err(e) => {
+            eprintln!("cannot write the plot to {}: {e}", path.display());
+            false
+        }
+    }
+}
+
+fn latency(a: LatencyArgs) -> ExitCode {
+    if a.nodes < 2 || a.minutes == 0 {
+        eprintln!("coral sim latency: need --nodes ≥ 2 and --minutes ≥ 1");
+        return ExitCode::from(2);
+    }
+    let header = format!(
+        "coral sim latency: seed {} nodes {} minutes {} links: PlanetLab-like world model (great-circle RTTs); \
+         clusters assigned from the model's RTTs (60 ms / 20 ms)",
+        a.seed, a.nodes, a.minutes
+    );
+    if a.json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
+    }
+    let mut results = Vec::new();
+    for levels in [1usize, 3] {
+        let params = OriginParams {
+            nodes: a.nodes,
+            minutes: a.minutes,
+            levels,
+            seed: a.seed,
+            ..OriginParams::default()
+        };
+        let world = World::planetlab(a.nodes, &mut coral::rng::Rng::new(a.seed));
+        let mut r = origin::run(&params, world);
+        let l = &mut r.get_latencies_ms;
+        let p = (
+            origin::percentile(l, 50.0),
+            origin::percentile(l, 80.0),
+            origin::percentile(l, 99.0),
+        );
+        results.push((levels, p, l.clone()));
+    }
+    let (s1, m3) = (&results[0], &results[1]);
+    if let Some(path) = &a.plot {
+        let cdf = |name: &str, v: &[f64]| svg::Series {
+            label: name.to_string(),
+            points: v
+                .iter()
+                .enumerate()
+                .map(|(i, ms)| ((i + 1) as f64 / v.len() as f64, ms / 1000.0))
+                .collect(),
+        };
+        let text = svg::line_chart(
+            "Latency for proxies to get keys from Coral (cf. NSDI 2004 Fig. 6)",
+            "Fraction of requests",
+            "Latency (s)",
+            &[cdf("single-level", &s1.2), cdf("multi-level", &m3.2)],
+            true,
+        );
+        if !write_plot(path, &text) {
+            return ExitCode::from(1);
+        }
+    }
+    let pct = |p: (f64, f64, f64)| json!({"p50_ms": p.0, "p80_ms": p.1, "p99_ms": p.2});
+    if a.json {
+        let out = json!({
+            "experiment": "latency",
+            "single_level": pct(s1.1),
+            "multi_level": pct(m3.1),
+            "gets": {"single_level": s1.2.len(), "multi_level": m3.2.len()},
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        return ExitCode::SUCCESS;
+    }
+    println!("Get latency seen by proxies (NSDI 2004 §6.2, Fig. 6)");
+    println!();
+    println!(
+        "  {:<14} {:>9} {:>9} {:>9} {:>7}",
+        "", "p50 ms", "p80 ms", "p99 ms", "gets"
+    );
+    println!(
+        "  {:<14} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+        "single-level",
+        s1.1 .0,
+        s1.1 .1,
+        s1.1 .2,
+        s1.2.len()
+    );
+    println!(
+        "  {:<14} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+        "multi-level",
+        m3.1 .0,
+        m3.1 .1,
+        m3.1 .2,
+        m3.2.len()
+    );
+    println!(
+        "  speed-up: {:.1}× at p50, {:.1}× at p80 (paper: 2–5× up to the 80th percentile; single-level faster past the 98th)",
+        s1.1 .0 / m3.1 .0.max(1e-9),
+        s1.1 .1 / m3.1 .1.max(1e-9)
+    );
+    ExitCode::SUCCESS
 }
 
 fn origin_load(a: OriginArgs) -> ExitCode {
@@ -104,7 +242,7 @@ fn origin_load(a: OriginArgs) -> ExitCode {
     };
     let header = format!(
         "coral sim origin-load: seed {} nodes {} objects {} of {} bytes minutes {} levels {} claim {} origin {} kbit/s \
-         peers {} kbit/s client rate {}/s start spread {} s links one-way 2-90 ms (hashed per pair)",
+         peers {} kbit/s client rate {}/s start spread {} s links: PlanetLab-like world model (great-circle RTTs)",
         a.seed, a.nodes, a.objects, params.object_bytes, a.minutes, a.levels, !a.no_claim,
         params.origin_kbit_per_sec, params.peer_kbit_per_sec, params.client_rate, params.client_start_spread_secs
     );
@@ -113,14 +251,36 @@ fn origin_load(a: OriginArgs) -> ExitCode {
     } else {
         println!("{header}");
     }
-    let links = HashedLinks {
-        min: Duration::from_millis(2),
-        max: Duration::from_millis(90),
-        seed: a.seed,
-    };
+    let links = World::planetlab(a.nodes, &mut coral::rng::Rng::new(a.seed));
     let started = std::time::Instant::now();
     let mut r = origin::run(&params, links);
     let wall = started.elapsed().as_secs_f64();
+    if let Some(path) = &a.plot {
+        let series = |name: &str, f: fn(&origin::MinuteCounts) -> u64| svg::Series {
+            label: name.to_string(),
+            points: r
+                .per_minute
+                .iter()
+                .enumerate()
+                .map(|(i, m)| ((i + 1) as f64, f(m) as f64))
+                .collect(),
+        };
+        let text = svg::line_chart(
+            "Requests per minute by source (cf. NSDI 2004 Fig. 4)",
+            "Time (minutes)",
+            "Requests / minute",
+            &[
+                series("origin server", |m| m.origin),
+                series("level 2", |m| m.level2),
+                series("level 1", |m| m.level1),
+                series("level 0", |m| m.level0),
+            ],
+            true,
+        );
+        if !write_plot(path, &text) {
+            return ExitCode::from(1);
+        }
+    }
     let mut lat = r.get_latencies_ms.clone();
     let (p50, p80, p99) = (
         origin::percentile(&mut lat, 50.0),
@@ -205,13 +365,9 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
             BootstrapMode::WellKnown => Bootstrap::WellKnown,
         },
     };
-    let links = HashedLinks {
-        min: Duration::from_millis(5),
-        max: Duration::from_millis(80),
-        seed: a.seed,
-    };
+    let links = World::planetlab(a.nodes, &mut coral::rng::Rng::new(a.seed));
     let header = format!(
-        "coral sim hotspot: seed {} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s bootstrap {:?} links one-way 5-80 ms (hashed per pair), baseline {}",
+        "coral sim hotspot: seed {} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s bootstrap {:?} links: PlanetLab-like world model (great-circle RTTs), baseline {}",
         a.seed, a.nodes, a.b, a.beta, a.values_per_key, a.minutes, a.rate, a.bootstrap, !a.no_baseline
     );
     // Every parameter first, so any output can be reproduced.
@@ -223,6 +379,31 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
     let started = std::time::Instant::now();
     let report = hotspot::run(&params, links);
     let wall = started.elapsed();
+    if let Some(path) = &a.plot {
+        let bars: Vec<(String, f64)> = report
+            .dsht
+            .per_minute
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                (
+                    format!("{i}"),
+                    m.iter().skip(1).sum::<u64>() as f64 / (m.len().max(2) - 1) as f64,
+                )
+            })
+            .collect();
+        let bound = report.bound_rpcs_per_min as f64;
+        let text = svg::bar_chart(
+            "Put RPCs/minute per node, by distance to the key (cf. Fig. 8)",
+            "Nodes, closest to the key first",
+            "Put RPCs / minute (after minute 1)",
+            &bars,
+            Some((bound, "bound β·(2^b−1)·⌈log2 n / b⌉")),
+        );
+        if !write_plot(path, &text) {
+            return ExitCode::from(1);
+        }
+    }
     if a.json {
         println!(
             "{}",
