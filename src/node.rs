@@ -548,6 +548,28 @@ impl Node {
         }
         let level = order.remove(0);
         let phase = self.put_phase(key, level, ttl_secs, now, self.id);
+        if matches!(
+            phase,
+            Phase::Reverse {
+                stopped_at_loaded: true,
+                ..
+            }
+        ) {
+            // Full and loaded here at the first level tried: the put ends now,
+            // with no RPC, no operation state and no timer (the common case
+            // for a hot key, so it must be cheap).
+            self.push_event(Event::PutDone {
+                op: OpId(op),
+                key,
+                levels: vec![PutLevel {
+                    level,
+                    stored_at: None,
+                    stopped_at_loaded: true,
+                }],
+                elapsed: Duration::ZERO,
+            });
+            return OpId(op);
+        }
         let o = Op {
             kind: OpKind::Put,
             key,
