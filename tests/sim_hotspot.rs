@@ -61,6 +61,8 @@ fn hotspot_load_is_logarithmic_at_the_closest_node_section_6_4() {
         far_silent >= 32,
         "only {far_silent} of the far half were silent"
     );
+    // The invariants every run checks (no node over l values; gets succeed).
+    assert_eq!(r.dsht.invariant_failures(&params()), Vec::<String>::new());
     // Gets keep working under the load.
     assert!(r.dsht.gets_found as f64 >= 0.999 * r.dsht.gets as f64);
 }

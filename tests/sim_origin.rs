@@ -36,6 +36,7 @@ fn one_origin_fetch_per_file_with_claims_section_6_1() {
         .sum();
     let failed: u64 = r.per_minute.iter().map(|m| m.failed).sum();
     assert_eq!(failed, 0);
+    assert_eq!(r.invariant_failures(), Vec::<String>::new());
     // Requests still waiting on a fetch when the run ends are not yet served.
     assert!(
         served <= r.requests && served + 60 * 3 >= r.requests,

@@ -117,6 +117,18 @@ pub fn run(experiment: Experiment) -> ExitCode {
     }
 }
 
+/// Reports failed invariants with the seed that reproduces them.
+fn check_invariants(failures: &[String], seed: u64) -> ExitCode {
+    if failures.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for f in failures {
+        eprintln!("invariant failed: {f}");
+    }
+    eprintln!("reproduce with --seed {seed}");
+    ExitCode::from(3)
+}
+
 fn write_plot(path: &std::path::Path, svg_text: &str) -> bool {
     match std::fs::write(path, svg_text) {
         Ok(()) => {
@@ -254,6 +266,7 @@ fn origin_load(a: OriginArgs) -> ExitCode {
     let links = World::planetlab(a.nodes, &mut coral::rng::Rng::new(a.seed));
     let started = std::time::Instant::now();
     let mut r = origin::run(&params, links);
+    let failures = r.invariant_failures();
     let wall = started.elapsed().as_secs_f64();
     if let Some(path) = &a.plot {
         let series = |name: &str, f: fn(&origin::MinuteCounts) -> u64| svg::Series {
@@ -304,7 +317,7 @@ fn origin_load(a: OriginArgs) -> ExitCode {
             "wall_seconds": wall,
         });
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));
-        return ExitCode::SUCCESS;
+        return check_invariants(&failures, a.seed);
     }
     r.per_minute.truncate(a.minutes as usize);
     println!(
@@ -343,7 +356,7 @@ fn origin_load(a: OriginArgs) -> ExitCode {
         p99
     );
     println!("  simulated in {wall:.1} s");
-    ExitCode::SUCCESS
+    check_invariants(&failures, a.seed)
 }
 
 fn hotspot(a: HotspotArgs) -> ExitCode {
@@ -378,6 +391,7 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
     }
     let started = std::time::Instant::now();
     let report = hotspot::run(&params, links);
+    let failures = report.dsht.invariant_failures(&params);
     let wall = started.elapsed();
     if let Some(path) = &a.plot {
         let bars: Vec<(String, f64)> = report
@@ -412,7 +426,7 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
     } else {
         print_hotspot(&report, wall.as_secs_f64());
     }
-    ExitCode::SUCCESS
+    check_invariants(&failures, a.seed)
 }
 
 fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {

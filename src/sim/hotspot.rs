@@ -94,6 +94,30 @@ pub struct HotspotRun {
     pub datagrams: u64,
     /// Simulator events processed.
     pub events: u64,
+    /// The most live values any node stores for the key at the end (the
+    /// sloppy-store invariant: never more than l).
+    pub max_values_per_node: usize,
+}
+
+impl HotspotRun {
+    /// Checks the invariants a healthy run must keep; returns what failed.
+    pub fn invariant_failures(&self, params: &HotspotParams) -> Vec<String> {
+        let mut failed = Vec::new();
+        if self.max_values_per_node > params.values_per_key {
+            failed.push(format!(
+                "a node stores {} values for the key, more than l = {}",
+                self.max_values_per_node, params.values_per_key
+            ));
+        }
+        // Only a node's first gets, before any value exists, may miss.
+        if self.gets_found + params.nodes as u64 * 2 < self.gets {
+            failed.push(format!(
+                "only {} of {} gets found a value",
+                self.gets_found, self.gets
+            ));
+        }
+        failed
+    }
 }
 
 /// The experiment's report.
@@ -244,5 +268,11 @@ fn run_one<L: Links>(params: &HotspotParams, config: Config, links: L) -> Hotspo
         gets_found,
         datagrams: sim.stats().datagrams,
         events: sim.stats().events,
+        max_values_per_node: sim
+            .nodes()
+            .iter()
+            .map(|node| node.store(0).map_or(0, |s| s.values(&key, sim.now()).len()))
+            .max()
+            .unwrap_or(0),
     }
 }

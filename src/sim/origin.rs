@@ -106,6 +106,24 @@ pub struct OriginReport {
     pub cluster_sizes: Vec<Vec<usize>>,
 }
 
+impl OriginReport {
+    /// Checks the invariants a healthy run must keep; returns what failed.
+    pub fn invariant_failures(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        let failures: u64 = self.per_minute.iter().map(|m| m.failed).sum();
+        if failures > 0 {
+            failed.push(format!("{failures} requests failed on a healthy network"));
+        }
+        if self.params.claim && self.origin_fetches != self.unique_objects as u64 {
+            failed.push(format!(
+                "{} origin fetches for {} objects with claims on (test-and-set must make it one each)",
+                self.origin_fetches, self.unique_objects
+            ));
+        }
+        failed
+    }
+}
+
 /// Assigns clusters for levels 1.. from the links' RTTs: a greedy cover in
 /// which each cluster is a leader and the unassigned nodes within half the
 /// level's threshold of it, so members are within the threshold of each
