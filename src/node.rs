@@ -570,25 +570,17 @@ impl Node {
             });
             return OpId(op);
         }
-        let o = Op {
-            kind: OpKind::Put,
+        self.start_op(
+            now,
+            op,
+            OpKind::Put,
             key,
-            started: now,
-            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
-            levels_left: order,
             level,
+            order,
             phase,
-            hops: 0,
             value,
             ttl_secs,
-            put_levels: Vec::new(),
-        };
-        self.ops.insert(op, o);
-        self.timers.push(Reverse((
-            now + Duration::from_millis(self.config.operation_timeout_ms),
-            Timer::Op(op),
-        )));
-        self.drive(op, now);
+        );
         OpId(op)
     }
 
@@ -615,28 +607,20 @@ impl Node {
             return OpId(op);
         }
         let lookup = self.new_lookup(key, 0, self.id);
-        let o = Op {
-            kind: OpKind::Claim,
+        self.start_op(
+            now,
+            op,
+            OpKind::Claim,
             key,
-            started: now,
-            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
-            levels_left: SmallVec::new(),
-            level: 0,
-            phase: Phase::Forward {
+            0,
+            SmallVec::new(),
+            Phase::Forward {
                 lookup,
                 stack: Vec::new(),
             },
-            hops: 0,
             value,
             ttl_secs,
-            put_levels: Vec::new(),
-        };
-        self.ops.insert(op, o);
-        self.timers.push(Reverse((
-            now + Duration::from_millis(self.config.operation_timeout_ms),
-            Timer::Op(op),
-        )));
-        self.drive(op, now);
+        );
         OpId(op)
     }
 
@@ -666,25 +650,17 @@ impl Node {
         }
         let level = order.remove(0);
         let lookup = self.new_lookup(key, level, self.id);
-        let o = Op {
-            kind: OpKind::Get,
+        self.start_op(
+            now,
+            op,
+            OpKind::Get,
             key,
-            started: now,
-            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
-            levels_left: order,
             level,
-            phase: Phase::Walk(lookup),
-            hops: 0,
-            value: Value::default(),
-            ttl_secs: 0,
-            put_levels: Vec::new(),
-        };
-        self.ops.insert(op, o);
-        self.timers.push(Reverse((
-            now + Duration::from_millis(self.config.operation_timeout_ms),
-            Timer::Op(op),
-        )));
-        self.drive(op, now);
+            order,
+            Phase::Walk(lookup),
+            Value::default(),
+            0,
+        );
         OpId(op)
     }
 
@@ -698,25 +674,17 @@ impl Node {
         let lookup = self
             .new_lookup(target, level, self.id)
             .with_breadth(self.config.bucket_size);
-        let o = Op {
-            kind: OpKind::Refresh,
-            key: target,
-            started: now,
-            deadline: now + Duration::from_millis(self.config.operation_timeout_ms),
-            levels_left: SmallVec::new(),
+        self.start_op(
+            now,
+            op,
+            OpKind::Refresh,
+            target,
             level,
-            phase: Phase::Walk(lookup),
-            hops: 0,
-            value: Value::default(),
-            ttl_secs: 0,
-            put_levels: Vec::new(),
-        };
-        self.ops.insert(op, o);
-        self.timers.push(Reverse((
-            now + Duration::from_millis(self.config.operation_timeout_ms),
-            Timer::Op(op),
-        )));
-        self.drive(op, now);
+            SmallVec::new(),
+            Phase::Walk(lookup),
+            Value::default(),
+            0,
+        );
     }
 
     // ---- Driving: input and output --------------------------------------------
@@ -1273,6 +1241,40 @@ impl Node {
             lookup: self.new_lookup(key, level, start),
             stack,
         }
+    }
+
+    /// Registers a new operation, arms its deadline and drives it as far as
+    /// it goes.
+    #[allow(clippy::too_many_arguments)]
+    fn start_op(
+        &mut self,
+        now: Time,
+        op: u64,
+        kind: OpKind,
+        key: Key,
+        level: Level,
+        levels_left: SmallVec<[Level; 4]>,
+        phase: Phase,
+        value: Value,
+        ttl_secs: u32,
+    ) {
+        let deadline = now + Duration::from_millis(self.config.operation_timeout_ms);
+        let o = Op {
+            kind,
+            key,
+            started: now,
+            deadline,
+            levels_left,
+            level,
+            phase,
+            hops: 0,
+            value,
+            ttl_secs,
+            put_levels: Vec::new(),
+        };
+        self.ops.insert(op, o);
+        self.timers.push(Reverse((deadline, Timer::Op(op))));
+        self.drive(op, now);
     }
 
     /// Advances operation `op` as far as it can go without input.
