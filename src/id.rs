@@ -168,6 +168,51 @@ impl core::hash::Hasher for IdHasher {
 /// `BuildHasher` for [`IdHasher`].
 pub type IdBuildHasher = core::hash::BuildHasherDefault<IdHasher>;
 
+/// A fast multiplicative hasher (the Fx hash of rustc) for maps whose keys
+/// the node chooses itself — transaction ids, operation ids, simulator
+/// indices — and which an attacker therefore cannot drive into collisions.
+/// Maps keyed by what the network sends (source addresses) keep the
+/// standard library's keyed SipHash.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct FastHasher(u64);
+
+impl core::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_u16(&mut self, x: u16) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(u64::from(x));
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+}
+
+/// `BuildHasher` for [`FastHasher`].
+pub type FastBuildHasher = core::hash::BuildHasherDefault<FastHasher>;
+
 fn hex_value(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),

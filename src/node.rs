@@ -22,7 +22,7 @@ use sha1::{Digest, Sha1};
 use smallvec::SmallVec;
 
 use crate::config::{Config, ConfigError};
-use crate::id::{Id, Key, NodeId};
+use crate::id::{FastBuildHasher, Id, Key, NodeId};
 use crate::lookup::{Lookup, ProbeReply, Step};
 use crate::rng::Rng;
 use crate::routing::{Insert, RoutingTable};
@@ -281,9 +281,9 @@ pub struct Node {
     route_hint: u16,
     rng: Rng,
     levels: Vec<LevelState>,
-    pending: HashMap<u32, Pending>,
+    pending: HashMap<u32, Pending, FastBuildHasher>,
     timers: BinaryHeap<Reverse<(Time, Timer)>>,
-    ops: HashMap<u64, Op>,
+    ops: HashMap<u64, Op, FastBuildHasher>,
     next_op: u64,
     next_txid: u32,
     out: VecDeque<(SocketAddr, Message)>,
@@ -356,9 +356,9 @@ impl Node {
             route_hint: rng.next_u64() as u16,
             rng,
             levels,
-            pending: HashMap::new(),
+            pending: HashMap::default(),
             timers: BinaryHeap::new(),
-            ops: HashMap::new(),
+            ops: HashMap::default(),
             next_op: 1,
             next_txid,
             out: VecDeque::new(),
