@@ -187,6 +187,8 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(10);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 const VERIFIED_CACHE_MAX: usize = 4096;
 const PINGED_RECENTLY: Duration = Duration::from_secs(60);
+/// Emptied datagram buffers kept for reuse.
+const SPARE_BUFFERS_MAX: usize = 64;
 /// Newly verified contacts kept for [`Node::poll_learned`] before the oldest are dropped.
 const LEARNED_QUEUE_MAX: usize = 1024;
 /// Bucket refreshes a node starts after joining, per level.
@@ -286,7 +288,8 @@ pub struct Node {
     ops: HashMap<u64, Op, FastBuildHasher>,
     next_op: u64,
     next_txid: u32,
-    out: VecDeque<(SocketAddr, Message)>,
+    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    spare: Vec<Vec<u8>>,
     events: VecDeque<Event>,
     secret: [u8; 16],
     previous_secret: [u8; 16],
@@ -362,6 +365,7 @@ impl Node {
             next_op: 1,
             next_txid,
             out: VecDeque::new(),
+            spare: Vec::new(),
             events: VecDeque::new(),
             secret,
             previous_secret,
@@ -741,22 +745,19 @@ impl Node {
         self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
-    /// The next datagram to send: encodes it into `buf` (cleared first) and
-    /// returns its destination.
+    /// The next datagram to send: its bytes replace the contents of `buf`,
+    /// and its destination is returned. Datagrams are encoded when queued,
+    /// into buffers that circulate between the queue and the caller, so the
+    /// steady state allocates nothing and never moves a whole `Message`.
     pub fn poll_transmit(&mut self, buf: &mut Vec<u8>) -> Option<SocketAddr> {
-        let (to, msg) = self.out.pop_front()?;
-        buf.clear();
-        msg.encode(buf);
+        let (to, mut bytes) = self.out.pop_front()?;
+        std::mem::swap(buf, &mut bytes);
+        if self.spare.len() < SPARE_BUFFERS_MAX {
+            bytes.clear();
+            self.spare.push(bytes);
+        }
         self.stats.datagrams_out += 1;
         Some(to)
-    }
-
-    /// The next outgoing message, unencoded (for the simulator, which counts
-    /// messages by kind; encode with [`Message::encode`]).
-    pub fn poll_message(&mut self) -> Option<(SocketAddr, Message)> {
-        let m = self.out.pop_front()?;
-        self.stats.datagrams_out += 1;
-        Some(m)
     }
 
     /// The next contact this node verified and added to a routing table, with
@@ -1714,11 +1715,13 @@ impl Node {
     }
 
     fn queue(&mut self, to: SocketAddr, msg: Message) {
+        let mut bytes = self.spare.pop().unwrap_or_default();
+        msg.encode(&mut bytes);
         if self.out.len() >= self.config.transmit_queue_max {
             self.out.pop_front();
             self.stats.transmit_dropped += 1;
         }
-        self.out.push_back((to, msg));
+        self.out.push_back((to, bytes));
     }
 
     // ---- Tokens ----------------------------------------------------------------------------
