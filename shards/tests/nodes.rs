@@ -262,8 +262,9 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
     let node: SocketAddr = "127.0.34.1:7000".parse().unwrap();
     // A flooder sends junk as fast as it can for the whole test.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let flooder = {
-        let stop = stop.clone();
+        let (stop, progress) = (stop.clone(), progress.clone());
         std::thread::spawn(move || {
             let s = UdpSocket::bind("127.0.34.8:0").unwrap();
             let mut sent = 0u64;
@@ -274,10 +275,20 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
                 junk[3] = (sent >> 8) as u8;
                 let _ = s.send_to(&junk[..(sent % 96) as usize], node);
                 sent += 1;
+                progress.store(sent, std::sync::atomic::Ordering::Relaxed);
             }
             sent
         })
     };
+    // The flood is well under way before the good requests start.
+    let start = Instant::now();
+    while progress.load(std::sync::atomic::Ordering::Relaxed) < 20_000 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the flooder did not get going"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let me = UdpSocket::bind("127.0.34.9:0").unwrap();
     me.set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
