@@ -390,7 +390,21 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
         println!("{header}");
     }
     let started = std::time::Instant::now();
-    let report = hotspot::run(&params, links);
+    // Long runs say how far they have come (on stderr, so --json stays clean).
+    let mut last_report = std::time::Instant::now();
+    let report = hotspot::run_with_progress(&params, links, &mut |p| {
+        if last_report.elapsed() >= std::time::Duration::from_secs(5) || p.minute == p.minutes {
+            last_report = std::time::Instant::now();
+            eprintln!(
+                "  [{:.0} s] {}: minute {}/{} simulated, {} events",
+                started.elapsed().as_secs_f64(),
+                p.system,
+                p.minute,
+                p.minutes,
+                p.events
+            );
+        }
+    });
     let failures = report.dsht.invariant_failures(&params);
     let wall = started.elapsed();
     if let Some(path) = &a.plot {

@@ -135,6 +135,29 @@ pub struct HotspotReport {
 
 /// Runs the experiment on the given links.
 pub fn run<L: Links + Clone>(params: &HotspotParams, links: L) -> HotspotReport {
+    run_with_progress(params, links, &mut |_| {})
+}
+
+/// How far a run has come: reported after each simulated minute of load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Which system: "dsht" or "dht" (the baseline).
+    pub system: &'static str,
+    /// Minutes of load done.
+    pub minute: u32,
+    /// Minutes of load in all.
+    pub minutes: u32,
+    /// Simulator events so far in this system's run.
+    pub events: u64,
+}
+
+/// Runs the experiment, calling `progress` after each simulated minute (the
+/// caller decides whether and how to show it: the core does no I/O).
+pub fn run_with_progress<L: Links + Clone>(
+    params: &HotspotParams,
+    links: L,
+    progress: &mut dyn FnMut(Progress),
+) -> HotspotReport {
     let config = Config {
         level_thresholds_ms: vec![u32::MAX],
         b: params.b,
@@ -143,14 +166,14 @@ pub fn run<L: Links + Clone>(params: &HotspotParams, links: L) -> HotspotReport 
         ..Config::default()
     };
     let bound_rpcs_per_min = config.hotspot_bound_per_min(params.nodes as u64);
-    let dsht = run_one(params, config.clone(), links.clone());
+    let dsht = run_one(params, config.clone(), links.clone(), "dsht", progress);
     let dht = params.baseline.then(|| {
         // No node is ever loaded: every put walks to the closest node.
         let plain = Config {
             beta_per_min: u32::MAX,
             ..config
         };
-        run_one(params, plain, links)
+        run_one(params, plain, links, "dht", progress)
     });
     HotspotReport {
         params: params.clone(),
@@ -164,7 +187,13 @@ fn put_rpcs(node: &Node) -> u64 {
     node.stats().put_probes_received + node.stats().stores_received
 }
 
-fn run_one<L: Links>(params: &HotspotParams, config: Config, links: L) -> HotspotRun {
+fn run_one<L: Links>(
+    params: &HotspotParams,
+    config: Config,
+    links: L,
+    system: &'static str,
+    progress: &mut dyn FnMut(Progress),
+) -> HotspotRun {
     let n = params.nodes;
     let mut sim = Sim::new(links, params.seed);
     for i in 0..n {
@@ -241,6 +270,12 @@ fn run_one<L: Links>(params: &HotspotParams, config: Config, links: L) -> Hotspo
                 gets_found += u64::from(!values.is_empty());
             }
         }
+        progress(Progress {
+            system,
+            minute: minute + 1,
+            minutes: params.minutes,
+            events: sim.stats().events,
+        });
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| sim.node(i).id().distance(&key));
