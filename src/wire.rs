@@ -138,7 +138,7 @@ impl Value {
 pub type Token = [u8; TOKEN_BYTES];
 
 /// Contacts in a reply.
-pub type Contacts = SmallVec<[Contact; 8]>;
+pub type Contacts = SmallVec<[Contact; 0]>;
 /// Values in a reply.
 pub type Values = SmallVec<[Value; 4]>;
 
