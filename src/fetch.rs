@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::id::{IdBuildHasher, Key};
+use crate::id::{FastBuildHasher, Key};
 use crate::node::Level;
 use crate::time::{Duration, Time};
 use crate::wire::Value;
@@ -146,7 +146,7 @@ pub struct FetchPolicy {
     config: FetchConfig,
     /// This proxy's own address as a DSHT value (what its pointers say).
     me: SocketAddr,
-    objects: HashMap<Key, Object, IdBuildHasher>,
+    objects: HashMap<Key, Object, FastBuildHasher>,
     stats: FetchStats,
 }
 

@@ -145,34 +145,12 @@ impl Id {
     }
 }
 
-/// A hasher for maps keyed by [`Id`]: ids are SHA-1 outputs, already
-/// uniform, so their first eight bytes are the hash.
-#[derive(Clone, Copy, Default, Debug)]
-pub struct IdHasher(u64);
-
-impl core::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // `Id` hashes as one 20-byte write; anything else is folded in.
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(b);
-        }
-    }
-}
-
-/// `BuildHasher` for [`IdHasher`].
-pub type IdBuildHasher = core::hash::BuildHasherDefault<IdHasher>;
-
-/// A fast multiplicative hasher (the Fx hash of rustc) for maps whose keys
-/// the node chooses itself — transaction ids, operation ids, simulator
-/// indices — and which an attacker therefore cannot drive into collisions.
-/// Maps keyed by what the network sends (source addresses) keep the
-/// standard library's keyed SipHash.
+/// A fast multiplicative hasher (the Fx hash of rustc), unkeyed. Used for
+/// maps keyed by what the node chooses itself (transaction ids, operation
+/// ids, simulator indices) and by ids and keys. Keys that arrive from the
+/// network (a store's key) could be crafted to collide in it; a hash keyed
+/// from the node's seed is a hardening item. Maps keyed by source addresses
+/// keep the standard library's keyed SipHash.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct FastHasher(u64);
 

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use smallvec::SmallVec;
 
-use crate::id::{IdBuildHasher, Key};
+use crate::id::{FastBuildHasher, Key};
 use crate::rng::Rng;
 use crate::time::{Duration, Time};
 use crate::wire::{Value, Values};
@@ -119,7 +119,7 @@ impl StoreOutcome {
 /// The values one node stores at one level.
 #[derive(Clone, Debug)]
 pub struct Store {
-    entries: HashMap<Key, Entry, IdBuildHasher>,
+    entries: HashMap<Key, Entry, FastBuildHasher>,
     values_per_key_max: usize,
     beta_per_min: u32,
     keys_max: usize,
