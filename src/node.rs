@@ -773,14 +773,6 @@ impl Node {
         self.events.pop_front()
     }
 
-    /// Operations in progress.
-    pub fn operations_in_progress(&self) -> usize {
-        self.ops
-            .values()
-            .filter(|o| o.kind != OpKind::Refresh)
-            .count()
-    }
-
     // ---- Serving requests --------------------------------------------------------
 
     fn on_request(&mut self, now: Time, from: SocketAddr, msg: Message) {
@@ -1278,6 +1270,32 @@ impl Node {
         self.drive(op, now);
     }
 
+    /// Sends one of a lookup's RPCs and records it (or its failure to go out,
+    /// when the pending-RPC limit is reached) in the lookup.
+    #[allow(clippy::too_many_arguments)]
+    fn send_lookup_rpc(
+        &mut self,
+        now: Time,
+        op: u64,
+        lookup: &mut Lookup,
+        contact: Contact,
+        target: Id,
+        route: u16,
+        body: Body,
+    ) {
+        match self.send_request(
+            now,
+            contact.addr,
+            Some(contact.id),
+            route,
+            body,
+            Purpose::Op(op),
+        ) {
+            Some(txid) => lookup.sent(&contact.id, target, txid, now),
+            None => lookup.on_failure(&contact.id),
+        }
+    }
+
     /// Advances operation `op` as far as it can go without input.
     fn drive(&mut self, op: u64, now: Time) {
         let Some(mut o) = self.ops.remove(&op) else {
@@ -1310,18 +1328,7 @@ impl Node {
                         } else {
                             self.route_hint
                         };
-                        if let Some(txid) = self.send_request(
-                            now,
-                            contact.addr,
-                            Some(contact.id),
-                            route,
-                            body,
-                            Purpose::Op(op),
-                        ) {
-                            lookup.sent(&contact.id, target, txid, now);
-                        } else {
-                            lookup.on_failure(&contact.id);
-                        }
+                        self.send_lookup_rpc(now, op, lookup, contact, target, route, body);
                     }
                     Step::Wait(at) => {
                         if let Some(at) = at {
@@ -1332,16 +1339,7 @@ impl Node {
                     Step::Done { closest } => {
                         if o.kind == OpKind::Refresh || o.levels_left.is_empty() {
                             match o.kind {
-                                OpKind::Get => self.finish_get(
-                                    op,
-                                    o.key,
-                                    o.started,
-                                    now,
-                                    Values::new(),
-                                    None,
-                                    false,
-                                    o.hops,
-                                ),
+                                OpKind::Get => self.finish_get_miss(op, &o, now),
                                 OpKind::Refresh if o.key == self.id => {
                                     self.refresh_far_buckets(now, o.level)
                                 }
@@ -1371,18 +1369,15 @@ impl Node {
                                 key,
                                 target,
                             };
-                            if let Some(txid) = self.send_request(
+                            self.send_lookup_rpc(
                                 now,
-                                contact.addr,
-                                Some(contact.id),
+                                op,
+                                lookup,
+                                contact,
+                                target,
                                 route_of(&key),
                                 body,
-                                Purpose::Op(op),
-                            ) {
-                                lookup.sent(&contact.id, target, txid, now);
-                            } else {
-                                lookup.on_failure(&contact.id);
-                            }
+                            );
                         }
                         Step::Wait(at) => {
                             if let Some(at) = at {
@@ -1593,16 +1588,7 @@ impl Node {
     /// The operation ran out of time: report what it has.
     fn abandon(&mut self, op: u64, mut o: Op, now: Time) {
         match o.kind {
-            OpKind::Get => self.finish_get(
-                op,
-                o.key,
-                o.started,
-                now,
-                Values::new(),
-                None,
-                false,
-                o.hops,
-            ),
+            OpKind::Get => self.finish_get_miss(op, &o, now),
             OpKind::Put => {
                 o.put_levels.push(PutLevel {
                     level: o.level,
@@ -1619,6 +1605,20 @@ impl Node {
             OpKind::Claim => self.finish_claim(op, o, now, false, Values::new()),
             OpKind::Refresh => {}
         }
+    }
+
+    /// A get found nothing at any level it searched.
+    fn finish_get_miss(&mut self, op: u64, o: &Op, now: Time) {
+        self.finish_get(
+            op,
+            o.key,
+            o.started,
+            now,
+            Values::new(),
+            None,
+            false,
+            o.hops,
+        );
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -513,12 +513,6 @@ impl Message {
     }
 }
 
-/// Reads the route field of a datagram without parsing it (for steering).
-pub fn peek_route(bytes: &[u8]) -> Option<u16> {
-    let b = bytes.get(ROUTE_OFFSET..ROUTE_OFFSET + 2)?;
-    Some(u16::from_be_bytes([b[0], b[1]]))
-}
-
 fn put_contacts(buf: &mut Vec<u8>, contacts: &[Contact]) {
     assert!(contacts.len() <= CONTACTS_MAX, "too many contacts");
     buf.push(contacts.len() as u8);
@@ -721,7 +715,6 @@ mod tests {
         };
         assert_eq!(m.to_bytes(), PING_BYTES);
         assert_eq!(Message::decode(&PING_BYTES).unwrap(), m);
-        assert_eq!(peek_route(&PING_BYTES), Some(0xabcd));
     }
 
     #[test]

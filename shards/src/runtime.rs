@@ -43,8 +43,8 @@ const MESH_CHANNEL_CAPACITY: usize = 4096;
 /// Longest the timer task sleeps before checking the node's deadline and
 /// the stop flag.
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
-/// Largest datagram received.
-const RECV_BUFFER_BYTES: usize = 65_536;
+/// Largest datagram received: the wire format's limit.
+const RECV_BUFFER_BYTES: usize = coral::wire::DATAGRAM_BYTES_MAX;
 /// Routers probed for clustering hints (§4.4: up to five hops out).
 const HINT_HOPS_MAX: u8 = 5;
 /// How long the hint probe waits for answers.

@@ -265,23 +265,6 @@ impl<L: Links> Sim<L> {
         self.run_until(until);
     }
 
-    /// Runs until no datagram is in flight (timers may remain), or `limit` passes.
-    pub fn run_until_quiet(&mut self, limit: Duration) {
-        let end = self.now + limit;
-        loop {
-            let next_delivery = self
-                .queue
-                .iter()
-                .filter(|Reverse((_, _, w))| matches!(w, What::Deliver { .. }))
-                .map(|Reverse((t, _, _))| *t)
-                .min();
-            match next_delivery {
-                Some(t) if t <= end => self.run_until(t),
-                _ => break,
-            }
-        }
-    }
-
     fn push(&mut self, at: Time, what: What) {
         self.seq += 1;
         self.queue.push(Reverse((at, self.seq, what)));
