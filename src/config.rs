@@ -66,6 +66,79 @@ pub struct Config {
     /// How often each routing-table bucket that has seen no traffic is
     /// refreshed by a lookup for a random id in it (Kademlia's refresh).
     pub bucket_refresh_secs: u64,
+    /// Whether this node organizes its own clusters (§4.4). A runtime with
+    /// one node per core turns it off on all cores but one, which decides
+    /// for the others; tests that assign clusters turn it off.
+    pub cluster_manage: bool,
+    /// How often a node reconsiders its cluster at each level (§4.4: every
+    /// five minutes). Each node's first periodic evaluation falls at a random
+    /// point of the first period, so that nodes do not move in lock step.
+    pub cluster_eval_secs: u64,
+    /// How long after joining a node makes its first cluster decision, once
+    /// its first lookups and hint gets have measured some nodes.
+    pub cluster_join_eval_secs: u64,
+    /// A cluster is *acceptable* when at least this percentage of the
+    /// members measured are within the level's threshold (§4.4: 80).
+    pub cluster_join_percent: u32,
+    /// A node leaves its cluster when at least this percentage of its
+    /// accesses to members since the last evaluation missed the threshold
+    /// (§4.4: 50). The gap to `cluster_join_percent` is the hysteresis.
+    pub cluster_leave_percent: u32,
+    /// How sure a node must be that a cluster is acceptable before it joins
+    /// it: its sample of members must be this many standard errors (in
+    /// hundredths) above `cluster_join_percent`. Every evaluation tests a
+    /// sample of a few dozen members; among many nodes testing every five
+    /// minutes, a bare threshold lets nodes join clusters that are not
+    /// acceptable to them by chance, and each such join makes the cluster
+    /// look better to the next node like it. The margin shrinks to nothing
+    /// as the sample covers the whole cluster (finite-population correction).
+    pub cluster_join_sigma_centi: u32,
+    /// How sure a node must be that its cluster is no longer acceptable
+    /// before it splits from it: this many standard errors below
+    /// `cluster_join_percent`. Lower than the join margin, so that a node
+    /// near the threshold leaves rather than stays (it will not rejoin
+    /// without the stronger evidence, and not for `cluster_rejoin_holdoff_secs`).
+    pub cluster_split_sigma_centi: u32,
+    /// How long a node that split from or left a cluster keeps away from it.
+    /// Every evaluation is a statistical test on a sample of members; with
+    /// many nodes testing every five minutes, a cluster that is not
+    /// acceptable to a node will sometimes look it by chance, and without a
+    /// memory of having left it the node would cycle in and out.
+    pub cluster_rejoin_holdoff_secs: u64,
+    /// How long a node whose validation of a candidate cluster failed waits
+    /// before testing that cluster again.
+    pub cluster_retry_holdoff_secs: u64,
+    /// Accesses to members needed in one period before the leave rule applies.
+    pub cluster_accesses_min: u32,
+    /// Members measured before a cluster can be judged (or all of it, when its
+    /// reported size is smaller).
+    pub cluster_samples_min: usize,
+    /// Nodes whose cluster and RTT a node remembers per level; more are
+    /// ignored until the next evaluation forgets those not heard from.
+    pub cluster_observed_max: usize,
+    /// Members of a candidate cluster contacted to validate it before joining
+    /// (§4.4: "contacting several nodes within the candidate cluster").
+    pub cluster_validate_probes: usize,
+    /// The high value of the preference function δ, in powers of two: the
+    /// square wave of §4.4 is 0 during even hours of a cluster's age and this
+    /// (2) during odd hours.
+    pub cluster_delta_log2: u32,
+    /// The half period of δ's square wave (§4.4: an hour).
+    pub cluster_delta_period_secs: u64,
+    /// Size estimates closer than this factor (as log2, in hundredths) count
+    /// as a tie even while δ is 0, so that estimation noise does not move
+    /// nodes back and forth between clusters of about the same size; a tie
+    /// goes to the lower cluster id, as in §4.4. 100 = a factor of two, the
+    /// first hour's tie in the lecture notes on Coral.
+    pub cluster_size_margin_log2_centi: u32,
+    /// Splits in a row that may end in an unacceptable cluster before a node
+    /// gives up and forms a singleton with a random id (IPTPS 2003 §2.5).
+    pub cluster_splits_max: u32,
+    /// TTL of the clustering hints a node stores under its gateway routers'
+    /// addresses and its subnets (§4.4); they are renewed at half of it.
+    pub hint_ttl_secs: u32,
+    /// Nodes named by hints that a joining node contacts.
+    pub hint_probes_max: usize,
 }
 
 impl Default for Config {
@@ -95,6 +168,25 @@ impl Default for Config {
             bucket_refresh_secs: 3600,
             id_includes_port: false,
             require_id_binding: true,
+            cluster_manage: true,
+            cluster_eval_secs: 300,
+            cluster_join_eval_secs: 15,
+            cluster_join_percent: 80,
+            cluster_leave_percent: 50,
+            cluster_join_sigma_centi: 200,
+            cluster_split_sigma_centi: 0,
+            cluster_rejoin_holdoff_secs: 3600,
+            cluster_retry_holdoff_secs: 600,
+            cluster_accesses_min: 8,
+            cluster_samples_min: 3,
+            cluster_observed_max: 256,
+            cluster_validate_probes: 32,
+            cluster_delta_log2: 2,
+            cluster_delta_period_secs: 3600,
+            cluster_size_margin_log2_centi: 100,
+            cluster_splits_max: 3,
+            hint_ttl_secs: 3600,
+            hint_probes_max: 8,
         }
     }
 }
@@ -159,12 +251,37 @@ impl Config {
         if self.token_rotate_secs == 0 {
             return err("token_rotate_secs must be positive");
         }
+        if self.cluster_eval_secs == 0 || self.cluster_delta_period_secs == 0 {
+            return err("cluster_eval_secs and cluster_delta_period_secs must be positive");
+        }
+        if self.cluster_leave_percent == 0
+            || self.cluster_join_percent > 100
+            || self.cluster_leave_percent > 100
+        {
+            return err("cluster_join_percent and cluster_leave_percent must be within 1..=100");
+        }
+        if self.cluster_samples_min == 0
+            || self.cluster_validate_probes == 0
+            || self.cluster_validate_probes > 32
+        {
+            return err(
+                "cluster_samples_min must be positive and cluster_validate_probes within 1..=32",
+            );
+        }
+        if self.hint_ttl_secs < 2 {
+            return err("hint_ttl_secs must be at least 2");
+        }
         Ok(())
     }
 
     /// The RPC timeout.
     pub fn rpc_timeout(&self) -> Duration {
         Duration::from_millis(self.rpc_timeout_ms)
+    }
+
+    /// The re-evaluation period of clusters.
+    pub fn cluster_eval(&self) -> Duration {
+        Duration::from_secs(self.cluster_eval_secs)
     }
 
     /// The stall time after which a lookup widens its window.

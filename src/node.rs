@@ -15,12 +15,13 @@
 //! the runtime runs it on every core.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 
 use sha1::{Digest, Sha1};
 use smallvec::SmallVec;
 
+use crate::cluster::{self, ClusterStats, Command, Current, Manager, View};
 use crate::config::{Config, ConfigError};
 use crate::id::{FastBuildHasher, Id, Key, NodeId};
 use crate::lookup::{Lookup, ProbeReply, Step};
@@ -29,8 +30,8 @@ use crate::routing::{Insert, RoutingTable};
 use crate::store::{ProbeState, Store, StoreOutcome};
 use crate::time::{Duration, Time};
 use crate::wire::{
-    kind, Body, ClusterInfo, Contact, Contacts, ErrorCode, Header, Message, Services, Token, Value,
-    Values, WireError, TOKEN_BYTES,
+    self, kind, Body, ClusterInfo, Contact, Contacts, ErrorCode, Header, Message, Services, Token,
+    Value, Values, WireError, TOKEN_BYTES,
 };
 
 /// Identifies an operation started by [`Node::get`] or [`Node::put`].
@@ -103,6 +104,10 @@ pub enum Event {
         level: Option<Level>,
         /// Whether they came from the local node's own store.
         local: bool,
+        /// When nothing was found: where the walk ended at the last level
+        /// searched, the closest node to the key that answered (at a
+        /// cluster's own level and for a cluster id, its *centre*, IPTPS §2.5).
+        closest: Option<Contact>,
         /// RPCs answered during the get.
         hops: u32,
         /// Time from the call to completion.
@@ -133,6 +138,51 @@ pub enum Event {
         levels: Vec<PutLevel>,
         /// Time from the call to completion.
         elapsed: Duration,
+    },
+}
+
+impl Event {
+    /// The operation that completed.
+    pub fn op(&self) -> OpId {
+        match self {
+            Event::GetDone { op, .. } | Event::ClaimDone { op, .. } | Event::PutDone { op, .. } => {
+                *op
+            }
+        }
+    }
+}
+
+/// A keyed operation the node wants run by the shard that owns its key
+/// ([`Node::set_shard`]); the runtime runs it there with [`Node::get`] or
+/// [`Node::put`] and hands the event back with [`Node::on_delegated_done`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delegated {
+    /// Names the call in `on_delegated_done`.
+    pub tag: u64,
+    /// The call.
+    pub call: DelegatedCall,
+}
+
+/// The calls a node delegates.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DelegatedCall {
+    /// `get(key, levels)`.
+    Get {
+        /// The key.
+        key: Key,
+        /// Levels to search.
+        levels: Vec<Level>,
+    },
+    /// `put(key, value, ttl, levels)`.
+    Put {
+        /// The key.
+        key: Key,
+        /// The value.
+        value: Value,
+        /// Its TTL.
+        ttl_secs: u32,
+        /// Levels to insert at.
+        levels: Vec<Level>,
     },
 }
 
@@ -170,6 +220,10 @@ pub struct Stats {
     pub transmit_dropped: u64,
     /// Operations refused because `operations_max` were in progress.
     pub ops_refused: u64,
+    /// Members requests served (candidates being validated, §4.4).
+    pub members_served: u64,
+    /// Cluster changes this node made at any level (§4.4).
+    pub cluster_switches: u64,
 }
 
 /// Why a datagram was dropped.
@@ -193,20 +247,52 @@ const SPARE_BUFFERS_MAX: usize = 64;
 const LEARNED_QUEUE_MAX: usize = 1024;
 /// Bucket refreshes a node starts after joining, per level.
 const JOIN_REFRESHES_MAX: usize = 20;
+/// Cluster changes kept for [`Node::poll_cluster_change`] before the oldest are dropped.
+const CLUSTER_CHANGES_MAX: usize = 64;
+/// Calls queued for [`Node::poll_delegated`], and delegated calls awaiting
+/// their results, before the oldest are dropped.
+const DELEGATED_MAX: usize = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
     Rpc(u32),
     Op(u64),
     Maintenance,
+    /// Reconsider clusters (§4.4); a periodic one re-arms itself.
+    ClusterEval {
+        periodic: bool,
+    },
+    /// Store the clustering hints again before their TTL runs out.
+    HintRenew,
 }
 
 #[derive(Clone, Copy, Debug)]
 enum Purpose {
     Op(u64),
     VerifyPing,
-    OldestPing { level: usize },
+    OldestPing {
+        level: usize,
+    },
     Bootstrap,
+    /// Measuring a cluster's members for the cluster manager of `level`.
+    ClusterProbe {
+        level: Level,
+        round: u32,
+    },
+    /// Measuring a node named by a clustering hint.
+    HintPing,
+}
+
+/// What an operation started by the node itself is for: its event goes to
+/// the node, not to the application.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Internal {
+    /// A get or put the cluster manager of `level` asked for.
+    Cluster { level: Level, round: u32 },
+    /// A get for a clustering hint: measure the nodes it names.
+    HintGet,
+    /// Nothing to do with the result (storing a hint).
+    Quiet,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -300,6 +386,26 @@ pub struct Node {
     learned: VecDeque<(Level, Contact, Duration)>,
     last_sweep: Time,
     stats: Stats,
+    /// The cluster manager of each non-global level (index 0 = level 1).
+    managers: Vec<Manager>,
+    /// Operations the node started for itself, by operation id.
+    internal: HashMap<u64, Internal, FastBuildHasher>,
+    /// Delegated calls awaiting results, by tag.
+    delegated: BTreeMap<u64, Internal>,
+    delegated_out: VecDeque<Delegated>,
+    next_tag: u64,
+    /// This node's shard (index, count): keyed operations for keys another
+    /// shard owns are delegated.
+    shard: (usize, usize),
+    /// The keys of our clustering hints (§4.4).
+    hints: Vec<Key>,
+    /// Whether a bootstrap node has answered.
+    joined: bool,
+    /// Whether a hint renewal is scheduled.
+    hints_renewing: bool,
+    /// Whether the current hints have been stored.
+    hints_stored: bool,
+    cluster_changes: VecDeque<(Level, Cluster)>,
 }
 
 impl Node {
@@ -375,9 +481,35 @@ impl Node {
             learned: VecDeque::new(),
             last_sweep: now,
             stats: Stats::default(),
+            managers: Vec::new(),
+            internal: HashMap::default(),
+            delegated: BTreeMap::new(),
+            delegated_out: VecDeque::new(),
+            next_tag: 1,
+            shard: (0, 1),
+            hints: Vec::new(),
+            joined: false,
+            hints_renewing: false,
+            hints_stored: false,
+            cluster_changes: VecDeque::new(),
         };
+        node.managers = node.config.level_thresholds_ms[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Manager::new(i as Level + 1, t, id))
+            .collect();
         node.timers
             .push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
+        if node.config.cluster_manage && !node.managers.is_empty() {
+            // The first periodic evaluation at a random point of the first
+            // period, so that nodes started together do not move together.
+            let period = node.config.cluster_eval().as_micros().max(1);
+            let first = Duration::from_micros(1 + node.rng.below(period));
+            node.timers.push(Reverse((
+                now + first,
+                Timer::ClusterEval { periodic: true },
+            )));
+        }
         Ok(node)
     }
 
@@ -427,6 +559,67 @@ impl Node {
             state.table = RoutingTable::new(self.id, self.config.bucket_size);
             state.store.clear();
             state.size_estimate = 1;
+            self.managers[l - 1].on_switched();
+        }
+    }
+
+    /// The next change of cluster this node made itself (§4.4), for a
+    /// runtime whose other cores follow this one ([`Node::set_cluster`]).
+    /// Bounded: the oldest are dropped if nobody drains them.
+    pub fn poll_cluster_change(&mut self) -> Option<(Level, Cluster)> {
+        self.cluster_changes.pop_front()
+    }
+
+    /// The cluster manager of non-global `level`.
+    pub fn cluster_manager(&self, level: Level) -> Option<&Manager> {
+        (level as usize)
+            .checked_sub(1)
+            .and_then(|i| self.managers.get(i))
+    }
+
+    /// Clustering counters of non-global `level`.
+    pub fn cluster_stats(&self, level: Level) -> ClusterStats {
+        self.cluster_manager(level)
+            .map(Manager::stats)
+            .unwrap_or_default()
+    }
+
+    /// Makes this node shard `index` of `count` of one address: keyed
+    /// operations the node starts itself (hints, splits) for keys another
+    /// shard owns are then delegated ([`Node::poll_delegated`]), because
+    /// their replies are steered to, and their values stored at, the owner.
+    /// Ownership follows the route: shard `(route · count) >> 16`.
+    pub fn set_shard(&mut self, index: usize, count: usize) {
+        self.shard = (index, count.max(1));
+    }
+
+    /// Whether this shard owns `key`.
+    fn owns(&self, key: &Key) -> bool {
+        shard_of_route(route_of(key), self.shard.1) == self.shard.0
+    }
+
+    /// The next call to run on the shard that owns its key.
+    pub fn poll_delegated(&mut self) -> Option<Delegated> {
+        self.delegated_out.pop_front()
+    }
+
+    /// The result of a delegated call: the event its owner's `get` or `put` produced.
+    pub fn on_delegated_done(&mut self, now: Time, tag: u64, event: Event) {
+        if let Some(internal) = self.delegated.remove(&tag) {
+            self.on_internal_done(now, internal, event);
+        }
+    }
+
+    /// Sets this node's clustering hints (§4.4) — keys from
+    /// [`cluster::hint_keys`] for its gateway routers and subnets — and
+    /// stores a pointer to itself under each, renewed until replaced. Once
+    /// joined, it also looks them up to measure the nodes they name.
+    pub fn set_hints(&mut self, now: Time, keys: &[Key]) {
+        self.hints = keys.iter().copied().take(cluster::HINT_KEYS_MAX).collect();
+        self.hints_stored = false;
+        if self.joined {
+            self.store_hints(now);
+            self.lookup_hints(now);
         }
     }
 
@@ -534,20 +727,35 @@ impl Node {
         ttl_secs: u32,
         levels: Option<&[Level]>,
     ) -> OpId {
+        self.put_for(now, key, value, ttl_secs, levels, None)
+    }
+
+    fn put_for(
+        &mut self,
+        now: Time,
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+        levels: Option<&[Level]>,
+        internal: Option<Internal>,
+    ) -> OpId {
         let ttl_secs = ttl_secs.min(self.config.ttl_max_secs).max(1);
         let mut order = self.level_order(levels);
-        let op = self.alloc_op();
+        let op = self.alloc_op(internal);
         if order.is_empty()
             || value.0.len() > self.config.value_bytes_max
             || self.ops.len() >= self.config.operations_max
         {
             self.stats.ops_refused += 1;
-            self.push_event(Event::PutDone {
-                op: OpId(op),
-                key,
-                levels: Vec::new(),
-                elapsed: Duration::ZERO,
-            });
+            self.push_event(
+                now,
+                Event::PutDone {
+                    op: OpId(op),
+                    key,
+                    levels: Vec::new(),
+                    elapsed: Duration::ZERO,
+                },
+            );
             return OpId(op);
         }
         let level = order.remove(0);
@@ -562,16 +770,19 @@ impl Node {
             // Full and loaded here at the first level tried: the put ends now,
             // with no RPC, no operation state and no timer (the common case
             // for a hot key, so it must be cheap).
-            self.push_event(Event::PutDone {
-                op: OpId(op),
-                key,
-                levels: vec![PutLevel {
-                    level,
-                    stored_at: None,
-                    stopped_at_loaded: true,
-                }],
-                elapsed: Duration::ZERO,
-            });
+            self.push_event(
+                now,
+                Event::PutDone {
+                    op: OpId(op),
+                    key,
+                    levels: vec![PutLevel {
+                        level,
+                        stored_at: None,
+                        stopped_at_loaded: true,
+                    }],
+                    elapsed: Duration::ZERO,
+                },
+            );
             return OpId(op);
         }
         self.start_op(
@@ -596,18 +807,21 @@ impl Node {
     /// one origin fetch, not several.
     pub fn claim(&mut self, now: Time, key: Key, value: Value, ttl_secs: u32) -> OpId {
         let ttl_secs = ttl_secs.min(self.config.ttl_max_secs).max(1);
-        let op = self.alloc_op();
+        let op = self.alloc_op(None);
         if value.0.len() > self.config.value_bytes_max
             || self.ops.len() >= self.config.operations_max
         {
             self.stats.ops_refused += 1;
-            self.push_event(Event::ClaimDone {
-                op: OpId(op),
-                key,
-                claimed: false,
-                values: Vec::new(),
-                elapsed: Duration::ZERO,
-            });
+            self.push_event(
+                now,
+                Event::ClaimDone {
+                    op: OpId(op),
+                    key,
+                    claimed: false,
+                    values: Vec::new(),
+                    elapsed: Duration::ZERO,
+                },
+            );
             return OpId(op);
         }
         let lookup = self.new_lookup(key, 0, self.id);
@@ -632,11 +846,21 @@ impl Node {
     /// each lower level continuing from where the last one stopped in id
     /// space, and stops at the first node storing the key.
     pub fn get(&mut self, now: Time, key: Key, levels: Option<&[Level]>) -> OpId {
+        self.get_for(now, key, levels, None)
+    }
+
+    fn get_for(
+        &mut self,
+        now: Time,
+        key: Key,
+        levels: Option<&[Level]>,
+        internal: Option<Internal>,
+    ) -> OpId {
         let mut order = self.level_order(levels);
-        let op = self.alloc_op();
+        let op = self.alloc_op(internal);
         if order.is_empty() || self.ops.len() >= self.config.operations_max {
             self.stats.ops_refused += 1;
-            self.finish_get(op, key, now, now, Values::new(), None, false, 0);
+            self.finish_get(op, key, now, now, Values::new(), None, false, None, 0);
             return OpId(op);
         }
         // The local store at every level answers first, without an RPC.
@@ -648,7 +872,7 @@ impl Node {
                 &mut self.rng,
             );
             if !values.is_empty() {
-                self.finish_get(op, key, now, now, values, Some(level), true, 0);
+                self.finish_get(op, key, now, now, values, Some(level), true, None, 0);
                 return OpId(op);
             }
         }
@@ -674,7 +898,7 @@ impl Node {
         if level as usize >= self.levels.len() || self.ops.len() >= self.config.operations_max {
             return;
         }
-        let op = self.alloc_op();
+        let op = self.alloc_op(None);
         let lookup = self
             .new_lookup(target, level, self.id)
             .with_breadth(self.config.bucket_size);
@@ -736,6 +960,18 @@ impl Node {
                     }
                 }
                 Timer::Maintenance => self.maintain(now),
+                Timer::ClusterEval { periodic } => {
+                    if periodic {
+                        let next = now + self.config.cluster_eval();
+                        self.timers
+                            .push(Reverse((next, Timer::ClusterEval { periodic: true })));
+                    }
+                    self.evaluate_clusters(now);
+                }
+                Timer::HintRenew => {
+                    self.hints_renewing = false;
+                    self.store_hints(now);
+                }
             }
         }
     }
@@ -803,6 +1039,29 @@ impl Node {
                 }
                 Err(code) => self.refuse(code),
             },
+            // Served whatever the sender's cluster: a node validating our
+            // cluster as a candidate asks for members to measure (§4.4).
+            Body::Members { level, target } if (level as usize) < self.levels.len() => {
+                self.stats.members_served += 1;
+                // A sender that has answered our ping (it is in our table)
+                // gets up to the validation sample; anyone else no more
+                // than a find-node reply, so that a forged source address
+                // cannot make us a reflector of large replies.
+                let verified = self.levels[0].table.contains(&header.sender, from);
+                let count = if verified {
+                    self.config.cluster_validate_probes.min(wire::CONTACTS_MAX)
+                } else {
+                    self.config.reply_contacts_max
+                };
+                let mut contacts = Contacts::new();
+                contacts.extend(self.levels[level as usize].table.closest_matching(
+                    &target,
+                    count,
+                    |e| e.contact.id != header.sender,
+                ));
+                Body::MembersReply { level, contacts }
+            }
+            Body::Members { .. } => self.refuse(ErrorCode::NoSuchLevel),
             Body::Get { level, key, target } => match level_ok(self, level) {
                 Ok(l) => {
                     self.stats.gets_served += 1;
@@ -1004,7 +1263,10 @@ impl Node {
             addr: from,
             services: msg.header.services,
         };
-        self.observe_verified(now, contact, &msg.header, rtt);
+        // A node measured because a hint named it was chosen for being near
+        // us: it must not tilt the sample by which clusters are judged.
+        let located = matches!(p.purpose, Purpose::HintPing);
+        self.observe_verified(now, contact, &msg.header, rtt, located);
         match p.purpose {
             Purpose::VerifyPing => {
                 self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1)
@@ -1017,6 +1279,39 @@ impl Node {
                 for level in 0..self.levels.len() {
                     self.refresh(now, self.id, level as Level);
                 }
+                if !self.joined {
+                    self.joined = true;
+                    self.store_hints(now);
+                    self.lookup_hints(now);
+                    if self.config.cluster_manage && !self.managers.is_empty() {
+                        // The join decision (§4.4), once the first lookups
+                        // and hint gets have measured some nodes.
+                        let at = now + Duration::from_secs(self.config.cluster_join_eval_secs);
+                        self.timers
+                            .push(Reverse((at, Timer::ClusterEval { periodic: false })));
+                    }
+                }
+            }
+            Purpose::HintPing => {}
+            Purpose::ClusterProbe { level, round } => {
+                let contacts: &[Contact] = match &msg.body {
+                    Body::MembersReply { contacts, .. } => contacts,
+                    _ => &[],
+                };
+                let info = msg.header.clusters.get(level as usize - 1);
+                let mut out = Vec::new();
+                self.managers[level as usize - 1].on_probe_reply(
+                    now,
+                    round,
+                    contact,
+                    info,
+                    rtt,
+                    contacts,
+                    &self.config,
+                    &mut self.rng,
+                    &mut out,
+                );
+                self.run_cluster_commands(now, level, out);
             }
             Purpose::Op(op) => self.on_op_reply(op, now, txid, contact, msg.body),
         }
@@ -1025,7 +1320,30 @@ impl Node {
 
     /// A node answered us: it enters (or is refreshed in) the table of every
     /// level where it shares our cluster, and leaves those where it does not.
-    fn observe_verified(&mut self, now: Time, contact: Contact, header: &Header, rtt: Duration) {
+    fn observe_verified(
+        &mut self,
+        now: Time,
+        contact: Contact,
+        header: &Header,
+        rtt: Duration,
+        located: bool,
+    ) {
+        if self.config.cluster_manage {
+            // Every reply measures a node: its clusters, their size and age,
+            // and the round trip (§4.4).
+            for (i, m) in self.managers.iter_mut().enumerate() {
+                let current = self.levels[i + 1].cluster.id;
+                m.observe(
+                    now,
+                    contact,
+                    header.clusters.get(i),
+                    rtt,
+                    located,
+                    current,
+                    &self.config,
+                );
+            }
+        }
         for level in 0..self.levels.len() {
             if self.shares_cluster(header, level) {
                 let inserted = self.levels[level].table.insert(contact, now, Some(rtt));
@@ -1062,7 +1380,18 @@ impl Node {
             Purpose::VerifyPing => {
                 self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1)
             }
-            Purpose::OldestPing { .. } | Purpose::Bootstrap => {}
+            Purpose::OldestPing { .. } | Purpose::Bootstrap | Purpose::HintPing => {}
+            Purpose::ClusterProbe { level, round } => {
+                let mut out = Vec::new();
+                self.managers[level as usize - 1].on_probe_failed(
+                    now,
+                    round,
+                    &self.config,
+                    &mut self.rng,
+                    &mut out,
+                );
+                self.run_cluster_commands(now, level, out);
+            }
             Purpose::Op(op) => {
                 if let Some(o) = self.ops.get_mut(&op) {
                     match &mut o.phase {
@@ -1165,6 +1494,7 @@ impl Node {
                 values,
                 Some(level),
                 false,
+                None,
                 o.hops,
             );
             return;
@@ -1175,9 +1505,14 @@ impl Node {
 
     // ---- Operations ----------------------------------------------------------------
 
-    fn alloc_op(&mut self) -> u64 {
+    /// A fresh operation id; an internal operation is registered before it
+    /// can complete (a get may complete at once from the local store).
+    fn alloc_op(&mut self, internal: Option<Internal>) -> u64 {
         let op = self.next_op;
         self.next_op += 1;
+        if let Some(i) = internal {
+            self.internal.insert(op, i);
+        }
         op
     }
 
@@ -1339,7 +1674,7 @@ impl Node {
                     Step::Done { closest } => {
                         if o.kind == OpKind::Refresh || o.levels_left.is_empty() {
                             match o.kind {
-                                OpKind::Get => self.finish_get_miss(op, &o, now),
+                                OpKind::Get => self.finish_get_miss(op, &o, now, closest),
                                 OpKind::Refresh if o.key == self.id => {
                                     self.refresh_far_buckets(now, o.level)
                                 }
@@ -1556,12 +1891,15 @@ impl Node {
             stopped_at_loaded,
         });
         if stopped_at_loaded || o.levels_left.is_empty() {
-            self.push_event(Event::PutDone {
-                op: OpId(op),
-                key: o.key,
-                levels: o.put_levels,
-                elapsed: now.saturating_since(o.started),
-            });
+            self.push_event(
+                now,
+                Event::PutDone {
+                    op: OpId(op),
+                    key: o.key,
+                    levels: o.put_levels,
+                    elapsed: now.saturating_since(o.started),
+                },
+            );
             return;
         }
         o.level = o.levels_left.remove(0);
@@ -1576,31 +1914,37 @@ impl Node {
 
     fn finish_claim(&mut self, op: u64, o: Op, now: Time, claimed: bool, values: Values) {
         self.ops.remove(&op);
-        self.push_event(Event::ClaimDone {
-            op: OpId(op),
-            key: o.key,
-            claimed,
-            values: values.into_vec(),
-            elapsed: now.saturating_since(o.started),
-        });
+        self.push_event(
+            now,
+            Event::ClaimDone {
+                op: OpId(op),
+                key: o.key,
+                claimed,
+                values: values.into_vec(),
+                elapsed: now.saturating_since(o.started),
+            },
+        );
     }
 
     /// The operation ran out of time: report what it has.
     fn abandon(&mut self, op: u64, mut o: Op, now: Time) {
         match o.kind {
-            OpKind::Get => self.finish_get_miss(op, &o, now),
+            OpKind::Get => self.finish_get_miss(op, &o, now, None),
             OpKind::Put => {
                 o.put_levels.push(PutLevel {
                     level: o.level,
                     stored_at: None,
                     stopped_at_loaded: false,
                 });
-                self.push_event(Event::PutDone {
-                    op: OpId(op),
-                    key: o.key,
-                    levels: o.put_levels,
-                    elapsed: now.saturating_since(o.started),
-                });
+                self.push_event(
+                    now,
+                    Event::PutDone {
+                        op: OpId(op),
+                        key: o.key,
+                        levels: o.put_levels,
+                        elapsed: now.saturating_since(o.started),
+                    },
+                );
             }
             OpKind::Claim => self.finish_claim(op, o, now, false, Values::new()),
             OpKind::Refresh => {}
@@ -1608,7 +1952,7 @@ impl Node {
     }
 
     /// A get found nothing at any level it searched.
-    fn finish_get_miss(&mut self, op: u64, o: &Op, now: Time) {
+    fn finish_get_miss(&mut self, op: u64, o: &Op, now: Time, closest: Option<Contact>) {
         self.finish_get(
             op,
             o.key,
@@ -1617,6 +1961,7 @@ impl Node {
             Values::new(),
             None,
             false,
+            closest,
             o.hops,
         );
     }
@@ -1631,23 +1976,36 @@ impl Node {
         values: Values,
         level: Option<Level>,
         local: bool,
+        closest: Option<Contact>,
         hops: u32,
     ) {
         // Replies still outstanding find no operation and only refresh
         // routing tables (operation ids are never reused).
         self.ops.remove(&op);
-        self.push_event(Event::GetDone {
-            op: OpId(op),
-            key,
-            values: values.into_vec(),
-            level,
-            local,
-            hops,
-            elapsed: now.saturating_since(started),
-        });
+        self.push_event(
+            now,
+            Event::GetDone {
+                op: OpId(op),
+                key,
+                values: values.into_vec(),
+                level,
+                local,
+                closest,
+                hops,
+                elapsed: now.saturating_since(started),
+            },
+        );
     }
 
-    fn push_event(&mut self, e: Event) {
+    /// Hands a completed operation to the application, or to the node when
+    /// the node started it.
+    fn push_event(&mut self, now: Time, e: Event) {
+        if !self.internal.is_empty() {
+            if let Some(internal) = self.internal.remove(&e.op().0) {
+                self.on_internal_done(now, internal, e);
+                return;
+            }
+        }
         if self.events.len() >= self.config.event_queue_max {
             self.events.pop_front();
         }
@@ -1750,6 +2108,283 @@ impl Node {
             || (self.previous_secret != [0; 16] && token(&self.previous_secret, addr) == *t)
     }
 
+    // ---- Clusters (§4.4) -------------------------------------------------------------------
+
+    /// Every level reconsiders its cluster; level 0 explores a little, so
+    /// that even an idle node keeps measuring nodes of other clusters.
+    fn evaluate_clusters(&mut self, now: Time) {
+        if !self.config.cluster_manage || self.managers.is_empty() {
+            return;
+        }
+        let mut target = Id::ZERO;
+        self.rng.fill(&mut target.0);
+        self.refresh(now, target, 0);
+        if !self.hints_stored {
+            // A node that never bootstrapped (the first) stores them now.
+            self.store_hints(now);
+        }
+        let mut singleton = false;
+        for i in 0..self.managers.len() {
+            let level = i + 1;
+            let l = &self.levels[level];
+            let current = Current {
+                view: View {
+                    id: l.cluster.id,
+                    size: l.size_estimate,
+                    created: l.cluster.created,
+                },
+                alone: l.table.is_empty(),
+            };
+            singleton |= current.alone;
+            let mut out = Vec::new();
+            self.managers[i].evaluate(now, current, &self.config, &mut self.rng, &mut out);
+            self.run_cluster_commands(now, level as Level, out);
+        }
+        if singleton {
+            // Still alone somewhere: the hints may name someone new.
+            self.lookup_hints(now);
+        }
+    }
+
+    /// Carries out what the cluster manager of `level` asked for.
+    fn run_cluster_commands(&mut self, now: Time, level: Level, commands: Vec<Command>) {
+        let mut queue: VecDeque<Command> = commands.into();
+        while let Some(command) = queue.pop_front() {
+            let mut more = Vec::new();
+            match command {
+                Command::Ping { addr, id, round } => {
+                    let purpose = Purpose::ClusterProbe { level, round };
+                    if self
+                        .send_request(now, addr, id, self.route_hint, Body::Ping, purpose)
+                        .is_none()
+                    {
+                        self.managers[level as usize - 1].on_probe_failed(
+                            now,
+                            round,
+                            &self.config,
+                            &mut self.rng,
+                            &mut more,
+                        );
+                    }
+                }
+                Command::Members {
+                    contact,
+                    target,
+                    round,
+                } => {
+                    let purpose = Purpose::ClusterProbe { level, round };
+                    let body = Body::Members { level, target };
+                    if self
+                        .send_request(
+                            now,
+                            contact.addr,
+                            Some(contact.id),
+                            self.route_hint,
+                            body,
+                            purpose,
+                        )
+                        .is_none()
+                    {
+                        self.managers[level as usize - 1].on_probe_failed(
+                            now,
+                            round,
+                            &self.config,
+                            &mut self.rng,
+                            &mut more,
+                        );
+                    }
+                }
+                Command::Get { key, levels, round } => {
+                    self.start_internal_get(now, key, &levels, Internal::Cluster { level, round });
+                }
+                Command::Put { key, levels, round } => {
+                    let value = Value::from_addr(self.addr);
+                    let ttl = self.config.hint_ttl_secs;
+                    let internal = Internal::Cluster { level, round };
+                    self.start_internal_put(now, key, value, ttl, &levels, internal);
+                }
+                Command::Explore => {
+                    let mut target = Id::ZERO;
+                    self.rng.fill(&mut target.0);
+                    self.refresh(now, target, level);
+                }
+                Command::Switch {
+                    cluster,
+                    created,
+                    members,
+                    ..
+                } => self.switch_cluster(now, level, cluster, created, &members),
+            }
+            queue.extend(more);
+        }
+    }
+
+    /// Joins `cluster` at `level` (§4.4): the old cluster's table and store
+    /// go; members that have answered us seed the new table, and a lookup for
+    /// our own id in the new cluster fills it.
+    fn switch_cluster(
+        &mut self,
+        now: Time,
+        level: Level,
+        cluster: Id,
+        created: Time,
+        members: &[Contact],
+    ) {
+        self.set_cluster(level, cluster, created);
+        let l = level as usize;
+        let observed: Vec<(Contact, Option<Duration>)> = self.managers[l - 1]
+            .observed()
+            .filter(|o| o.cluster == cluster)
+            .map(|o| (o.contact, o.rtt()))
+            .collect();
+        for (c, rtt) in members.iter().map(|c| (*c, None)).chain(observed) {
+            self.levels[l].table.insert(c, now, rtt);
+        }
+        self.refresh(now, self.id, level);
+        self.stats.cluster_switches += 1;
+        if self.cluster_changes.len() >= CLUSTER_CHANGES_MAX {
+            self.cluster_changes.pop_front();
+        }
+        self.cluster_changes.push_back((
+            level,
+            Cluster {
+                id: cluster,
+                created,
+            },
+        ));
+    }
+
+    /// Starts a get the node needs itself, here or on the shard that owns the key.
+    fn start_internal_get(&mut self, now: Time, key: Key, levels: &[Level], internal: Internal) {
+        if self.owns(&key) {
+            self.get_for(now, key, Some(levels), Some(internal));
+        } else {
+            let call = DelegatedCall::Get {
+                key,
+                levels: levels.to_vec(),
+            };
+            self.delegate(call, internal);
+        }
+    }
+
+    /// Starts a put the node needs itself, here or on the shard that owns the key.
+    fn start_internal_put(
+        &mut self,
+        now: Time,
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+        levels: &[Level],
+        internal: Internal,
+    ) {
+        if self.owns(&key) {
+            self.put_for(now, key, value, ttl_secs, Some(levels), Some(internal));
+        } else {
+            let call = DelegatedCall::Put {
+                key,
+                value,
+                ttl_secs,
+                levels: levels.to_vec(),
+            };
+            self.delegate(call, internal);
+        }
+    }
+
+    fn delegate(&mut self, call: DelegatedCall, internal: Internal) {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        if self.delegated.len() >= DELEGATED_MAX {
+            self.delegated.pop_first(); // its result never came
+        }
+        if self.delegated_out.len() >= DELEGATED_MAX {
+            self.delegated_out.pop_front();
+        }
+        self.delegated.insert(tag, internal);
+        self.delegated_out.push_back(Delegated { tag, call });
+    }
+
+    /// An operation the node started for itself completed.
+    fn on_internal_done(&mut self, now: Time, internal: Internal, event: Event) {
+        match (internal, event) {
+            (
+                Internal::Cluster { level, round },
+                Event::GetDone {
+                    values, closest, ..
+                },
+            ) => {
+                let mut out = Vec::new();
+                self.managers[level as usize - 1].on_get_done(
+                    now,
+                    round,
+                    &values,
+                    closest,
+                    &self.config,
+                    &mut self.rng,
+                    &mut out,
+                );
+                self.run_cluster_commands(now, level, out);
+            }
+            (Internal::Cluster { level, round }, Event::PutDone { .. }) => {
+                let mut out = Vec::new();
+                self.managers[level as usize - 1].on_put_done(round, &mut out);
+                self.run_cluster_commands(now, level, out);
+            }
+            (Internal::HintGet, Event::GetDone { values, .. }) => {
+                // Measure the nodes the hint names: their replies are
+                // observed like any other (RTT, clusters).
+                let me = self.addr;
+                for addr in values
+                    .iter()
+                    .filter_map(Value::to_addr)
+                    .filter(|a| *a != me)
+                    .take(self.config.hint_probes_max)
+                {
+                    self.send_request(
+                        now,
+                        addr,
+                        None,
+                        self.route_hint,
+                        Body::Ping,
+                        Purpose::HintPing,
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Stores a pointer to this node under each hint key, at every level
+    /// (§4.4), and schedules the renewal.
+    fn store_hints(&mut self, now: Time) {
+        if self.hints.is_empty() {
+            return;
+        }
+        self.hints_stored = true;
+        let levels: Vec<Level> = (0..self.levels.len() as Level).rev().collect();
+        for key in self.hints.clone() {
+            let value = Value::from_addr(self.addr);
+            let ttl = self.config.hint_ttl_secs;
+            self.start_internal_put(now, key, value, ttl, &levels, Internal::Quiet);
+        }
+        if !self.hints_renewing {
+            self.hints_renewing = true;
+            let at = now + Duration::from_secs(u64::from(self.config.hint_ttl_secs / 2));
+            self.timers.push(Reverse((at, Timer::HintRenew)));
+        }
+    }
+
+    /// Looks up every hint key: the nodes found are measured, and the join
+    /// decision sees their clusters (§4.4).
+    fn lookup_hints(&mut self, now: Time) {
+        if !self.config.cluster_manage {
+            return;
+        }
+        let levels: Vec<Level> = (0..self.levels.len() as Level).rev().collect();
+        for key in self.hints.clone() {
+            self.start_internal_get(now, key, &levels, Internal::HintGet);
+        }
+    }
+
     // ---- Maintenance ---------------------------------------------------------------------
 
     fn maintain(&mut self, now: Time) {
@@ -1826,6 +2461,13 @@ impl Node {
 /// The route value of requests for `key`: its first two bytes.
 pub fn route_of(key: &Key) -> u16 {
     u16::from_be_bytes([key.0[0], key.0[1]])
+}
+
+/// The shard of `count` that owns `route`: `(route · count) >> 16`, so that
+/// each shard owns one contiguous range of routes (the runtime's steering
+/// program computes the same).
+pub fn shard_of_route(route: u16, count: usize) -> usize {
+    ((u64::from(route) * count as u64) >> 16) as usize
 }
 
 fn token(secret: &[u8; 16], addr: SocketAddr) -> Token {

@@ -19,6 +19,11 @@ use crate::wire::{Contact, Services};
 /// RPC failures in a row after which a contact is dropped even when no
 /// replacement waits for its place.
 pub const CONTACT_FAILURES_MAX: u8 = 3;
+/// A full bucket's least recently seen contact that answered within this
+/// long is taken to be alive without a ping: the newcomer waits as the
+/// replacement. (Otherwise every reply from a node that does not fit would
+/// cost a ping, and the pongs, observed at other levels, would set off more.)
+pub const OLDEST_FRESH: Duration = Duration::from_secs(60);
 
 /// A contact in the routing table, with what we know of it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -131,10 +136,11 @@ impl RoutingTable {
         }
         let waiting = bucket.replacement.is_some();
         bucket.replacement = Some(entry);
-        if waiting {
+        let oldest = &bucket.entries[0];
+        if waiting || now.saturating_since(oldest.last_seen) < OLDEST_FRESH {
             Insert::Waiting
         } else {
-            Insert::PingOldest(bucket.entries[0].contact)
+            Insert::PingOldest(oldest.contact)
         }
     }
 
@@ -369,23 +375,31 @@ mod tests {
     #[test]
     fn full_bucket_pings_oldest_before_replacing() {
         let mut t = RoutingTable::new(Id::ZERO, 2);
+        let s = |secs: u64| Time(secs * 1_000_000);
         // All in bucket 159 (top bit set).
         let a = contact(id_with_prefix(0x80, 1), 1);
         let b = contact(id_with_prefix(0x80, 2), 2);
         let c = contact(id_with_prefix(0x80, 3), 3);
-        assert_eq!(t.insert(a, Time(1), None), Insert::Added);
-        assert_eq!(t.insert(b, Time(2), None), Insert::Added);
-        assert_eq!(t.insert(c, Time(3), None), Insert::PingOldest(a));
+        assert_eq!(t.insert(a, s(1), None), Insert::Added);
+        assert_eq!(t.insert(b, s(2), None), Insert::Added);
+        // The oldest answered a moment ago: alive enough, no ping; c waits.
+        assert_eq!(t.insert(c, s(3), None), Insert::Waiting);
+        // Quiet for longer than OLDEST_FRESH: ping it.
+        let later = s(1) + OLDEST_FRESH;
+        assert_eq!(t.insert(c, later, None), Insert::Waiting, "c already waits");
+        t.on_oldest_alive(&a.id, later);
+        assert_eq!(
+            t.insert(c, later + OLDEST_FRESH, None),
+            Insert::PingOldest(b)
+        );
         assert_eq!(t.len(), 2);
-        // The oldest answered: it stays and c is discarded.
-        t.on_oldest_alive(&a.id, Time(4));
-        assert!(t.get(&c.id).is_none());
-        // Now b is the oldest; c tries again, b fails, c takes its place.
-        assert_eq!(t.insert(c, Time(5), None), Insert::PingOldest(b));
+        // b fails: c takes its place.
         assert!(t.on_failure(&b.id));
         assert!(t.get(&c.id).is_some());
         assert!(t.get(&b.id).is_none());
         assert_eq!(t.len(), 2);
+        // The oldest (a) answered at `later`: c would have been discarded had it answered.
+        assert!(t.get(&a.id).is_some());
     }
 
     #[test]

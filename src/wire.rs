@@ -190,6 +190,12 @@ pub enum Body {
     FindNode { level: u8, target: Id },
     /// Reply to FindNode (0x82).
     Nodes { level: u8, contacts: Contacts },
+    /// Members of the receiver's cluster at `level` near `target`, served
+    /// whatever the sender's cluster (0x06): how a node validates a candidate
+    /// cluster it is not in by routing to selected keys (§4.4).
+    Members { level: u8, target: Id },
+    /// Reply to Members (0x86): contacts from the receiver's table at `level`.
+    MembersReply { level: u8, contacts: Contacts },
     /// get: values for `key` at `level`, else contacts near `target` (0x03).
     Get { level: u8, key: Id, target: Id },
     /// Reply to Get (0x83): a random subset of stored values, or contacts.
@@ -242,6 +248,7 @@ pub mod kind {
     pub const GET: u8 = 0x03;
     pub const PUT_PROBE: u8 = 0x04;
     pub const STORE: u8 = 0x05;
+    pub const MEMBERS: u8 = 0x06;
     pub const REPLY: u8 = 0x80;
     pub const ERROR: u8 = 0xff;
 }
@@ -254,6 +261,8 @@ impl Body {
             Body::Pong => kind::PING | kind::REPLY,
             Body::FindNode { .. } => kind::FIND_NODE,
             Body::Nodes { .. } => kind::FIND_NODE | kind::REPLY,
+            Body::Members { .. } => kind::MEMBERS,
+            Body::MembersReply { .. } => kind::MEMBERS | kind::REPLY,
             Body::Get { .. } => kind::GET,
             Body::GetReply { .. } => kind::GET | kind::REPLY,
             Body::PutProbe { .. } => kind::PUT_PROBE,
@@ -348,11 +357,11 @@ impl Message {
         }
         match &self.body {
             Body::Ping | Body::Pong => {}
-            Body::FindNode { level, target } => {
+            Body::FindNode { level, target } | Body::Members { level, target } => {
                 buf.push(*level);
                 buf.extend_from_slice(&target.0);
             }
-            Body::Nodes { level, contacts } => {
+            Body::Nodes { level, contacts } | Body::MembersReply { level, contacts } => {
                 buf.push(*level);
                 put_contacts(buf, contacts);
             }
@@ -455,6 +464,14 @@ impl Message {
                 target: r.id()?,
             },
             k if k == kind::FIND_NODE | kind::REPLY => Body::Nodes {
+                level: r.level()?,
+                contacts: r.contacts()?,
+            },
+            kind::MEMBERS => Body::Members {
+                level: r.level()?,
+                target: r.id()?,
+            },
+            k if k == kind::MEMBERS | kind::REPLY => Body::MembersReply {
                 level: r.level()?,
                 contacts: r.contacts()?,
             },
@@ -765,6 +782,34 @@ mod tests {
     }
 
     #[test]
+    fn members_request_golden_vector() {
+        let m = Message {
+            header: header(),
+            body: Body::Members {
+                level: 1,
+                target: Id([0x44; 20]),
+            },
+        };
+        let mut want = PING_BYTES.to_vec();
+        want[1] = 0x06;
+        want.push(0x01);
+        want.extend_from_slice(&[0x44; 20]);
+        assert_eq!(m.to_bytes(), want);
+        assert_eq!(Message::decode(&want).unwrap(), m);
+        // Its reply is kind 0x86 and has the shape of a find-node reply.
+        want.truncate(30);
+        want[1] = 0x86;
+        want.extend_from_slice(&[0x01, 0x00]);
+        assert_eq!(
+            Message::decode(&want).unwrap().body,
+            Body::MembersReply {
+                level: 1,
+                contacts: SmallVec::new()
+            }
+        );
+    }
+
+    #[test]
     fn malformed_datagrams_are_typed_errors() {
         assert_eq!(Message::decode(&[]), Err(WireError::Truncated));
         let mut v = PING_BYTES;
@@ -844,6 +889,9 @@ mod tests {
             (level.clone(), arb_id()).prop_map(|(level, target)| Body::FindNode { level, target }),
             (level.clone(), arb_contacts())
                 .prop_map(|(level, contacts)| Body::Nodes { level, contacts }),
+            (level.clone(), arb_id()).prop_map(|(level, target)| Body::Members { level, target }),
+            (level.clone(), arb_contacts())
+                .prop_map(|(level, contacts)| Body::MembersReply { level, contacts }),
             (level.clone(), arb_id(), arb_id()).prop_map(|(level, key, target)| Body::Get {
                 level,
                 key,

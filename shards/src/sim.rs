@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use coral::sim::clusters::{self, ClustersParams, ClustersReport, Outcome, Scenario};
 use coral::sim::hotspot::{self, Bootstrap, HotspotParams, HotspotReport};
 use coral::sim::origin::{self, OriginParams};
 use coral::sim::svg;
@@ -23,6 +24,49 @@ pub enum Experiment {
     /// §6.2, Fig. 6: latency of the gets proxies make, single level (level 0
     /// only) against the three-level hierarchy, under the flash-crowd load.
     Latency(LatencyArgs),
+    /// §4.4, §6.3, Fig. 7: clusters the nodes form themselves — sizes per
+    /// level, the 80 % rule, the regions of the largest clusters, stability;
+    /// and the merge and split scenarios.
+    Clusters(ClustersArgs),
+}
+
+/// A clustering scenario.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ScenarioArg {
+    /// Every node starts alone.
+    Formation,
+    /// The eastern US starts as two level-1 clusters (north and south of
+    /// 40°N, all within 60 ms of each other) and must merge.
+    Merge,
+    /// At half time the RTT between the Atlantic and the inland sides of
+    /// North America rises by 50 ms; level-1 clusters must split.
+    Split,
+}
+
+#[derive(Args, Debug)]
+pub struct ClustersArgs {
+    /// Nodes.
+    #[arg(long, default_value_t = 166)]
+    nodes: usize,
+    /// Simulated minutes after the last node joined.
+    #[arg(long, default_value_t = 60)]
+    minutes: u32,
+    /// The scenario.
+    #[arg(long, value_enum, default_value_t = ScenarioArg::Formation)]
+    scenario: ScenarioArg,
+    /// Do not store or look up router and subnet hints.
+    #[arg(long)]
+    no_hints: bool,
+    /// The seed: same seed, same output.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print machine-readable JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write SVG maps like the paper's Fig. 7: level 1 on a world map to
+    /// FILE, level 2 on a US map to FILE with "-level2" before the extension.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -39,6 +83,9 @@ pub struct OriginArgs {
     /// Cluster levels: 1 (global only) or 3 (the paper's hierarchy).
     #[arg(long, default_value_t = 3)]
     levels: usize,
+    /// Minutes the nodes form their clusters before the clients start.
+    #[arg(long, default_value_t = 30)]
+    formation_minutes: u32,
     /// Skip the test-and-set claim before origin fetches (the paper's behaviour).
     #[arg(long)]
     no_claim: bool,
@@ -98,6 +145,9 @@ pub struct LatencyArgs {
     /// Minutes of client load.
     #[arg(long, default_value_t = 10)]
     minutes: u32,
+    /// Minutes the nodes form their clusters before the clients start.
+    #[arg(long, default_value_t = 30)]
+    formation_minutes: u32,
     /// The seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -114,6 +164,7 @@ pub fn run(experiment: Experiment) -> ExitCode {
         Experiment::Hotspot(args) => hotspot(args),
         Experiment::OriginLoad(args) => origin_load(args),
         Experiment::Latency(args) => latency(args),
+        Experiment::Clusters(args) => clusters(args),
     }
 }
 
@@ -142,6 +193,236 @@ fn write_plot(path: &std::path::Path, svg_text: &str) -> bool {
     }
 }
 
+fn clusters(a: ClustersArgs) -> ExitCode {
+    if a.nodes < 2 || a.minutes < 2 {
+        eprintln!("coral sim clusters: need --nodes ≥ 2 and --minutes ≥ 2");
+        return ExitCode::from(2);
+    }
+    let scenario = match a.scenario {
+        ScenarioArg::Formation => Scenario::Formation,
+        ScenarioArg::Merge => Scenario::Merge,
+        ScenarioArg::Split => Scenario::Split,
+    };
+    let params = ClustersParams {
+        nodes: a.nodes,
+        minutes: a.minutes,
+        scenario,
+        hints: !a.no_hints,
+        seed: a.seed,
+    };
+    let c = coral::Config::default();
+    let header = format!(
+        "coral sim clusters: seed {} nodes {} minutes {} scenario {} hints {} thresholds {:?} ms          re-evaluation every {} s, join at {} %, leave at {} % missed, δ 0/{} hourly, size margin ×{:.2},          links: PlanetLab-like world model (great-circle RTTs)",
+        a.seed,
+        a.nodes,
+        a.minutes,
+        scenario.name(),
+        !a.no_hints,
+        &c.level_thresholds_ms[1..],
+        c.cluster_eval_secs,
+        c.cluster_join_percent,
+        c.cluster_leave_percent,
+        c.cluster_delta_log2,
+        2f64.powf(f64::from(c.cluster_size_margin_log2_centi) / 100.0),
+    );
+    if a.json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
+    }
+    let started = std::time::Instant::now();
+    let mut last_report = std::time::Instant::now();
+    let r = clusters::run_with_progress(&params, |minute| {
+        if last_report.elapsed().as_secs() >= 5 {
+            last_report = std::time::Instant::now();
+            eprintln!("  … minute {minute} of {}", params.minutes);
+        }
+    });
+    let wall = started.elapsed().as_secs_f64();
+    let failures = r.invariant_failures();
+    if let Some(path) = &a.plot {
+        let level_points = |l: usize| -> Vec<svg::MapPoint> {
+            r.map
+                .iter()
+                .map(|p| p[l].clone())
+                .filter(|p| p.group != u32::MAX)
+                .collect()
+        };
+        let world = svg::world_map(
+            "Level-1 clusters (60 ms) the nodes formed (cf. NSDI 2004 Fig. 7)",
+            &level_points(0),
+        );
+        let us = svg::us_map(
+            "Level-2 clusters (20 ms) the nodes formed (cf. NSDI 2004 Fig. 7)",
+            &level_points(1),
+        );
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "svg".into());
+        let second = path.with_file_name(format!("{stem}-level2.{ext}"));
+        if !write_plot(path, &world) || !write_plot(&second, &us) {
+            return ExitCode::from(1);
+        }
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&clusters_json(&r, wall)).expect("json")
+        );
+        return check_invariants(&failures, a.seed);
+    }
+    print_clusters(&r, wall);
+    check_invariants(&failures, a.seed)
+}
+
+fn clusters_json(r: &ClustersReport, wall: f64) -> serde_json::Value {
+    let levels: Vec<_> = r
+        .levels
+        .iter()
+        .map(|l| {
+            json!({
+                "level": l.level,
+                "threshold_ms": l.threshold_ms,
+                "cluster_sizes": l.sizes(),
+                "clusters": l.clusters.iter().take(8).map(|c| json!({
+                    "id": c.id.to_string(),
+                    "size": c.size,
+                    "regions": c.regions.iter().map(|(g, k)| json!({"region": g.name(), "nodes": k})).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "acceptable_fraction": l.acceptable_fraction,
+                "singleton_count": l.singleton_count,
+                "singletons_with_near_node": l.singletons_with_near_node,
+                "pairs_over_threshold_fraction": l.pairs_over_threshold_fraction,
+                "changed_in_second_half": l.changed_in_second_half,
+            })
+        })
+        .collect();
+    let outcome = match &r.outcome {
+        Outcome::Formed => json!({"scenario": "formation"}),
+        Outcome::Merged { nodes, in_largest } => {
+            json!({"scenario": "merge", "nodes": nodes, "in_largest_cluster": in_largest})
+        }
+        Outcome::Split {
+            cross_pairs_before,
+            cross_pairs_after,
+            spanning_clusters_after,
+        } => json!({
+            "scenario": "split",
+            "cross_side_pairs_before": cross_pairs_before,
+            "cross_side_pairs_after": cross_pairs_after,
+            "spanning_clusters_after": spanning_clusters_after,
+        }),
+    };
+    json!({
+        "experiment": "clusters",
+        "seed": r.params.seed,
+        "nodes": r.params.nodes,
+        "minutes": r.params.minutes,
+        "levels": levels,
+        "outcome": outcome,
+        "merges": r.merges,
+        "splits": r.splits,
+        "singletons_formed": r.singletons_formed,
+        "datagrams": r.datagrams,
+        "timeline": r.timeline.iter().map(|m| json!({
+            "clusters": m.clusters, "singletons": m.singletons, "changes": m.changes,
+        })).collect::<Vec<_>>(),
+        "wall_seconds": wall,
+    })
+}
+
+fn print_clusters(r: &ClustersReport, wall: f64) {
+    println!(
+        "Self-organized clusters (NSDI 2004 §4.4, §6.3 Fig. 7): {} nodes, {} minutes, scenario {}",
+        r.params.nodes,
+        r.params.minutes,
+        r.params.scenario.name()
+    );
+    for l in &r.levels {
+        println!();
+        println!(
+            "  level {} ({} ms): {} clusters, {} singletons ({} of them with a node within {} ms)",
+            l.level,
+            l.threshold_ms,
+            l.clusters.len(),
+            l.singleton_count,
+            l.singletons_with_near_node,
+            l.threshold_ms
+        );
+        println!(
+            "    in acceptable clusters: {:.1} %   same-cluster pairs over {} ms: {:.1} %   changed in the second half: {} nodes",
+            l.acceptable_fraction * 100.0,
+            l.threshold_ms,
+            l.pairs_over_threshold_fraction * 100.0,
+            l.changed_in_second_half
+        );
+        for (i, c) in l.clusters.iter().take(8).enumerate() {
+            let regions: Vec<String> = c
+                .regions
+                .iter()
+                .map(|(g, k)| format!("{} {k}", g.name()))
+                .collect();
+            println!(
+                "    {:>2} {:>4} nodes: {}",
+                svg::group_letter(i as u32),
+                c.size,
+                regions.join(", ")
+            );
+        }
+        if l.clusters.len() > 8 {
+            println!(
+                "    … {} more: sizes {:?}",
+                l.clusters.len() - 8,
+                &l.sizes()[8..]
+            );
+        }
+    }
+    if r.params.scenario == Scenario::Formation {
+        println!();
+        println!("  paper (Fig. 7, level 1): eastern US 70 nodes, western US 37, Europe 19; level 2: 16 US clusters, California 22, Northeast Corridor 29");
+    }
+    match &r.outcome {
+        Outcome::Formed => {}
+        Outcome::Merged { nodes, in_largest } => println!(
+            "\n  merge: {in_largest} of {nodes} eastern US nodes (started as two level-1 clusters, north and south) share one cluster"
+        ),
+        Outcome::Split {
+            cross_pairs_before,
+            cross_pairs_after,
+            spanning_clusters_after,
+        } => println!(
+            "\n  split: Atlantic–inland pairs sharing a level-1 cluster: {cross_pairs_before} before the rise, {cross_pairs_after} at the end ({spanning_clusters_after} clusters still span both sides)"
+        ),
+    }
+    println!();
+    println!(
+        "  cluster changes: {} merges, {} splits, {} singletons formed; {} datagrams; simulated in {wall:.1} s",
+        r.merges, r.splits, r.singletons_formed, r.datagrams
+    );
+    println!();
+    println!("  minute  clusters L1/L2  singletons L1/L2  changes L1/L2");
+    for (i, m) in r.timeline.iter().enumerate() {
+        let minute = i + 1;
+        if minute <= 10 || minute % 5 == 0 || minute == r.timeline.len() {
+            println!(
+                "  {:>6}  {:>6}/{:<6}  {:>8}/{:<8}  {:>5}/{:<5}",
+                minute,
+                m.clusters[0],
+                m.clusters[1],
+                m.singletons[0],
+                m.singletons[1],
+                m.changes[0],
+                m.changes[1]
+            );
+        }
+    }
+}
+
 fn latency(a: LatencyArgs) -> ExitCode {
     if a.nodes < 2 || a.minutes == 0 {
         eprintln!("coral sim latency: need --nodes ≥ 2 and --minutes ≥ 1");
@@ -149,8 +430,8 @@ fn latency(a: LatencyArgs) -> ExitCode {
     }
     let header = format!(
         "coral sim latency: seed {} nodes {} minutes {} links: PlanetLab-like world model (great-circle RTTs); \
-         clusters assigned from the model's RTTs (60 ms / 20 ms)",
-        a.seed, a.nodes, a.minutes
+         clusters formed by the nodes (60 ms / 20 ms) over {} minutes before the clients start",
+        a.seed, a.nodes, a.minutes, a.formation_minutes
     );
     if a.json {
         eprintln!("{header}");
@@ -163,6 +444,7 @@ fn latency(a: LatencyArgs) -> ExitCode {
             nodes: a.nodes,
             minutes: a.minutes,
             levels,
+            formation_minutes: a.formation_minutes,
             seed: a.seed,
             ..OriginParams::default()
         };
@@ -174,7 +456,7 @@ fn latency(a: LatencyArgs) -> ExitCode {
             origin::percentile(l, 80.0),
             origin::percentile(l, 99.0),
         );
-        results.push((levels, p, l.clone()));
+        results.push((levels, p, l.clone(), r.cluster_sizes.clone()));
     }
     let (s1, m3) = (&results[0], &results[1]);
     if let Some(path) = &a.plot {
@@ -204,6 +486,7 @@ fn latency(a: LatencyArgs) -> ExitCode {
             "single_level": pct(s1.1),
             "multi_level": pct(m3.1),
             "gets": {"single_level": s1.2.len(), "multi_level": m3.2.len()},
+            "multi_level_cluster_sizes": m3.3,
         });
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));
         return ExitCode::SUCCESS;
@@ -231,6 +514,14 @@ fn latency(a: LatencyArgs) -> ExitCode {
         m3.2.len()
     );
     println!(
+        "  clusters the nodes formed (sizes, largest first): {}",
+        m3.3.iter()
+            .enumerate()
+            .map(|(i, sizes)| format!("level {}: {:?}", i + 1, &sizes[..sizes.len().min(10)]))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    println!(
         "  speed-up: {:.1}× at p50, {:.1}× at p80 (paper: 2–5× up to the 80th percentile; single-level faster past the 98th)",
         s1.1 .0 / m3.1 .0.max(1e-9),
         s1.1 .1 / m3.1 .1.max(1e-9)
@@ -248,14 +539,15 @@ fn origin_load(a: OriginArgs) -> ExitCode {
         objects: a.objects,
         minutes: a.minutes,
         levels: a.levels,
+        formation_minutes: a.formation_minutes,
         claim: !a.no_claim,
         seed: a.seed,
         ..OriginParams::default()
     };
     let header = format!(
-        "coral sim origin-load: seed {} nodes {} objects {} of {} bytes minutes {} levels {} claim {} origin {} kbit/s \
+        "coral sim origin-load: seed {} nodes {} objects {} of {} bytes minutes {} levels {} formation {} minutes claim {} origin {} kbit/s \
          peers {} kbit/s client rate {}/s start spread {} s links: PlanetLab-like world model (great-circle RTTs)",
-        a.seed, a.nodes, a.objects, params.object_bytes, a.minutes, a.levels, !a.no_claim,
+        a.seed, a.nodes, a.objects, params.object_bytes, a.minutes, a.levels, a.formation_minutes, !a.no_claim,
         params.origin_kbit_per_sec, params.peer_kbit_per_sec, params.client_rate, params.client_start_spread_secs
     );
     if a.json {
@@ -313,7 +605,7 @@ fn origin_load(a: OriginArgs) -> ExitCode {
             "requests": r.requests,
             "per_minute": minutes,
             "get_latency_ms": {"p50": p50, "p80": p80, "p99": p99, "count": r.get_latencies_ms.len()},
-            "cluster_counts": r.cluster_sizes.iter().map(Vec::len).collect::<Vec<_>>(),
+            "cluster_sizes": r.cluster_sizes,
             "wall_seconds": wall,
         });
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));

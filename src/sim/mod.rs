@@ -2,12 +2,14 @@
 //! time on a modelled wide-area network. No threads, no sockets, no clock:
 //! one seed drives everything, and the same seed gives the same run.
 //!
+//! - [`clusters`]: clusters the nodes form themselves (§4.4, Fig. 7).
 //! - [`hotspot`]: the hot-spot experiment of §6.4 (Fig. 8).
 //! - [`net`]: the event queue and links (delay, loss) that carry datagrams.
 //! - [`origin`]: the flash crowd of §6.1 (Fig. 4) and get latencies of §6.2 (Fig. 6).
 //! - [`world`]: where nodes sit on the globe and the RTTs that follow.
 //! - [`svg`]: plots of results, for `--plot`.
 
+pub mod clusters;
 pub mod hotspot;
 pub mod net;
 pub mod origin;

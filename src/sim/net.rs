@@ -15,6 +15,10 @@ use crate::node::{Event, Node};
 use crate::rng::Rng;
 use crate::time::{Duration, Time};
 
+/// A node's first routers (nearest first) and its directly connected
+/// subnets: the input of its clustering hints (§4.4).
+pub type HintPath = (Vec<IpAddr>, Vec<(IpAddr, u8)>);
+
 /// The links between simulated nodes, by node index.
 pub trait Links {
     /// One-way delay from `a` to `b`.
@@ -22,6 +26,11 @@ pub trait Links {
     /// Probability that a datagram from `a` to `b` is lost.
     fn loss(&self, _a: usize, _b: usize) -> f64 {
         0.0
+    }
+    /// The routers and subnets node `a` would find with the runtime's
+    /// probe, when the model has a topology (None: no hints).
+    fn hint_path(&self, _a: usize) -> Option<HintPath> {
+        None
     }
 }
 
@@ -143,6 +152,11 @@ impl<L: Links> Sim<L> {
     /// The links.
     pub fn links(&self) -> &L {
         &self.links
+    }
+
+    /// The links, to change them mid-run (a rise in latency, a partition).
+    pub fn links_mut(&mut self) -> &mut L {
+        &mut self.links
     }
 
     /// Network-wide counters.

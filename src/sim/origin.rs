@@ -22,6 +22,7 @@ use crate::fetch::{Action, FetchConfig, FetchPolicy, Served};
 use crate::id::{Id, Key};
 use crate::node::{Event, Node, OpId};
 use crate::rng::Rng;
+use crate::sim::clusters::join_network;
 use crate::sim::net::{sim_addr, Links, Sim};
 use crate::time::{Duration, Time};
 
@@ -46,6 +47,9 @@ pub struct OriginParams {
     pub client_start_spread_secs: u64,
     /// Cluster levels (1: global only; 3: the paper's hierarchy).
     pub levels: usize,
+    /// Minutes the nodes run before clients start, forming their clusters
+    /// (§4.4; the paper's clients began 30 minutes out, §6.3).
+    pub formation_minutes: u32,
     /// Whether proxies claim a key before going to the origin.
     pub claim: bool,
     /// The seed.
@@ -64,6 +68,7 @@ impl Default for OriginParams {
             client_rate: 0.6,
             client_start_spread_secs: 180,
             levels: 3,
+            formation_minutes: 30,
             claim: true,
             seed: 1,
         }
@@ -102,7 +107,8 @@ pub struct OriginReport {
     pub get_latencies_ms: Vec<f64>,
     /// Requests issued.
     pub requests: u64,
-    /// Nodes per cluster, per level (levels 1 and 2; empty for level 0).
+    /// Nodes per cluster when the clients started, per non-global level,
+    /// largest first: the clusters the nodes formed.
     pub cluster_sizes: Vec<Vec<usize>>,
 }
 
@@ -122,40 +128,6 @@ impl OriginReport {
         }
         failed
     }
-}
-
-/// Assigns clusters for levels 1.. from the links' RTTs: a greedy cover in
-/// which each cluster is a leader and the unassigned nodes within half the
-/// level's threshold of it, so members are within the threshold of each
-/// other up to the triangle inequality. (Stands in until nodes form their
-/// own clusters, §4.4.)
-pub fn assign_clusters<L: Links>(
-    links: &L,
-    n: usize,
-    thresholds_ms: &[u32],
-    rng: &mut Rng,
-) -> Vec<Vec<Id>> {
-    let mut out = vec![vec![Id::ZERO; n]; thresholds_ms.len()];
-    for (level, &t) in thresholds_ms.iter().enumerate().skip(1) {
-        let mut order: Vec<usize> = (0..n).collect();
-        rng.shuffle(&mut order);
-        let mut assigned = vec![false; n];
-        for &leader in &order {
-            if assigned[leader] {
-                continue;
-            }
-            let mut cid = Id::ZERO;
-            rng.fill(&mut cid.0);
-            for &m in &order {
-                let rtt = links.one_way(leader, m).as_millis_f64() * 2.0;
-                if !assigned[m] && (m == leader || rtt <= f64::from(t) / 2.0) {
-                    assigned[m] = true;
-                    out[level][m] = cid;
-                }
-            }
-        }
-    }
-    out
 }
 
 /// How long a proxy waits on a peer's copy that is still on its way.
@@ -410,38 +382,34 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
         .into_iter()
         .take(params.levels.max(1))
         .collect();
-    let clusters = assign_clusters(&links, n, &thresholds, &mut rng);
     let config = Config {
-        level_thresholds_ms: thresholds.clone(),
+        level_thresholds_ms: thresholds,
         ..Config::default()
     };
     let mut sim = Sim::new(links, params.seed);
     for i in 0..n {
-        let mut node = Node::new(
+        let node = Node::new(
             config.clone(),
             sim_addr(i),
             sim.now(),
             params.seed.wrapping_add(i as u64 * 7919),
         )
         .expect("valid config");
-        for (level, ids) in clusters.iter().enumerate().skip(1) {
-            node.set_cluster(level as u8, ids[i], Time::ZERO);
-        }
         sim.add(node);
     }
-    for i in 1..n {
-        let via = rng.below(i as u64) as usize;
-        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(via)]));
-        sim.run_for(Duration::from_millis(50));
-    }
-    sim.run_for(Duration::from_secs(60));
-    let cluster_sizes = clusters
-        .iter()
-        .skip(1)
-        .map(|ids| {
+    // Nodes join and form their own clusters before the crowd arrives.
+    join_network(&mut sim, &mut rng, true);
+    sim.run_for(Duration::from_secs(
+        60 * u64::from(params.formation_minutes.max(1)),
+    ));
+    sim.take_events();
+    let cluster_sizes = (1..config.levels() as u8)
+        .map(|level| {
             let mut counts: HashMap<Id, usize> = HashMap::new();
-            for id in ids {
-                *counts.entry(*id).or_default() += 1;
+            for node in sim.nodes() {
+                *counts
+                    .entry(node.cluster(level).map_or(Id::ZERO, |c| c.id))
+                    .or_default() += 1;
             }
             let mut v: Vec<usize> = counts.into_values().collect();
             v.sort_unstable_by(|a, b| b.cmp(a));

@@ -25,8 +25,10 @@
 //! Architecture Invariant: `rtt` is O(1) and stores nothing per pair, so a
 //! 10,000-node world costs one small record per node.
 
+use std::net::{IpAddr, Ipv4Addr};
+
 use crate::rng::Rng;
-use crate::sim::net::Links;
+use crate::sim::net::{HintPath, Links};
 use crate::time::Duration;
 
 /// A broad geographic region of the PlanetLab testbed.
@@ -288,6 +290,8 @@ pub struct World {
     pub pair_seed: u64,
 }
 
+/// Sites this close share a metropolitan router on their synthetic paths.
+pub const METRO_KM: f64 = 150.0;
 /// Light in fibre covers about 200 km per millisecond, one way.
 const FIBRE_KM_PER_MS: f64 = 200.0;
 /// The mean radius of the Earth.
@@ -446,6 +450,36 @@ impl World {
         Duration::from_micros(self.rtt(a, b).as_micros() / 2)
     }
 
+    /// A synthetic router path and subnet for `node`, for its clustering
+    /// hints (§4.4): the site's gateway (private at every other site, as
+    /// many campuses are, so it is never a hint), the site's border router, a
+    /// metropolitan router shared by sites within [`METRO_KM`], a regional
+    /// router and a backbone router; and the site's public /24.
+    pub fn hint_path(&self, node: usize) -> Option<HintPath> {
+        let site = self.nodes.get(node)?.site;
+        let s = &SITES[site];
+        let metro = SITES
+            .iter()
+            .position(|t| haversine_km(s.lat, s.lon, t.lat, t.lon) <= METRO_KM)
+            .unwrap_or(site);
+        let region = Region::ALL.iter().position(|r| *r == s.region).unwrap_or(0);
+        let v4 = |a: u8, b: u8, c: u8, d: u8| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+        let (hi, lo) = ((site >> 8) as u8, site as u8);
+        let gateway = if site % 2 == 0 {
+            v4(10, hi, lo, 1)
+        } else {
+            v4(128, hi, lo, 1)
+        };
+        let routers = vec![
+            gateway,
+            v4(129, hi, lo, 254),
+            v4(4, 1, metro as u8, 1),
+            v4(4, 2, region as u8, 1),
+            v4(4, 3, 0, 1),
+        ];
+        Some((routers, vec![(v4(130, hi, lo, 0), 24)]))
+    }
+
     /// The backbone RTT between two sites (indices into [`SITES`]): fibre
     /// distance with route inflation, router delay and the sites' detours,
     /// without any node's access delay or jitter. Zero for a site and
@@ -466,6 +500,10 @@ impl World {
 impl Links for World {
     fn one_way(&self, a: usize, b: usize) -> Duration {
         World::one_way(self, a, b)
+    }
+
+    fn hint_path(&self, node: usize) -> Option<HintPath> {
+        World::hint_path(self, node)
     }
 }
 
