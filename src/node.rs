@@ -67,6 +67,9 @@ pub struct LevelInfo {
     pub contacts: usize,
     /// Keys stored at this level.
     pub keys: usize,
+    /// What the cluster manager of this level has done (zero at level 0,
+    /// and on a node that follows another's clusters).
+    pub clustering: ClusterStats,
 }
 
 /// Where a put stored its value at one level.
@@ -651,6 +654,7 @@ impl Node {
                 size_estimate: l.size_estimate,
                 contacts: l.table.len(),
                 keys: l.store.key_count(),
+                clustering: self.cluster_stats(i as Level),
             })
             .collect()
     }
@@ -1211,9 +1215,17 @@ impl Node {
 
     /// A request tells us a node exists; it enters our tables only after it
     /// answers a ping of ours (a request's source can be forged).
+    /// Also, a sender in one of our clusters that is missing from that
+    /// level's table (it has just joined our cluster, §4.3: tables follow
+    /// the cluster information in headers) is pinged, so that it enters.
     fn observe_requester(&mut self, now: Time, from: SocketAddr, header: &Header) {
-        let known = self.levels[0].table.contains(&header.sender, from);
-        if known || !self.levels[0].table.has_room_for(&header.sender) {
+        let wanted = (0..self.levels.len()).any(|level| {
+            let t = &self.levels[level].table;
+            self.shares_cluster(header, level)
+                && !t.contains(&header.sender, from)
+                && t.has_room_for(&header.sender)
+        });
+        if !wanted {
             return;
         }
         if self.verify_pings_in_flight >= self.config.verify_pings_max {
@@ -1348,10 +1360,7 @@ impl Node {
             if self.shares_cluster(header, level) {
                 let inserted = self.levels[level].table.insert(contact, now, Some(rtt));
                 if inserted == Insert::Added {
-                    if self.learned.len() >= LEARNED_QUEUE_MAX {
-                        self.learned.pop_front();
-                    }
-                    self.learned.push_back((level as Level, contact, rtt));
+                    self.push_learned(level as Level, contact, rtt);
                 }
                 if let Insert::PingOldest(oldest) = inserted {
                     self.send_request(
@@ -1367,6 +1376,13 @@ impl Node {
                 self.levels[level].table.remove(&contact.id);
             }
         }
+    }
+
+    fn push_learned(&mut self, level: Level, contact: Contact, rtt: Duration) {
+        if self.learned.len() >= LEARNED_QUEUE_MAX {
+            self.learned.pop_front();
+        }
+        self.learned.push_back((level, contact, rtt));
     }
 
     fn on_rpc_failed(&mut self, now: Time, txid: u32, p: Pending) {
@@ -2238,7 +2254,10 @@ impl Node {
             .map(|o| (o.contact, o.rtt()))
             .collect();
         for (c, rtt) in members.iter().map(|c| (*c, None)).chain(observed) {
-            self.levels[l].table.insert(c, now, rtt);
+            if self.levels[l].table.insert(c, now, rtt) == Insert::Added {
+                // Cores that follow this one hear of the new members too.
+                self.push_learned(level, c, rtt.unwrap_or_default());
+            }
         }
         self.refresh(now, self.id, level);
         self.stats.cluster_switches += 1;

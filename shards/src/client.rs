@@ -123,21 +123,33 @@ pub fn print(json: &Json, as_json: bool) {
                     json["cores"]
                 );
                 println!(
-                    "{:<6} {:>12} {:>42} {:>8} {:>9} {:>6}",
-                    "level", "threshold", "cluster", "size", "contacts", "keys"
+                    "{:<6} {:>12} {:>42} {:>8} {:>8} {:>9} {:>6}  {}",
+                    "level",
+                    "threshold",
+                    "cluster",
+                    "age s",
+                    "size",
+                    "contacts",
+                    "keys",
+                    "merges/splits/leaves"
                 );
                 for l in levels {
                     let t = l["threshold_ms"]
                         .as_u64()
                         .map_or("∞".to_string(), |t| format!("{t} ms"));
+                    let c = &l["clustering"];
                     println!(
-                        "{:<6} {:>12} {:>42} {:>8} {:>9} {:>6}",
+                        "{:<6} {:>12} {:>42} {:>8} {:>8} {:>9} {:>6}  {}/{}/{}",
                         l["level"].to_string(),
                         t,
                         l["cluster"].as_str().unwrap_or("?"),
+                        l["age_secs"].to_string(),
                         l["size_estimate"].to_string(),
                         l["contacts"].to_string(),
-                        l["keys"].to_string()
+                        l["keys"].to_string(),
+                        c["merges"],
+                        c["splits"],
+                        c["leaves"],
                     );
                 }
             } else if let Some(nodes) = json.get("nodes").and_then(Json::as_array) {

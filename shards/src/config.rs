@@ -21,6 +21,11 @@ alpha = 3
 values_per_key_max = 4
 beta_per_min = 12
 rpc_timeout_ms = 2000
+
+[clusters]                 # self-organizing clusters (NSDI 2004 §4.4)
+eval_secs = 300            # reconsider each level's cluster this often
+join_percent = 80          # acceptable: this share of members within the threshold
+leave_percent = 50         # leave when this share of accesses misses it
 "#;
 
 /// The file's shape.
@@ -41,6 +46,26 @@ pub struct FileConfig {
     /// DSHT parameters.
     #[serde(default)]
     pub dht: DhtSection,
+    /// Clustering parameters.
+    #[serde(default)]
+    pub clusters: ClustersSection,
+}
+
+/// `[clusters]`: self-organizing clusters (§4.4).
+#[derive(Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ClustersSection {
+    /// Whether this node organizes its own clusters (false: it stays in the
+    /// singleton clusters it starts with).
+    pub manage: Option<bool>,
+    /// Re-evaluation period.
+    pub eval_secs: Option<u64>,
+    /// How long after joining the first decision comes.
+    pub join_eval_secs: Option<u64>,
+    /// Acceptability: share of members within the threshold.
+    pub join_percent: Option<u32>,
+    /// The leave rule: share of accesses that miss the threshold.
+    pub leave_percent: Option<u32>,
 }
 
 /// `[dht]`: the DSHT's parameters (paper symbols).
@@ -143,6 +168,22 @@ impl NodeConfig {
         if let Some(t) = d.rpc_timeout_ms {
             self.dht.rpc_timeout_ms = t;
         }
+        let c = &f.clusters;
+        if let Some(m) = c.manage {
+            self.dht.cluster_manage = m;
+        }
+        if let Some(s) = c.eval_secs {
+            self.dht.cluster_eval_secs = s;
+        }
+        if let Some(s) = c.join_eval_secs {
+            self.dht.cluster_join_eval_secs = s;
+        }
+        if let Some(p) = c.join_percent {
+            self.dht.cluster_join_percent = p;
+        }
+        if let Some(p) = c.leave_percent {
+            self.dht.cluster_leave_percent = p;
+        }
         self.validate()
     }
 
@@ -192,6 +233,8 @@ mod tests {
         let f: FileConfig = toml::from_str("admin = \"0.0.0.0:7080\"").unwrap();
         assert!(c.overlay(&f).unwrap_err().contains("loopback"));
         let f: FileConfig = toml::from_str("[dht]\nb = 0").unwrap();
+        assert!(c.overlay(&f).is_err());
+        let f: FileConfig = toml::from_str("[clusters]\neval_secs = 0").unwrap();
         assert!(c.overlay(&f).is_err());
     }
 }

@@ -26,26 +26,6 @@ pub struct Hop {
     pub addr: IpAddr,
 }
 
-/// Whether `ip` may serve as a hint: not private (RFC 1918), loopback,
-/// link-local, shared (RFC 6598), unspecified, or broadcast — addresses that
-/// mean different places on different networks.
-pub fn is_hint_address(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            !(v4.is_private()
-                || v4.is_loopback()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || (o[0] == 100 && (64..128).contains(&o[1])))
-        }
-        IpAddr::V6(v6) => {
-            !(v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xfe00) == 0xfc00)
-        }
-    }
-}
-
 /// Probes the path toward `to` (IPv4) and returns the routers that answered
 /// within `timeout`, nearest first. Stops listening early once the
 /// destination itself answers (port unreachable).
@@ -187,26 +167,57 @@ fn unsafe_zeroed_sockaddr_in() -> libc::sockaddr_in {
     unsafe { std::mem::zeroed() }
 }
 
+/// The IPv4 subnets this host is directly connected to, as (network
+/// address, prefix length), from the interfaces' addresses and netmasks
+/// (§4.4: "any IP subnets they directly connect to"). Which of them may be
+/// hints is for `coral::cluster::hint_keys` to decide (not private ones).
+pub fn local_subnets() -> Vec<(IpAddr, u8)> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we own until freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_netmask.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points at a sockaddr whose family we check before
+        // reading it as a sockaddr_in; the netmask has the same family.
+        unsafe {
+            if i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET {
+                continue;
+            }
+            let addr = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+            let mask = &*(ifa.ifa_netmask as *const libc::sockaddr_in);
+            let a = u32::from_be(addr.sin_addr.s_addr);
+            let m = u32::from_be(mask.sin_addr.s_addr);
+            let len = m.leading_ones() as u8;
+            let net = IpAddr::V4(Ipv4Addr::from(a & m));
+            if !out.contains(&(net, len)) {
+                out.push((net, len));
+            }
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn private_and_local_addresses_are_not_hints() {
-        for a in [
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "127.0.0.1",
-            "169.254.1.1",
-            "100.64.0.1",
-            "0.0.0.0",
-        ] {
-            assert!(!is_hint_address(a.parse().unwrap()), "{a}");
-        }
-        for a in ["198.18.1.1", "8.8.8.8", "2001:db8::1"] {
-            assert!(is_hint_address(a.parse().unwrap()), "{a}");
-        }
-        assert!(!is_hint_address("fd00::1".parse().unwrap()));
+    fn loopback_is_among_the_local_subnets() {
+        let subnets = local_subnets();
+        assert!(
+            subnets.contains(&(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8)),
+            "{subnets:?}"
+        );
     }
 }

@@ -250,7 +250,7 @@ fn main() -> ExitCode {
                     if json {
                         let v: Vec<_> = found
                             .iter()
-                            .map(|h| serde_json::json!({"ttl": h.ttl, "addr": h.addr.to_string(), "hint": hints::is_hint_address(h.addr)}))
+                            .map(|h| serde_json::json!({"ttl": h.ttl, "addr": h.addr.to_string(), "hint": coral::cluster::is_hint_address(h.addr)}))
                             .collect();
                         println!(
                             "{}",
@@ -258,7 +258,7 @@ fn main() -> ExitCode {
                         );
                     } else {
                         for h in &found {
-                            let note = if hints::is_hint_address(h.addr) {
+                            let note = if coral::cluster::is_hint_address(h.addr) {
                                 ""
                             } else {
                                 "  (private: not a hint)"

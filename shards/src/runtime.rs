@@ -10,6 +10,11 @@
 //!   channel mesh, so all routing tables learn from all traffic.
 //! - **API calls** (from the admin endpoint on core 0) go to the owning core
 //!   over the mesh; its reply comes back the same way.
+//! - **Clusters** (§4.4): core 0's node organizes them (it alone measures,
+//!   validates and splits); every cluster change it makes goes to the other
+//!   cores, whose nodes follow. Keyed operations core 0's node starts itself
+//!   (hint puts and gets, split lookups) run on the key's owning core
+//!   (`Node::poll_delegated`) and their results come back over the mesh.
 //!
 //! Nothing here is shared mutably between cores: each core's state lives in
 //! its executor, and cores exchange messages, not locks.
@@ -23,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use coral::node::{Event, LevelInfo, Stats};
+use coral::node::{Delegated, DelegatedCall, Event, LevelInfo, Stats};
 use coral::wire::{Contact, Value};
 use coral::{Id, Node, OpId, Time};
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
@@ -49,8 +54,6 @@ const RECV_BUFFER_BYTES: usize = coral::wire::DATAGRAM_BYTES_MAX;
 const HINT_HOPS_MAX: u8 = 5;
 /// How long the hint probe waits for answers.
 const HINT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
-/// TTL of a clustering hint.
-const HINT_TTL_SECS: u32 = 3600;
 /// Datagrams read from the socket without waiting after each awaited one.
 const RECV_BATCH_MAX: usize = 64;
 
@@ -83,6 +86,12 @@ pub enum CoreMsg {
         contact: Contact,
         rtt_us: u64,
     },
+    /// Run a keyed call core `from`'s node delegated, and answer with its event.
+    Delegate { from: usize, delegated: Delegated },
+    /// The event of delegated call `tag`.
+    DelegateDone { tag: u64, event: Event },
+    /// Core 0's node changed cluster at `level`: follow it.
+    Cluster { level: u8, id: Id, created: Time },
 }
 
 /// The state of one core.
@@ -123,6 +132,8 @@ impl Shard {
         let mut deferred: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         let mut events = Vec::new();
         let mut learned = Vec::new();
+        let mut delegated = Vec::new();
+        let mut cluster_changes = Vec::new();
         {
             let mut node = self.node.borrow_mut();
             let mut buf = self.send_buf.borrow_mut();
@@ -145,6 +156,12 @@ impl Shard {
             while let Some(l) = node.poll_learned() {
                 learned.push(l);
             }
+            while let Some(d) = node.poll_delegated() {
+                delegated.push(d);
+            }
+            while let Some(c) = node.poll_cluster_change() {
+                cluster_changes.push(c);
+            }
         }
         for (to, bytes) in deferred {
             if self.socket.send_to(&bytes, to).await.is_err() {
@@ -159,6 +176,38 @@ impl Shard {
             };
             if let Some(tx) = self.waiting.borrow_mut().remove(&op) {
                 let _ = tx.try_send(e);
+            }
+        }
+        for d in delegated {
+            let key = match &d.call {
+                DelegatedCall::Get { key, .. } | DelegatedCall::Put { key, .. } => *key,
+            };
+            let owner = steer::shard_of_key(&key, self.cores);
+            let msg = CoreMsg::Delegate {
+                from: self.core,
+                delegated: d,
+            };
+            // A full channel drops the call; the node gives up on it at its
+            // own deadline.
+            if self.senders.try_send_to(owner, msg).is_err() {
+                tracing::debug!(owner, "delegated call dropped: mesh channel full");
+            }
+        }
+        for (level, cluster) in cluster_changes {
+            tracing::info!(level, cluster = %cluster.id, "joined cluster");
+            for peer in (0..self.cores).filter(|&p| p != self.core) {
+                let msg = CoreMsg::Cluster {
+                    level,
+                    id: cluster.id,
+                    created: cluster.created,
+                };
+                if self.senders.try_send_to(peer, msg).is_err() {
+                    tracing::warn!(
+                        peer,
+                        level,
+                        "cluster change not delivered: mesh channel full"
+                    );
+                }
             }
         }
         for (level, contact, rtt) in learned {
@@ -237,6 +286,28 @@ impl Shard {
         }
     }
 
+    /// Runs a call another core's node delegated to this core (the owner of
+    /// its key) and returns the event it produced.
+    async fn run_delegated(&self, call: DelegatedCall) -> Option<Event> {
+        let now = self.now();
+        let (tx, rx) = local_channel::new_bounded(1);
+        let op = {
+            let mut node = self.node.borrow_mut();
+            match call {
+                DelegatedCall::Get { key, levels } => node.get(now, key, Some(&levels)),
+                DelegatedCall::Put {
+                    key,
+                    value,
+                    ttl_secs,
+                    levels,
+                } => node.put(now, key, value, ttl_secs, Some(&levels)),
+            }
+        };
+        self.waiting.borrow_mut().insert(op, tx);
+        self.flush().await;
+        rx.recv().await
+    }
+
     /// Sends `call` to the core that should run it and waits for the answer.
     pub async fn call_on(&self, core: usize, call: Call) -> String {
         if core == self.core {
@@ -309,6 +380,14 @@ fn level_json(l: &LevelInfo) -> serde_json::Value {
         "size_estimate": l.size_estimate,
         "contacts": l.contacts,
         "keys": l.keys,
+        "clustering": {
+            "evaluations": l.clustering.evaluations,
+            "validations": l.clustering.validations,
+            "merges": l.clustering.merges,
+            "splits": l.clustering.splits,
+            "leaves": l.clustering.leaves,
+            "singletons": l.clustering.singletons,
+        },
     })
 }
 
@@ -323,6 +402,7 @@ fn stats_json(core: usize, s: &Stats, send_errors: u64) -> serde_json::Value {
         "stores_received": s.stores_received, "stores_accepted": s.stores_accepted,
         "wrong_cluster": s.wrong_cluster, "bad_token": s.bad_token,
         "rpc_timeouts": s.rpc_timeouts, "ops_refused": s.ops_refused,
+        "members_served": s.members_served, "cluster_switches": s.cluster_switches,
         "send_errors": send_errors,
     })
 }
@@ -449,17 +529,38 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
             hints_rx = Some(rx);
         }
     }
+    // One clock and one starting set of (singleton) clusters for all cores:
+    // the cores of one node are one member of each cluster.
+    let epoch = Instant::now();
+    let mut rng = coral::rng::Rng::new(seed_from_os());
+    let clusters: Vec<Id> = (1..config.dht.levels())
+        .map(|_| {
+            let mut id = Id::ZERO;
+            rng.fill(&mut id.0);
+            id
+        })
+        .collect();
     let mut handles = Vec::new();
     for (core, fd) in fds.into_iter().enumerate() {
         let mesh = mesh.clone();
         let config = config.clone();
         let stop = stop.clone();
+        let clusters = clusters.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
         let cpu = cpus[core % cpus.len()];
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("coral-core-{core}"))
             .io_memory(IO_MEMORY_BYTES)
-            .spawn(move || async move { core_main(core, cores, fd, config, mesh, stop, hints).await })
+            .spawn(move || async move {
+                let start = CoreStart {
+                    core,
+                    cores,
+                    fd,
+                    epoch,
+                    clusters,
+                };
+                core_main(start, config, mesh, stop, hints).await
+            })
             .map_err(|e| {
                 format!(
                     "cannot start the executor for core {core} on CPU {cpu}: {e}. If io_uring is unavailable or \
@@ -482,15 +583,31 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
     Ok(())
 }
 
-async fn core_main(
+/// What each core starts from.
+struct CoreStart {
     core: usize,
     cores: usize,
     fd: RawFd,
+    /// The node's clock: one for all cores.
+    epoch: Instant,
+    /// The starting cluster id of each non-global level.
+    clusters: Vec<Id>,
+}
+
+async fn core_main(
+    start: CoreStart,
     config: NodeConfig,
     mesh: MeshBuilder<CoreMsg, glommio::channels::channel_mesh::Full>,
     stop: Arc<AtomicBool>,
     hints: Option<std::sync::mpsc::Receiver<Vec<crate::hints::Hop>>>,
 ) -> Result<(), String> {
+    let CoreStart {
+        core,
+        cores,
+        fd,
+        epoch,
+        clusters,
+    } = start;
     let (senders, mut receivers) = mesh
         .join()
         .await
@@ -501,11 +618,17 @@ async fn core_main(
     // SAFETY: a second handle on the same descriptor for direct syscalls;
     // ManuallyDrop keeps it from closing what `socket` owns.
     let raw = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(fd) });
-    let epoch = Instant::now();
     let seed = seed_from_os() ^ core as u64;
-    let mut node =
-        Node::new(config.dht.clone(), config.dsht, Time::ZERO, seed).map_err(|e| e.to_string())?;
+    // Core 0 organizes the clusters (§4.4); the other cores follow it.
+    let mut dht = config.dht.clone();
+    dht.cluster_manage &= core == 0;
+    let now = Time(epoch.elapsed().as_micros() as u64);
+    let mut node = Node::new(dht, config.dsht, now, seed).map_err(|e| e.to_string())?;
     node.set_route_hint(steer::route_for_core(core, cores));
+    node.set_shard(core, cores);
+    for (i, id) in clusters.iter().enumerate() {
+        node.set_cluster(i as u8 + 1, *id, now);
+    }
     let shard = Rc::new(Shard {
         core,
         cores,
@@ -565,7 +688,7 @@ async fn core_main(
     // Timers, until told to stop.
     while !shard.stopping() {
         if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {
-            store_hints(&shard, &hops).await;
+            set_hints(&shard, &hops).await;
         }
         let now = shard.now();
         let due = shard.node.borrow().poll_timeout().is_some_and(|t| t <= now);
@@ -585,45 +708,48 @@ async fn core_main(
     Ok(())
 }
 
-/// Stores the clustering hints of §4.4: under each public router's address
-/// and its /24 prefix, a pointer to this node. (Puts for keys another core
-/// owns run on that core, whose replies the kernel steers back to it.)
-async fn store_hints(shard: &Rc<Shard>, hops: &[crate::hints::Hop]) {
-    let me = shard.node.borrow().addr();
+/// Hands the node its clustering hints (§4.4): the routers the start-up
+/// probe found and the subnets this host is directly connected to. The node
+/// stores a pointer to itself under each (and keeps them fresh), and looks
+/// them up to measure the nodes stored there by others.
+async fn set_hints(shard: &Rc<Shard>, hops: &[crate::hints::Hop]) {
+    let routers: Vec<IpAddr> = hops.iter().map(|h| h.addr).collect();
+    let subnets = crate::hints::local_subnets();
+    let keys = coral::cluster::hint_keys(&routers, &subnets);
     for hop in hops
         .iter()
-        .filter(|h| crate::hints::is_hint_address(h.addr))
+        .filter(|h| coral::cluster::is_hint_address(h.addr))
     {
         tracing::info!(ttl = hop.ttl, router = %hop.addr, "storing clustering hint");
-        let mut keys = vec![Id::from_ip(hop.addr)];
-        if let IpAddr::V4(v4) = hop.addr {
-            keys.push(hint_prefix_key(v4));
-        }
-        for key in keys {
-            let owner = steer::shard_of_key(&key, shard.cores);
-            let call = Call::Put {
-                key,
-                value: Value::from_addr(me).as_bytes().to_vec(),
-                ttl_secs: HINT_TTL_SECS,
-                levels: None,
-            };
-            let shard = shard.clone();
-            glommio::spawn_local(async move {
-                let _ = shard.call_on(owner, call).await;
-            })
-            .detach();
-        }
     }
-}
-
-/// The key of the hint for a router's /24 prefix: SHA-1 of its first three bytes.
-pub fn hint_prefix_key(ip: std::net::Ipv4Addr) -> Id {
-    let o = ip.octets();
-    Id::hash(&o[..3])
+    let now = shard.now();
+    shard.node.borrow_mut().set_hints(now, &keys);
+    shard.flush().await;
 }
 
 async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
     match msg {
+        CoreMsg::Delegate { from, delegated } => {
+            let shard = shard.clone();
+            glommio::spawn_local(async move {
+                if let Some(event) = shard.run_delegated(delegated.call).await {
+                    let tag = delegated.tag;
+                    let _ = shard
+                        .senders
+                        .send_to(from, CoreMsg::DelegateDone { tag, event })
+                        .await;
+                }
+            })
+            .detach();
+        }
+        CoreMsg::DelegateDone { tag, event } => {
+            let now = shard.now();
+            shard.node.borrow_mut().on_delegated_done(now, tag, event);
+            shard.flush().await;
+        }
+        CoreMsg::Cluster { level, id, created } => {
+            shard.node.borrow_mut().set_cluster(level, id, created);
+        }
         CoreMsg::Learned {
             level,
             contact,

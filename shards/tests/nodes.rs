@@ -28,6 +28,11 @@ impl Drop for Cluster {
 impl Cluster {
     /// Starts `n` nodes on 127.0.`net`.1..=n, each joining through the first.
     fn start(net: u8, n: u8, cores: usize) -> Cluster {
+        Cluster::start_with(net, n, cores, None)
+    }
+
+    /// Like [`Cluster::start`], with a config file.
+    fn start_with(net: u8, n: u8, cores: usize, config: Option<&std::path::Path>) -> Cluster {
         let mut c = Cluster {
             children: Vec::new(),
             admins: Vec::new(),
@@ -46,6 +51,9 @@ impl Cluster {
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+            if let Some(path) = config {
+                cmd.args(["--config", path.to_str().expect("UTF-8 path")]);
+            }
             if i > 1 {
                 cmd.args(["--bootstrap", &format!("127.0.{net}.1:7000")]);
             }
@@ -339,4 +347,67 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
         .map(|c| c["malformed"].as_u64().unwrap())
         .sum();
     assert!(malformed > 1000, "only {malformed} counted as malformed");
+}
+
+/// §4.4 on real processes: nodes a loopback hop apart (well within 20 ms)
+/// start as singletons and end in one cluster at levels 1 and 2. With two
+/// cores each, core 0 decides and core 1 follows: a value put at level 2
+/// only is found at level 2 only, wherever its key's owning core is.
+#[test]
+fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
+    let dir = std::env::temp_dir().join(format!("coral-clusters-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("coral.toml");
+    std::fs::write(&config, "[clusters]\neval_secs = 2\njoin_eval_secs = 1\n").unwrap();
+    let c = Cluster::start_with(35, 4, 2, Some(&config));
+    // (cluster, contacts) at each non-global level of node i.
+    let clusters_of = |i: usize| -> Vec<(String, u64)> {
+        let l = c.client(i, &["levels"]);
+        l["levels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .skip(1)
+            .map(|l| {
+                let id = l["cluster"].as_str().unwrap().to_string();
+                (id, l["contacts"].as_u64().unwrap())
+            })
+            .collect()
+    };
+    let start = Instant::now();
+    let seen = loop {
+        let seen = (0..4).map(clusters_of).collect::<Vec<_>>();
+        let same = seen
+            .iter()
+            .all(|s| s.iter().zip(&seen[0]).all(|(a, b)| a.0 == b.0) && s.iter().all(|l| l.1 >= 1));
+        if same {
+            break seen;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no common clusters with members in every table after 60 s: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    println!("clusters after {:?}: {:?}", start.elapsed(), seen[0]);
+    // Keys whose owners are core 0 and core 1, put at level 2 only.
+    for key in ["00".repeat(20), "ff".repeat(20)] {
+        let put = c.client(
+            1,
+            &["put", &key, "level-two", "--ttl", "600", "--levels", "2"],
+        );
+        assert!(put["levels"][0]["stored_at"].is_string(), "{put}");
+        // Follower cores hear of the new cluster's members over the mesh.
+        let start = Instant::now();
+        let get = loop {
+            let get = c.client(3, &["get", &key, "--levels", "2"]);
+            if found(&get) == 1 || start.elapsed() > Duration::from_secs(10) {
+                break get;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(found(&get), 1, "{get}");
+        assert_eq!(get["level"], 2, "{get}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
