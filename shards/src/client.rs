@@ -123,15 +123,8 @@ pub fn print(json: &Json, as_json: bool) {
                     json["cores"]
                 );
                 println!(
-                    "{:<6} {:>12} {:>42} {:>8} {:>8} {:>9} {:>6}  {}",
-                    "level",
-                    "threshold",
-                    "cluster",
-                    "age s",
-                    "size",
-                    "contacts",
-                    "keys",
-                    "merges/splits/leaves"
+                    "{:<6} {:>12} {:>42} {:>8} {:>8} {:>9} {:>6}  merges/splits/leaves",
+                    "level", "threshold", "cluster", "age s", "size", "contacts", "keys",
                 );
                 for l in levels {
                     let t = l["threshold_ms"]

@@ -299,6 +299,7 @@ fn clusters_json(r: &ClustersReport, wall: f64) -> serde_json::Value {
                 "singletons_with_near_node": l.singletons_with_near_node,
                 "pairs_over_threshold_fraction": l.pairs_over_threshold_fraction,
                 "changed_in_second_half": l.changed_in_second_half,
+                "returned_in_second_half": l.returned_in_second_half,
             })
         })
         .collect();
@@ -355,11 +356,12 @@ fn print_clusters(r: &ClustersReport, wall: f64) {
             l.threshold_ms
         );
         println!(
-            "    in acceptable clusters: {:.1} %   same-cluster pairs over {} ms: {:.1} %   changed in the second half: {} nodes",
+            "    in acceptable clusters: {:.1} %   same-cluster pairs over {} ms: {:.1} %   second half: {} nodes moved, {} went back (oscillation)",
             l.acceptable_fraction * 100.0,
             l.threshold_ms,
             l.pairs_over_threshold_fraction * 100.0,
-            l.changed_in_second_half
+            l.changed_in_second_half,
+            l.returned_in_second_half
         );
         for (i, c) in l.clusters.iter().take(8).enumerate() {
             let regions: Vec<String> = c

@@ -123,6 +123,10 @@ pub struct LevelReport {
     pub pairs_over_threshold_fraction: f64,
     /// Nodes that changed cluster at this level in the second half of the run.
     pub changed_in_second_half: usize,
+    /// Nodes that, in the second half, went back to a cluster they had left
+    /// in the second half: oscillation (a node moving once toward where it
+    /// stays is convergence, not oscillation).
+    pub returned_in_second_half: usize,
 }
 
 impl LevelReport {
@@ -193,24 +197,36 @@ pub struct ClustersReport {
 }
 
 impl ClustersReport {
-    /// Checks what a healthy run must show; returns what failed.
+    /// Checks what a healthy run must show; returns what failed. Every
+    /// scenario: its own outcome. Formation also: at least 95 % of nodes in
+    /// acceptable clusters at each level, and at most 1 % oscillating in
+    /// the second half. The split scenario: 95 % acceptable at the end (its
+    /// second half is the disruption itself, so moves then are expected).
     pub fn invariant_failures(&self) -> Vec<String> {
         let mut failed = Vec::new();
+        let n = self.params.nodes;
+        let scenario = self.params.scenario;
         for l in &self.levels {
-            if l.acceptable_fraction < 0.95 {
+            if scenario != Scenario::Merge && l.acceptable_fraction < 0.95 {
                 failed.push(format!(
                     "level {}: only {:.1} % of nodes are in acceptable clusters (want ≥ 95 %)",
                     l.level,
                     l.acceptable_fraction * 100.0
                 ));
             }
+            if scenario == Scenario::Formation && l.returned_in_second_half * 100 > n {
+                failed.push(format!(
+                    "level {}: {} nodes went back to a cluster they had left in the second half (oscillation; want at most 1 %)",
+                    l.level, l.returned_in_second_half
+                ));
+            }
         }
         match self.outcome {
             Outcome::Formed => {}
             Outcome::Merged { nodes, in_largest } => {
-                if in_largest * 10 < nodes * 9 {
+                if in_largest * 100 < nodes * 85 {
                     failed.push(format!(
-                        "merge: only {in_largest} of {nodes} eastern US nodes share one level-1 cluster (want ≥ 90 %)"
+                        "merge: only {in_largest} of {nodes} eastern US nodes share one level-1 cluster (want ≥ 85 %)"
                     ));
                 }
             }
@@ -344,6 +360,9 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
     let start = sim.now();
     let mut last: Vec<[Id; 2]> = (0..n).map(|i| clusters_of(sim.node(i))).collect();
     let mut changed_at: Vec<[Option<u32>; 2]> = vec![[None; 2]; n];
+    // The clusters each node held in the second half, in order.
+    let mut visits: Vec<[Vec<Id>; 2]> = vec![[Vec::new(), Vec::new()]; n];
+    let half = params.minutes / 2;
     let mut timeline = Vec::new();
     let mut cross_pairs_before = 0;
     let split_minute = params.minutes / 2;
@@ -355,12 +374,20 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
         sim.run_until(start + Duration::from_secs(60 * u64::from(minute)));
         sim.take_events();
         let mut m = Minute::default();
+        if minute == half + 1 {
+            for (v, c) in visits.iter_mut().zip(&last) {
+                *v = [vec![c[0]], vec![c[1]]];
+            }
+        }
         for (i, last) in last.iter_mut().enumerate() {
             let now = clusters_of(sim.node(i));
             for l in 0..2 {
                 if now[l] != last[l] {
                     m.changes[l] += 1;
                     changed_at[i][l] = Some(minute);
+                    if minute > half {
+                        visits[i][l].push(now[l]);
+                    }
                 }
             }
             *last = now;
@@ -373,10 +400,19 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
         timeline.push(m);
         progress(minute);
     }
-    let half = params.minutes / 2;
     let thresholds = &config.level_thresholds_ms;
     let level_reports: Vec<LevelReport> = (1..levels.min(3))
-        .map(|level| level_report(&sim, &last, &changed_at, level, thresholds[level], half))
+        .map(|level| {
+            let mut r = level_report(&sim, &last, &changed_at, level, thresholds[level], half);
+            r.returned_in_second_half = visits
+                .iter()
+                .filter(|v| {
+                    let v = &v[level - 1];
+                    (0..v.len()).any(|a| v[a + 1..].contains(&v[a]))
+                })
+                .count();
+            r
+        })
         .collect();
     let outcome = match params.scenario {
         Scenario::Formation => Outcome::Formed,
@@ -443,10 +479,10 @@ fn sizes_at(clusters: &[[Id; 2]], l: usize) -> HashMap<Id, usize> {
 fn cross_side_pairs(sim: &Sim<SplitLinks>, n: usize) -> (usize, usize) {
     let side = &sim.links().side;
     let mut per_cluster: HashMap<Id, [usize; 2]> = HashMap::new();
-    for i in 0..n {
-        if side[i] != 0 {
+    for (i, &s) in side.iter().enumerate().take(n) {
+        if s != 0 {
             let c = sim.node(i).cluster(1).map_or(Id::ZERO, |c| c.id);
-            per_cluster.entry(c).or_default()[side[i] as usize - 1] += 1;
+            per_cluster.entry(c).or_default()[s as usize - 1] += 1;
         }
     }
     let pairs = per_cluster.values().map(|s| s[0] * s[1]).sum();
@@ -539,6 +575,7 @@ fn level_report(
             .iter()
             .filter(|c| c[l].is_some_and(|m| m > half))
             .count(),
+        returned_in_second_half: 0,
     }
 }
 
