@@ -71,6 +71,22 @@ fn messages() -> Vec<(&'static str, Message)> {
             },
         ),
         (
+            "members",
+            2,
+            Body::Members {
+                level: 2,
+                target: key,
+            },
+        ),
+        (
+            "members_reply",
+            2,
+            Body::MembersReply {
+                level: 2,
+                contacts: contacts(),
+            },
+        ),
+        (
             "get",
             2,
             Body::Get {

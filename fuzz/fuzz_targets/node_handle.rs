@@ -11,15 +11,16 @@
 //! | 0..=3  | datagram: `len` (u16 LE), `len` bytes, from `ADDRS[(op >> 3) % 8]` |
 //! | 4      | reply: `pick` (u8), `len` (u16 LE), `len` bytes, sent from the destination of the `pick`-th recent request, with its txid patched in; op bit 7 also patches the sender id to SHA-1 of that address |
 //! | 5      | time: advance by `ms` (u16 LE) and run due timers |
-//! | 6      | API call `(op >> 3) % 8` on key/value byte `k` (u8) |
+//! | 6      | API call `(op >> 3) % 8` on key/value byte `k` (u8); the last also sets hints |
 //! | 7      | `learn_verified` of contact `ADDRS[(op >> 3) % 8]` at level `k % 4` (u8) |
 
 #![no_main]
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use coral::node::{DelegatedCall, Event};
 use coral::wire::{Contact, Message, Services};
-use coral::{Config, Duration, Id, Node, Time, Value};
+use coral::{Config, Duration, Id, Node, OpId, Time, Value};
 use libfuzzer_sys::fuzz_target;
 
 /// The node's own address.
@@ -77,13 +78,41 @@ fn config() -> Config {
         keys_per_level_max: 16,
         bucket_size: 4,
         lookup_contacts_max: 16,
+        // Clusters are reconsidered often, so that validations, splits and
+        // their probes run under the fuzzer too.
+        cluster_eval_secs: 2,
+        cluster_join_eval_secs: 1,
+        cluster_observed_max: 16,
         ..Config::default()
     }
 }
 
 /// Drains every output; each datagram must decode, and requests are
 /// remembered so that a later `reply` operation can answer them.
-fn drain(node: &mut Node, buf: &mut Vec<u8>, recent: &mut Vec<(SocketAddr, u32)>) {
+/// Delegated calls (the node is shard 0 of 2) are answered with an empty
+/// result at once, as if the owning shard found nothing.
+fn drain(node: &mut Node, now: Time, buf: &mut Vec<u8>, recent: &mut Vec<(SocketAddr, u32)>) {
+    while let Some(d) = node.poll_delegated() {
+        let event = match d.call {
+            DelegatedCall::Get { key, .. } => Event::GetDone {
+                op: OpId(0),
+                key,
+                values: Vec::new(),
+                level: None,
+                local: false,
+                closest: None,
+                hops: 0,
+                elapsed: Duration::ZERO,
+            },
+            DelegatedCall::Put { key, .. } => Event::PutDone {
+                op: OpId(0),
+                key,
+                levels: Vec::new(),
+                elapsed: Duration::ZERO,
+            },
+        };
+        node.on_delegated_done(now, d.tag, event);
+    }
     let limit = node.config().transmit_queue_max + 1;
     let mut n = 0;
     while let Some(to) = node.poll_transmit(buf) {
@@ -110,6 +139,7 @@ fn drain(node: &mut Node, buf: &mut Vec<u8>, recent: &mut Vec<(SocketAddr, u32)>
     }
     while node.poll_event().is_some() {}
     while node.poll_learned().is_some() {}
+    while node.poll_cluster_change().is_some() {}
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -119,6 +149,7 @@ fuzz_target!(|data: &[u8]| {
     // Known cluster ids at levels 1 and 2, so requests can name them.
     node.set_cluster(1, Id([0x11; 20]), now);
     node.set_cluster(2, Id([0x22; 20]), now);
+    node.set_shard(0, 2);
     let mut buf = Vec::new();
     let mut recent: Vec<(SocketAddr, u32)> = Vec::new();
     let mut input = Input { data };
@@ -182,6 +213,7 @@ fuzz_target!(|data: &[u8]| {
                     _ => {
                         let _ = node.levels(now);
                         let _ = node.nodes(k % 4, usize::from(k), None, Services(k & 7));
+                        node.set_hints(now, &[key, Id::hash(&[k, k])]);
                     }
                 }
             }
@@ -201,7 +233,7 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
         }
-        drain(&mut node, &mut buf, &mut recent);
+        drain(&mut node, now, &mut buf, &mut recent);
     }
-    drain(&mut node, &mut buf, &mut recent);
+    drain(&mut node, now, &mut buf, &mut recent);
 });
