@@ -112,3 +112,30 @@ fn same_seed_same_clusters() {
     };
     assert_eq!(run(&p), run(&p));
 }
+
+/// Churn: nodes crash and restart with no state; a restarted node finds
+/// its cluster again within minutes (hints, then the join evaluation), and
+/// the clusters stay acceptable.
+#[test]
+fn restarted_nodes_find_their_clusters_again_under_churn() {
+    let r = run(&ClustersParams {
+        churn_per_hour: 30.0,
+        seed: 2,
+        ..ClustersParams::default()
+    });
+    assert_eq!(r.invariant_failures(), Vec::<String>::new());
+    assert!(r.restarts >= 20, "{} restarts", r.restarts);
+    // Nearly all restarted nodes share a level-1 cluster again, most within
+    // a few minutes.
+    assert!(
+        r.rejoin_minutes.len() as u64 * 10 >= r.restarts * 8,
+        "{:?} of {}",
+        r.rejoin_minutes,
+        r.restarts
+    );
+    assert!(
+        r.rejoin_minutes[r.rejoin_minutes.len() / 2] <= 5,
+        "{:?}",
+        r.rejoin_minutes
+    );
+}

@@ -57,6 +57,10 @@ pub struct ClustersArgs {
     /// Do not store or look up router and subnet hints.
     #[arg(long)]
     no_hints: bool,
+    /// Churn: percentage of nodes that crash per hour; each restarts two
+    /// minutes later with no state and joins again.
+    #[arg(long, default_value_t = 0.0)]
+    churn_per_hour: f64,
     /// The seed: same seed, same output.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -194,8 +198,10 @@ fn write_plot(path: &std::path::Path, svg_text: &str) -> bool {
 }
 
 fn clusters(a: ClustersArgs) -> ExitCode {
-    if a.nodes < 2 || a.minutes < 2 {
-        eprintln!("coral sim clusters: need --nodes ≥ 2 and --minutes ≥ 2");
+    if a.nodes < 2 || a.minutes < 2 || !(0.0..=6000.0).contains(&a.churn_per_hour) {
+        eprintln!(
+            "coral sim clusters: need --nodes ≥ 2, --minutes ≥ 2 and 0 ≤ --churn-per-hour ≤ 6000"
+        );
         return ExitCode::from(2);
     }
     let scenario = match a.scenario {
@@ -208,16 +214,20 @@ fn clusters(a: ClustersArgs) -> ExitCode {
         minutes: a.minutes,
         scenario,
         hints: !a.no_hints,
+        churn_per_hour: a.churn_per_hour,
         seed: a.seed,
     };
     let c = coral::Config::default();
     let header = format!(
-        "coral sim clusters: seed {} nodes {} minutes {} scenario {} hints {} thresholds {:?} ms          re-evaluation every {} s, join at {} %, leave at {} % missed, δ 0/{} hourly, size margin ×{:.2},          links: PlanetLab-like world model (great-circle RTTs)",
+        "coral sim clusters: seed {} nodes {} minutes {} scenario {} hints {} churn {} %/h \
+         thresholds {:?} ms re-evaluation every {} s, join at {} %, leave at {} % missed, \
+         δ 0/{} hourly, size margin ×{:.2}, links: PlanetLab-like world model (great-circle RTTs)",
         a.seed,
         a.nodes,
         a.minutes,
         scenario.name(),
         !a.no_hints,
+        a.churn_per_hour,
         &c.level_thresholds_ms[1..],
         c.cluster_eval_secs,
         c.cluster_join_percent,
@@ -330,6 +340,8 @@ fn clusters_json(r: &ClustersReport, wall: f64) -> serde_json::Value {
         "splits": r.splits,
         "singletons_formed": r.singletons_formed,
         "datagrams": r.datagrams,
+        "restarts": r.restarts,
+        "rejoin_minutes": r.rejoin_minutes,
         "timeline": r.timeline.iter().map(|m| json!({
             "clusters": m.clusters, "singletons": m.singletons, "changes": m.changes,
         })).collect::<Vec<_>>(),
@@ -400,6 +412,15 @@ fn print_clusters(r: &ClustersReport, wall: f64) {
         } => println!(
             "\n  split: Atlantic–inland pairs sharing a level-1 cluster: {cross_pairs_before} before the rise, {cross_pairs_after} at the end ({spanning_clusters_after} clusters still span both sides)"
         ),
+    }
+    if r.restarts > 0 {
+        let median = r.rejoin_minutes.get(r.rejoin_minutes.len() / 2);
+        println!(
+            "\n  churn: {} restarts; {} back in a shared level-1 cluster, median after {} minutes",
+            r.restarts,
+            r.rejoin_minutes.len(),
+            median.map_or("-".to_string(), |m| m.to_string())
+        );
     }
     println!();
     println!(

@@ -40,6 +40,8 @@ use crate::time::{Duration, Time};
 pub const SPLIT_EXTRA_RTT_MS: u64 = 50;
 /// The longitude that divides the Atlantic side from the inland side.
 pub const SPLIT_LONGITUDE: f64 = -84.0;
+/// How long a node that crashed stays down before it restarts.
+pub const CHURN_DOWNTIME_SECS: u64 = 120;
 /// The latitude that divides the two starting clusters of the merge scenario.
 pub const MERGE_LATITUDE: f64 = 40.0;
 
@@ -76,6 +78,10 @@ pub struct ClustersParams {
     pub scenario: Scenario,
     /// Whether nodes store and look up router and subnet hints (§4.4).
     pub hints: bool,
+    /// Churn: the percentage of nodes that crash per hour. A crashed node
+    /// comes back [`CHURN_DOWNTIME_SECS`] later with no state (a restart),
+    /// and joins again through a random live node.
+    pub churn_per_hour: f64,
     /// The seed.
     pub seed: u64,
 }
@@ -87,6 +93,7 @@ impl Default for ClustersParams {
             minutes: 60,
             scenario: Scenario::Formation,
             hints: true,
+            churn_per_hour: 0.0,
             seed: 1,
         }
     }
@@ -192,6 +199,12 @@ pub struct ClustersReport {
     pub singletons_formed: u64,
     /// Datagrams sent by all nodes.
     pub datagrams: u64,
+    /// Churn: restarts, and for those that found company again, the
+    /// minutes from restart until they shared a level-1 cluster with a live
+    /// node (sorted).
+    pub restarts: u64,
+    /// See `restarts`.
+    pub rejoin_minutes: Vec<u32>,
     /// Where each node is and its cluster at each level (for the map).
     pub map: Vec<[MapPoint; 2]>,
 }
@@ -214,7 +227,8 @@ impl ClustersReport {
                     l.acceptable_fraction * 100.0
                 ));
             }
-            if scenario == Scenario::Formation && l.returned_in_second_half * 100 > n {
+            let churn = self.params.churn_per_hour > 0.0;
+            if scenario == Scenario::Formation && !churn && l.returned_in_second_half * 100 > n {
                 failed.push(format!(
                     "level {}: {} nodes went back to a cluster they had left in the second half (oscillation; want at most 1 %)",
                     l.level, l.returned_in_second_half
@@ -366,6 +380,14 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
     let mut timeline = Vec::new();
     let mut cross_pairs_before = 0;
     let split_minute = params.minutes / 2;
+    // Churn: when each down node comes back, and when each restarted node
+    // came back (until it finds company).
+    let mut down_until: Vec<Option<u32>> = vec![None; n];
+    let mut restarted_at: Vec<Option<u32>> = vec![None; n];
+    let mut restarts = 0u64;
+    let mut rejoin_minutes = Vec::new();
+    let crash_chance = (params.churn_per_hour / 100.0 / 60.0).clamp(0.0, 1.0);
+    let downtime = CHURN_DOWNTIME_SECS.div_ceil(60).max(1) as u32;
     for minute in 1..=params.minutes {
         if params.scenario == Scenario::Split && minute == split_minute + 1 {
             cross_pairs_before = cross_side_pairs(&sim, n).0;
@@ -373,6 +395,39 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
         }
         sim.run_until(start + Duration::from_secs(60 * u64::from(minute)));
         sim.take_events();
+        if crash_chance > 0.0 {
+            for i in 0..n {
+                if down_until[i] == Some(minute) {
+                    down_until[i] = None;
+                    restarts += 1;
+                    restarted_at[i] = Some(minute);
+                    let node = Node::new(
+                        config.clone(),
+                        sim_addr(i),
+                        sim.now(),
+                        params.seed ^ (u64::from(minute) << 32 | i as u64),
+                    )
+                    .expect("valid config");
+                    sim.restart(i, node);
+                    let live: Vec<usize> = (0..n).filter(|&j| j != i && sim.is_alive(j)).collect();
+                    if params.hints {
+                        if let Some((routers, subnets)) = sim.links().hint_path(i) {
+                            let keys = hint_keys(&routers, &subnets);
+                            sim.with_node(i, |node, now| node.set_hints(now, &keys));
+                        }
+                    }
+                    if !live.is_empty() {
+                        let via = live[rng.below(live.len() as u64) as usize];
+                        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(via)]));
+                    }
+                    visits[i] = [Vec::new(), Vec::new()];
+                } else if sim.is_alive(i) && rng.chance(crash_chance) {
+                    sim.crash(i);
+                    down_until[i] = Some(minute + downtime);
+                    restarted_at[i] = None;
+                }
+            }
+        }
         let mut m = Minute::default();
         if minute == half + 1 {
             for (v, c) in visits.iter_mut().zip(&last) {
@@ -392,10 +447,20 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
             }
             *last = now;
         }
+        let alive: Vec<bool> = (0..n).map(|i| sim.is_alive(i)).collect();
         for l in 0..2 {
-            let sizes = sizes_at(&last, l);
+            let sizes = sizes_at(&last, &alive, l);
             m.clusters[l] = sizes.values().filter(|&&s| s > 1).count();
             m.singletons[l] = sizes.values().filter(|&&s| s == 1).count();
+        }
+        let sizes = sizes_at(&last, &alive, 0);
+        for i in 0..n {
+            if let Some(at) = restarted_at[i] {
+                if alive[i] && sizes.get(&last[i][0]).is_some_and(|&s| s > 1) {
+                    rejoin_minutes.push(minute - at);
+                    restarted_at[i] = None;
+                }
+            }
         }
         timeline.push(m);
         progress(minute);
@@ -418,7 +483,7 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
         Scenario::Formation => Outcome::Formed,
         Scenario::Merge => {
             let members: Vec<usize> = (0..n)
-                .filter(|&i| sim.links().world.region_of(i) == Region::UsEast)
+                .filter(|&i| sim.is_alive(i) && sim.links().world.region_of(i) == Region::UsEast)
                 .collect();
             let mut counts: HashMap<Id, usize> = HashMap::new();
             for &i in &members {
@@ -438,6 +503,7 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
             }
         }
     };
+    rejoin_minutes.sort_unstable();
     let mut stats = [0u64; 3];
     for node in sim.nodes() {
         for level in 1..levels as u8 {
@@ -457,6 +523,8 @@ pub fn run_with_progress(params: &ClustersParams, mut progress: impl FnMut(u32))
         splits: stats[1],
         singletons_formed: stats[2],
         datagrams: sim.stats().datagrams,
+        restarts,
+        rejoin_minutes,
         map,
     }
 }
@@ -466,9 +534,10 @@ fn clusters_of(node: &Node) -> [Id; 2] {
     [id(1), id(2)]
 }
 
-fn sizes_at(clusters: &[[Id; 2]], l: usize) -> HashMap<Id, usize> {
+/// Live nodes per cluster at non-global level `l + 1`.
+fn sizes_at(clusters: &[[Id; 2]], alive: &[bool], l: usize) -> HashMap<Id, usize> {
     let mut sizes: HashMap<Id, usize> = HashMap::new();
-    for c in clusters {
+    for (c, _) in clusters.iter().zip(alive).filter(|(_, a)| **a) {
         *sizes.entry(c[l]).or_default() += 1;
     }
     sizes
@@ -480,7 +549,7 @@ fn cross_side_pairs(sim: &Sim<SplitLinks>, n: usize) -> (usize, usize) {
     let side = &sim.links().side;
     let mut per_cluster: HashMap<Id, [usize; 2]> = HashMap::new();
     for (i, &s) in side.iter().enumerate().take(n) {
-        if s != 0 {
+        if s != 0 && sim.is_alive(i) {
             let c = sim.node(i).cluster(1).map_or(Id::ZERO, |c| c.id);
             per_cluster.entry(c).or_default()[s as usize - 1] += 1;
         }
@@ -505,18 +574,21 @@ fn level_report(
     let n = clusters.len();
     let threshold = Duration::from_millis(u64::from(threshold_ms));
     let links = sim.links();
+    // Nodes down at the end (churn) are in no cluster.
+    let live: Vec<usize> = (0..n).filter(|&i| sim.is_alive(i)).collect();
     let mut members: HashMap<Id, Vec<usize>> = HashMap::new();
-    for (i, c) in clusters.iter().enumerate() {
-        members.entry(c[l]).or_default().push(i);
+    for &i in &live {
+        members.entry(clusters[i][l]).or_default().push(i);
     }
     let (mut acceptable, mut pairs, mut over) = (0usize, 0usize, 0usize);
     let (mut singletons, mut lonely_but_near) = (0usize, 0usize);
-    for (i, c) in clusters.iter().enumerate() {
+    for &i in &live {
+        let c = &clusters[i];
         let group = &members[&c[l]];
         if group.len() == 1 {
             singletons += 1;
             acceptable += 1;
-            if (0..n).any(|j| j != i && links.rtt(i, j) <= threshold) {
+            if live.iter().any(|&j| j != i && links.rtt(i, j) <= threshold) {
                 lonely_but_near += 1;
             }
             continue;
@@ -565,7 +637,7 @@ fn level_report(
         clusters: summaries,
         singleton_count: singletons,
         singletons_with_near_node: lonely_but_near,
-        acceptable_fraction: acceptable as f64 / n.max(1) as f64,
+        acceptable_fraction: acceptable as f64 / live.len().max(1) as f64,
         pairs_over_threshold_fraction: if pairs == 0 {
             0.0
         } else {
@@ -596,6 +668,7 @@ fn map_points(
             let point = |l: usize| {
                 let group = levels
                     .get(l)
+                    .filter(|_| sim.is_alive(i))
                     .and_then(|r| r.clusters.iter().position(|s| s.id == c[l]))
                     .map_or(u32::MAX, |g| g as u32);
                 MapPoint {
