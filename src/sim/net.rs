@@ -251,8 +251,14 @@ impl<L: Links> Sim<L> {
                         continue; // superseded
                     }
                     self.wake_at[node] = None;
-                    self.nodes[node].handle_timeout(at);
-                    self.flush(node);
+                    if self.nodes[node].poll_timeout().is_some_and(|t| t <= at) {
+                        self.nodes[node].handle_timeout(at);
+                        self.flush(node);
+                    } else {
+                        // Its timers moved later since this wake-up was set
+                        // (an RPC was answered): nothing to do now.
+                        self.arm(node);
+                    }
                 }
             }
         }
@@ -291,8 +297,13 @@ impl<L: Links> Sim<L> {
         while let Some(e) = self.nodes[i].poll_event() {
             self.events.push((i, e));
         }
+        self.arm(i);
+    }
+
+    /// Schedules node `i`'s next wake-up, unless an earlier one is set.
+    fn arm(&mut self, i: usize) {
         if let Some(t) = self.nodes[i].poll_timeout() {
-            let t = t.max(now);
+            let t = t.max(self.now);
             if self.wake_at[i].is_none_or(|w| t < w) {
                 self.wake_at[i] = Some(t);
                 self.push(t, What::Wake { node: i });
