@@ -239,6 +239,13 @@ impl<L: Links> Sim<L> {
         std::mem::take(&mut self.events)
     }
 
+    /// Completed operations since the last call, drained in place: unlike
+    /// [`Sim::take_events`], the buffer keeps its capacity, so a driver that
+    /// drains often allocates nothing for them.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, (usize, Event)> {
+        self.events.drain(..)
+    }
+
     /// Processes every event up to and including `until`, then sets the
     /// clock to `until`.
     pub fn run_until(&mut self, until: Time) {
