@@ -1631,8 +1631,8 @@ impl Node {
         self.drive(op, now);
     }
 
+    /// `o` is out of `ops` already, as in [`Node::finish_get`].
     fn finish_claim(&mut self, op: u64, o: Op, now: Time, claimed: bool, values: Values) {
-        self.ops.remove(&op);
         self.push_event(Event::ClaimDone {
             op: OpId(op),
             key: o.key,
@@ -1690,9 +1690,10 @@ impl Node {
         local: bool,
         hops: u32,
     ) {
-        // Replies still outstanding find no operation and only refresh
-        // routing tables (operation ids are never reused).
-        self.ops.remove(&op);
+        // Every caller has taken the operation out of `ops` (or never put it
+        // there): replies still outstanding find no operation and only
+        // refresh routing tables (operation ids are never reused).
+        debug_assert!(!self.ops.contains_key(&op));
         self.push_event(Event::GetDone {
             op: OpId(op),
             key,

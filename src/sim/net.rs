@@ -332,6 +332,9 @@ impl<L: Links> Sim<L> {
         while let Some(e) = self.nodes[i].poll_event() {
             self.events.push((i, e));
         }
+        // Contacts a node learnt are for other cores of a real node; here
+        // nobody wants them (left alone, each node would hold 1,024).
+        while self.nodes[i].poll_learned().is_some() {}
         self.arm(i);
     }
 
