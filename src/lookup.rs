@@ -13,6 +13,8 @@
 //! known live node to k has answered, or when no candidate is left. Every
 //! candidate is asked at most once and t only moves toward k, so it ends.
 
+use smallvec::SmallVec;
+
 use crate::id::{next_target, Distance, Id};
 use crate::time::{Duration, Time};
 use crate::wire::{Contact, Token};
@@ -322,14 +324,22 @@ impl Lookup {
     /// live nodes about the key, up to α at a time, then end.
     fn widen_to_breadth(&self, closest: Contact, outstanding: usize) -> Step {
         let key = self.key;
-        let mut live: Vec<&Candidate> = self
+        // The `breadth` closest live candidates, closest first (no two are at
+        // the same distance: ids are distinct), without allocating.
+        let mut live: SmallVec<[(Distance, usize); 64]> = self
             .candidates
             .iter()
-            .filter(|c| c.state != CandidateState::Failed)
+            .enumerate()
+            .filter(|(_, c)| c.state != CandidateState::Failed)
+            .map(|(i, c)| (c.contact.id.distance(&key), i))
             .collect();
-        live.sort_by_key(|c| c.contact.id.distance(&key));
+        if live.len() > self.breadth {
+            live.select_nth_unstable(self.breadth);
+            live.truncate(self.breadth);
+        }
+        live.sort_unstable();
         let mut waiting = false;
-        for c in live.into_iter().take(self.breadth) {
+        for c in live.iter().map(|&(_, i)| &self.candidates[i]) {
             match c.state {
                 CandidateState::Fresh if outstanding < self.alpha => {
                     return Step::Send {
