@@ -269,15 +269,11 @@ impl<L: Links> Sim<L> {
                     if !self.alive[node] || self.wake_at[node] != Some(at) {
                         continue; // superseded
                     }
+                    // `arm` keeps `wake_at` at the node's next deadline, so a
+                    // wake-up that is still current finds a timer due.
                     self.wake_at[node] = None;
-                    if self.nodes[node].poll_timeout().is_some_and(|t| t <= at) {
-                        self.nodes[node].handle_timeout(at);
-                        self.flush(node);
-                    } else {
-                        // Its timers moved later since this wake-up was set
-                        // (an RPC was answered): nothing to do now.
-                        self.arm(node);
-                    }
+                    self.nodes[node].handle_timeout(at);
+                    self.flush(node);
                 }
             }
         }
@@ -338,12 +334,17 @@ impl<L: Links> Sim<L> {
         self.arm(i);
     }
 
-    /// Schedules node `i`'s next wake-up, unless an earlier one is set.
+    /// Schedules node `i`'s next wake-up at its next deadline.
+    ///
+    /// Called after every input to the node, while it is in cache: when its
+    /// next deadline moved (an RPC was answered, a timer was added), the
+    /// wake-up queued for the old one is left to be skipped as superseded,
+    /// which costs a look at `wake_at`, not at the node.
     fn arm(&mut self, i: usize) {
-        if let Some(t) = self.nodes[i].poll_timeout() {
-            let t = t.max(self.now);
-            if self.wake_at[i].is_none_or(|w| t < w) {
-                self.wake_at[i] = Some(t);
+        let next = self.nodes[i].poll_timeout().map(|t| t.max(self.now));
+        if next != self.wake_at[i] {
+            self.wake_at[i] = next;
+            if let Some(t) = next {
                 self.queue.push(t, What::Wake(i as u32));
             }
         }
