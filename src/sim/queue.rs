@@ -158,7 +158,7 @@ impl<T: Copy> EventQueue<T> {
                     self.turn_to(s);
                     let idx = (s & SLOT_MASK) as usize;
                     // Latest first, so that draining pops from the end.
-                    self.slots[idx].sort_unstable_by(|a, b| b.key().cmp(&a.key()));
+                    self.slots[idx].sort_unstable_by_key(|e| Reverse(e.key()));
                     self.current_sorted = true;
                 }
                 _ => {
