@@ -97,6 +97,7 @@ impl Id {
     }
 
     /// XOR distance to `other`.
+    #[inline]
     pub fn distance(&self, other: &Id) -> Distance {
         let mut d = [0u8; ID_BYTES];
         for (i, byte) in d.iter_mut().enumerate() {

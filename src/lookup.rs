@@ -13,6 +13,8 @@
 //! known live node to k has answered, or when no candidate is left. Every
 //! candidate is asked at most once and t only moves toward k, so it ends.
 
+use smallvec::SmallVec;
+
 use crate::id::{next_target, Distance, Id};
 use crate::time::{Duration, Time};
 use crate::wire::{Contact, Token};
@@ -243,7 +245,10 @@ impl Lookup {
     }
 
     fn best_for(&self, target: &Id, skip_in_flight: bool) -> Option<usize> {
-        let mut best: Option<(Distance, usize)> = None;
+        // XOR distances as big-endian words (ordered as `Distance` is): the
+        // hot loop of a lookup, so no byte-wise distance per candidate.
+        let t = words(target);
+        let mut best: Option<((u64, u64, u32), usize)> = None;
         for (i, c) in self.candidates.iter().enumerate() {
             match c.state {
                 CandidateState::Failed => continue,
@@ -251,7 +256,8 @@ impl Lookup {
                 CandidateState::Answered if skip_in_flight => continue,
                 _ => {}
             }
-            let d = c.contact.id.distance(target);
+            let w = words(&c.contact.id);
+            let d = (w.0 ^ t.0, w.1 ^ t.1, w.2 ^ t.2);
             if best.is_none_or(|(bd, _)| d < bd) {
                 best = Some((d, i));
             }
@@ -322,14 +328,22 @@ impl Lookup {
     /// live nodes about the key, up to α at a time, then end.
     fn widen_to_breadth(&self, closest: Contact, outstanding: usize) -> Step {
         let key = self.key;
-        let mut live: Vec<&Candidate> = self
+        // The `breadth` closest live candidates, closest first (no two are at
+        // the same distance: ids are distinct), without allocating.
+        let mut live: SmallVec<[(Distance, usize); 64]> = self
             .candidates
             .iter()
-            .filter(|c| c.state != CandidateState::Failed)
+            .enumerate()
+            .filter(|(_, c)| c.state != CandidateState::Failed)
+            .map(|(i, c)| (c.contact.id.distance(&key), i))
             .collect();
-        live.sort_by_key(|c| c.contact.id.distance(&key));
+        if live.len() > self.breadth {
+            live.select_nth_unstable(self.breadth);
+            live.truncate(self.breadth);
+        }
+        live.sort_unstable();
         let mut waiting = false;
-        for c in live.into_iter().take(self.breadth) {
+        for c in live.iter().map(|&(_, i)| &self.candidates[i]) {
             match c.state {
                 CandidateState::Fresh if outstanding < self.alpha => {
                     return Step::Send {
@@ -377,6 +391,22 @@ impl Lookup {
             None => Step::Wait(None),
         }
     }
+}
+
+/// An id as three big-endian words, most significant first.
+fn words(id: &Id) -> (u64, u64, u32) {
+    let b = &id.0;
+    let mut w0 = [0u8; 8];
+    let mut w1 = [0u8; 8];
+    let mut w2 = [0u8; 4];
+    w0.copy_from_slice(&b[0..8]);
+    w1.copy_from_slice(&b[8..16]);
+    w2.copy_from_slice(&b[16..20]);
+    (
+        u64::from_be_bytes(w0),
+        u64::from_be_bytes(w1),
+        u32::from_be_bytes(w2),
+    )
 }
 
 #[cfg(test)]

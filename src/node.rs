@@ -374,6 +374,11 @@ pub struct Node {
     levels: Vec<LevelState>,
     pending: HashMap<u32, Pending, FastBuildHasher>,
     timers: BinaryHeap<Reverse<(Time, Timer)>>,
+    /// RPC deadlines in the order the RPCs went out. Every RPC has the same
+    /// timeout, so this is sorted by deadline: a FIFO, not a heap. Bounded by
+    /// the RPCs sent in one `rpc_timeout_ms` (answered ones are dropped from
+    /// the front as soon as they get there).
+    rpc_deadlines: VecDeque<(Time, u32)>,
     ops: HashMap<u64, Op, FastBuildHasher>,
     next_op: u64,
     next_txid: u32,
@@ -470,6 +475,7 @@ impl Node {
             levels,
             pending: HashMap::default(),
             timers: BinaryHeap::new(),
+            rpc_deadlines: VecDeque::new(),
             ops: HashMap::default(),
             next_op: 1,
             next_txid,
@@ -940,17 +946,36 @@ impl Node {
             self.on_request(now, from, msg);
             Ok(())
         } else {
-            self.on_reply(now, from, msg)
+            let r = self.on_reply(now, from, msg);
+            self.prune_timers();
+            r
         }
     }
 
     /// Handles every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        while let Some(&Reverse((at, timer))) = self.timers.peek() {
+        loop {
+            // The earlier of the heap's next timer and the oldest RPC deadline
+            // (ties in the heap's order: RPCs first).
+            let heap = self.timers.peek().map(|&Reverse(t)| t);
+            let fifo = self
+                .rpc_deadlines
+                .front()
+                .map(|&(at, txid)| (at, Timer::Rpc(txid)));
+            let (at, timer) = match (heap, fifo) {
+                (Some(h), Some(f)) if f <= h => f,
+                (Some(h), _) => h,
+                (None, Some(f)) => f,
+                (None, None) => break,
+            };
             if at > now {
                 break;
             }
-            self.timers.pop();
+            if fifo == Some((at, timer)) {
+                self.rpc_deadlines.pop_front();
+            } else {
+                self.timers.pop();
+            }
             match timer {
                 Timer::Rpc(txid) => {
                     if self.pending.get(&txid).is_some_and(|p| p.deadline <= now) {
@@ -978,11 +1003,43 @@ impl Node {
                 }
             }
         }
+        self.prune_timers();
     }
 
     /// The next time `handle_timeout` has work (None: nothing scheduled).
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let heap = self.timers.peek().map(|Reverse((t, _))| *t);
+        let fifo = self.rpc_deadlines.front().map(|&(t, _)| t);
+        match (heap, fifo) {
+            (Some(h), Some(f)) => Some(h.min(f)),
+            (h, f) => h.or(f),
+        }
+    }
+
+    /// Drops timers at the front that can no longer do anything (RPCs
+    /// answered, operations finished), so that `poll_timeout` does not wake
+    /// the driver for nothing. Timers further back go when they reach the front.
+    fn prune_timers(&mut self) {
+        let rpc_live = |pending: &HashMap<u32, Pending, FastBuildHasher>, at: Time, txid: u32| {
+            pending.get(&txid).is_some_and(|p| p.deadline == at)
+        };
+        while let Some(&(at, txid)) = self.rpc_deadlines.front() {
+            if rpc_live(&self.pending, at, txid) {
+                break;
+            }
+            self.rpc_deadlines.pop_front();
+        }
+        while let Some(&Reverse((at, timer))) = self.timers.peek() {
+            let live = match timer {
+                Timer::Rpc(txid) => rpc_live(&self.pending, at, txid),
+                Timer::Op(op) => self.ops.contains_key(&op),
+                Timer::Maintenance | Timer::ClusterEval { .. } | Timer::HintRenew => true,
+            };
+            if live {
+                break;
+            }
+            self.timers.pop();
+        }
     }
 
     /// The next datagram to send: its bytes replace the contents of `buf`,
@@ -1176,14 +1233,12 @@ impl Node {
     }
 
     fn closest_for_reply(&self, level: usize, target: &Id, requester: &Id) -> Contacts {
-        let mut out = Contacts::new();
-        let v = self.levels[level].table.closest_matching(
+        // Takes over the vector's buffer: no second allocation, no copy.
+        Contacts::from_vec(self.levels[level].table.closest_matching(
             target,
             self.config.reply_contacts_max,
             |e| e.contact.id != *requester,
-        );
-        out.extend(v);
-        out
+        ))
     }
 
     /// Whether the sender of `header` is in our cluster at `level` (level 0: always).
@@ -1928,8 +1983,8 @@ impl Node {
         self.drive(op, now);
     }
 
+    /// `o` is out of `ops` already, as in [`Node::finish_get`].
     fn finish_claim(&mut self, op: u64, o: Op, now: Time, claimed: bool, values: Values) {
-        self.ops.remove(&op);
         self.push_event(
             now,
             Event::ClaimDone {
@@ -1995,9 +2050,10 @@ impl Node {
         closest: Option<Contact>,
         hops: u32,
     ) {
-        // Replies still outstanding find no operation and only refresh
-        // routing tables (operation ids are never reused).
-        self.ops.remove(&op);
+        // Every caller has taken the operation out of `ops` (or never put it
+        // there): replies still outstanding find no operation and only
+        // refresh routing tables (operation ids are never reused).
+        debug_assert!(!self.ops.contains_key(&op));
         self.push_event(
             now,
             Event::GetDone {
@@ -2083,7 +2139,16 @@ impl Node {
                 purpose,
             },
         );
-        self.timers.push(Reverse((deadline, Timer::Rpc(txid))));
+        if self
+            .rpc_deadlines
+            .back()
+            .is_none_or(|&(last, _)| last <= deadline)
+        {
+            self.rpc_deadlines.push_back((deadline, txid));
+        } else {
+            // `now` went backwards: keep the FIFO sorted.
+            self.timers.push(Reverse((deadline, Timer::Rpc(txid))));
+        }
         self.queue(to, Message { header, body });
         Some(txid)
     }

@@ -68,8 +68,14 @@ pub struct RoutingTable {
     local: Id,
     bucket_size: usize,
     buckets: Vec<Bucket>,
+    /// One bit per bucket: whether it holds any contact. Most of the 160
+    /// buckets are empty (only about log2 n are not), and walking them all
+    /// was most of the cost of `closest` and `size_estimate`.
+    occupied: [u64; OCCUPIED_WORDS],
     len: usize,
 }
+
+const OCCUPIED_WORDS: usize = (ID_BITS as usize).div_ceil(64);
 
 impl RoutingTable {
     /// An empty table around `local` with buckets of `bucket_size` (k).
@@ -78,8 +84,39 @@ impl RoutingTable {
             local,
             bucket_size,
             buckets: vec![Bucket::default(); ID_BITS as usize],
+            occupied: [0; OCCUPIED_WORDS],
             len: 0,
         }
+    }
+
+    /// Updates bucket `bi`'s bit in `occupied` after its entries changed.
+    fn mark(&mut self, bi: usize) {
+        let bit = 1u64 << (bi % 64);
+        if self.buckets[bi].entries.is_empty() {
+            self.occupied[bi / 64] &= !bit;
+        } else {
+            self.occupied[bi / 64] |= bit;
+        }
+    }
+
+    /// The non-empty buckets among `lo..hi`, in ascending order.
+    fn occupied_in(&self, lo: usize, hi: usize) -> impl Iterator<Item = usize> + '_ {
+        (lo / 64..hi.div_ceil(64)).flat_map(move |w| {
+            let mut bits = self.occupied[w];
+            if w == lo / 64 {
+                bits &= !0u64 << (lo % 64);
+            }
+            if w == hi / 64 {
+                bits &= !(!0u64 << (hi % 64));
+            }
+            std::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
     }
 
     /// The local node's id.
@@ -132,6 +169,7 @@ impl RoutingTable {
         if bucket.entries.len() < k {
             bucket.entries.push(entry);
             self.len += 1;
+            self.mark(bi);
             return Insert::Added;
         }
         let waiting = bucket.replacement.is_some();
@@ -175,6 +213,7 @@ impl RoutingTable {
         } else if bucket.entries[pos].failures >= CONTACT_FAILURES_MAX {
             bucket.entries.remove(pos);
             self.len -= 1;
+            self.mark(bi);
             true
         } else {
             false
@@ -212,6 +251,7 @@ impl RoutingTable {
                 bucket.entries.push(r);
             } else {
                 self.len -= 1;
+                self.mark(bi);
             }
             return true;
         }
@@ -277,17 +317,17 @@ impl RoutingTable {
             let t = bits - 1;
             consider(&self.buckets[t], &mut best);
             if best.len() < count {
-                for b in &self.buckets[..t] {
-                    consider(b, &mut best);
+                for b in self.occupied_in(0, t) {
+                    consider(&self.buckets[b], &mut best);
                 }
             }
             t + 1
         };
-        for b in &self.buckets[groups_start..] {
+        for b in self.occupied_in(groups_start, self.buckets.len()) {
             if best.len() == count {
                 break;
             }
-            consider(b, &mut best);
+            consider(&self.buckets[b], &mut best);
         }
         best.into_iter().map(|(_, c)| c).collect()
     }
@@ -309,7 +349,8 @@ impl RoutingTable {
     pub fn size_estimate(&self) -> u32 {
         // The closest contacts to the local id sit in the lowest buckets.
         let mut dists: SmallVec<[f64; 64]> = SmallVec::new();
-        for b in &self.buckets {
+        for b in self.occupied_in(0, self.buckets.len()) {
+            let b = &self.buckets[b];
             for e in &b.entries {
                 dists.push(self.local.distance(&e.contact.id).log2());
             }
@@ -450,6 +491,23 @@ mod tests {
             let mut t = RoutingTable::new(Id::ZERO, k);
             for (i, id) in ids.iter().enumerate() {
                 t.insert(contact(Id(*id), i as u16), Time(i as u64), None);
+            }
+            // Some leave, some fail until dropped: buckets empty again.
+            for (i, id) in ids.iter().enumerate() {
+                match i % 5 {
+                    1 => {
+                        t.remove(&Id(*id));
+                    }
+                    2 => {
+                        for _ in 0..CONTACT_FAILURES_MAX {
+                            t.on_failure(&Id(*id));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for (bi, b) in t.buckets.iter().enumerate() {
+                prop_assert_eq!(t.occupied_in(bi, bi + 1).count() == 1, !b.entries.is_empty());
             }
             prop_assert!(t.buckets.iter().all(|b| b.entries.len() <= k));
             prop_assert_eq!(t.entries().count(), t.len());

@@ -645,7 +645,7 @@ impl<'a> Reader<'a> {
         if n > CONTACTS_MAX {
             return Err(WireError::TooMany("contacts"));
         }
-        let mut out = SmallVec::new();
+        let mut out = SmallVec::with_capacity(n);
         for _ in 0..n {
             let id = self.id()?;
             let addr = self.addr()?;

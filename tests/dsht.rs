@@ -522,3 +522,34 @@ fn simultaneous_claims_make_exactly_one_winner_section_8_test_and_set() {
         .iter()
         .any(|(n, e)| *n == 1 && matches!(e, Event::ClaimDone { claimed: true, .. })));
 }
+
+#[test]
+fn answered_rpcs_leave_no_deadline_behind() {
+    // Two nodes: after the ping exchange of a join and its lookups, nothing
+    // is outstanding, so the next deadline is maintenance (every 10 s), not
+    // the 2 s deadline of an RPC that was answered long ago.
+    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), 1);
+    for i in 0..2 {
+        sim.add(Node::new(config_levels(1), sim_addr(i), sim.now(), i as u64).unwrap());
+    }
+    sim.with_node(1, |node, now| node.bootstrap(now, &[sim_addr(0)]));
+    sim.run_for(Duration::from_millis(500));
+    let now = sim.now();
+    for i in 0..2 {
+        let next = sim
+            .node(i)
+            .poll_timeout()
+            .expect("maintenance is always scheduled");
+        assert!(
+            next.saturating_since(now) > Duration::from_secs(2),
+            "node {i} wakes at {next:?}, now {now:?}"
+        );
+    }
+    // Timeouts still fire: a node that asks a crashed peer hears nothing.
+    sim.crash(0);
+    let before = sim.node(1).stats().rpc_timeouts;
+    let key = Id::hash(b"nobody answers");
+    sim.with_node(1, |node, now| node.get(now, key, None));
+    sim.run_for(Duration::from_secs(5));
+    assert!(sim.node(1).stats().rpc_timeouts > before);
+}

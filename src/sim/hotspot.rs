@@ -187,6 +187,15 @@ fn put_rpcs(node: &Node) -> u64 {
     node.stats().put_probes_received + node.stats().stores_received
 }
 
+/// Drains the completed operations; returns how many were gets that found a value.
+fn count_found<L: Links>(sim: &mut Sim<L>) -> u64 {
+    sim.drain_events()
+        .filter(
+            |(_, e)| matches!(e, crate::node::Event::GetDone { values, .. } if !values.is_empty()),
+        )
+        .count() as u64
+}
+
 fn run_one<L: Links>(
     params: &HotspotParams,
     config: Config,
@@ -256,6 +265,9 @@ fn run_one<L: Links>(
                 });
                 puts += 1;
                 gets += 1;
+                // After every call, so that each event's memory is freed
+                // while hot and reused by the next call's.
+                gets_found += count_found(&mut sim);
             }
             tick = tick + period;
         }
@@ -265,11 +277,7 @@ fn run_one<L: Links>(
             per_node[i].push(now_count - baseline[i]);
             baseline[i] = now_count;
         }
-        for (_, e) in sim.take_events() {
-            if let crate::node::Event::GetDone { values, .. } = e {
-                gets_found += u64::from(!values.is_empty());
-            }
-        }
+        gets_found += count_found(&mut sim);
         progress(Progress {
             system,
             minute: minute + 1,

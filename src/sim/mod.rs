@@ -6,6 +6,7 @@
 //! - [`hotspot`]: the hot-spot experiment of §6.4 (Fig. 8).
 //! - [`net`]: the event queue and links (delay, loss) that carry datagrams.
 //! - [`origin`]: the flash crowd of §6.1 (Fig. 4) and get latencies of §6.2 (Fig. 6).
+//! - [`queue`]: the event queue (a timer wheel), ordered by time, then insertion.
 //! - [`world`]: where nodes sit on the globe and the RTTs that follow.
 //! - [`svg`]: plots of results, for `--plot`.
 
@@ -13,5 +14,6 @@ pub mod clusters;
 pub mod hotspot;
 pub mod net;
 pub mod origin;
+pub mod queue;
 pub mod svg;
 pub mod world;

@@ -7,17 +7,21 @@
 //! order, and loss draws from the simulator's own seeded [`Rng`], so one seed
 //! gives one run.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use crate::node::{Event, Node};
 use crate::rng::Rng;
+use crate::sim::queue::EventQueue;
 use crate::time::{Duration, Time};
 
 /// A node's first routers (nearest first) and its directly connected
 /// subnets: the input of its clustering hints (§4.4).
 pub type HintPath = (Vec<IpAddr>, Vec<(IpAddr, u8)>);
+
+/// Datagrams on the wire at once, network-wide; beyond it a datagram is lost
+/// (counted in [`NetStats::lost`]), as on a congested network.
+pub const DATAGRAMS_IN_FLIGHT_MAX: usize = 1 << 22;
 
 /// The links between simulated nodes, by node index.
 pub trait Links {
@@ -82,16 +86,23 @@ pub fn sim_addr(i: usize) -> SocketAddr {
     )
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// An event: small and `Copy`, so the queue moves no bytes of datagrams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum What {
-    Deliver {
-        to: usize,
-        from: usize,
-        bytes: Vec<u8>,
-    },
-    Wake {
-        node: usize,
-    },
+    /// Deliver the datagram in this slot of `Sim::in_flight`.
+    Deliver(u32),
+    /// Wake this node for its timers.
+    Wake(u32),
+}
+
+/// A datagram on the wire. Its buffer is recycled: once delivered, it goes
+/// back to a node to encode its next datagram into.
+#[derive(Debug)]
+struct InFlight {
+    to: usize,
+    /// The address it was sent from.
+    from: SocketAddr,
+    bytes: Vec<u8>,
 }
 
 /// Network-wide counters.
@@ -116,8 +127,11 @@ pub struct Sim<L: Links> {
     alive: Vec<bool>,
     wake_at: Vec<Option<Time>>,
     by_addr: HashMap<SocketAddr, usize, crate::id::FastBuildHasher>,
-    queue: BinaryHeap<Reverse<(Time, u64, What)>>,
-    seq: u64,
+    queue: EventQueue<What>,
+    /// Datagrams on the wire, by slot; at most [`DATAGRAMS_IN_FLIGHT_MAX`].
+    in_flight: Vec<InFlight>,
+    /// Free slots of `in_flight`.
+    free: Vec<u32>,
     rng: Rng,
     links: L,
     events: Vec<(usize, Event)>,
@@ -134,8 +148,9 @@ impl<L: Links> Sim<L> {
             alive: Vec::new(),
             wake_at: Vec::new(),
             by_addr: HashMap::default(),
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: EventQueue::new(),
+            in_flight: Vec::new(),
+            free: Vec::new(),
             rng: Rng::new(seed),
             links,
             events: Vec::new(),
@@ -238,32 +253,38 @@ impl<L: Links> Sim<L> {
         std::mem::take(&mut self.events)
     }
 
+    /// Completed operations since the last call, drained in place: unlike
+    /// [`Sim::take_events`], the buffer keeps its capacity, so a driver that
+    /// drains often allocates nothing for them.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, (usize, Event)> {
+        self.events.drain(..)
+    }
+
     /// Processes every event up to and including `until`, then sets the
     /// clock to `until`.
     pub fn run_until(&mut self, until: Time) {
-        while let Some(Reverse((at, _, _))) = self.queue.peek() {
-            if *at > until {
-                break;
-            }
-            let Some(Reverse((at, _, what))) = self.queue.pop() else {
-                break;
-            };
+        while let Some((at, what)) = self.queue.pop_until(until) {
             self.now = at;
             self.stats.events += 1;
             match what {
-                What::Deliver { to, from, bytes } => {
+                What::Deliver(slot) => {
+                    self.free.push(slot);
+                    let d = &self.in_flight[slot as usize];
+                    let to = d.to;
                     if !self.alive[to] {
                         self.stats.lost += 1;
                         continue;
                     }
-                    let from_addr = self.nodes[from].addr();
-                    let _ = self.nodes[to].handle(at, from_addr, &bytes);
+                    let _ = self.nodes[to].handle(at, d.from, &d.bytes);
                     self.flush(to);
                 }
-                What::Wake { node } => {
+                What::Wake(node) => {
+                    let node = node as usize;
                     if !self.alive[node] || self.wake_at[node] != Some(at) {
                         continue; // superseded
                     }
+                    // `arm` keeps `wake_at` at the node's next deadline, so a
+                    // wake-up that is still current finds a timer due.
                     self.wake_at[node] = None;
                     self.nodes[node].handle_timeout(at);
                     self.flush(node);
@@ -279,14 +300,10 @@ impl<L: Links> Sim<L> {
         self.run_until(until);
     }
 
-    fn push(&mut self, at: Time, what: What) {
-        self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, what)));
-    }
-
     /// Sends everything node `i` has queued and schedules its next wake-up.
     fn flush(&mut self, i: usize) {
         let now = self.now;
+        let from = self.nodes[i].addr();
         while let Some(to_addr) = self.nodes[i].poll_transmit(&mut self.buf) {
             self.stats.datagrams += 1;
             self.stats.bytes += self.buf.len() as u64;
@@ -298,18 +315,51 @@ impl<L: Links> Sim<L> {
                 self.stats.lost += 1;
                 continue;
             }
+            let slot = match self.free.pop() {
+                Some(slot) => slot,
+                None if self.in_flight.len() < DATAGRAMS_IN_FLIGHT_MAX => {
+                    self.in_flight.push(InFlight {
+                        to,
+                        from,
+                        bytes: Vec::new(),
+                    });
+                    (self.in_flight.len() - 1) as u32
+                }
+                None => {
+                    self.stats.lost += 1;
+                    continue;
+                }
+            };
+            // The datagram moves into the slot; the slot's old buffer goes
+            // back to the next node that sends.
+            let d = &mut self.in_flight[slot as usize];
+            d.to = to;
+            d.from = from;
+            std::mem::swap(&mut d.bytes, &mut self.buf);
             let at = now + self.links.one_way(i, to);
-            let bytes = self.buf.clone();
-            self.push(at, What::Deliver { to, from: i, bytes });
+            self.queue.push(at, What::Deliver(slot));
         }
         while let Some(e) = self.nodes[i].poll_event() {
             self.events.push((i, e));
         }
-        if let Some(t) = self.nodes[i].poll_timeout() {
-            let t = t.max(now);
-            if self.wake_at[i].is_none_or(|w| t < w) {
-                self.wake_at[i] = Some(t);
-                self.push(t, What::Wake { node: i });
+        // Contacts a node learnt are for other cores of a real node; here
+        // nobody wants them (left alone, each node would hold 1,024).
+        while self.nodes[i].poll_learned().is_some() {}
+        self.arm(i);
+    }
+
+    /// Schedules node `i`'s next wake-up at its next deadline.
+    ///
+    /// Called after every input to the node, while it is in cache: when its
+    /// next deadline moved (an RPC was answered, a timer was added), the
+    /// wake-up queued for the old one is left to be skipped as superseded,
+    /// which costs a look at `wake_at`, not at the node.
+    fn arm(&mut self, i: usize) {
+        let next = self.nodes[i].poll_timeout().map(|t| t.max(self.now));
+        if next != self.wake_at[i] {
+            self.wake_at[i] = next;
+            if let Some(t) = next {
+                self.queue.push(t, What::Wake(i as u32));
             }
         }
     }
