@@ -528,24 +528,9 @@ impl Manager {
         }
     }
 
-    /// The level.
-    pub fn level(&self) -> Level {
-        self.level
-    }
-
     /// Counters.
     pub fn stats(&self) -> ClusterStats {
         self.stats
-    }
-
-    /// Accesses to our own cluster counted since the last evaluation.
-    pub fn accesses(&self) -> Accesses {
-        self.accesses
-    }
-
-    /// Whether a validation, split or join is in progress.
-    pub fn is_busy(&self) -> bool {
-        self.task != Task::Idle
     }
 
     /// Nodes observed at this level.

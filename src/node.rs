@@ -413,6 +413,8 @@ pub struct Node {
     hints_renewing: bool,
     /// Whether the current hints have been stored.
     hints_stored: bool,
+    /// When the hints were last looked up.
+    hints_looked_up: Time,
     cluster_changes: VecDeque<(Level, Cluster)>,
 }
 
@@ -500,6 +502,7 @@ impl Node {
             joined: false,
             hints_renewing: false,
             hints_stored: false,
+            hints_looked_up: Time::ZERO,
             cluster_changes: VecDeque::new(),
         };
         node.managers = node.config.level_thresholds_ms[1..]
@@ -2221,8 +2224,9 @@ impl Node {
             self.managers[i].evaluate(now, current, &self.config, &mut self.rng, &mut out);
             self.run_cluster_commands(now, level as Level, out);
         }
-        if singleton {
-            // Still alone somewhere: the hints may name someone new.
+        let since = now.saturating_since(self.hints_looked_up);
+        if singleton && since >= Duration::from_secs(u64::from(self.config.hint_ttl_secs / 2)) {
+            // Still alone somewhere: the hints may name someone new by now.
             self.lookup_hints(now);
         }
     }
@@ -2463,6 +2467,7 @@ impl Node {
         if !self.config.cluster_manage {
             return;
         }
+        self.hints_looked_up = now;
         let levels: Vec<Level> = (0..self.levels.len() as Level).rev().collect();
         for key in self.hints.clone() {
             self.start_internal_get(now, key, &levels, Internal::HintGet);
