@@ -1416,6 +1416,80 @@ mod tests {
         assert_eq!(is_acceptable(1, 1, 1, &c), Some(true));
     }
 
+    /// The hysteresis: between the split rule (a blind sample under 80 %)
+    /// and the join rule (80 % plus two standard errors) a node neither
+    /// leaves its cluster nor joins one like it.
+    #[test]
+    fn a_cluster_near_the_threshold_is_neither_joined_nor_left() {
+        let c = config();
+        // 27 of 32 (84 %) of a 100-node cluster: not sure enough either way.
+        assert_eq!(judge(32, 27, 100, &c), Verdict::Unsure);
+        let mut rng = Rng::new(6);
+        let mut m = Manager::new(1, 60, id(0xee));
+        let now = secs(100);
+        // Our own cluster, 17 of 20 members within (85 %): no split.
+        observe(&mut m, now, 1..18, 0x33, ms(30), id(0x33));
+        observe(&mut m, now, 18..21, 0x33, ms(90), id(0x33));
+        let mut out = Vec::new();
+        let current = Current {
+            view: view(0x33, 100),
+            alone: false,
+        };
+        m.evaluate(now, current, &c, &mut rng, &mut out);
+        assert_eq!(out, vec![Command::Explore], "no probe, no split");
+        // Alone, with a candidate whose blind sample is 85 % within: not joined.
+        let mut m = Manager::new(1, 60, id(0xee));
+        observe(&mut m, now, 1..11, 0x44, ms(20), id(0xee));
+        let mut out = Vec::new();
+        m.evaluate(now, alone(0xee), &c, &mut rng, &mut out);
+        let members: Vec<Contact> = (11..40).map(contact).collect();
+        let mut k = 0;
+        let mut queue = out;
+        let mut switched = false;
+        while !queue.is_empty() {
+            let mut next = Vec::new();
+            for cmd in queue {
+                k += 1;
+                let rtt = if k % 7 == 0 { ms(90) } else { ms(20) };
+                match cmd {
+                    Command::Members { contact, round, .. } => m.on_probe_reply(
+                        now,
+                        round,
+                        contact,
+                        Some(&info(0x44, 100)),
+                        rtt,
+                        &members,
+                        &c,
+                        &mut rng,
+                        &mut next,
+                    ),
+                    Command::Ping { addr, round, .. } => {
+                        let ct = Contact {
+                            id: Id::from_ip(addr.ip()),
+                            addr,
+                            services: Services::NONE,
+                        };
+                        m.on_probe_reply(
+                            now,
+                            round,
+                            ct,
+                            Some(&info(0x44, 100)),
+                            rtt,
+                            &[],
+                            &c,
+                            &mut rng,
+                            &mut next,
+                        )
+                    }
+                    Command::Switch { .. } => switched = true,
+                    _ => {}
+                }
+            }
+            queue = next;
+        }
+        assert!(!switched);
+    }
+
     #[test]
     fn leave_rule_is_half_the_accesses_missing_section_4_4() {
         let c = config();
