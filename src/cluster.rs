@@ -1443,51 +1443,12 @@ mod tests {
         let mut out = Vec::new();
         m.evaluate(now, alone(0xee), &c, &mut rng, &mut out);
         let members: Vec<Contact> = (11..40).map(contact).collect();
-        let mut k = 0;
-        let mut queue = out;
-        let mut switched = false;
-        while !queue.is_empty() {
-            let mut next = Vec::new();
-            for cmd in queue {
-                k += 1;
-                let rtt = if k % 7 == 0 { ms(90) } else { ms(20) };
-                match cmd {
-                    Command::Members { contact, round, .. } => m.on_probe_reply(
-                        now,
-                        round,
-                        contact,
-                        Some(&info(0x44, 100)),
-                        rtt,
-                        &members,
-                        &c,
-                        &mut rng,
-                        &mut next,
-                    ),
-                    Command::Ping { addr, round, .. } => {
-                        let ct = Contact {
-                            id: Id::from_ip(addr.ip()),
-                            addr,
-                            services: Services::NONE,
-                        };
-                        m.on_probe_reply(
-                            now,
-                            round,
-                            ct,
-                            Some(&info(0x44, 100)),
-                            rtt,
-                            &[],
-                            &c,
-                            &mut rng,
-                            &mut next,
-                        )
-                    }
-                    Command::Switch { .. } => switched = true,
-                    _ => {}
-                }
-            }
-            queue = next;
-        }
-        assert!(!switched);
+        let rtt = |n: usize| if n % 7 == 0 { ms(90) } else { ms(20) };
+        let rest = answer_with(&mut m, now, out, (0x44, 100), rtt, &members, &mut rng);
+        assert!(
+            !rest.iter().any(|c| matches!(c, Command::Switch { .. })),
+            "{rest:?}"
+        );
     }
 
     #[test]
@@ -1567,8 +1528,59 @@ mod tests {
     }
 
     /// Answers every probe command in `cmds` (pings and Members) as members
-    /// of `cluster` at `rtt`; Members replies name `contacts`. Returns what
-    /// the manager asked for next.
+    /// of cluster `(id byte, size)`, the n-th reply after `rtt(n)`; Members
+    /// replies name `contacts`. Returns the other commands the manager gave.
+    fn answer_with(
+        m: &mut Manager,
+        now: Time,
+        cmds: Vec<Command>,
+        (cluster, size): (u8, u32),
+        mut rtt: impl FnMut(usize) -> Duration,
+        contacts: &[Contact],
+        rng: &mut Rng,
+    ) -> Vec<Command> {
+        let mut rest = Vec::new();
+        let mut queue = cmds;
+        let mut n = 0;
+        while !queue.is_empty() {
+            let mut out = Vec::new();
+            for cmd in queue {
+                let (from, named, round) = match cmd {
+                    Command::Members { contact, round, .. } => (contact, contacts, round),
+                    Command::Ping { addr, round, .. } => {
+                        let c = Contact {
+                            id: Id::from_ip(addr.ip()),
+                            addr,
+                            services: Services::NONE,
+                        };
+                        (c, &[][..], round)
+                    }
+                    other => {
+                        rest.push(other);
+                        continue;
+                    }
+                };
+                n += 1;
+                let info = info(cluster, size);
+                let cfg = config();
+                m.on_probe_reply(
+                    now,
+                    round,
+                    from,
+                    Some(&info),
+                    rtt(n),
+                    named,
+                    &cfg,
+                    rng,
+                    &mut out,
+                );
+            }
+            queue = out;
+        }
+        rest
+    }
+
+    /// [`answer_with`] at one RTT.
     fn answer(
         m: &mut Manager,
         now: Time,
@@ -1578,47 +1590,7 @@ mod tests {
         contacts: &[Contact],
         rng: &mut Rng,
     ) -> Vec<Command> {
-        let mut next = Vec::new();
-        let mut queue = cmds;
-        while !queue.is_empty() {
-            let mut out = Vec::new();
-            for cmd in queue {
-                match cmd {
-                    Command::Members { contact, round, .. } => m.on_probe_reply(
-                        now,
-                        round,
-                        contact,
-                        Some(&info(cluster, 40)),
-                        rtt,
-                        contacts,
-                        &config(),
-                        rng,
-                        &mut out,
-                    ),
-                    Command::Ping { addr, round, .. } => {
-                        let c = Contact {
-                            id: Id::from_ip(addr.ip()),
-                            addr,
-                            services: Services::NONE,
-                        };
-                        m.on_probe_reply(
-                            now,
-                            round,
-                            c,
-                            Some(&info(cluster, 40)),
-                            rtt,
-                            &[],
-                            &config(),
-                            rng,
-                            &mut out,
-                        )
-                    }
-                    other => next.push(other),
-                }
-            }
-            queue = out;
-        }
-        next
+        answer_with(m, now, cmds, (cluster, 40), |_| rtt, contacts, rng)
     }
 
     fn alone(cluster: u8) -> Current {
@@ -1736,49 +1708,8 @@ mod tests {
             .into_iter()
             .filter(|c| !matches!(c, Command::Explore))
             .collect();
-        let mut rest = Vec::new();
-        let mut queue = mixed;
-        let mut k = 0;
-        while !queue.is_empty() {
-            let mut next = Vec::new();
-            for cmd in queue {
-                let rtt = if k % 5 < 3 { ms(30) } else { ms(90) };
-                k += 1;
-                match cmd {
-                    Command::Members { contact, round, .. } => m.on_probe_reply(
-                        now,
-                        round,
-                        contact,
-                        Some(&info(0x33, 40)),
-                        rtt,
-                        &members,
-                        &cfg,
-                        &mut rng,
-                        &mut next,
-                    ),
-                    Command::Ping { addr, round, .. } => {
-                        let c = Contact {
-                            id: Id::from_ip(addr.ip()),
-                            addr,
-                            services: Services::NONE,
-                        };
-                        m.on_probe_reply(
-                            now,
-                            round,
-                            c,
-                            Some(&info(0x33, 40)),
-                            rtt,
-                            &[],
-                            &cfg,
-                            &mut rng,
-                            &mut next,
-                        )
-                    }
-                    other => rest.push(other),
-                }
-            }
-            queue = next;
-        }
+        let rtt = |n: usize| if (n - 1) % 5 < 3 { ms(30) } else { ms(90) };
+        let rest = answer_with(&mut m, now, mixed, (0x33, 40), rtt, &members, &mut rng);
         // Split: get(cid^N) in our own cluster first.
         let (key, round) = match rest.as_slice() {
             [Command::Get { key, levels, round }] => {

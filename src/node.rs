@@ -2238,46 +2238,16 @@ impl Node {
             let mut more = Vec::new();
             match command {
                 Command::Ping { addr, id, round } => {
-                    let purpose = Purpose::ClusterProbe { level, round };
-                    if self
-                        .send_request(now, addr, id, self.route_hint, Body::Ping, purpose)
-                        .is_none()
-                    {
-                        self.managers[level as usize - 1].on_probe_failed(
-                            now,
-                            round,
-                            &self.config,
-                            &mut self.rng,
-                            &mut more,
-                        );
-                    }
+                    self.send_probe(now, level, round, addr, id, Body::Ping, &mut more);
                 }
                 Command::Members {
                     contact,
                     target,
                     round,
                 } => {
-                    let purpose = Purpose::ClusterProbe { level, round };
                     let body = Body::Members { level, target };
-                    if self
-                        .send_request(
-                            now,
-                            contact.addr,
-                            Some(contact.id),
-                            self.route_hint,
-                            body,
-                            purpose,
-                        )
-                        .is_none()
-                    {
-                        self.managers[level as usize - 1].on_probe_failed(
-                            now,
-                            round,
-                            &self.config,
-                            &mut self.rng,
-                            &mut more,
-                        );
-                    }
+                    let (addr, id) = (contact.addr, Some(contact.id));
+                    self.send_probe(now, level, round, addr, id, body, &mut more);
                 }
                 Command::Get { key, levels, round } => {
                     self.start_internal_get(now, key, &levels, Internal::Cluster { level, round });
@@ -2301,6 +2271,34 @@ impl Node {
                 } => self.switch_cluster(now, level, cluster, created, &members),
             }
             queue.extend(more);
+        }
+    }
+
+    /// Sends one RPC of the cluster manager's probe `round` at `level`; one
+    /// that cannot be sent (the pending-RPC limit) counts as failed.
+    #[allow(clippy::too_many_arguments)]
+    fn send_probe(
+        &mut self,
+        now: Time,
+        level: Level,
+        round: u32,
+        addr: SocketAddr,
+        id: Option<Id>,
+        body: Body,
+        more: &mut Vec<Command>,
+    ) {
+        let purpose = Purpose::ClusterProbe { level, round };
+        if self
+            .send_request(now, addr, id, self.route_hint, body, purpose)
+            .is_none()
+        {
+            self.managers[level as usize - 1].on_probe_failed(
+                now,
+                round,
+                &self.config,
+                &mut self.rng,
+                more,
+            );
         }
     }
 
