@@ -316,6 +316,10 @@ struct LevelState {
     table: RoutingTable,
     store: Store,
     size_estimate: u32,
+    /// The table's generation `size_estimate` was computed at: the estimate
+    /// reads every contact of the lowest buckets, and most maintenance
+    /// rounds find the table holding the same contacts as the last.
+    estimated_at: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -527,6 +531,7 @@ impl Node {
                         config.keys_per_level_max,
                     ),
                     size_estimate: 1,
+                    estimated_at: None,
                 }
             })
             .collect();
@@ -636,6 +641,7 @@ impl Node {
             state.table = RoutingTable::new(self.id, self.config.bucket_size);
             state.store.clear();
             state.size_estimate = 1;
+            state.estimated_at = None;
             self.managers[l - 1].on_switched();
         }
     }
@@ -2552,7 +2558,11 @@ impl Node {
         self.timers
             .push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
         for l in &mut self.levels {
-            l.size_estimate = l.table.size_estimate();
+            let generation = l.table.generation();
+            if l.estimated_at != Some(generation) {
+                l.size_estimate = l.table.size_estimate();
+                l.estimated_at = Some(generation);
+            }
         }
         if now.saturating_since(self.last_sweep) >= SWEEP_INTERVAL {
             self.last_sweep = now;

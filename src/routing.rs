@@ -81,6 +81,10 @@ pub struct RoutingTable {
     /// was most of the cost of `closest` and `size_estimate`.
     occupied: [u64; OCCUPIED_WORDS],
     len: usize,
+    /// Counts changes to the set of contacts (not to their records), so that
+    /// a caller can tell whether anything that depends only on that set,
+    /// such as [`RoutingTable::size_estimate`], needs computing again.
+    generation: u64,
 }
 
 const OCCUPIED_WORDS: usize = (ID_BITS as usize).div_ceil(64);
@@ -94,6 +98,7 @@ impl RoutingTable {
             buckets: Vec::new(),
             occupied: [0; OCCUPIED_WORDS],
             len: 0,
+            generation: 0,
         }
     }
 
@@ -172,6 +177,13 @@ impl RoutingTable {
         self.len == 0
     }
 
+    /// Changes whenever a contact enters or leaves the table (not when one
+    /// is refreshed): what depends only on which contacts the table holds
+    /// is the same while this is.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     fn bucket_index(&self, id: &Id) -> Option<usize> {
         let bits = self.local.distance(id).bit_len();
         (bits > 0).then(|| bits as usize - 1)
@@ -207,6 +219,7 @@ impl RoutingTable {
         if bucket.entries.len() < k {
             bucket.entries.push(entry);
             self.len += 1;
+            self.generation += 1;
             self.mark(bi);
             return Insert::Added;
         }
@@ -260,10 +273,12 @@ impl RoutingTable {
         if let Some(replacement) = bucket.replacement.take() {
             bucket.entries.remove(pos);
             bucket.entries.push(*replacement);
+            self.generation += 1;
             true
         } else if bucket.entries[pos].failures >= CONTACT_FAILURES_MAX {
             bucket.entries.remove(pos);
             self.len -= 1;
+            self.generation += 1;
             self.mark(bi);
             true
         } else {
@@ -312,6 +327,7 @@ impl RoutingTable {
                 self.len -= 1;
                 self.mark(bi);
             }
+            self.generation += 1;
             return true;
         }
         false
@@ -406,7 +422,8 @@ impl RoutingTable {
 
     /// An estimate of the number of nodes in this level's cluster (including
     /// the local node), from the distances of the closest contacts: the j-th
-    /// closest of n uniformly spread ids lies at about j·2^160/n.
+    /// closest of n uniformly spread ids lies at about j·2^160/n. It depends
+    /// only on which contacts the table holds ([`RoutingTable::generation`]).
     pub fn size_estimate(&self) -> u32 {
         // The closest contacts to the local id sit in the lowest buckets.
         let mut dists: SmallVec<[f64; 64]> = SmallVec::new();
@@ -439,10 +456,14 @@ impl RoutingTable {
     pub fn stale_buckets(&self, since: Time) -> Vec<usize> {
         self.occupied_in(0, ID_BITS as usize)
             .filter(|&i| {
-                self.occupied_bucket(i)
+                // The most recently seen are at the end (all but a promoted
+                // replacement): look there first.
+                !self
+                    .occupied_bucket(i)
                     .entries
                     .iter()
-                    .all(|e| e.last_seen < since)
+                    .rev()
+                    .any(|e| e.last_seen >= since)
             })
             .collect()
     }
@@ -516,6 +537,29 @@ mod tests {
         }
         assert!(t.on_failure(&a.id));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn generation_follows_the_set_of_contacts() {
+        let mut t = RoutingTable::new(Id::ZERO, 2);
+        let a = contact(id_with_prefix(0x80, 1), 1);
+        let b = contact(id_with_prefix(0x80, 2), 2);
+        let g0 = t.generation();
+        t.insert(a, Time(1), None);
+        let g1 = t.generation();
+        assert_ne!(g1, g0);
+        // A refresh or a failure that keeps the contact changes nothing.
+        t.insert(a, Time(2), Some(Duration::from_millis(5)));
+        assert!(!t.on_failure(&a.id));
+        assert_eq!(t.generation(), g1);
+        t.insert(b, Time(3), None);
+        let g2 = t.generation();
+        assert_ne!(g2, g1);
+        let est = t.size_estimate();
+        assert!(t.remove(&b.id));
+        assert_ne!(t.generation(), g2);
+        t.insert(b, Time(4), None);
+        assert_eq!(t.size_estimate(), est, "same contacts, same estimate");
     }
 
     #[test]
