@@ -271,6 +271,79 @@ enum Timer {
     HintRenew,
 }
 
+/// The node's timers: a heap, and the RPC deadlines in a FIFO beside it.
+/// The earliest of both is kept in `next`, so that [`Node::poll_timeout`],
+/// which the driver calls after every input, reads one field of the node
+/// instead of the fronts of two structures that most inputs leave untouched
+/// (two cold cache lines per call in the simulator).
+#[derive(Default)]
+struct Timers {
+    heap: BinaryHeap<Reverse<(Time, Timer)>>,
+    /// RPC deadlines in the order the RPCs went out. Every RPC has the same
+    /// timeout, so this is sorted by deadline: a FIFO, not a heap. Bounded by
+    /// the RPCs sent in one `rpc_timeout_ms` (answered ones are dropped from
+    /// the front as soon as they get there).
+    rpc: VecDeque<(Time, u32)>,
+    /// The earliest deadline in `heap` and `rpc`.
+    next: Option<Time>,
+}
+
+impl Timers {
+    fn next(&self) -> Option<Time> {
+        self.next
+    }
+
+    fn push(&mut self, at: Time, timer: Timer) {
+        self.heap.push(Reverse((at, timer)));
+        self.next = Some(self.next.map_or(at, |n| n.min(at)));
+    }
+
+    /// Arms the deadline of RPC `txid`.
+    fn push_rpc(&mut self, at: Time, txid: u32) {
+        if self.rpc.back().is_none_or(|&(last, _)| last <= at) {
+            self.rpc.push_back((at, txid));
+            self.next = Some(self.next.map_or(at, |n| n.min(at)));
+        } else {
+            // `now` went backwards: keep the FIFO sorted.
+            self.push(at, Timer::Rpc(txid));
+        }
+    }
+
+    /// Removes and returns the earliest timer if it is due at `now`: the
+    /// earlier of the heap's next timer and the oldest RPC deadline (ties in
+    /// the heap's order: RPCs first).
+    fn pop_due(&mut self, now: Time) -> Option<(Time, Timer)> {
+        let heap = self.heap.peek().map(|&Reverse(t)| t);
+        let fifo = self.rpc.front().map(|&(at, txid)| (at, Timer::Rpc(txid)));
+        let (at, timer) = match (heap, fifo) {
+            (Some(h), Some(f)) if f <= h => f,
+            (Some(h), _) => h,
+            (None, Some(f)) => f,
+            (None, None) => return None,
+        };
+        if at > now {
+            return None;
+        }
+        if fifo == Some((at, timer)) {
+            self.rpc.pop_front();
+        } else {
+            self.heap.pop();
+        }
+        self.update_next();
+        Some((at, timer))
+    }
+
+    /// Sets `next` again after timers were removed.
+    fn update_next(&mut self) {
+        let heap = self.heap.peek().map(|Reverse((t, _))| *t);
+        let fifo = self.rpc.front().map(|&(t, _)| t);
+        self.next = match (heap, fifo) {
+            (Some(h), Some(f)) => Some(h.min(f)),
+            (h, f) => h.or(f),
+        };
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Purpose {
     Op(u64),
@@ -442,12 +515,7 @@ pub struct Node {
     rng: Rng,
     levels: Vec<LevelState>,
     pending: HashMap<u32, Pending, FastBuildHasher>,
-    timers: BinaryHeap<Reverse<(Time, Timer)>>,
-    /// RPC deadlines in the order the RPCs went out. Every RPC has the same
-    /// timeout, so this is sorted by deadline: a FIFO, not a heap. Bounded by
-    /// the RPCs sent in one `rpc_timeout_ms` (answered ones are dropped from
-    /// the front as soon as they get there).
-    rpc_deadlines: VecDeque<(Time, u32)>,
+    timers: Timers,
     ops: HashMap<u64, Op, FastBuildHasher>,
     next_op: u64,
     next_txid: u32,
@@ -546,8 +614,7 @@ impl Node {
             rng,
             levels,
             pending: HashMap::default(),
-            timers: BinaryHeap::new(),
-            rpc_deadlines: VecDeque::new(),
+            timers: Timers::default(),
             ops: HashMap::default(),
             next_op: 1,
             next_txid,
@@ -581,16 +648,14 @@ impl Node {
             .map(|(i, &t)| Manager::new(i as Level + 1, t, id))
             .collect();
         node.timers
-            .push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
+            .push(now + MAINTENANCE_INTERVAL, Timer::Maintenance);
         if node.config.cluster_manage && !node.managers.is_empty() {
             // The first periodic evaluation at a random point of the first
             // period, so that nodes started together do not move together.
             let period = node.config.cluster_eval().as_micros().max(1);
             let first = Duration::from_micros(1 + node.rng.below(period));
-            node.timers.push(Reverse((
-                now + first,
-                Timer::ClusterEval { periodic: true },
-            )));
+            node.timers
+                .push(now + first, Timer::ClusterEval { periodic: true });
         }
         Ok(node)
     }
@@ -1028,28 +1093,7 @@ impl Node {
 
     /// Handles every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        loop {
-            // The earlier of the heap's next timer and the oldest RPC deadline
-            // (ties in the heap's order: RPCs first).
-            let heap = self.timers.peek().map(|&Reverse(t)| t);
-            let fifo = self
-                .rpc_deadlines
-                .front()
-                .map(|&(at, txid)| (at, Timer::Rpc(txid)));
-            let (at, timer) = match (heap, fifo) {
-                (Some(h), Some(f)) if f <= h => f,
-                (Some(h), _) => h,
-                (None, Some(f)) => f,
-                (None, None) => break,
-            };
-            if at > now {
-                break;
-            }
-            if fifo == Some((at, timer)) {
-                self.rpc_deadlines.pop_front();
-            } else {
-                self.timers.pop();
-            }
+        while let Some((_, timer)) = self.timers.pop_due(now) {
             match timer {
                 Timer::Rpc(txid) => {
                     if self.pending.get(&txid).is_some_and(|p| p.deadline <= now) {
@@ -1067,7 +1111,7 @@ impl Node {
                     if periodic {
                         let next = now + self.config.cluster_eval();
                         self.timers
-                            .push(Reverse((next, Timer::ClusterEval { periodic: true })));
+                            .push(next, Timer::ClusterEval { periodic: true });
                     }
                     self.evaluate_clusters(now);
                 }
@@ -1082,12 +1126,7 @@ impl Node {
 
     /// The next time `handle_timeout` has work (None: nothing scheduled).
     pub fn poll_timeout(&self) -> Option<Time> {
-        let heap = self.timers.peek().map(|Reverse((t, _))| *t);
-        let fifo = self.rpc_deadlines.front().map(|&(t, _)| t);
-        match (heap, fifo) {
-            (Some(h), Some(f)) => Some(h.min(f)),
-            (h, f) => h.or(f),
-        }
+        self.timers.next()
     }
 
     /// Drops timers at the front that can no longer do anything (RPCs
@@ -1097,13 +1136,13 @@ impl Node {
         let rpc_live = |pending: &HashMap<u32, Pending, FastBuildHasher>, at: Time, txid: u32| {
             pending.get(&txid).is_some_and(|p| p.deadline == at)
         };
-        while let Some(&(at, txid)) = self.rpc_deadlines.front() {
+        while let Some(&(at, txid)) = self.timers.rpc.front() {
             if rpc_live(&self.pending, at, txid) {
                 break;
             }
-            self.rpc_deadlines.pop_front();
+            self.timers.rpc.pop_front();
         }
-        while let Some(&Reverse((at, timer))) = self.timers.peek() {
+        while let Some(&Reverse((at, timer))) = self.timers.heap.peek() {
             let live = match timer {
                 Timer::Rpc(txid) => rpc_live(&self.pending, at, txid),
                 Timer::Op(op) => self.ops.contains_key(&op),
@@ -1112,8 +1151,9 @@ impl Node {
             if live {
                 break;
             }
-            self.timers.pop();
+            self.timers.heap.pop();
         }
+        self.timers.update_next();
     }
 
     /// The next datagram to send: its bytes replace the contents of `buf`,
@@ -1435,8 +1475,7 @@ impl Node {
                         // The join decision (§4.4), once the first lookups
                         // and hint gets have measured some nodes.
                         let at = now + Duration::from_secs(self.config.cluster_join_eval_secs);
-                        self.timers
-                            .push(Reverse((at, Timer::ClusterEval { periodic: false })));
+                        self.timers.push(at, Timer::ClusterEval { periodic: false });
                     }
                 }
             }
@@ -1753,7 +1792,7 @@ impl Node {
             put_levels: Vec::new(),
         };
         self.ops.insert(op, o);
-        self.timers.push(Reverse((deadline, Timer::Op(op))));
+        self.timers.push(deadline, Timer::Op(op));
         self.drive(op, now);
     }
 
@@ -1819,7 +1858,7 @@ impl Node {
                     }
                     Step::Wait(at) => {
                         if let Some(at) = at {
-                            self.timers.push(Reverse((at, Timer::Op(op))));
+                            self.timers.push(at, Timer::Op(op));
                         }
                         break;
                     }
@@ -1868,7 +1907,7 @@ impl Node {
                         }
                         Step::Wait(at) => {
                             if let Some(at) = at {
-                                self.timers.push(Reverse((at, Timer::Op(op))));
+                                self.timers.push(at, Timer::Op(op));
                             }
                             break;
                         }
@@ -2220,16 +2259,7 @@ impl Node {
                 purpose,
             },
         );
-        if self
-            .rpc_deadlines
-            .back()
-            .is_none_or(|&(last, _)| last <= deadline)
-        {
-            self.rpc_deadlines.push_back((deadline, txid));
-        } else {
-            // `now` went backwards: keep the FIFO sorted.
-            self.timers.push(Reverse((deadline, Timer::Rpc(txid))));
-        }
+        self.timers.push_rpc(deadline, txid);
         self.queue(to, Message { header, body });
         Some(txid)
     }
@@ -2535,7 +2565,7 @@ impl Node {
         if !self.hints_renewing {
             self.hints_renewing = true;
             let at = now + Duration::from_secs(u64::from(self.config.hint_ttl_secs / 2));
-            self.timers.push(Reverse((at, Timer::HintRenew)));
+            self.timers.push(at, Timer::HintRenew);
         }
     }
 
@@ -2556,7 +2586,7 @@ impl Node {
 
     fn maintain(&mut self, now: Time) {
         self.timers
-            .push(Reverse((now + MAINTENANCE_INTERVAL, Timer::Maintenance)));
+            .push(now + MAINTENANCE_INTERVAL, Timer::Maintenance);
         for l in &mut self.levels {
             let generation = l.table.generation();
             if l.estimated_at != Some(generation) {
