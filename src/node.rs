@@ -888,7 +888,7 @@ impl Node {
         let Some(l) = self.levels.get(level as usize) else {
             return Vec::new();
         };
-        let mut v: Vec<_> = l.table.with_services(services).copied().collect();
+        let mut v: Vec<_> = l.table.with_services(services).collect();
         match target {
             Some(ip) => v.sort_by_key(|e| {
                 (
@@ -1299,7 +1299,7 @@ impl Node {
                 contacts.extend(self.levels[level as usize].table.closest_matching(
                     &target,
                     count,
-                    |e| e.contact.id != header.sender,
+                    |id| *id != header.sender,
                 ));
                 Body::MembersReply { level, contacts }
             }
@@ -1416,7 +1416,7 @@ impl Node {
         Contacts::from_vec(self.levels[level].table.closest_matching(
             target,
             self.hot.reply_contacts_max,
-            |e| e.contact.id != *requester,
+            |id| id != requester,
         ))
     }
 
