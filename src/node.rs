@@ -1229,6 +1229,9 @@ impl Node {
     /// steady state allocates nothing and never moves a whole `Message`.
     pub fn poll_transmit(&mut self, buf: &mut Vec<u8>) -> Option<SocketAddr> {
         let (to, mut bytes) = self.out.pop_front()?;
+        if self.out.is_empty() {
+            self.out = VecDeque::new();
+        }
         std::mem::swap(buf, &mut bytes);
         if self.spare.len() < SPARE_BUFFERS_MAX {
             bytes.clear();
@@ -1248,7 +1251,11 @@ impl Node {
 
     /// The next completed operation.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let e = self.events.pop_front();
+        if self.events.is_empty() {
+            self.events = VecDeque::new();
+        }
+        e
     }
 
     // ---- Serving requests --------------------------------------------------------
