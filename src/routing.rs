@@ -38,13 +38,43 @@ pub struct Entry {
     pub failures: u8,
 }
 
+/// A bucket's header: its contacts sit in the table's slot arrays.
 #[derive(Clone, Debug, Default)]
 struct Bucket {
-    /// Least recently seen first.
-    entries: Vec<Entry>,
-    /// A verified contact waiting for a place (see the module docs).
-    replacement: Option<Entry>,
+    /// Contacts in the bucket's slots, least recently seen first.
+    len: u32,
+    /// A verified contact waiting for a place (see the module docs). Boxed:
+    /// most buckets never have one.
+    replacement: Option<Box<Entry>>,
 }
+
+/// Where a contact can be reached: the rest of its [`Contact`].
+#[derive(Clone, Copy, Debug)]
+struct Reach {
+    addr: SocketAddr,
+    services: Services,
+}
+
+/// What we know of a contact beyond how to reach it.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    last_seen: Time,
+    rtt_min: Option<Duration>,
+    failures: u8,
+}
+
+const NO_REACH: Reach = Reach {
+    addr: SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::UNSPECIFIED,
+        0,
+    )),
+    services: Services::NONE,
+};
+const NOT_SEEN: Seen = Seen {
+    last_seen: Time::ZERO,
+    rtt_min: None,
+    failures: 0,
+};
 
 /// What `insert` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,16 +93,39 @@ pub enum Insert {
 }
 
 /// One level's routing table.
+///
+/// Laid out for a driver that reads thousands of tables cold (the
+/// simulator): the contacts of all buckets share three arrays of `k` slots
+/// per bucket, split by use — ids (scanned by every lookup of a contact and
+/// every `closest`), addresses (read for the contacts `closest` returns) and
+/// the rest (last seen, RTT, failures: read on inserts and refreshes). A
+/// bucket's ids then span 160 bytes rather than eight 88-byte records, and a
+/// table is three allocations rather than one per bucket.
 #[derive(Clone, Debug)]
 pub struct RoutingTable {
     local: Id,
     bucket_size: usize,
+    /// The buckets from the far end: `buckets[j]` is bucket `ID_BITS - 1 - j`
+    /// (see [`RoutingTable::slot`]). Bucket i covers 2^(i+1−160) of the id
+    /// space, so in a network of n nodes only the top log2 n or so can hold
+    /// anyone: the table grows down to the deepest bucket that has held a
+    /// contact, not to all 160.
     buckets: Vec<Bucket>,
+    /// Contact ids: slots `j·k .. j·k + buckets[j].len` are bucket j's.
+    ids: Vec<Id>,
+    /// The same slots' addresses and services.
+    reach: Vec<Reach>,
+    /// The same slots' records.
+    seen: Vec<Seen>,
     /// One bit per bucket: whether it holds any contact. Most of the 160
     /// buckets are empty (only about log2 n are not), and walking them all
     /// was most of the cost of `closest` and `size_estimate`.
     occupied: [u64; OCCUPIED_WORDS],
     len: usize,
+    /// Counts changes to the set of contacts (not to their records), so that
+    /// a caller can tell whether anything that depends only on that set,
+    /// such as [`RoutingTable::size_estimate`], needs computing again.
+    generation: u64,
 }
 
 const OCCUPIED_WORDS: usize = (ID_BITS as usize).div_ceil(64);
@@ -83,16 +136,110 @@ impl RoutingTable {
         RoutingTable {
             local,
             bucket_size,
-            buckets: vec![Bucket::default(); ID_BITS as usize],
+            buckets: Vec::new(),
+            ids: Vec::new(),
+            reach: Vec::new(),
+            seen: Vec::new(),
             occupied: [0; OCCUPIED_WORDS],
             len: 0,
+            generation: 0,
         }
+    }
+
+    /// Where bucket `bi` sits in `buckets`.
+    fn slot(bi: usize) -> usize {
+        ID_BITS as usize - 1 - bi
+    }
+
+    /// Bucket `bi`'s first slot and number of contacts (0 if the table has
+    /// not grown down to it).
+    fn span(&self, bi: usize) -> (usize, usize) {
+        let j = Self::slot(bi);
+        match self.buckets.get(j) {
+            Some(b) => (j * self.bucket_size, b.len as usize),
+            None => (0, 0),
+        }
+    }
+
+    /// Grows the table down to bucket `bi` if needed (at most `ID_BITS`
+    /// buckets); returns its index in `buckets`.
+    fn grow_to(&mut self, bi: usize) -> usize {
+        let j = Self::slot(bi);
+        if self.buckets.len() <= j {
+            self.buckets.resize_with(j + 1, Bucket::default);
+            let slots = (j + 1) * self.bucket_size;
+            self.ids.resize(slots, Id::ZERO);
+            self.reach.resize(slots, NO_REACH);
+            self.seen.resize(slots, NOT_SEEN);
+        }
+        j
+    }
+
+    /// The position of `id` among bucket `bi`'s slots.
+    fn position(&self, bi: usize, id: &Id) -> Option<usize> {
+        let (base, len) = self.span(bi);
+        self.ids[base..base + len]
+            .iter()
+            .position(|x| x == id)
+            .map(|p| base + p)
+    }
+
+    fn contact_at(&self, i: usize) -> Contact {
+        Contact {
+            id: self.ids[i],
+            addr: self.reach[i].addr,
+            services: self.reach[i].services,
+        }
+    }
+
+    fn entry_at(&self, i: usize) -> Entry {
+        let s = self.seen[i];
+        Entry {
+            contact: self.contact_at(i),
+            last_seen: s.last_seen,
+            rtt_min: s.rtt_min,
+            failures: s.failures,
+        }
+    }
+
+    fn put_at(&mut self, i: usize, e: &Entry) {
+        self.ids[i] = e.contact.id;
+        self.reach[i] = Reach {
+            addr: e.contact.addr,
+            services: e.contact.services,
+        };
+        self.seen[i] = Seen {
+            last_seen: e.last_seen,
+            rtt_min: e.rtt_min,
+            failures: e.failures,
+        };
+    }
+
+    /// Moves slot `i` to the end of its bucket (`end` is one past the last
+    /// slot in use), shifting the ones after it down.
+    fn rotate_to_end(&mut self, i: usize, end: usize) {
+        self.ids[i..end].rotate_left(1);
+        self.reach[i..end].rotate_left(1);
+        self.seen[i..end].rotate_left(1);
+    }
+
+    /// Removes slot `i` of bucket `j` (whose contacts end at `end`).
+    fn remove_at(&mut self, j: usize, i: usize, end: usize) {
+        self.rotate_to_end(i, end);
+        self.buckets[j].len -= 1;
+    }
+
+    /// Appends `e` to bucket `j` (which must have room).
+    fn push(&mut self, j: usize, e: &Entry) {
+        let i = j * self.bucket_size + self.buckets[j].len as usize;
+        self.put_at(i, e);
+        self.buckets[j].len += 1;
     }
 
     /// Updates bucket `bi`'s bit in `occupied` after its entries changed.
     fn mark(&mut self, bi: usize) {
         let bit = 1u64 << (bi % 64);
-        if self.buckets[bi].entries.is_empty() {
+        if self.span(bi).1 == 0 {
             self.occupied[bi / 64] &= !bit;
         } else {
             self.occupied[bi / 64] |= bit;
@@ -134,6 +281,13 @@ impl RoutingTable {
         self.len == 0
     }
 
+    /// Changes whenever a contact enters or leaves the table (not when one
+    /// is refreshed): what depends only on which contacts the table holds
+    /// is the same while this is.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     fn bucket_index(&self, id: &Id) -> Option<usize> {
         let bits = self.local.distance(id).bit_len();
         (bits > 0).then(|| bits as usize - 1)
@@ -146,18 +300,18 @@ impl RoutingTable {
             return Insert::IsSelf;
         };
         let k = self.bucket_size;
-        let bucket = &mut self.buckets[bi];
-        if let Some(pos) = bucket
-            .entries
-            .iter()
-            .position(|e| e.contact.id == contact.id)
-        {
-            let mut e = bucket.entries.remove(pos);
-            e.contact = contact;
-            e.last_seen = now;
-            e.failures = 0;
-            e.rtt_min = min_rtt(e.rtt_min, rtt);
-            bucket.entries.push(e);
+        let j = self.grow_to(bi);
+        let (base, len) = self.span(bi);
+        if let Some(i) = self.position(bi, &contact.id) {
+            let s = self.seen[i];
+            let e = Entry {
+                contact,
+                last_seen: now,
+                rtt_min: min_rtt(s.rtt_min, rtt),
+                failures: 0,
+            };
+            self.rotate_to_end(i, base + len);
+            self.put_at(base + len - 1, &e);
             return Insert::Refreshed;
         }
         let entry = Entry {
@@ -166,19 +320,28 @@ impl RoutingTable {
             rtt_min: rtt,
             failures: 0,
         };
-        if bucket.entries.len() < k {
-            bucket.entries.push(entry);
+        if len < k {
+            self.push(j, &entry);
             self.len += 1;
+            self.generation += 1;
             self.mark(bi);
             return Insert::Added;
         }
-        let waiting = bucket.replacement.is_some();
-        bucket.replacement = Some(entry);
-        let oldest = &bucket.entries[0];
-        if waiting || now.saturating_since(oldest.last_seen) < OLDEST_FRESH {
+        let bucket = &mut self.buckets[j];
+        let waiting = match &mut bucket.replacement {
+            Some(r) => {
+                **r = entry;
+                true
+            }
+            None => {
+                bucket.replacement = Some(Box::new(entry));
+                false
+            }
+        };
+        if waiting || now.saturating_since(self.seen[base].last_seen) < OLDEST_FRESH {
             Insert::Waiting
         } else {
-            Insert::PingOldest(oldest.contact)
+            Insert::PingOldest(self.contact_at(base))
         }
     }
 
@@ -187,10 +350,7 @@ impl RoutingTable {
     pub fn has_room_for(&self, id: &Id) -> bool {
         match self.bucket_index(id) {
             None => false,
-            Some(bi) => {
-                let b = &self.buckets[bi];
-                b.entries.len() < self.bucket_size && !b.entries.iter().any(|e| e.contact.id == *id)
-            }
+            Some(bi) => self.span(bi).1 < self.bucket_size && self.position(bi, id).is_none(),
         }
     }
 
@@ -201,18 +361,21 @@ impl RoutingTable {
         let Some(bi) = self.bucket_index(id) else {
             return false;
         };
-        let bucket = &mut self.buckets[bi];
-        let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) else {
+        let Some(i) = self.position(bi, id) else {
             return false;
         };
-        bucket.entries[pos].failures = bucket.entries[pos].failures.saturating_add(1);
-        if let Some(replacement) = bucket.replacement.take() {
-            bucket.entries.remove(pos);
-            bucket.entries.push(replacement);
+        let j = Self::slot(bi);
+        let (base, len) = self.span(bi);
+        self.seen[i].failures = self.seen[i].failures.saturating_add(1);
+        if let Some(replacement) = self.buckets[j].replacement.take() {
+            self.remove_at(j, i, base + len);
+            self.push(j, &replacement);
+            self.generation += 1;
             true
-        } else if bucket.entries[pos].failures >= CONTACT_FAILURES_MAX {
-            bucket.entries.remove(pos);
+        } else if self.seen[i].failures >= CONTACT_FAILURES_MAX {
+            self.remove_at(j, i, base + len);
             self.len -= 1;
+            self.generation += 1;
             self.mark(bi);
             true
         } else {
@@ -226,14 +389,14 @@ impl RoutingTable {
         let Some(bi) = self.bucket_index(id) else {
             return;
         };
-        let bucket = &mut self.buckets[bi];
-        if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) {
-            let mut e = bucket.entries.remove(pos);
-            e.last_seen = now;
-            e.failures = 0;
-            bucket.entries.push(e);
-            bucket.replacement = None;
-        }
+        let Some(i) = self.position(bi, id) else {
+            return;
+        };
+        let (base, len) = self.span(bi);
+        self.seen[i].last_seen = now;
+        self.seen[i].failures = 0;
+        self.rotate_to_end(i, base + len);
+        self.buckets[Self::slot(bi)].replacement = None;
     }
 
     /// Removes a contact (e.g. it left our cluster at this level).
@@ -241,35 +404,43 @@ impl RoutingTable {
         let Some(bi) = self.bucket_index(id) else {
             return false;
         };
-        let bucket = &mut self.buckets[bi];
-        if bucket.replacement.is_some_and(|r| r.contact.id == *id) {
+        let j = Self::slot(bi);
+        let Some(bucket) = self.buckets.get_mut(j) else {
+            return false;
+        };
+        if bucket
+            .replacement
+            .as_ref()
+            .is_some_and(|r| r.contact.id == *id)
+        {
             bucket.replacement = None;
         }
-        if let Some(pos) = bucket.entries.iter().position(|e| e.contact.id == *id) {
-            bucket.entries.remove(pos);
-            if let Some(r) = bucket.replacement.take() {
-                bucket.entries.push(r);
-            } else {
-                self.len -= 1;
-                self.mark(bi);
-            }
-            return true;
+        let Some(i) = self.position(bi, id) else {
+            return false;
+        };
+        let (base, len) = self.span(bi);
+        self.remove_at(j, i, base + len);
+        if let Some(r) = self.buckets[j].replacement.take() {
+            self.push(j, &r);
+        } else {
+            self.len -= 1;
+            self.mark(bi);
         }
-        false
+        self.generation += 1;
+        true
     }
 
     /// The entry for `id`, if present.
-    pub fn get(&self, id: &Id) -> Option<&Entry> {
+    pub fn get(&self, id: &Id) -> Option<Entry> {
         let bi = self.bucket_index(id)?;
-        self.buckets[bi]
-            .entries
-            .iter()
-            .find(|e| e.contact.id == *id)
+        self.position(bi, id).map(|i| self.entry_at(i))
     }
 
     /// Whether a contact with this id and address is present.
     pub fn contains(&self, id: &Id, addr: SocketAddr) -> bool {
-        self.get(id).is_some_and(|e| e.contact.addr == addr)
+        self.bucket_index(id)
+            .and_then(|bi| self.position(bi, id))
+            .is_some_and(|i| self.reach[i].addr == addr)
     }
 
     /// Up to `count` contacts closest to `target` by XOR, closest first.
@@ -277,12 +448,13 @@ impl RoutingTable {
         self.closest_matching(target, count, |_| true)
     }
 
-    /// Like [`closest`](Self::closest), keeping only entries `keep` accepts.
+    /// Like [`closest`](Self::closest), keeping only contacts whose id
+    /// `keep` accepts.
     pub fn closest_matching(
         &self,
         target: &Id,
         count: usize,
-        mut keep: impl FnMut(&Entry) -> bool,
+        mut keep: impl FnMut(&Id) -> bool,
     ) -> Vec<Contact> {
         if count == 0 {
             return Vec::new();
@@ -292,22 +464,24 @@ impl RoutingTable {
         // below 2^t from the target, those in every bucket under t lie in
         // [2^t, 2^(t+1)), and those in bucket i > t at 2^i or more. So: bucket
         // t, then all buckets under t together, then t+1, t+2, ... — stopping
-        // after the first group that fills the answer.
-        let mut best: SmallVec<[(Distance, Contact); 16]> = SmallVec::new();
-        let mut consider = |bucket: &Bucket, best: &mut SmallVec<[(Distance, Contact); 16]>| {
-            for e in &bucket.entries {
-                let d = e.contact.id.distance(target);
+        // after the first group that fills the answer. Only ids are read
+        // until the answer is known; `best` holds slots.
+        let mut best: SmallVec<[(Distance, usize); 16]> = SmallVec::new();
+        let mut consider = |bi: usize, best: &mut SmallVec<[(Distance, usize); 16]>| {
+            let (base, len) = self.span(bi);
+            for (i, id) in self.ids[base..base + len].iter().enumerate() {
+                let d = id.distance(target);
                 if best.len() == count && d >= best[count - 1].0 {
                     continue;
                 }
-                if !keep(e) {
+                if !keep(id) {
                     continue;
                 }
                 let pos = best.partition_point(|(bd, _)| *bd < d);
                 if best.len() == count {
                     best.pop();
                 }
-                best.insert(pos, (d, e.contact));
+                best.insert(pos, (d, base + i));
             }
         };
         let bits = self.local.distance(target).bit_len() as usize;
@@ -315,44 +489,48 @@ impl RoutingTable {
             0
         } else {
             let t = bits - 1;
-            consider(&self.buckets[t], &mut best);
+            consider(t, &mut best);
             if best.len() < count {
                 for b in self.occupied_in(0, t) {
-                    consider(&self.buckets[b], &mut best);
+                    consider(b, &mut best);
                 }
             }
             t + 1
         };
-        for b in self.occupied_in(groups_start, self.buckets.len()) {
+        for b in self.occupied_in(groups_start, ID_BITS as usize) {
             if best.len() == count {
                 break;
             }
-            consider(&self.buckets[b], &mut best);
+            consider(b, &mut best);
         }
-        best.into_iter().map(|(_, c)| c).collect()
+        best.into_iter().map(|(_, i)| self.contact_at(i)).collect()
     }
 
     /// Every entry, in bucket order.
-    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.buckets.iter().flat_map(|b| b.entries.iter())
+    pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        (0..self.buckets.len()).rev().flat_map(move |j| {
+            let base = j * self.bucket_size;
+            (base..base + self.buckets[j].len as usize).map(move |i| self.entry_at(i))
+        })
     }
 
     /// Contacts running every service in `services`.
-    pub fn with_services(&self, services: Services) -> impl Iterator<Item = &Entry> {
+    pub fn with_services(&self, services: Services) -> impl Iterator<Item = Entry> + '_ {
         self.entries()
             .filter(move |e| e.contact.services.contains(services))
     }
 
     /// An estimate of the number of nodes in this level's cluster (including
     /// the local node), from the distances of the closest contacts: the j-th
-    /// closest of n uniformly spread ids lies at about j·2^160/n.
+    /// closest of n uniformly spread ids lies at about j·2^160/n. It depends
+    /// only on which contacts the table holds ([`RoutingTable::generation`]).
     pub fn size_estimate(&self) -> u32 {
         // The closest contacts to the local id sit in the lowest buckets.
         let mut dists: SmallVec<[f64; 64]> = SmallVec::new();
-        for b in self.occupied_in(0, self.buckets.len()) {
-            let b = &self.buckets[b];
-            for e in &b.entries {
-                dists.push(self.local.distance(&e.contact.id).log2());
+        for b in self.occupied_in(0, ID_BITS as usize) {
+            let (base, len) = self.span(b);
+            for id in &self.ids[base..base + len] {
+                dists.push(self.local.distance(id).log2());
             }
             if dists.len() >= self.bucket_size {
                 break;
@@ -376,11 +554,16 @@ impl RoutingTable {
     /// Indices of buckets that hold contacts and whose contacts have all been
     /// quiet since `since` (candidates for a refresh lookup).
     pub fn stale_buckets(&self, since: Time) -> Vec<usize> {
-        self.buckets
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| !b.entries.is_empty() && b.entries.iter().all(|e| e.last_seen < since))
-            .map(|(i, _)| i)
+        self.occupied_in(0, ID_BITS as usize)
+            .filter(|&b| {
+                // The most recently seen are at the end (all but a promoted
+                // replacement): look there first.
+                let (base, len) = self.span(b);
+                !self.seen[base..base + len]
+                    .iter()
+                    .rev()
+                    .any(|s| s.last_seen >= since)
+            })
             .collect()
     }
 }
@@ -456,6 +639,29 @@ mod tests {
     }
 
     #[test]
+    fn generation_follows_the_set_of_contacts() {
+        let mut t = RoutingTable::new(Id::ZERO, 2);
+        let a = contact(id_with_prefix(0x80, 1), 1);
+        let b = contact(id_with_prefix(0x80, 2), 2);
+        let g0 = t.generation();
+        t.insert(a, Time(1), None);
+        let g1 = t.generation();
+        assert_ne!(g1, g0);
+        // A refresh or a failure that keeps the contact changes nothing.
+        t.insert(a, Time(2), Some(Duration::from_millis(5)));
+        assert!(!t.on_failure(&a.id));
+        assert_eq!(t.generation(), g1);
+        t.insert(b, Time(3), None);
+        let g2 = t.generation();
+        assert_ne!(g2, g1);
+        let est = t.size_estimate();
+        assert!(t.remove(&b.id));
+        assert_ne!(t.generation(), g2);
+        t.insert(b, Time(4), None);
+        assert_eq!(t.size_estimate(), est, "same contacts, same estimate");
+    }
+
+    #[test]
     fn local_id_is_never_inserted() {
         let mut t = RoutingTable::new(Id([7; 20]), 8);
         assert_eq!(
@@ -506,10 +712,11 @@ mod tests {
                     _ => {}
                 }
             }
-            for (bi, b) in t.buckets.iter().enumerate() {
-                prop_assert_eq!(t.occupied_in(bi, bi + 1).count() == 1, !b.entries.is_empty());
+            for bi in 0..ID_BITS as usize {
+                let empty = t.span(bi).1 == 0;
+                prop_assert_eq!(t.occupied_in(bi, bi + 1).count() == 1, !empty);
             }
-            prop_assert!(t.buckets.iter().all(|b| b.entries.len() <= k));
+            prop_assert!(t.buckets.iter().all(|b| b.len as usize <= k));
             prop_assert_eq!(t.entries().count(), t.len());
             let target = Id(target);
             let got = t.closest(&target, 5);
