@@ -319,8 +319,10 @@ mod tests {
 
     #[test]
     fn bad_configs_are_refused() {
-        let mut c = Config::default();
-        c.level_thresholds_ms = vec![u32::MAX, 20, 60];
+        let c = Config {
+            level_thresholds_ms: vec![u32::MAX, 20, 60],
+            ..Config::default()
+        };
         assert!(c.validate().is_err());
         let c = Config {
             b: 0,

@@ -15,7 +15,7 @@
 //! - [`fetch`]: the proxy's fetch policy: local cache, DSHT, peer, origin (§3.2).
 //! - [`sim`]: the deterministic simulator and the paper's experiments (§6).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod cluster;

@@ -249,10 +249,19 @@ fn run_one<L: Links>(
         let minute_end = start + Duration::from_secs(60 * (u64::from(minute) + 1));
         let mut tick = start + Duration::from_secs(60 * u64::from(minute));
         while tick < minute_end {
-            for &(off, i) in &offsets {
+            for (k, &(off, i)) in offsets.iter().enumerate() {
                 let at = tick + off;
                 if at >= minute_end {
                     continue;
+                }
+                // The next two callers' state starts loading now, one step
+                // of the chain node → levels per call (a cache hint: see
+                // `Sim::prefetch_ahead`).
+                if let Some(&(_, j)) = offsets.get(k + 2) {
+                    sim.node(j).prefetch();
+                }
+                if let Some(&(_, j)) = offsets.get(k + 1) {
+                    sim.node(j).prefetch_levels();
                 }
                 sim.run_until(at);
                 value_seq += 1;
