@@ -663,14 +663,6 @@ impl Node {
         );
     }
 
-    /// Once the levels have arrived: starts loading the level-0 bucket of
-    /// the sender of `datagram` (read at once by the id binding check).
-    pub fn prefetch_for(&self, datagram: &[u8]) {
-        if let (Some(level), Some(sender)) = (self.levels.first(), wire::peek_sender(datagram)) {
-            level.table.prefetch_bucket(&sender);
-        }
-    }
-
     /// A node at `addr` whose id is SHA-1 of its IP (or of IP and port when
     /// `config.id_includes_port`), started at `now`, with all randomness
     /// drawn from `seed`. Each non-global level starts as a singleton cluster

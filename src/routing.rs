@@ -293,24 +293,6 @@ impl RoutingTable {
         (bits > 0).then(|| bits as usize - 1)
     }
 
-    /// Starts loading the ids and addresses of the bucket `id` falls in (a
-    /// cache hint, see [`crate::node::prefetch`]).
-    pub fn prefetch_bucket(&self, id: &Id) {
-        if let Some(bi) = self.bucket_index(id) {
-            let (base, len) = self.span(bi);
-            if len > 0 {
-                crate::node::prefetch(
-                    self.ids[base..].as_ptr().cast(),
-                    len * std::mem::size_of::<Id>(),
-                );
-                crate::node::prefetch(
-                    self.reach[base..].as_ptr().cast(),
-                    len * std::mem::size_of::<Reach>(),
-                );
-            }
-        }
-    }
-
     /// Inserts or refreshes a contact that has just answered one of our RPCs
     /// (`rtt` measured on it), see [`Insert`].
     pub fn insert(&mut self, contact: Contact, now: Time, rtt: Option<Duration>) -> Insert {

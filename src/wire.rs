@@ -335,13 +335,6 @@ impl core::fmt::Display for WireError {
 
 impl std::error::Error for WireError {}
 
-/// The sender id of a datagram, without checking anything else (for a
-/// prefetch hint; [`Message::decode`] is what validates).
-pub fn peek_sender(bytes: &[u8]) -> Option<Id> {
-    // version, kind, route (2), txid (4), then the sender.
-    Some(Id(bytes.get(8..8 + ID_BYTES)?.try_into().ok()?))
-}
-
 impl Message {
     /// Appends the encoded message to `buf`.
     ///
@@ -1009,12 +1002,6 @@ mod tests {
             prop_assert_eq!(Message::decode(&bytes), Ok(m));
         }
 
-        #[test]
-        fn peek_sender_reads_the_header_sender(m in arb_message()) {
-            let bytes = m.to_bytes();
-            prop_assert_eq!(peek_sender(&bytes), Some(m.header.sender));
-            prop_assert_eq!(peek_sender(&bytes[..27]), None);
-        }
 
         #[test]
         fn every_truncation_is_an_error(m in arb_message(), cut in any::<proptest::sample::Index>()) {

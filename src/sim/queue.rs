@@ -126,16 +126,16 @@ impl<T: Copy> EventQueue<T> {
         }
     }
 
-    /// The two events most likely to be popped next, soonest first, as far as
-    /// the wheel's current slot holds them: a hint for prefetching, not an
-    /// answer (an event pushed in between may come first).
-    pub fn peek_hint(&self) -> [Option<&T>; 2] {
+    /// The event most likely to be popped next, if the wheel's current slot
+    /// holds it: a hint for prefetching, not an answer (an event pushed in
+    /// between may come first).
+    pub fn peek_hint(&self) -> Option<&T> {
         if !self.current_sorted {
-            return [None, None];
+            return None;
         }
-        let slot = &self.slots[(self.cursor & SLOT_MASK) as usize];
-        let mut it = slot.iter().rev().map(|e| &e.item);
-        [it.next(), it.next()]
+        self.slots[(self.cursor & SLOT_MASK) as usize]
+            .last()
+            .map(|e| &e.item)
     }
 
     /// Removes and returns the earliest event if it is due at or before `until`.
