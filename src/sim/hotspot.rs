@@ -256,7 +256,7 @@ fn run_one<L: Links>(
                 }
                 // The next two callers' state starts loading now, one step
                 // of the chain node → levels per call (a cache hint: see
-                // `Sim::prefetch_ahead`).
+                // `Sim::prefetch_next`).
                 if let Some(&(_, j)) = offsets.get(k + 2) {
                     sim.node(j).prefetch();
                 }
