@@ -51,8 +51,9 @@ pub struct Candidate {
     pub state: CandidateState,
     /// For a put's forward phase: what it said.
     pub probe: Option<ProbeReply>,
-    /// The target it was last asked about.
-    pub asked: Option<Id>,
+    /// Whether it was last asked about the key itself (not an earlier
+    /// target).
+    pub asked_key: bool,
 }
 
 /// What the lookup wants done next.
@@ -162,7 +163,7 @@ impl Lookup {
             contact,
             state: CandidateState::Fresh,
             probe: None,
-            asked: None,
+            asked_key: false,
         });
         if self.candidates.len() > self.capacity {
             let key = self.key;
@@ -185,7 +186,7 @@ impl Lookup {
     pub fn sent(&mut self, id: &Id, target: Id, txid: u32, now: Time) {
         if let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) {
             c.state = CandidateState::InFlight { txid, sent: now };
-            c.asked = Some(target);
+            c.asked_key = target == self.key;
         }
     }
 
@@ -244,15 +245,24 @@ impl Lookup {
         v
     }
 
-    fn best_for(&self, target: &Id, skip_in_flight: bool) -> Option<usize> {
-        // XOR distances as big-endian words (ordered as `Distance` is): the
-        // hot loop of a lookup, so no byte-wise distance per candidate.
+    /// The closest candidate to `target` that has not failed (and, with
+    /// `skip_in_flight`, has not been asked), and how many RPCs are
+    /// outstanding: one pass over the candidates, the hot loop of a lookup.
+    fn best_for(&self, target: &Id, skip_in_flight: bool) -> (Option<usize>, usize) {
+        // XOR distances as big-endian words (ordered as `Distance` is), so no
+        // byte-wise distance per candidate.
         let t = words(target);
         let mut best: Option<((u64, u64, u32), usize)> = None;
+        let mut outstanding = 0;
         for (i, c) in self.candidates.iter().enumerate() {
             match c.state {
                 CandidateState::Failed => continue,
-                CandidateState::InFlight { .. } if skip_in_flight => continue,
+                CandidateState::InFlight { .. } => {
+                    outstanding += 1;
+                    if skip_in_flight {
+                        continue;
+                    }
+                }
                 CandidateState::Answered if skip_in_flight => continue,
                 _ => {}
             }
@@ -262,14 +272,14 @@ impl Lookup {
                 best = Some((d, i));
             }
         }
-        best.map(|(_, i)| i)
+        (best.map(|(_, i)| i), outstanding)
     }
 
     /// Decides the next step at `now`.
     pub fn step(&mut self, now: Time) -> Step {
         loop {
-            let outstanding = self.in_flight().count();
-            let Some(best) = self.best_for(&self.target, false) else {
+            let (best, outstanding) = self.best_for(&self.target, false);
+            let Some(best) = best else {
                 return if outstanding == 0 {
                     Step::Done { closest: None }
                 } else {
@@ -299,13 +309,13 @@ impl Lookup {
                             // was asked about an earlier target, its table may still
                             // hold a node closer to k (Kademlia's routing property):
                             // ask it about k itself once before ending.
-                            if c.asked != Some(self.key) && outstanding == 0 {
+                            if !c.asked_key && outstanding == 0 {
                                 return Step::Send {
                                     contact: c.contact,
                                     target: self.key,
                                 };
                             }
-                            if c.asked != Some(self.key) {
+                            if !c.asked_key {
                                 return Step::Wait(None);
                             }
                             if self.breadth > 1 {
@@ -383,7 +393,7 @@ impl Lookup {
         if now < stall_at {
             return Step::Wait(Some(stall_at));
         }
-        match self.best_for(&self.target, true) {
+        match self.best_for(&self.target, true).0 {
             Some(i) => Step::Send {
                 contact: self.candidates[i].contact,
                 target: self.rpc_target(),
