@@ -792,7 +792,14 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
         "dsht": run(&r.dsht),
         "dht": r.dht.as_ref().map(run),
         "wall_seconds": wall_secs,
+        "events_per_second": hotspot_events(r) as f64 / wall_secs.max(1e-9),
     })
+}
+
+/// Events simulated in both runs (the DSHT and, unless left out, the DHT
+/// baseline): what the wall time was spent on.
+fn hotspot_events(r: &HotspotReport) -> u64 {
+    r.dsht.events + r.dht.as_ref().map_or(0, |d| d.events)
 }
 
 fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
@@ -858,8 +865,17 @@ fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
         r.dsht.gets_found, r.dsht.gets
     );
     println!();
+    let events = hotspot_events(r);
     println!(
-        "  simulated {} datagrams, {} events in {:.1} s",
-        r.dsht.datagrams, r.dsht.events, wall_secs
+        "  simulated {} datagrams, {} events in {:.1} s ({:.0} events/s{})",
+        r.dsht.datagrams + r.dht.as_ref().map_or(0, |d| d.datagrams),
+        events,
+        wall_secs,
+        events as f64 / wall_secs.max(1e-9),
+        if r.dht.is_some() {
+            ", DSHT and DHT baseline together"
+        } else {
+            ""
+        }
     );
 }
