@@ -225,16 +225,20 @@ impl fmt::Debug for Id {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Distance(pub [u8; ID_BYTES]);
 
+/// 160 bits as three big-endian words, most significant first: ordered as
+/// the bytes are, compared and XORed without a byte loop.
+#[inline]
+pub(crate) fn words(b: &[u8; ID_BYTES]) -> (u64, u64, u32) {
+    (
+        u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+        u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+        u32::from_be_bytes([b[16], b[17], b[18], b[19]]),
+    )
+}
+
 impl Distance {
-    /// The distance as three big-endian words, most significant first: the
-    /// same order as the bytes, compared without a byte loop.
     fn words(&self) -> (u64, u64, u32) {
-        let b = &self.0;
-        (
-            u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
-            u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
-            u32::from_be_bytes([b[16], b[17], b[18], b[19]]),
-        )
+        words(&self.0)
     }
 }
 

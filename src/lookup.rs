@@ -15,7 +15,7 @@
 
 use smallvec::SmallVec;
 
-use crate::id::{next_target, Distance, Id};
+use crate::id::{next_target, words, Distance, Id};
 use crate::time::{Duration, Time};
 use crate::wire::{Contact, Token};
 
@@ -251,7 +251,7 @@ impl Lookup {
     fn best_for(&self, target: &Id, skip_in_flight: bool) -> (Option<usize>, usize) {
         // XOR distances as big-endian words (ordered as `Distance` is), so no
         // byte-wise distance per candidate.
-        let t = words(target);
+        let t = words(&target.0);
         let mut best: Option<((u64, u64, u32), usize)> = None;
         let mut outstanding = 0;
         for (i, c) in self.candidates.iter().enumerate() {
@@ -266,7 +266,7 @@ impl Lookup {
                 CandidateState::Answered if skip_in_flight => continue,
                 _ => {}
             }
-            let w = words(&c.contact.id);
+            let w = words(&c.contact.id.0);
             let d = (w.0 ^ t.0, w.1 ^ t.1, w.2 ^ t.2);
             if best.is_none_or(|(bd, _)| d < bd) {
                 best = Some((d, i));
@@ -401,22 +401,6 @@ impl Lookup {
             None => Step::Wait(None),
         }
     }
-}
-
-/// An id as three big-endian words, most significant first.
-fn words(id: &Id) -> (u64, u64, u32) {
-    let b = &id.0;
-    let mut w0 = [0u8; 8];
-    let mut w1 = [0u8; 8];
-    let mut w2 = [0u8; 4];
-    w0.copy_from_slice(&b[0..8]);
-    w1.copy_from_slice(&b[8..16]);
-    w2.copy_from_slice(&b[16..20]);
-    (
-        u64::from_be_bytes(w0),
-        u64::from_be_bytes(w1),
-        u32::from_be_bytes(w2),
-    )
 }
 
 #[cfg(test)]
