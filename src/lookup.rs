@@ -224,14 +224,6 @@ impl Lookup {
         })
     }
 
-    /// Transaction ids of the RPCs still outstanding.
-    pub fn in_flight(&self) -> impl Iterator<Item = u32> + '_ {
-        self.candidates.iter().filter_map(|c| match c.state {
-            CandidateState::InFlight { txid, .. } => Some(txid),
-            _ => None,
-        })
-    }
-
     /// Candidates that answered, closest to the key first.
     pub fn answered_by_distance(&self) -> Vec<Candidate> {
         let mut v: Vec<Candidate> = self
