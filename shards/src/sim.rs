@@ -677,12 +677,12 @@ fn origin_load(a: OriginArgs) -> ExitCode {
 fn hotspot(a: HotspotArgs) -> ExitCode {
     if a.nodes < 2
         || a.minutes == 0
-        || a.rate.is_nan()
+        || !a.rate.is_finite()
         || a.rate <= 0.0
         || a.beta == 0
         || !(1..=8).contains(&a.b)
     {
-        eprintln!("coral sim hotspot: need --nodes ≥ 2, --minutes ≥ 1, --rate > 0, --beta ≥ 1, 1 ≤ --b ≤ 8");
+        eprintln!("coral sim hotspot: need --nodes ≥ 2, --minutes ≥ 1, a finite --rate > 0, --beta ≥ 1, 1 ≤ --b ≤ 8");
         return ExitCode::from(2);
     }
     let params = HotspotParams {

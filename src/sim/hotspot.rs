@@ -229,7 +229,9 @@ fn run_one<L: Links>(
     let key = Id::hash(&params.seed.to_be_bytes());
     let mut rng = crate::rng::Rng::new(params.seed ^ 0x5eed);
     // Each node starts its put/get pairs at a random offset within the period.
-    let period = Duration::from_micros((1e6 / params.rate.max(1e-3)) as u64);
+    // At least a microsecond: a rate over a million a second (or infinite)
+    // would otherwise make a zero period, and the tick loop would never end.
+    let period = Duration::from_micros(((1e6 / params.rate.max(1e-3)) as u64).max(1));
     let mut offsets: Vec<(Duration, usize)> = (0..n)
         .map(|i| {
             (
