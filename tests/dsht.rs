@@ -80,6 +80,48 @@ fn bootstrap_fills_routing_tables() {
     }
 }
 
+/// The simulator finds most nodes from their address alone (10.x.y.z:7000
+/// from the index); nodes elsewhere, IPv4 or IPv6, go through its map, and
+/// a restart may move a node between the two.
+#[test]
+fn nodes_at_any_address_reach_one_another() {
+    use std::net::{Ipv6Addr, SocketAddr};
+    let config = config_levels(1);
+    let addr = |i: usize| -> SocketAddr {
+        match i % 4 {
+            1 => SocketAddr::from(([192, 0, 2, i as u8], 9000)),
+            2 => SocketAddr::from((Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i as u16), 7000)),
+            // At another node's home address: found through the map.
+            3 => sim_addr(40 + i),
+            _ => sim_addr(i),
+        }
+    };
+    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), 4);
+    for i in 0..16 {
+        sim.add(Node::new(config.clone(), addr(i), sim.now(), i as u64).unwrap());
+    }
+    for i in 1..16 {
+        sim.with_node(i, |node, now| node.bootstrap(now, &[addr(i - 1)]));
+        sim.run_for(Duration::from_millis(50));
+    }
+    sim.run_for(Duration::from_secs(60));
+    assert_eq!(sim.stats().unroutable, 0, "{:?}", sim.stats());
+    // Node 4 comes back at a non-home address.
+    let moved = SocketAddr::from(([192, 0, 2, 44], 9000));
+    sim.restart(4, Node::new(config.clone(), moved, sim.now(), 44).unwrap());
+    sim.with_node(4, |node, now| node.bootstrap(now, &[addr(2)]));
+    sim.run_for(Duration::from_secs(60));
+    for i in 0..16 {
+        let t = sim.node(i).routing_table(0).unwrap();
+        assert!(t.len() >= 10, "node {i} knows only {} nodes", t.len());
+    }
+    let key = Id::hash(b"anywhere");
+    put(&mut sim, 2, key, b"v", 3600);
+    for i in [0, 1, 3, 4] {
+        assert_eq!(values_of(&get(&mut sim, i, key, None)).len(), 1, "node {i}");
+    }
+}
+
 #[test]
 fn sixty_four_nodes_put_one_key_and_every_node_gets_a_value() {
     let mut sim = network(

@@ -126,6 +126,11 @@ pub struct Sim<L: Links> {
     nodes: Vec<Node>,
     alive: Vec<bool>,
     wake_at: Vec<Option<Time>>,
+    /// Whether node `i` has the address [`sim_addr`]`(i)`: such nodes are
+    /// found from their address with no look-up (every node of the
+    /// experiments; a hash probe per datagram was a cache miss at 10,000
+    /// nodes). Nodes with any other address are in `by_addr`.
+    at_home: Vec<bool>,
     by_addr: HashMap<SocketAddr, usize, crate::id::FastBuildHasher>,
     queue: EventQueue<What>,
     /// Datagrams on the wire, by slot; at most [`DATAGRAMS_IN_FLIGHT_MAX`].
@@ -147,6 +152,7 @@ impl<L: Links> Sim<L> {
             nodes: Vec::new(),
             alive: Vec::new(),
             wake_at: Vec::new(),
+            at_home: Vec::new(),
             by_addr: HashMap::default(),
             queue: EventQueue::new(),
             in_flight: Vec::new(),
@@ -182,12 +188,37 @@ impl<L: Links> Sim<L> {
     /// Adds a node; returns its index.
     pub fn add(&mut self, node: Node) -> usize {
         let i = self.nodes.len();
-        self.by_addr.insert(node.addr(), i);
+        self.at_home.push(false);
+        self.bind(i, node.addr());
         self.nodes.push(node);
         self.alive.push(true);
         self.wake_at.push(None);
         self.flush(i);
         i
+    }
+
+    /// Makes `addr` reach node `i`.
+    fn bind(&mut self, i: usize, addr: SocketAddr) {
+        if i < 0x00ff_ffff && addr == sim_addr(i) {
+            self.at_home[i] = true;
+        } else {
+            self.at_home[i] = false;
+            self.by_addr.insert(addr, i);
+        }
+    }
+
+    /// The node at `addr`, if any.
+    fn index_of(&self, addr: SocketAddr) -> Option<usize> {
+        if let SocketAddr::V4(a) = addr {
+            let ip = u32::from(*a.ip());
+            if a.port() == 7000 && ip >> 24 == 10 {
+                let i = (ip & 0x00ff_ffff).wrapping_sub(1) as usize;
+                if self.at_home.get(i) == Some(&true) {
+                    return Some(i);
+                }
+            }
+        }
+        self.by_addr.get(&addr).copied()
     }
 
     /// Number of nodes.
@@ -233,7 +264,7 @@ impl<L: Links> Sim<L> {
     /// Replaces node `i` with a fresh one (a restart: state is lost).
     pub fn restart(&mut self, i: usize, node: Node) {
         self.by_addr.remove(&self.nodes[i].addr());
-        self.by_addr.insert(node.addr(), i);
+        self.bind(i, node.addr());
         self.nodes[i] = node;
         self.alive[i] = true;
         self.wake_at[i] = None;
@@ -313,6 +344,7 @@ impl<L: Links> Sim<L> {
             What::Wake(n) => n as usize,
         };
         self.nodes[n].prefetch();
+        crate::node::prefetch((&self.wake_at[n] as *const Option<Time>).cast(), 1);
         Some(n)
     }
 
@@ -329,7 +361,7 @@ impl<L: Links> Sim<L> {
         while let Some(to_addr) = self.nodes[i].poll_transmit(&mut self.buf) {
             self.stats.datagrams += 1;
             self.stats.bytes += self.buf.len() as u64;
-            let Some(&to) = self.by_addr.get(&to_addr) else {
+            let Some(to) = self.index_of(to_addr) else {
                 self.stats.unroutable += 1;
                 continue;
             };
