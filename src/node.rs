@@ -663,6 +663,15 @@ impl Node {
         );
     }
 
+    /// Once [`Node::prefetch_levels`]' lines have arrived: starts loading
+    /// the first entry of the highest level's store, where puts and gets
+    /// start (the state of a hot key).
+    pub fn prefetch_top_store(&self) {
+        if let Some(l) = self.levels.last() {
+            l.store.prefetch();
+        }
+    }
+
     /// A node at `addr` whose id is SHA-1 of its IP (or of IP and port when
     /// `config.id_includes_port`), started at `now`, with all randomness
     /// drawn from `seed`. Each non-global level starts as a singleton cluster

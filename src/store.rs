@@ -76,6 +76,15 @@ struct Entry {
     leak: Option<Leak>,
 }
 
+impl Entry {
+    fn empty() -> Entry {
+        Entry {
+            values: SmallVec::new(),
+            leak: None,
+        }
+    }
+}
+
 /// The storage state a forward-phase reply reports (§4.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeState {
@@ -116,10 +125,74 @@ impl StoreOutcome {
     }
 }
 
+/// Keys a store keeps in a plain vector before it moves them to a hash map.
+/// Most nodes hold a few keys per level; a vector's entries are one cache
+/// miss away from the store, where a map's are two (its control bytes, then
+/// the bucket), and a driver can prefetch them ([`Store::prefetch`]).
+const SMALL_KEYS_MAX: usize = 8;
+
+/// The per-key state: a vector scanned by key while small, a map beyond.
+#[derive(Clone, Debug)]
+enum Entries {
+    Small(Vec<(Key, Entry)>),
+    Map(HashMap<Key, Entry, FastBuildHasher>),
+}
+
+impl Entries {
+    fn len(&self) -> usize {
+        match self {
+            Entries::Small(v) => v.len(),
+            Entries::Map(m) => m.len(),
+        }
+    }
+
+    fn get(&self, key: &Key) -> Option<&Entry> {
+        match self {
+            Entries::Small(v) => v.iter().find(|(k, _)| k == key).map(|(_, e)| e),
+            Entries::Map(m) => m.get(key),
+        }
+    }
+
+    /// The entry for `key`, made empty if absent, unless that would take
+    /// the number of keys beyond `keys_max` (then `None`).
+    fn get_or_insert(&mut self, key: &Key, keys_max: usize) -> Option<&mut Entry> {
+        let len = self.len();
+        if let Entries::Small(v) = self {
+            if v.len() >= SMALL_KEYS_MAX && !v.iter().any(|(k, _)| k == key) && len < keys_max {
+                let map = std::mem::take(v).into_iter().collect();
+                *self = Entries::Map(map);
+            }
+        }
+        match self {
+            Entries::Small(v) => match v.iter().position(|(k, _)| k == key) {
+                Some(i) => Some(&mut v[i].1),
+                None if len >= keys_max => None,
+                None => {
+                    v.push((*key, Entry::empty()));
+                    v.last_mut().map(|(_, e)| e)
+                }
+            },
+            Entries::Map(m) => {
+                if len >= keys_max && !m.contains_key(key) {
+                    return None;
+                }
+                Some(m.entry(*key).or_insert_with(Entry::empty))
+            }
+        }
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&mut Entry) -> bool) {
+        match self {
+            Entries::Small(v) => v.retain_mut(|(_, e)| keep(e)),
+            Entries::Map(m) => m.retain(|_, e| keep(e)),
+        }
+    }
+}
+
 /// The values one node stores at one level.
 #[derive(Clone, Debug)]
 pub struct Store {
-    entries: HashMap<Key, Entry, FastBuildHasher>,
+    entries: Entries,
     values_per_key_max: usize,
     beta_per_min: u32,
     keys_max: usize,
@@ -129,7 +202,7 @@ impl Store {
     /// An empty store with the given l, β and key limit.
     pub fn new(values_per_key_max: usize, beta_per_min: u32, keys_max: usize) -> Store {
         Store {
-            entries: HashMap::default(),
+            entries: Entries::Small(Vec::new()),
             values_per_key_max,
             beta_per_min,
             keys_max,
@@ -144,31 +217,32 @@ impl Store {
     /// Counts a forward-phase request for `key` and reports the key's state.
     pub fn probe(&mut self, key: &Key, now: Time) -> ProbeState {
         let beta = self.beta_per_min;
-        if !self.entries.contains_key(key) {
-            if self.entries.len() >= self.keys_max {
-                // Out of room to track the key: report it loaded and full so
-                // that puts stop here rather than trying to store.
-                return ProbeState {
-                    loaded: true,
-                    value_count: 0,
-                    min_ttl_secs: 0,
-                };
-            }
-            self.entries.insert(
-                *key,
-                Entry {
-                    values: SmallVec::new(),
-                    leak: None,
-                },
-            );
-        }
-        let entry = self.entries.get_mut(key).expect("inserted above");
+        let Some(entry) = self.entries.get_or_insert(key, self.keys_max) else {
+            // Out of room to track the key: report it loaded and full so
+            // that puts stop here rather than trying to store.
+            return ProbeState {
+                loaded: true,
+                value_count: 0,
+                min_ttl_secs: 0,
+            };
+        };
         let loaded = entry
             .leak
             .get_or_insert_with(|| Leak::new(now))
             .request(now, beta);
         expire(&mut entry.values, now);
         state(entry, now, loaded)
+    }
+
+    /// Starts loading the first key's entry (a cache hint for a driver
+    /// that knows this store is read next; it changes no result).
+    pub fn prefetch(&self) {
+        if let Entries::Small(v) = &self.entries {
+            crate::node::prefetch(
+                v.as_ptr().cast(),
+                v.len().min(1) * std::mem::size_of::<(Key, Entry)>(),
+            );
+        }
     }
 
     /// The key's state without counting a request.
@@ -190,14 +264,10 @@ impl Store {
     /// Stores `value` under `key` for `ttl` if the node is not full (§4.2).
     pub fn store(&mut self, key: &Key, value: Value, ttl: Duration, now: Time) -> StoreOutcome {
         let expires = now + ttl;
-        if !self.entries.contains_key(key) && self.entries.len() >= self.keys_max {
-            return StoreOutcome::TooManyKeys;
-        }
         let l = self.values_per_key_max;
-        let entry = self.entries.entry(*key).or_insert_with(|| Entry {
-            values: SmallVec::new(),
-            leak: None,
-        });
+        let Some(entry) = self.entries.get_or_insert(key, self.keys_max) else {
+            return StoreOutcome::TooManyKeys;
+        };
         expire(&mut entry.values, now);
         if let Some(v) = entry.values.iter_mut().find(|v| v.value == value) {
             v.expires = v.expires.max(expires);
@@ -264,7 +334,7 @@ impl Store {
     /// for a minute. Returns the number of keys removed.
     pub fn sweep(&mut self, now: Time) -> usize {
         let before = self.entries.len();
-        self.entries.retain(|_, e| {
+        self.entries.retain(|e| {
             expire(&mut e.values, now);
             !e.values.is_empty() || e.leak.is_some_and(|l| !l.is_idle(now))
         });
@@ -273,7 +343,7 @@ impl Store {
 
     /// Drops everything (the node left this level's cluster).
     pub fn clear(&mut self) {
-        self.entries.clear();
+        self.entries = Entries::Small(Vec::new());
     }
 }
 
@@ -408,6 +478,37 @@ mod tests {
             StoreOutcome::TooManyKeys
         );
         assert!(s.probe(&Id([2; 20]), Time::ZERO).loaded);
+    }
+
+    #[test]
+    fn many_keys_move_from_the_vector_to_the_map_and_keep_their_state() {
+        let keys_max = 3 * SMALL_KEYS_MAX;
+        let mut s = Store::new(4, 12, keys_max);
+        let key = |i: usize| Id::hash(&i.to_be_bytes());
+        let long = Duration::from_secs(1000);
+        let short = Duration::from_secs(10);
+        for i in 0..keys_max + 5 {
+            let ttl = if i % 2 == 0 { long } else { short };
+            let out = s.store(&key(i), v(i as u8), ttl, Time::ZERO);
+            assert_eq!(out.is_stored(), i < keys_max, "key {i}");
+            // A load record counts as a key too.
+            let _ = s.probe(&key(i), Time::ZERO);
+        }
+        assert_eq!(s.key_count(), keys_max);
+        let mut rng = Rng::new(1);
+        for i in 0..keys_max {
+            let got = s.get(&key(i), Time::ZERO, 4, &mut rng);
+            assert_eq!(got.as_slice(), &[v(i as u8)], "key {i}");
+        }
+        // Odd keys expire; once quiet for a minute they are swept.
+        let later = Time::ZERO + Duration::from_secs(100);
+        assert_eq!(s.sweep(later), keys_max / 2);
+        assert!(!s.has_values(&key(1), later) && s.has_values(&key(0), later));
+        // Room again for new keys.
+        assert!(s.store(&key(keys_max), v(0), long, later).is_stored());
+        s.clear();
+        assert_eq!(s.key_count(), 0);
+        assert!(s.store(&key(0), v(0), long, later).is_stored());
     }
 
     proptest! {

@@ -256,14 +256,17 @@ fn run_one<L: Links>(
                 if at >= minute_end {
                     continue;
                 }
-                // The next two callers' state starts loading now, one step
-                // of the chain node → levels per call (a cache hint: see
-                // `Sim::prefetch_next`).
-                if let Some(&(_, j)) = offsets.get(k + 2) {
+                // The next three callers' state starts loading now, one
+                // step of the chain node → levels → the top level's store
+                // per call (a cache hint: see `Sim::prefetch_next`).
+                if let Some(&(_, j)) = offsets.get(k + 3) {
                     sim.node(j).prefetch();
                 }
-                if let Some(&(_, j)) = offsets.get(k + 1) {
+                if let Some(&(_, j)) = offsets.get(k + 2) {
                     sim.node(j).prefetch_levels();
+                }
+                if let Some(&(_, j)) = offsets.get(k + 1) {
+                    sim.node(j).prefetch_top_store();
                 }
                 sim.run_until(at);
                 value_seq += 1;
