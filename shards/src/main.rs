@@ -15,6 +15,9 @@ mod runtime;
 mod sim;
 mod steer;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// coral — CoralCDN rebuilt: a peer-to-peer CDN on a sloppy hash table.
 #[derive(Parser, Debug)]
 #[command(name = "coral", version, about, long_about = None)]
