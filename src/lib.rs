@@ -9,6 +9,7 @@
 //! - [`id`]: 160-bit ids, XOR distance, `splice` (NSDI 2004 §4.1).
 //! - [`wire`]: the RPC wire format, with checked parsing.
 //! - [`routing`]: k-bucket routing tables, one per level.
+//! - [`smallmap`]: the map for a node's few operations, RPCs and keys.
 //! - [`store`]: sloppy storage — full, loaded, leakage rate β (§4.2).
 //! - [`lookup`]: the b-bit-per-hop iterative lookup with its window (§4.1).
 //! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
@@ -27,6 +28,7 @@ pub mod node;
 pub mod rng;
 pub mod routing;
 pub mod sim;
+pub mod smallmap;
 pub mod store;
 pub mod time;
 pub mod wire;

@@ -14,12 +14,11 @@
 //!   remaining TTL if the list is at l values; a store of a value already
 //!   present extends its expiry.
 
-use std::collections::HashMap;
-
 use smallvec::SmallVec;
 
-use crate::id::{FastBuildHasher, Key};
+use crate::id::Key;
 use crate::rng::Rng;
+use crate::smallmap::SmallMap;
 use crate::time::{Duration, Time};
 use crate::wire::{Value, Values};
 
@@ -125,74 +124,11 @@ impl StoreOutcome {
     }
 }
 
-/// Keys a store keeps in a plain vector before it moves them to a hash map.
-/// Most nodes hold a few keys per level; a vector's entries are one cache
-/// miss away from the store, where a map's are two (its control bytes, then
-/// the bucket), and a driver can prefetch them ([`Store::prefetch`]).
-const SMALL_KEYS_MAX: usize = 8;
-
-/// The per-key state: a vector scanned by key while small, a map beyond.
-#[derive(Clone, Debug)]
-enum Entries {
-    Small(Vec<(Key, Entry)>),
-    Map(HashMap<Key, Entry, FastBuildHasher>),
-}
-
-impl Entries {
-    fn len(&self) -> usize {
-        match self {
-            Entries::Small(v) => v.len(),
-            Entries::Map(m) => m.len(),
-        }
-    }
-
-    fn get(&self, key: &Key) -> Option<&Entry> {
-        match self {
-            Entries::Small(v) => v.iter().find(|(k, _)| k == key).map(|(_, e)| e),
-            Entries::Map(m) => m.get(key),
-        }
-    }
-
-    /// The entry for `key`, made empty if absent, unless that would take
-    /// the number of keys beyond `keys_max` (then `None`).
-    fn get_or_insert(&mut self, key: &Key, keys_max: usize) -> Option<&mut Entry> {
-        let len = self.len();
-        if let Entries::Small(v) = self {
-            if v.len() >= SMALL_KEYS_MAX && !v.iter().any(|(k, _)| k == key) && len < keys_max {
-                let map = std::mem::take(v).into_iter().collect();
-                *self = Entries::Map(map);
-            }
-        }
-        match self {
-            Entries::Small(v) => match v.iter().position(|(k, _)| k == key) {
-                Some(i) => Some(&mut v[i].1),
-                None if len >= keys_max => None,
-                None => {
-                    v.push((*key, Entry::empty()));
-                    v.last_mut().map(|(_, e)| e)
-                }
-            },
-            Entries::Map(m) => {
-                if len >= keys_max && !m.contains_key(key) {
-                    return None;
-                }
-                Some(m.entry(*key).or_insert_with(Entry::empty))
-            }
-        }
-    }
-
-    fn retain(&mut self, mut keep: impl FnMut(&mut Entry) -> bool) {
-        match self {
-            Entries::Small(v) => v.retain_mut(|(_, e)| keep(e)),
-            Entries::Map(m) => m.retain(|_, e| keep(e)),
-        }
-    }
-}
-
 /// The values one node stores at one level.
 #[derive(Clone, Debug)]
 pub struct Store {
-    entries: Entries,
+    /// Most nodes hold a few keys per level: see [`SmallMap`].
+    entries: SmallMap<Key, Entry>,
     values_per_key_max: usize,
     beta_per_min: u32,
     keys_max: usize,
@@ -202,7 +138,7 @@ impl Store {
     /// An empty store with the given l, β and key limit.
     pub fn new(values_per_key_max: usize, beta_per_min: u32, keys_max: usize) -> Store {
         Store {
-            entries: Entries::Small(Vec::new()),
+            entries: SmallMap::new(),
             values_per_key_max,
             beta_per_min,
             keys_max,
@@ -217,7 +153,10 @@ impl Store {
     /// Counts a forward-phase request for `key` and reports the key's state.
     pub fn probe(&mut self, key: &Key, now: Time) -> ProbeState {
         let beta = self.beta_per_min;
-        let Some(entry) = self.entries.get_or_insert(key, self.keys_max) else {
+        let Some(entry) = self
+            .entries
+            .get_or_insert_with(*key, self.keys_max, Entry::empty)
+        else {
             // Out of room to track the key: report it loaded and full so
             // that puts stop here rather than trying to store.
             return ProbeState {
@@ -237,12 +176,7 @@ impl Store {
     /// Starts loading the first key's entry (a cache hint for a driver
     /// that knows this store is read next; it changes no result).
     pub fn prefetch(&self) {
-        if let Entries::Small(v) = &self.entries {
-            crate::node::prefetch(
-                v.as_ptr().cast(),
-                v.len().min(1) * std::mem::size_of::<(Key, Entry)>(),
-            );
-        }
+        self.entries.prefetch();
     }
 
     /// The key's state without counting a request.
@@ -265,7 +199,10 @@ impl Store {
     pub fn store(&mut self, key: &Key, value: Value, ttl: Duration, now: Time) -> StoreOutcome {
         let expires = now + ttl;
         let l = self.values_per_key_max;
-        let Some(entry) = self.entries.get_or_insert(key, self.keys_max) else {
+        let Some(entry) = self
+            .entries
+            .get_or_insert_with(*key, self.keys_max, Entry::empty)
+        else {
             return StoreOutcome::TooManyKeys;
         };
         expire(&mut entry.values, now);
@@ -334,7 +271,7 @@ impl Store {
     /// for a minute. Returns the number of keys removed.
     pub fn sweep(&mut self, now: Time) -> usize {
         let before = self.entries.len();
-        self.entries.retain(|e| {
+        self.entries.retain(|_, e| {
             expire(&mut e.values, now);
             !e.values.is_empty() || e.leak.is_some_and(|l| !l.is_idle(now))
         });
@@ -343,7 +280,7 @@ impl Store {
 
     /// Drops everything (the node left this level's cluster).
     pub fn clear(&mut self) {
-        self.entries = Entries::Small(Vec::new());
+        self.entries.clear();
     }
 }
 
@@ -482,7 +419,7 @@ mod tests {
 
     #[test]
     fn many_keys_move_from_the_vector_to_the_map_and_keep_their_state() {
-        let keys_max = 3 * SMALL_KEYS_MAX;
+        let keys_max = 3 * crate::smallmap::SMALL_MAP_VEC_MAX;
         let mut s = Store::new(4, 12, keys_max);
         let key = |i: usize| Id::hash(&i.to_be_bytes());
         let long = Duration::from_secs(1000);

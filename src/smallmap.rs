@@ -1,0 +1,274 @@
+//! A map for the few entries a node's collections usually hold: its
+//! operations, its pending RPCs, the keys one of its levels stores.
+//!
+//! Up to [`SMALL_MAP_VEC_MAX`] entries it keeps keys and values in two
+//! vectors and finds a key by scanning; beyond, it moves them into a hash
+//! map. At 10,000 simulated nodes (and on a server core serving many
+//! clients) nearly every first touch of a node's collection is a cache miss:
+//! a hash map's entry is two dependent misses (control bytes, then bucket),
+//! the vectors' are one each, loaded in parallel, and their addresses sit
+//! in the map itself, so a driver that knows the node it calls next can
+//! prefetch them ([`SmallMap::prefetch`]).
+//!
+//! No result depends on the representation: nothing iterates these maps in
+//! an order that matters.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use crate::id::FastBuildHasher;
+
+/// Entries kept in the vectors before the map moves to a hash map.
+pub const SMALL_MAP_VEC_MAX: usize = 8;
+
+/// A map from `K` to `V`, small in two vectors, large in a hash map.
+#[derive(Clone, Debug)]
+pub enum SmallMap<K, V> {
+    /// At most [`SMALL_MAP_VEC_MAX`] entries; `keys[i]` maps to `values[i]`.
+    Small {
+        /// The keys, scanned.
+        keys: Vec<K>,
+        /// The values, by the index of their key.
+        values: Vec<V>,
+    },
+    /// More entries than that, once.
+    Large(HashMap<K, V, FastBuildHasher>),
+}
+
+impl<K, V> Default for SmallMap<K, V> {
+    fn default() -> Self {
+        SmallMap::Small {
+            keys: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+}
+
+impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of entries.
+    pub fn len(&self) -> usize {
+        match self {
+            SmallMap::Small { keys, .. } => keys.len(),
+            SmallMap::Large(m) => m.len(),
+        }
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value under `key`.
+    pub fn get(&self, key: &K) -> Option<&V> {
+        match self {
+            SmallMap::Small { keys, values } => {
+                keys.iter().position(|k| k == key).map(|i| &values[i])
+            }
+            SmallMap::Large(m) => m.get(key),
+        }
+    }
+
+    /// The value under `key`, to change.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        match self {
+            SmallMap::Small { keys, values } => {
+                keys.iter().position(|k| k == key).map(|i| &mut values[i])
+            }
+            SmallMap::Large(m) => m.get_mut(key),
+        }
+    }
+
+    /// Whether `key` has a value.
+    pub fn contains_key(&self, key: &K) -> bool {
+        match self {
+            SmallMap::Small { keys, .. } => keys.contains(key),
+            SmallMap::Large(m) => m.contains_key(key),
+        }
+    }
+
+    /// Sets the value under `key`; returns the one it replaced.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        if let Some(v) = self.get_mut(&key) {
+            return Some(std::mem::replace(v, value));
+        }
+        self.grow_for_one();
+        match self {
+            SmallMap::Small { keys, values } => {
+                keys.push(key);
+                values.push(value);
+            }
+            SmallMap::Large(m) => {
+                m.insert(key, value);
+            }
+        }
+        None
+    }
+
+    /// The value under `key`, made by `make` if there was none, unless
+    /// there was none and the map holds `len_max` entries already (`None`).
+    pub fn get_or_insert_with(
+        &mut self,
+        key: K,
+        len_max: usize,
+        make: impl FnOnce() -> V,
+    ) -> Option<&mut V> {
+        if !self.contains_key(&key) {
+            if self.len() >= len_max {
+                return None;
+            }
+            self.grow_for_one();
+            match self {
+                SmallMap::Small { keys, values } => {
+                    keys.push(key);
+                    values.push(make());
+                    return values.last_mut();
+                }
+                SmallMap::Large(m) => return Some(m.entry(key).or_insert_with(make)),
+            }
+        }
+        self.get_mut(&key)
+    }
+
+    /// Removes the value under `key` and returns it.
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        match self {
+            SmallMap::Small { keys, values } => {
+                let i = keys.iter().position(|k| k == key)?;
+                keys.swap_remove(i);
+                Some(values.swap_remove(i))
+            }
+            SmallMap::Large(m) => m.remove(key),
+        }
+    }
+
+    /// Keeps only the entries `keep` accepts (it may change them).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        match self {
+            SmallMap::Small { keys, values } => {
+                let mut i = 0;
+                while i < keys.len() {
+                    if keep(&keys[i], &mut values[i]) {
+                        i += 1;
+                    } else {
+                        keys.swap_remove(i);
+                        values.swap_remove(i);
+                    }
+                }
+            }
+            SmallMap::Large(m) => m.retain(|k, v| keep(k, v)),
+        }
+    }
+
+    /// Drops every entry and any memory beyond the small form's.
+    pub fn clear(&mut self) {
+        *self = SmallMap::new();
+    }
+
+    /// Starts loading the keys and the first value (a cache hint for a
+    /// driver that knows this map is read next; it changes no result).
+    pub fn prefetch(&self) {
+        if let SmallMap::Small { keys, values } = self {
+            crate::node::prefetch(keys.as_ptr().cast(), std::mem::size_of_val(&keys[..]));
+            crate::node::prefetch(
+                values.as_ptr().cast(),
+                std::mem::size_of::<V>().min(std::mem::size_of_val(&values[..])),
+            );
+        }
+    }
+
+    /// Moves to the hash map when one more entry would not fit the vectors.
+    fn grow_for_one(&mut self) {
+        if let SmallMap::Small { keys, values } = self {
+            if keys.len() >= SMALL_MAP_VEC_MAX {
+                let map = std::mem::take(keys)
+                    .into_iter()
+                    .zip(std::mem::take(values))
+                    .collect();
+                *self = SmallMap::Large(map);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u8, u32),
+        Remove(u8),
+        GetOrInsert(u8, u32),
+        RetainEven,
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..24, any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            3 => (0u8..24).prop_map(Op::Remove),
+            2 => (0u8..24, any::<u32>()).prop_map(|(k, v)| Op::GetOrInsert(k, v)),
+            1 => Just(Op::RetainEven),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    proptest! {
+        /// Through any sequence of operations, in both forms and across the
+        /// move between them, the map answers as an ordered map would.
+        #[test]
+        fn behaves_as_a_map(ops in proptest::collection::vec(op(), 1..300), len_max in 1usize..30) {
+            let mut m: SmallMap<u8, u32> = SmallMap::new();
+            let mut model: BTreeMap<u8, u32> = BTreeMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, v) => prop_assert_eq!(m.insert(k, v), model.insert(k, v)),
+                    Op::Remove(k) => prop_assert_eq!(m.remove(&k), model.remove(&k)),
+                    Op::GetOrInsert(k, v) => {
+                        let got = m.get_or_insert_with(k, len_max, || v).map(|x| *x);
+                        let want = if model.contains_key(&k) || model.len() < len_max {
+                            Some(*model.entry(k).or_insert(v))
+                        } else {
+                            None
+                        };
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::RetainEven => {
+                        m.retain(|_, v| *v % 2 == 0);
+                        model.retain(|_, v| *v % 2 == 0);
+                    }
+                    Op::Clear => {
+                        m.clear();
+                        model.clear();
+                    }
+                }
+                prop_assert_eq!(m.len(), model.len());
+                for k in 0u8..24 {
+                    prop_assert_eq!(m.get(&k), model.get(&k));
+                    prop_assert_eq!(m.contains_key(&k), model.contains_key(&k));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn moves_to_a_hash_map_beyond_the_vectors() {
+        let mut m = SmallMap::new();
+        for k in 0..SMALL_MAP_VEC_MAX as u32 {
+            m.insert(k, k);
+        }
+        assert!(matches!(m, SmallMap::Small { .. }));
+        m.insert(100, 100);
+        assert!(matches!(m, SmallMap::Large(_)));
+        assert_eq!(m.len(), SMALL_MAP_VEC_MAX + 1);
+        m.clear();
+        assert!(matches!(m, SmallMap::Small { .. }) && m.is_empty());
+    }
+}
