@@ -1513,11 +1513,12 @@ impl Node {
     /// level's table (it has just joined our cluster, §4.3: tables follow
     /// the cluster information in headers) is pinged, so that it enters.
     fn observe_requester(&mut self, now: Time, from: SocketAddr, header: &Header) {
+        // `has_room_for` implies the sender is not in the table (so not
+        // `contains`), and reads only the bucket's length when it is full,
+        // as the far buckets nearly always are: no scan of its ids.
         let wanted = (0..self.levels.len()).any(|level| {
-            let t = &self.levels[level].table;
             self.shares_cluster(header, level)
-                && !t.contains(&header.sender, from)
-                && t.has_room_for(&header.sender)
+                && self.levels[level].table.has_room_for(&header.sender)
         });
         if !wanted {
             return;
