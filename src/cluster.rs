@@ -1431,10 +1431,7 @@ mod tests {
         observe(&mut m, now, 1..18, 0x33, ms(30), id(0x33));
         observe(&mut m, now, 18..21, 0x33, ms(90), id(0x33));
         let mut out = Vec::new();
-        let current = Current {
-            view: view(0x33, 100),
-            alone: false,
-        };
+        let current = member_of(0x33, 100);
         m.evaluate(now, current, &c, &mut rng, &mut out);
         assert_eq!(out, vec![Command::Explore], "no probe, no split");
         // Alone, with a candidate whose blind sample is 85 % within: not joined.
@@ -1542,6 +1539,7 @@ mod tests {
         let mut rest = Vec::new();
         let mut queue = cmds;
         let mut n = 0;
+        let (info, cfg) = (info(cluster, size), config());
         while !queue.is_empty() {
             let mut out = Vec::new();
             for cmd in queue {
@@ -1561,8 +1559,6 @@ mod tests {
                     }
                 };
                 n += 1;
-                let info = info(cluster, size);
-                let cfg = config();
                 m.on_probe_reply(
                     now,
                     round,
@@ -1597,6 +1593,14 @@ mod tests {
         Current {
             view: view(cluster, 1),
             alone: true,
+        }
+    }
+
+    /// A member of `cluster` of `size` nodes, with others.
+    fn member_of(cluster: u8, size: u32) -> Current {
+        Current {
+            view: view(cluster, size),
+            alone: false,
         }
     }
 
@@ -1667,10 +1671,7 @@ mod tests {
         observe(&mut m, now, 1..5, 0x22, ms(5), id(0x22));
         observe(&mut m, now, 5..11, 0x22, ms(35), id(0x22));
         let mut out = Vec::new();
-        let current = Current {
-            view: view(0x22, 11),
-            alone: false,
-        };
+        let current = member_of(0x22, 11);
         m.evaluate(now, current, &config(), &mut rng, &mut out);
         let s = out.iter().find_map(|c| match c {
             Command::Switch {
@@ -1697,10 +1698,7 @@ mod tests {
         observe(&mut m, now, 1..7, 0x33, ms(30), old);
         observe(&mut m, now, 7..11, 0x33, ms(90), old);
         let mut out = Vec::new();
-        let current = Current {
-            view: view(0x33, 40),
-            alone: false,
-        };
+        let current = member_of(0x33, 40);
         m.evaluate(now, current, &cfg, &mut rng, &mut out);
         // It first confirms with a blind sample of its cluster: 60 % again.
         let members: Vec<Contact> = (11..40).map(contact).collect();
@@ -1797,10 +1795,7 @@ mod tests {
         // Drive the manager into the split directly: all members are far.
         observe(&mut m, now, 1..11, 0x44, ms(70), old);
         let mut out = Vec::new();
-        let current = Current {
-            view: view(0x44, 10),
-            alone: false,
-        };
+        let current = member_of(0x44, 10);
         // Every access missed would make a singleton (the leave rule); with
         // fewer accesses than it needs, the split runs instead.
         m.accesses = Accesses {

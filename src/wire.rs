@@ -1002,7 +1002,6 @@ mod tests {
             prop_assert_eq!(Message::decode(&bytes), Ok(m));
         }
 
-
         #[test]
         fn every_truncation_is_an_error(m in arb_message(), cut in any::<proptest::sample::Index>()) {
             let bytes = m.to_bytes();
