@@ -3,7 +3,7 @@
 //! and time jumps to the next deadline.
 
 use coral::node::{Event, PutLevel, StoredAt};
-use coral::sim::net::{sim_addr, ConstantLinks, Links, Sim};
+use coral::sim::net::{sim_addr, sim_index, ConstantLinks, Links, Sim};
 use coral::wire::{Body, Header, Message, Services};
 use coral::{Config, Duration, Id, Node, Time, Value};
 
@@ -77,6 +77,24 @@ fn bootstrap_fills_routing_tables() {
     for i in 0..64 {
         let t = sim.node(i).routing_table(0).unwrap();
         assert!(t.len() >= 10, "node {i} knows only {} nodes", t.len());
+    }
+}
+
+#[test]
+fn sim_index_inverts_sim_addr() {
+    for i in [0, 1, 255, 256, 9_999, 0x00ff_fffe] {
+        assert_eq!(sim_index(sim_addr(i)), Some(i), "node {i}");
+    }
+    // Beyond 2^24 - 1 nodes the addresses wrap: no index is its own.
+    assert_ne!(sim_index(sim_addr(0x00ff_ffff)), Some(0x00ff_ffff));
+    use std::net::SocketAddr;
+    for other in [
+        SocketAddr::from(([10, 0, 0, 0], 7000)),
+        SocketAddr::from(([10, 0, 0, 1], 7001)),
+        SocketAddr::from(([11, 0, 0, 1], 7000)),
+        "[::ffff:10.0.0.1]:7000".parse().unwrap(),
+    ] {
+        assert_eq!(sim_index(other), None, "{other}");
     }
 }
 

@@ -86,6 +86,16 @@ pub fn sim_addr(i: usize) -> SocketAddr {
     )
 }
 
+/// The index whose [`sim_addr`] is `addr`, if any (its inverse).
+pub fn sim_index(addr: SocketAddr) -> Option<usize> {
+    let SocketAddr::V4(a) = addr else {
+        return None;
+    };
+    let ip = u32::from(*a.ip());
+    let low = ip & 0x00ff_ffff;
+    (a.port() == 7000 && ip >> 24 == 10 && low != 0).then(|| low as usize - 1)
+}
+
 /// An event: small and `Copy`, so the queue moves no bytes of datagrams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum What {
@@ -199,7 +209,7 @@ impl<L: Links> Sim<L> {
 
     /// Makes `addr` reach node `i`.
     fn bind(&mut self, i: usize, addr: SocketAddr) {
-        if i < 0x00ff_ffff && addr == sim_addr(i) {
+        if sim_index(addr) == Some(i) {
             self.at_home[i] = true;
         } else {
             self.at_home[i] = false;
@@ -209,16 +219,10 @@ impl<L: Links> Sim<L> {
 
     /// The node at `addr`, if any.
     fn index_of(&self, addr: SocketAddr) -> Option<usize> {
-        if let SocketAddr::V4(a) = addr {
-            let ip = u32::from(*a.ip());
-            if a.port() == 7000 && ip >> 24 == 10 {
-                let i = (ip & 0x00ff_ffff).wrapping_sub(1) as usize;
-                if self.at_home.get(i) == Some(&true) {
-                    return Some(i);
-                }
-            }
+        match sim_index(addr) {
+            Some(i) if self.at_home.get(i) == Some(&true) => Some(i),
+            _ => self.by_addr.get(&addr).copied(),
         }
-        self.by_addr.get(&addr).copied()
     }
 
     /// Number of nodes.
