@@ -548,7 +548,15 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
         let clusters = clusters.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
         let cpu = cpus[core % cpus.len()];
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        // A node on every allowed CPU pins one executor to each. A node on
+        // fewer leaves placement to the kernel: several small nodes on one
+        // host (tests, labs) would otherwise all pin to the first CPUs.
+        let placement = if cores == cpus.len() {
+            Placement::Fixed(cpu)
+        } else {
+            Placement::Unbound
+        };
+        let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("coral-core-{core}"))
             .io_memory(IO_MEMORY_BYTES)
             .spawn(move || async move {
