@@ -13,6 +13,8 @@ dsht = "127.0.0.1:7000"    # UDP address of the DSHT RPCs
 admin = "127.0.0.1:7080"   # loopback HTTP endpoint for the client commands
 bootstrap = []             # other nodes' DSHT addresses
 cores = 0                  # 0: every core in the process's CPU mask
+zone = "coralcdn.test"     # the zone dnssrv serves: proxies are *.http.L2.L1.L0.<zone> (§3.1)
+alias = "coral.test"       # the short alias (a DNAME to http.L2.L1.L0.<zone>): www.x.com.<alias>
 
 [dht]
 level_thresholds_ms = [0, 60, 20]  # level 0 is unbounded (written 0 here)
@@ -43,6 +45,10 @@ pub struct FileConfig {
     pub cores: Option<usize>,
     /// Whether several nodes share this IP (the node id then hashes the port too).
     pub id_includes_port: Option<bool>,
+    /// The zone dnssrv is authoritative for (§3.1; the paper's `nyucd.net`).
+    pub zone: Option<String>,
+    /// The short alias zone of Coralized URLs (the paper's `nyud.net`).
+    pub alias: Option<String>,
     /// DSHT parameters.
     #[serde(default)]
     pub dht: DhtSection,
@@ -97,6 +103,11 @@ pub struct NodeConfig {
     pub bootstrap: Vec<SocketAddr>,
     /// Cores to use (0 = all allowed).
     pub cores: usize,
+    /// The zone dnssrv serves, lower case, no trailing dot (§3.1).
+    pub zone: String,
+    /// The alias zone, lower case, no trailing dot (a DNAME to
+    /// `http.L2.L1.L0.<zone>`).
+    pub alias: Option<String>,
     /// The DSHT's parameters.
     pub dht: coral::Config,
 }
@@ -123,6 +134,8 @@ impl NodeConfig {
             admin: f.admin.ok_or("admin address missing")?,
             bootstrap: Vec::new(),
             cores: 0,
+            zone: String::new(),
+            alias: None,
             dht: coral::Config::default(),
         };
         cfg.overlay(f)?;
@@ -144,6 +157,12 @@ impl NodeConfig {
         }
         if let Some(p) = f.id_includes_port {
             self.dht.id_includes_port = p;
+        }
+        if let Some(z) = &f.zone {
+            self.zone = dns_name("zone", z)?;
+        }
+        if let Some(a) = &f.alias {
+            self.alias = Some(dns_name("alias", a)?);
         }
         let d = &f.dht;
         if let Some(t) = &d.level_thresholds_ms {
@@ -199,8 +218,34 @@ impl NodeConfig {
         if self.cores > 1024 {
             return Err("cores: at most 1024".into());
         }
+        dns_name("zone", &self.zone)?;
+        if let Some(a) = &self.alias {
+            dns_name("alias", a)?;
+            if *a == self.zone {
+                return Err(format!("alias {a} must differ from the zone"));
+            }
+        }
         Ok(())
     }
+}
+
+/// Checks that `name` is a domain name (RFC 1035 §2.3.4: labels of 1–63
+/// letters, digits and hyphens, 253 characters in all) and returns it in
+/// lower case without a trailing dot.
+pub fn dns_name(what: &str, name: &str) -> Result<String, String> {
+    let n = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if n.is_empty() || n.len() > 253 || !n.split('.').all(label_ok) {
+        return Err(format!(
+            "{what} {name:?} is not a domain name (labels of 1-63 letters, digits or hyphens)"
+        ));
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -236,5 +281,19 @@ mod tests {
         assert!(c.overlay(&f).is_err());
         let f: FileConfig = toml::from_str("[clusters]\neval_secs = 0").unwrap();
         assert!(c.overlay(&f).is_err());
+        let f: FileConfig = toml::from_str("zone = \"bad_label.test\"").unwrap();
+        assert!(c.overlay(&f).unwrap_err().contains("zone"));
+    }
+
+    #[test]
+    fn zone_and_alias_are_lower_case_without_the_root_dot() {
+        let c = NodeConfig::load(None).unwrap();
+        assert_eq!(c.zone, "coralcdn.test");
+        assert_eq!(c.alias.as_deref(), Some("coral.test"));
+        assert_eq!(dns_name("zone", "NYUCD.net.").unwrap(), "nyucd.net");
+        assert!(dns_name("zone", "").is_err());
+        assert!(dns_name("zone", "a..b").is_err());
+        assert!(dns_name("zone", &"a".repeat(64)).is_err());
+        assert!(dns_name("zone", "-a.b").is_err());
     }
 }

@@ -49,6 +49,12 @@ enum Command {
         /// Loopback HTTP address for the client commands.
         #[arg(long)]
         admin: Option<SocketAddr>,
+        /// The zone dnssrv serves (proxies are *.http.L2.L1.L0.<ZONE>).
+        #[arg(long)]
+        zone: Option<String>,
+        /// The short alias zone of Coralized URLs (www.x.com.<ALIAS>).
+        #[arg(long)]
+        alias: Option<String>,
     },
     /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
@@ -163,6 +169,8 @@ fn main() -> ExitCode {
             bootstrap,
             cores,
             admin,
+            zone,
+            alias,
         } => {
             init_logging();
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
@@ -180,6 +188,18 @@ fn main() -> ExitCode {
             }
             if let Some(a) = admin {
                 cfg.admin = a;
+            }
+            if let Some(z) = zone {
+                match config::dns_name("zone", &z) {
+                    Ok(z) => cfg.zone = z,
+                    Err(e) => return fail(&format!("config: {e}")),
+                }
+            }
+            if let Some(a) = alias {
+                match config::dns_name("alias", &a) {
+                    Ok(a) => cfg.alias = Some(a),
+                    Err(e) => return fail(&format!("config: {e}")),
+                }
             }
             if let Err(e) = cfg.validate() {
                 return fail(&format!("config: {e}"));
