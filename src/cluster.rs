@@ -43,7 +43,7 @@ use std::net::{IpAddr, SocketAddr};
 use smallvec::SmallVec;
 
 use crate::config::Config;
-use crate::id::{FastBuildHasher, Id, Key};
+use crate::id::{Id, Key, KeyedBuildHasher};
 use crate::rng::Rng;
 use crate::time::{Duration, Time};
 use crate::wire::{ClusterInfo, Contact, Value};
@@ -496,7 +496,7 @@ pub struct Manager {
     level: Level,
     threshold: Duration,
     local: Id,
-    observed: HashMap<Id, Observed, FastBuildHasher>,
+    observed: HashMap<Id, Observed, KeyedBuildHasher>,
     accesses: Accesses,
     task: Task,
     task_deadline: Time,
@@ -517,7 +517,7 @@ impl Manager {
             level,
             threshold: Duration::from_millis(u64::from(threshold_ms)),
             local,
-            observed: HashMap::default(),
+            observed: HashMap::with_hasher(KeyedBuildHasher::with_seeds(0, 0, 0, 0)),
             accesses: Accesses::default(),
             task: Task::Idle,
             task_deadline: Time::ZERO,
@@ -526,6 +526,15 @@ impl Manager {
             avoided: SmallVec::new(),
             stats: ClusterStats::default(),
         }
+    }
+
+    /// Hashes the observations (keyed by ids from the network) with
+    /// `hasher`, a keyed hasher from the node's secret.
+    pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> Manager {
+        let mut observed = HashMap::with_hasher(hasher);
+        observed.extend(self.observed.drain());
+        self.observed = observed;
+        self
     }
 
     /// Counters.

@@ -192,6 +192,31 @@ impl core::hash::Hasher for FastHasher {
 /// `BuildHasher` for [`FastHasher`].
 pub type FastBuildHasher = core::hash::BuildHasherDefault<FastHasher>;
 
+/// A keyed hash (aHash with secret seeds) for maps whose keys come from the
+/// network: store keys, storers' addresses, cluster observations, rate
+/// records. Without the seeds, colliding keys cannot be computed offline.
+pub type KeyedBuildHasher = ahash::RandomState;
+
+/// The keyed hasher for `purpose`, seeded from `secret` (the node's own,
+/// drawn from its seed: deterministic in the simulator, secret on a server).
+pub fn keyed_hasher(secret: &[u8], purpose: &str) -> KeyedBuildHasher {
+    let mut seeds = [0u64; 4];
+    for (i, pair) in seeds.chunks_mut(2).enumerate() {
+        let mut h = Sha1::new();
+        h.update(b"coral keyed hasher");
+        h.update([i as u8]);
+        h.update(purpose.as_bytes());
+        h.update(secret);
+        let d = h.finalize();
+        for (j, s) in pair.iter_mut().enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&d[8 * j..8 * j + 8]);
+            *s = u64::from_le_bytes(b);
+        }
+    }
+    ahash::RandomState::with_seeds(seeds[0], seeds[1], seeds[2], seeds[3])
+}
+
 fn hex_value(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
@@ -404,6 +429,44 @@ mod tests {
         assert_eq!(i2, 4);
         assert_eq!(t2, k);
         assert_eq!(next_target(&k, &t2, i2, 1), None);
+    }
+
+    /// Keys with one unkeyed (Fx) hash, computed in closed form (what a
+    /// hash-flooding attacker does offline), spread out under the keyed
+    /// hash the store uses.
+    #[test]
+    fn precomputed_collisions_of_the_unkeyed_hash_spread_under_the_keyed_one() {
+        use core::hash::{BuildHasher, Hash, Hasher};
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut inv = K;
+        for _ in 0..6 {
+            inv = inv.wrapping_mul(2u64.wrapping_sub(K.wrapping_mul(inv)));
+        }
+        let target: u64 = 0x0123_4567_89ab_cdef;
+        let keys: Vec<Id> = (0..1000u64)
+            .map(|w0| {
+                let h2 = (target.wrapping_mul(inv)).rotate_right(5);
+                let w1 = h2.wrapping_mul(inv) ^ w0.wrapping_mul(K).rotate_left(5);
+                let mut b = [0u8; ID_BYTES];
+                b[..8].copy_from_slice(&w0.to_le_bytes());
+                b[8..16].copy_from_slice(&w1.to_le_bytes());
+                Id(b)
+            })
+            .collect();
+        let fx = |k: &Id| {
+            let mut h = FastHasher::default();
+            k.hash(&mut h);
+            h.finish()
+        };
+        assert!(keys.iter().all(|k| fx(k) == target));
+        let keyed = keyed_hasher(b"node secret", "store");
+        let mut hashes: Vec<u64> = keys.iter().map(|k| keyed.hash_one(k)).collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(hashes.len(), keys.len());
+        // Another node's key hashes them differently.
+        let other = keyed_hasher(b"another secret", "store");
+        assert_ne!(keyed.hash_one(keys[0]), other.hash_one(keys[0]));
     }
 
     proptest! {

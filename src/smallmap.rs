@@ -16,29 +16,33 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use crate::id::FastBuildHasher;
+use crate::id::KeyedBuildHasher;
 
 /// Entries kept in the vectors before the map moves to a hash map.
 pub const SMALL_MAP_VEC_MAX: usize = 8;
 
-/// A map from `K` to `V`, small in two vectors, large in a hash map.
+/// A map from `K` to `V`, small in two vectors, large in a hash map keyed
+/// by a secret ([`SmallMap::with_hasher`]): its keys come from the network.
 #[derive(Clone, Debug)]
-pub struct SmallMap<K, V>(Repr<K, V>);
+pub struct SmallMap<K, V>(Repr<K, V>, KeyedBuildHasher);
 
 #[derive(Clone, Debug)]
 enum Repr<K, V> {
     /// At most [`SMALL_MAP_VEC_MAX`] entries; `keys[i]` maps to `values[i]`.
     Small { keys: Vec<K>, values: Vec<V> },
     /// More entries than that, once.
-    Large(HashMap<K, V, FastBuildHasher>),
+    Large(HashMap<K, V, KeyedBuildHasher>),
 }
 
 impl<K, V> Default for SmallMap<K, V> {
     fn default() -> Self {
-        SmallMap(Repr::Small {
-            keys: Vec::new(),
-            values: Vec::new(),
-        })
+        SmallMap(
+            Repr::Small {
+                keys: Vec::new(),
+                values: Vec::new(),
+            },
+            KeyedBuildHasher::with_seeds(0, 0, 0, 0),
+        )
     }
 }
 
@@ -46,6 +50,43 @@ impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
     /// An empty map.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty map whose hash map (once it has one) uses `hasher`.
+    pub fn with_hasher(hasher: KeyedBuildHasher) -> Self {
+        SmallMap(
+            Repr::Small {
+                keys: Vec::new(),
+                values: Vec::new(),
+            },
+            hasher,
+        )
+    }
+
+    /// The value under `key`, to change.
+    pub fn get_mut(&mut self, key: &K) -> Option<&mut V> {
+        match &mut self.0 {
+            Repr::Small { keys, values } => keys
+                .iter()
+                .position(|k| k == key)
+                .map(move |i| &mut values[i]),
+            Repr::Large(m) => m.get_mut(key),
+        }
+    }
+
+    /// Returns memory the map no longer needs (after a sweep removed many
+    /// entries): a hash map at under a quarter of its capacity shrinks, and
+    /// one that fits the vectors again moves back into them.
+    pub fn shrink(&mut self) {
+        if let Repr::Large(m) = &mut self.0 {
+            if m.len() <= SMALL_MAP_VEC_MAX / 2 {
+                let m = std::mem::replace(m, HashMap::with_hasher(self.1.clone()));
+                let (keys, values) = m.into_iter().unzip();
+                self.0 = Repr::Small { keys, values };
+            } else if m.capacity() > 4 * m.len() {
+                m.shrink_to_fit();
+            }
+        }
     }
 
     /// The number of entries.
@@ -123,7 +164,8 @@ impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
 
     /// Drops every entry and any memory beyond the small form's.
     pub fn clear(&mut self) {
-        *self = SmallMap::default();
+        let hasher = self.1.clone();
+        *self = SmallMap::with_hasher(hasher);
     }
 
     /// Starts loading the keys and the first value (a cache hint for a
@@ -142,10 +184,8 @@ impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
     fn grow_for_one(&mut self) {
         if let Repr::Small { keys, values } = &mut self.0 {
             if keys.len() >= SMALL_MAP_VEC_MAX {
-                let map = std::mem::take(keys)
-                    .into_iter()
-                    .zip(std::mem::take(values))
-                    .collect();
+                let mut map = HashMap::with_capacity_and_hasher(2 * keys.len(), self.1.clone());
+                map.extend(std::mem::take(keys).into_iter().zip(std::mem::take(values)));
                 self.0 = Repr::Large(map);
             }
         }
@@ -164,6 +204,7 @@ mod tests {
         Bump(u8, u32),
         RetainEven,
         Clear,
+        Shrink,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -171,6 +212,7 @@ mod tests {
             8 => (0u8..24, any::<u32>()).prop_map(|(k, v)| Op::Bump(k, v)),
             1 => Just(Op::RetainEven),
             1 => Just(Op::Clear),
+            1 => Just(Op::Shrink),
         ]
     }
 
@@ -205,6 +247,7 @@ mod tests {
                         m.clear();
                         model.clear();
                     }
+                    Op::Shrink => m.shrink(),
                 }
                 prop_assert_eq!(m.len(), model.len());
                 for k in 0u8..24 {
