@@ -13,10 +13,24 @@
 //! - A store that finds the node not full evicts the value with the shortest
 //!   remaining TTL if the list is at l values; a store of a value already
 //!   present extends its expiry.
+//!
+//! On the open Internet (SECURITY.md) every value remembers its [`Source`],
+//! and a store may evict only values of its own source: §4.2's eviction of
+//! the shortest-lived value applies among the values a source holds itself
+//! (the local node's own puts keep the paper's rule exactly; a remote
+//! source's new value replaces its older one). A store that would have to
+//! evict another source's value finds the node full, and an honest put goes
+//! on to the next node of its reverse phase, as for any full node: sloppy
+//! storage spills outward instead of displacing. Per-source and per-prefix
+//! quotas ([`Quotas`]) bound what one address or one /24 can hold, per key
+//! and per level, and the level's memory is bounded in bytes.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 
 use smallvec::SmallVec;
 
-use crate::id::Key;
+use crate::id::{Key, KeyedBuildHasher};
 use crate::rng::Rng;
 use crate::smallmap::SmallMap;
 use crate::time::{Duration, Time};
@@ -29,6 +43,146 @@ pub struct StoredValue {
     pub value: Value,
     /// When it expires.
     pub expires: Time,
+    /// Who stored it.
+    pub source: Source,
+}
+
+/// Who stored a value: the local node, or a remote storer named by its IP
+/// (and port, where node ids include the port: several nodes per address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The local node's own puts.
+    Local,
+    /// A storer at this address (port 0 when only the IP names a node).
+    Remote(SocketAddr),
+}
+
+impl Source {
+    /// The storer's network prefix: its /24 (IPv4) or /48 (IPv6).
+    fn prefix(&self) -> Option<u64> {
+        match self {
+            Source::Local => None,
+            Source::Remote(a) => Some(prefix_of(a.ip())),
+        }
+    }
+}
+
+/// A key for the /24 (IPv4) or /48 (IPv6) that holds `ip`.
+pub fn prefix_of(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(v4) => (4 << 56) | u64::from(u32::from(v4) >> 8),
+        IpAddr::V6(v6) => (6 << 56) | (u128::from(v6) >> 80) as u64,
+    }
+}
+
+/// What remote storers may hold at one level (the local node's own values
+/// count only toward `bytes_max`). `usize::MAX` lifts a limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    /// Values one source may hold under one key.
+    pub values_per_source_per_key: usize,
+    /// Values one /24 (IPv4) or /48 (IPv6) may hold under one key.
+    pub values_per_prefix_per_key: usize,
+    /// Values one source may hold over all keys.
+    pub values_per_source: usize,
+    /// Values one prefix may hold over all keys.
+    pub values_per_prefix: usize,
+    /// Bytes of keys and values (as accounted by [`KEY_COST_BYTES`] and
+    /// [`value_cost_bytes`]) the level may hold.
+    pub bytes_max: usize,
+}
+
+impl Quotas {
+    /// No limits.
+    pub const NONE: Quotas = Quotas {
+        values_per_source_per_key: usize::MAX,
+        values_per_prefix_per_key: usize::MAX,
+        values_per_source: usize::MAX,
+        values_per_prefix: usize::MAX,
+        bytes_max: usize::MAX,
+    };
+}
+
+/// Bytes a key's entry is accounted at: the key, the entry and the map's
+/// slot (its control byte and load factor, rounded up).
+pub const KEY_COST_BYTES: usize = std::mem::size_of::<Key>() + std::mem::size_of::<Entry>() + 32;
+
+/// Bytes a stored value is accounted at.
+pub fn value_cost_bytes(value: &Value) -> usize {
+    std::mem::size_of::<StoredValue>() + value.0.len()
+}
+
+/// Values and bytes held, per source and per prefix (the quotas' ledger).
+#[derive(Clone, Debug)]
+struct Ledger {
+    by_source: HashMap<SocketAddr, u32, KeyedBuildHasher>,
+    by_prefix: HashMap<u64, u32, KeyedBuildHasher>,
+    bytes: usize,
+}
+
+impl Ledger {
+    fn new(hasher: &KeyedBuildHasher) -> Ledger {
+        Ledger {
+            by_source: HashMap::with_hasher(hasher.clone()),
+            by_prefix: HashMap::with_hasher(hasher.clone()),
+            bytes: 0,
+        }
+    }
+
+    fn add(&mut self, v: &StoredValue) {
+        self.bytes += value_cost_bytes(&v.value);
+        if let Source::Remote(a) = v.source {
+            *self.by_source.entry(a).or_insert(0) += 1;
+            *self.by_prefix.entry(prefix_of(a.ip())).or_insert(0) += 1;
+        }
+    }
+
+    fn remove(&mut self, v: &StoredValue) {
+        self.bytes = self.bytes.saturating_sub(value_cost_bytes(&v.value));
+        if let Source::Remote(a) = v.source {
+            dec(&mut self.by_source, &a);
+            dec(&mut self.by_prefix, &prefix_of(a.ip()));
+        }
+    }
+
+    fn held(&self, source: &Source) -> (usize, usize) {
+        match source {
+            Source::Local => (0, 0),
+            Source::Remote(a) => (
+                self.by_source.get(a).map_or(0, |&n| n as usize),
+                self.by_prefix
+                    .get(&prefix_of(a.ip()))
+                    .map_or(0, |&n| n as usize),
+            ),
+        }
+    }
+
+    fn shrink(&mut self) {
+        for m in [&mut self.by_source as &mut dyn Shrink, &mut self.by_prefix] {
+            m.shrink();
+        }
+    }
+}
+
+trait Shrink {
+    fn shrink(&mut self);
+}
+
+impl<K: Eq + std::hash::Hash, V> Shrink for HashMap<K, V, KeyedBuildHasher> {
+    fn shrink(&mut self) {
+        if self.capacity() > 4 * self.len() + 16 {
+            self.shrink_to_fit();
+        }
+    }
+}
+
+fn dec<K: Eq + std::hash::Hash>(m: &mut HashMap<K, u32, KeyedBuildHasher>, k: &K) {
+    if let Some(n) = m.get_mut(k) {
+        *n -= 1;
+        if *n == 0 {
+            m.remove(k);
+        }
+    }
 }
 
 /// The leakage-rate token bucket of one key.
@@ -113,8 +267,11 @@ pub enum StoreOutcome {
     Refreshed,
     /// The node is full for this key with respect to the value.
     Full,
-    /// The node stores its maximum number of keys.
+    /// The node stores its maximum number of keys (or bytes).
     TooManyKeys,
+    /// The storer (or its prefix) holds its quota of values ([`Quotas`]),
+    /// or the level is out of bytes.
+    OverQuota,
 }
 
 impl StoreOutcome {
@@ -132,17 +289,36 @@ pub struct Store {
     values_per_key_max: usize,
     beta_per_min: u32,
     keys_max: usize,
+    quotas: Quotas,
+    ledger: Ledger,
 }
 
 impl Store {
-    /// An empty store with the given l, β and key limit.
+    /// An empty store with the given l, β and key limit, and no quotas.
     pub fn new(values_per_key_max: usize, beta_per_min: u32, keys_max: usize) -> Store {
+        let hasher = KeyedBuildHasher::with_seeds(0, 0, 0, 0);
         Store {
             entries: SmallMap::new(),
             values_per_key_max,
             beta_per_min,
             keys_max,
+            quotas: Quotas::NONE,
+            ledger: Ledger::new(&hasher),
         }
+    }
+
+    /// The same store with `quotas` on remote storers, its maps hashed with
+    /// `hasher` (keyed: the keys come from the network).
+    pub fn with_limits(mut self, quotas: Quotas, hasher: KeyedBuildHasher) -> Store {
+        self.quotas = quotas;
+        self.ledger = Ledger::new(&hasher);
+        self.entries = SmallMap::with_hasher(hasher);
+        self
+    }
+
+    /// Bytes of keys and values held, as the quotas account them.
+    pub fn bytes(&self) -> usize {
+        self.ledger.bytes
     }
 
     /// Number of keys with live state (values or a recent load record).
@@ -153,14 +329,13 @@ impl Store {
     /// Counts a forward-phase request for `key` and reports the key's state.
     pub fn probe(&mut self, key: &Key, now: Time) -> ProbeState {
         let beta = self.beta_per_min;
-        let Some(entry) = self
-            .entries
-            .get_or_insert_with(*key, self.keys_max, Entry::empty)
-        else {
-            // Out of room to track the key: report it loaded and full so
-            // that puts stop here rather than trying to store.
+        let Some(entry) = self.entries.get_mut(key) else {
+            // A key we hold nothing for: no state is made for it (probes,
+            // which need no token, must not fill the key table), and it is
+            // not loaded: loaded-ness only matters to a node that is full,
+            // and a node with no values for a key is not.
             return ProbeState {
-                loaded: true,
+                loaded: false,
                 value_count: 0,
                 min_ttl_secs: 0,
             };
@@ -169,7 +344,7 @@ impl Store {
             .leak
             .get_or_insert_with(|| Leak::new(now))
             .request(now, beta);
-        expire(&mut entry.values, now);
+        expire(&mut entry.values, now, &mut self.ledger);
         state(entry, now, loaded)
     }
 
@@ -189,45 +364,125 @@ impl Store {
             },
             Some(e) => {
                 let mut live = e.clone();
-                expire(&mut live.values, now);
+                live.values.retain(|v| v.expires > now);
                 state(&live, now, false)
             }
         }
     }
 
-    /// Stores `value` under `key` for `ttl` if the node is not full (§4.2).
+    /// Stores `value` under `key` for `ttl` if the node is not full (§4.2),
+    /// as the local node's own value.
     pub fn store(&mut self, key: &Key, value: Value, ttl: Duration, now: Time) -> StoreOutcome {
+        self.store_from(key, value, ttl, now, Source::Local)
+    }
+
+    /// Stores `value` from `source` under `key` for `ttl` if the node is not
+    /// full for it (§4.2, within the source's own values: see the module
+    /// docs) and the source is within its [`Quotas`].
+    pub fn store_from(
+        &mut self,
+        key: &Key,
+        value: Value,
+        ttl: Duration,
+        now: Time,
+        source: Source,
+    ) -> StoreOutcome {
         let expires = now + ttl;
         let l = self.values_per_key_max;
+        let q = self.quotas;
+        let cost = value_cost_bytes(&value);
+        let remote = source != Source::Local;
+        let (held, held_prefix) = self.ledger.held(&source);
+        if remote && (held >= q.values_per_source || held_prefix >= q.values_per_prefix) {
+            // Checked before the key's entry is made: a source over its
+            // quota makes no state at all.
+            if !self
+                .entries
+                .get(key)
+                .is_some_and(|e| e.values.iter().any(|v| v.value == value))
+            {
+                return StoreOutcome::OverQuota;
+            }
+        }
+        let new_key = self.entries.get(key).is_none();
+        if new_key && self.ledger.bytes + KEY_COST_BYTES + cost > q.bytes_max {
+            return StoreOutcome::TooManyKeys;
+        }
         let Some(entry) = self
             .entries
             .get_or_insert_with(*key, self.keys_max, Entry::empty)
         else {
             return StoreOutcome::TooManyKeys;
         };
-        expire(&mut entry.values, now);
+        if new_key {
+            self.ledger.bytes += KEY_COST_BYTES;
+        }
+        expire(&mut entry.values, now, &mut self.ledger);
         if let Some(v) = entry.values.iter_mut().find(|v| v.value == value) {
             v.expires = v.expires.max(expires);
             return StoreOutcome::Refreshed;
         }
-        if entry.values.len() < l {
-            entry.values.push(StoredValue { value, expires });
+        let new = StoredValue {
+            value,
+            expires,
+            source,
+        };
+        let own = entry.values.iter().filter(|v| v.source == source).count();
+        let own_max = if remote {
+            q.values_per_source_per_key.min(l)
+        } else {
+            l
+        };
+        if own_max == 0 {
+            return StoreOutcome::OverQuota;
+        }
+        if own >= own_max {
+            // The source replaces its own shortest-lived value. The local
+            // node keeps §4.2's rule: only one with under half the new TTL.
+            let (pos, shortest) = entry
+                .values
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.source == source)
+                .min_by_key(|(_, v)| v.expires)
+                .map(|(i, v)| (i, v.expires))
+                .expect("own_max > 0 values of this source");
+            let remaining = shortest.saturating_since(now);
+            if !remote && remaining.as_micros() * 2 >= ttl.as_micros() {
+                return StoreOutcome::Full;
+            }
+            let old_cost = value_cost_bytes(&entry.values[pos].value);
+            if self.ledger.bytes - old_cost + cost > q.bytes_max {
+                return StoreOutcome::OverQuota;
+            }
+            self.ledger.remove(&entry.values[pos]);
+            self.ledger.add(&new);
+            entry.values[pos] = new;
             return StoreOutcome::Added;
         }
-        // Full unless the shortest-lived value has less than half the new TTL left.
-        let (pos, shortest) = entry
-            .values
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, v)| v.expires)
-            .map(|(i, v)| (i, v.expires))
-            .expect("l > 0 values");
-        let remaining = shortest.saturating_since(now);
-        if remaining.as_micros() * 2 >= ttl.as_micros() {
-            return StoreOutcome::Full;
+        if remote {
+            let prefix = source.prefix();
+            let same_prefix = entry
+                .values
+                .iter()
+                .filter(|v| v.source.prefix() == prefix)
+                .count();
+            if same_prefix >= q.values_per_prefix_per_key {
+                return StoreOutcome::OverQuota;
+            }
         }
-        entry.values[pos] = StoredValue { value, expires };
-        StoreOutcome::Added
+        if self.ledger.bytes + cost > q.bytes_max {
+            return StoreOutcome::OverQuota;
+        }
+        if entry.values.len() < l {
+            self.ledger.add(&new);
+            entry.values.push(new);
+            return StoreOutcome::Added;
+        }
+        // Full of other sources' values: none of them is evicted (a
+        // remote source could otherwise push out every honest value with
+        // long TTLs); the put goes on to the next node.
+        StoreOutcome::Full
     }
 
     /// A random subset of at most `max` live values stored under `key` (§4.2).
@@ -271,21 +526,39 @@ impl Store {
     /// for a minute. Returns the number of keys removed.
     pub fn sweep(&mut self, now: Time) -> usize {
         let before = self.entries.len();
+        let ledger = &mut self.ledger;
         self.entries.retain(|_, e| {
-            expire(&mut e.values, now);
-            !e.values.is_empty() || e.leak.is_some_and(|l| !l.is_idle(now))
+            expire(&mut e.values, now, ledger);
+            let keep = !e.values.is_empty() || e.leak.is_some_and(|l| !l.is_idle(now));
+            if !keep {
+                ledger.bytes = ledger.bytes.saturating_sub(KEY_COST_BYTES);
+            } else if e.values.spilled() && e.values.len() <= 4 {
+                e.values.shrink_to_fit();
+            }
+            keep
         });
+        // Memory a burst of keys took goes back once they are gone.
+        self.entries.shrink();
+        self.ledger.shrink();
         before - self.entries.len()
     }
 
     /// Drops everything (the node left this level's cluster).
     pub fn clear(&mut self) {
         self.entries.clear();
+        let hasher = self.ledger.by_source.hasher().clone();
+        self.ledger = Ledger::new(&hasher);
     }
 }
 
-fn expire(values: &mut SmallVec<[StoredValue; 4]>, now: Time) {
-    values.retain(|v| v.expires > now);
+fn expire(values: &mut SmallVec<[StoredValue; 4]>, now: Time, ledger: &mut Ledger) {
+    values.retain(|v| {
+        let live = v.expires > now;
+        if !live {
+            ledger.remove(v);
+        }
+        live
+    });
 }
 
 fn state(entry: &Entry, now: Time, loaded: bool) -> ProbeState {
@@ -305,7 +578,7 @@ fn state(entry: &Entry, now: Time, loaded: bool) -> ProbeState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::Id;
+    use crate::id::{Id, KeyedBuildHasher};
     use crate::rng::Rng;
     use proptest::prelude::*;
 
@@ -364,6 +637,9 @@ mod tests {
     fn loaded_after_beta_requests_in_a_minute_then_leaks_beta_per_minute() {
         let mut s = Store::new(4, 12, 100);
         let k = Id([1; 20]);
+        // Loaded-ness is kept for keys with values (the only ones for
+        // which a node can be full).
+        s.store(&k, v(1), Duration::from_secs(3600), Time::ZERO);
         // 12 requests at once are not loaded; the 13th is.
         for i in 0..12 {
             assert!(!s.probe(&k, Time(i)).loaded, "request {i}");
@@ -414,7 +690,160 @@ mod tests {
             s.store(&Id([2; 20]), v(1), Duration::from_secs(1), Time::ZERO),
             StoreOutcome::TooManyKeys
         );
-        assert!(s.probe(&Id([2; 20]), Time::ZERO).loaded);
+        // A probe for a key not stored makes no state and finds it unloaded.
+        assert!(!s.probe(&Id([2; 20]), Time::ZERO).loaded);
+        assert_eq!(s.key_count(), 1);
+    }
+
+    fn remote(a: &str) -> Source {
+        Source::Remote(a.parse().unwrap())
+    }
+
+    fn quotas() -> Quotas {
+        Quotas {
+            values_per_source_per_key: 1,
+            values_per_prefix_per_key: 2,
+            values_per_source: 3,
+            values_per_prefix: 5,
+            bytes_max: usize::MAX,
+        }
+    }
+
+    #[test]
+    fn put_probes_for_unknown_keys_allocate_nothing() {
+        let mut s = Store::new(4, 12, 10);
+        for i in 0..10_000u32 {
+            let p = s.probe(&Id::hash(&i.to_be_bytes()), Time(u64::from(i)));
+            assert!(!p.loaded && p.value_count == 0);
+        }
+        assert_eq!((s.key_count(), s.bytes()), (0, 0));
+        // New-key stores are still taken.
+        assert!(s
+            .store(&Id([1; 20]), v(1), Duration::from_secs(60), Time::ZERO)
+            .is_stored());
+    }
+
+    #[test]
+    fn a_source_cannot_evict_other_sources_values_section_4_2() {
+        let mut s =
+            Store::new(4, 12, 100).with_limits(quotas(), KeyedBuildHasher::with_seeds(1, 2, 3, 4));
+        let k = Id([1; 20]);
+        let now = Time::ZERO;
+        let short = Duration::from_secs(60);
+        let long = Duration::from_secs(86_400);
+        // Four honest storers in four networks, short TTLs.
+        for (i, a) in [
+            "192.0.2.1:0",
+            "198.51.100.1:0",
+            "203.0.113.1:0",
+            "192.0.3.1:0",
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(
+                s.store_from(&k, v(i as u8), short, now, remote(a)),
+                StoreOutcome::Added
+            );
+        }
+        // An attacker with a day-long TTL evicts nobody (§4.2 would have
+        // evicted the shortest-lived): the node is full for it.
+        for i in 0..4u8 {
+            let out = s.store_from(&k, v(100 + i), long, now, remote(&format!("10.9.{i}.1:0")));
+            assert_eq!(out, StoreOutcome::Full);
+        }
+        assert_eq!(s.values(&k, now).len(), 4);
+        assert!(s.values(&k, now).iter().all(|sv| sv.value.0[0] < 4));
+        // A storer replaces its own value (one per source per key).
+        assert_eq!(
+            s.store_from(&k, v(50), long, now, remote("192.0.2.1:0")),
+            StoreOutcome::Added
+        );
+        let vals: Vec<u8> = s.values(&k, now).iter().map(|sv| sv.value.0[0]).collect();
+        assert!(vals.contains(&50) && !vals.contains(&0) && vals.len() == 4);
+        // The local node keeps §4.2's rule among its own values.
+        let k2 = Id([2; 20]);
+        for i in 0..4 {
+            s.store(&k2, v(i), short, now);
+        }
+        assert_eq!(s.store(&k2, v(9), long, now), StoreOutcome::Added);
+    }
+
+    #[test]
+    fn per_source_and_per_prefix_quotas_per_key_and_overall() {
+        let mut s =
+            Store::new(4, 12, 100).with_limits(quotas(), KeyedBuildHasher::with_seeds(1, 2, 3, 4));
+        let now = Time::ZERO;
+        let ttl = Duration::from_secs(60);
+        let k = Id([1; 20]);
+        // Per /24 per key: two values.
+        assert!(s
+            .store_from(&k, v(1), ttl, now, remote("192.0.2.1:0"))
+            .is_stored());
+        assert!(s
+            .store_from(&k, v(2), ttl, now, remote("192.0.2.2:0"))
+            .is_stored());
+        assert_eq!(
+            s.store_from(&k, v(3), ttl, now, remote("192.0.2.3:0")),
+            StoreOutcome::OverQuota
+        );
+        // Per source overall: three values over all keys; no entry is made.
+        let src = remote("198.51.100.7:0");
+        for i in 0..3u8 {
+            assert!(s
+                .store_from(&Id([10 + i; 20]), v(i), ttl, now, src)
+                .is_stored());
+        }
+        let keys = s.key_count();
+        assert_eq!(
+            s.store_from(&Id([20; 20]), v(0), ttl, now, src),
+            StoreOutcome::OverQuota
+        );
+        assert_eq!(s.key_count(), keys);
+        // Per prefix overall: five.
+        assert!(s
+            .store_from(&Id([30; 20]), v(0), ttl, now, remote("198.51.100.8:0"))
+            .is_stored());
+        assert!(s
+            .store_from(&Id([31; 20]), v(0), ttl, now, remote("198.51.100.9:0"))
+            .is_stored());
+        assert_eq!(
+            s.store_from(&Id([32; 20]), v(0), ttl, now, remote("198.51.100.10:0")),
+            StoreOutcome::OverQuota
+        );
+        // Quotas come back as values expire (once a sweep counts them).
+        let later = now + Duration::from_secs(61);
+        s.sweep(later);
+        assert!(s
+            .store_from(&Id([20; 20]), v(0), ttl, later, src)
+            .is_stored());
+    }
+
+    #[test]
+    fn bytes_per_level_are_bounded_and_returned_after_a_sweep() {
+        let q = Quotas {
+            bytes_max: 64 << 10,
+            ..Quotas::NONE
+        };
+        let mut s =
+            Store::new(4, 12, 1 << 20).with_limits(q, KeyedBuildHasher::with_seeds(1, 2, 3, 4));
+        let big = Value::new(&[7; 255]).unwrap();
+        let mut stored = 0;
+        for i in 0..10_000u32 {
+            stored += usize::from(
+                s.store(
+                    &Id::hash(&i.to_be_bytes()),
+                    big.clone(),
+                    Duration::from_secs(10),
+                    Time::ZERO,
+                )
+                .is_stored(),
+            );
+        }
+        assert!(s.bytes() <= 64 << 10, "{} bytes", s.bytes());
+        assert!(stored > 50 && stored < 300, "{stored} stored");
+        assert_eq!(s.sweep(Time::ZERO + Duration::from_secs(100)), stored);
+        assert_eq!((s.key_count(), s.bytes()), (0, 0));
     }
 
     #[test]
