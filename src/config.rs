@@ -139,6 +139,52 @@ pub struct Config {
     pub hint_ttl_secs: u32,
     /// Nodes named by hints that a joining node contacts.
     pub hint_probes_max: usize,
+    // ---- Limits for the open Internet (SECURITY.md) ----
+    /// Values one remote storer (an IP; an IP and port where ids include
+    /// the port) may hold under one key at one level. A newer value from it
+    /// replaces its older one; nobody evicts another storer's value.
+    pub values_per_source_per_key_max: usize,
+    /// Values one /24 (IPv6: /48) may hold under one key at one level.
+    /// Lifted where ids include the port (a lab of many nodes per address).
+    pub values_per_prefix_per_key_max: usize,
+    /// Values one remote storer may hold over all keys of one level.
+    pub values_per_source_max: usize,
+    /// Values one /24 (IPv6: /48) may hold over all keys of one level.
+    /// Lifted where ids include the port.
+    pub values_per_prefix_max: usize,
+    /// Bytes of keys and values one level may hold (as accounted by
+    /// `store::KEY_COST_BYTES` and `store::value_cost_bytes`).
+    pub store_bytes_per_level_max: usize,
+    /// Contacts one routing-table bucket may hold from one IP address
+    /// (BEP 42 / libtorrent). Lifted where ids include the port.
+    pub bucket_contacts_per_ip_max: usize,
+    /// Contacts one routing-table bucket may hold from one /24 (IPv6: /48).
+    /// Lifted where ids include the port.
+    pub bucket_contacts_per_prefix_max: usize,
+    /// A reply to a source that has not answered our ping (with any ping
+    /// we send it) is at most this many times the request's bytes: fewer
+    /// contacts and values, so that a forged source address cannot make the
+    /// node a reflector.
+    pub reply_amplification_max: u32,
+    /// Requests per second a source that has not answered our ping may send
+    /// on average (libtorrent: 5); see `rate_window_secs`.
+    pub rate_requests_per_sec: u32,
+    /// Requests per second a source that has answered our ping may send on
+    /// average (a busy peer in a small cluster).
+    pub rate_verified_requests_per_sec: u32,
+    /// The window over which rates are averaged: a source may send
+    /// `rate · window` requests in a burst (libtorrent: 10 s).
+    pub rate_window_secs: u32,
+    /// How long a source that has not answered our ping and went over its
+    /// rate is ignored (its requests are dropped unanswered).
+    pub rate_block_secs: u32,
+    /// Sources whose rates are tracked at once; beyond, the idle are
+    /// forgotten, and then new sources share one record.
+    pub rate_sources_max: usize,
+    /// Nodes a node remembers per level as first-hand members of its
+    /// cluster there (they answered our RPC with our cluster in the header,
+    /// within the level's RTT threshold): only they are served at the level.
+    pub cluster_members_known_max: usize,
 }
 
 impl Default for Config {
@@ -187,6 +233,20 @@ impl Default for Config {
             cluster_splits_max: 3,
             hint_ttl_secs: 3600,
             hint_probes_max: 8,
+            values_per_source_per_key_max: 1,
+            values_per_prefix_per_key_max: 2,
+            values_per_source_max: 4096,
+            values_per_prefix_max: 16_384,
+            store_bytes_per_level_max: 128 << 20,
+            bucket_contacts_per_ip_max: 1,
+            bucket_contacts_per_prefix_max: 2,
+            reply_amplification_max: 3,
+            rate_requests_per_sec: 5,
+            rate_verified_requests_per_sec: 1000,
+            rate_window_secs: 10,
+            rate_block_secs: 300,
+            rate_sources_max: 16_384,
+            cluster_members_known_max: 1024,
         }
     }
 }
@@ -270,6 +330,28 @@ impl Config {
         }
         if self.hint_ttl_secs < 2 {
             return err("hint_ttl_secs must be at least 2");
+        }
+        if self.values_per_source_per_key_max == 0
+            || self.values_per_prefix_per_key_max == 0
+            || self.values_per_source_max == 0
+            || self.values_per_prefix_max == 0
+        {
+            return err("the values_per_*_max quotas must be positive");
+        }
+        if self.bucket_contacts_per_ip_max == 0 || self.bucket_contacts_per_prefix_max == 0 {
+            return err(
+                "bucket_contacts_per_ip_max and bucket_contacts_per_prefix_max must be positive",
+            );
+        }
+        if self.reply_amplification_max < 2 {
+            return err("reply_amplification_max must be at least 2 (a pong is 2.9 pings)");
+        }
+        if self.rate_requests_per_sec == 0
+            || self.rate_verified_requests_per_sec == 0
+            || self.rate_window_secs == 0
+            || self.rate_sources_max == 0
+        {
+            return err("rates, rate_window_secs and rate_sources_max must be positive");
         }
         Ok(())
     }

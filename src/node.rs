@@ -23,11 +23,12 @@ use smallvec::SmallVec;
 
 use crate::cluster::{self, ClusterStats, Command, Current, Manager, View};
 use crate::config::{Config, ConfigError};
-use crate::id::{FastBuildHasher, Id, Key, NodeId};
+use crate::id::{keyed_hasher, FastBuildHasher, Id, Key, KeyedBuildHasher, NodeId};
 use crate::lookup::{Lookup, ProbeReply, Step};
+use crate::ratelimit::{RateLimiter, Verdict};
 use crate::rng::Rng;
 use crate::routing::{Insert, RoutingTable};
-use crate::store::{ProbeState, Store, StoreOutcome};
+use crate::store::{ProbeState, Quotas, Source, Store, StoreOutcome};
 use crate::time::{Duration, Time};
 use crate::wire::{
     self, kind, Body, ClusterInfo, Contact, Contacts, ErrorCode, Header, Message, Services, Token,
@@ -67,6 +68,8 @@ pub struct LevelInfo {
     pub contacts: usize,
     /// Keys stored at this level.
     pub keys: usize,
+    /// Bytes of keys and values stored at this level (as its quotas count them).
+    pub store_bytes: usize,
     /// What the cluster manager of this level has done (zero at level 0,
     /// and on a node that follows another's clusters).
     pub clustering: ClusterStats,
@@ -227,6 +230,14 @@ pub struct Stats {
     pub members_served: u64,
     /// Cluster changes this node made at any level (§4.4).
     pub cluster_switches: u64,
+    /// Requests dropped for their source's rate (or block).
+    pub rate_limited: u64,
+    /// Replies cut to `reply_amplification_max` times their request,
+    /// for a source that has not answered our ping.
+    pub replies_trimmed: u64,
+    /// Stores refused: a value naming an address other than the storer's,
+    /// or a storer over its quota.
+    pub stores_refused: u64,
 }
 
 /// Why a datagram was dropped.
@@ -238,6 +249,8 @@ pub enum Dropped {
     UnboundSender,
     /// A reply that matched no outstanding RPC.
     Unexpected,
+    /// A request over its source's rate, or from a blocked source.
+    RateLimited,
 }
 
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(10);
@@ -246,6 +259,9 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// ([`VerifiedCache`]): 4 KiB per node.
 const VERIFIED_CACHE_SLOTS: usize = 512;
 const PINGED_RECENTLY: Duration = Duration::from_secs(60);
+/// A first-hand cluster member not heard from for this long may be
+/// forgotten to make room for another.
+const MEMBER_FORGET: Duration = Duration::from_secs(3600);
 /// The capacity a datagram's buffer starts with: room for a header and a
 /// full set of contacts, so that encoding rarely grows it.
 const DATAGRAM_BUFFER_BYTES: usize = 512;
@@ -395,6 +411,12 @@ struct LevelState {
     /// reads every contact of the lowest buckets, and most maintenance
     /// rounds find the table holding the same contacts as the last.
     estimated_at: Option<u64>,
+    /// Nodes known first-hand to share this level's cluster: each answered
+    /// one of our RPCs from this address with our cluster in its header,
+    /// within the level's RTT threshold. A request at this level is served
+    /// only to them (§4.3; a cluster id copied into a header is not enough).
+    /// Bounded by `cluster_members_known_max`.
+    members: HashMap<SocketAddr, (Id, Time), KeyedBuildHasher>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -521,6 +543,8 @@ struct HotConfig {
     event_queue_max: usize,
     ttl_max_secs: u32,
     require_id_binding: bool,
+    id_includes_port: bool,
+    reply_amplification_max: usize,
     cluster_manage: bool,
     reply_contacts_max: usize,
     transmit_queue_max: usize,
@@ -545,6 +569,8 @@ impl HotConfig {
             event_queue_max: c.event_queue_max,
             ttl_max_secs: c.ttl_max_secs,
             require_id_binding: c.require_id_binding,
+            id_includes_port: c.id_includes_port,
+            reply_amplification_max: c.reply_amplification_max as usize,
             cluster_manage: c.cluster_manage,
             reply_contacts_max: c.reply_contacts_max,
             transmit_queue_max: c.transmit_queue_max,
@@ -593,6 +619,10 @@ pub struct Node {
     next_txid: u32,
     pending: HashMap<u32, Pending, FastBuildHasher>,
     verified: VerifiedCache,
+    /// Senders that answered one of our RPCs from their address (the
+    /// address is theirs): served in full and at the verified rate.
+    answered: VerifiedCache,
+    limiter: RateLimiter,
     secret: [u8; 16],
     previous_secret: [u8; 16],
     secret_epoch: u64,
@@ -693,6 +723,18 @@ impl Node {
         rng.fill(&mut secret);
         let mut previous_secret = [0u8; 16];
         rng.fill(&mut previous_secret);
+        // Keys for the hashes of maps whose keys come from the network:
+        // from the secrets, so that no draw of the Rng changes.
+        let hash_secret = [secret, previous_secret].concat();
+        let lab = config.id_includes_port;
+        let lift = |n: usize| if lab { usize::MAX } else { n };
+        let quotas = Quotas {
+            values_per_source_per_key: config.values_per_source_per_key_max,
+            values_per_prefix_per_key: lift(config.values_per_prefix_per_key_max),
+            values_per_source: config.values_per_source_max,
+            values_per_prefix: lift(config.values_per_prefix_max),
+            bytes_max: config.store_bytes_per_level_max,
+        };
         let levels = config
             .level_thresholds_ms
             .iter()
@@ -708,18 +750,28 @@ impl Node {
                         id: cid,
                         created: now,
                     },
-                    table: RoutingTable::new(id, config.bucket_size),
+                    table: new_table(&config, id),
                     store: Store::new(
                         config.values_per_key_max,
                         config.beta_per_min,
                         config.keys_per_level_max,
-                    ),
+                    )
+                    .with_limits(quotas, keyed_hasher(&hash_secret, "store")),
                     size_estimate: 1,
                     estimated_at: None,
+                    members: HashMap::with_hasher(keyed_hasher(&hash_secret, "members")),
                 }
             })
             .collect();
         let next_txid = rng.next_u64() as u32;
+        let limiter = RateLimiter::new(
+            config.rate_requests_per_sec,
+            config.rate_verified_requests_per_sec,
+            config.rate_window_secs,
+            config.rate_block_secs,
+            config.rate_sources_max,
+            keyed_hasher(&hash_secret, "rate"),
+        );
         let mut node = Node {
             secret_epoch: now.as_secs() / config.token_rotate_secs,
             hot: HotConfig::new(&config),
@@ -740,6 +792,8 @@ impl Node {
             secret,
             previous_secret,
             verified: VerifiedCache::new(&secret, &previous_secret),
+            answered: VerifiedCache::new(&previous_secret, &secret),
+            limiter,
             pinged: HashMap::new(),
             verify_pings_in_flight: 0,
             learned: VecDeque::new(),
@@ -761,7 +815,10 @@ impl Node {
         node.managers = node.config.level_thresholds_ms[1..]
             .iter()
             .enumerate()
-            .map(|(i, &t)| Manager::new(i as Level + 1, t, id))
+            .map(|(i, &t)| {
+                Manager::new(i as Level + 1, t, id)
+                    .with_hasher(keyed_hasher(&hash_secret, "cluster"))
+            })
             .collect();
         node.timers
             .push(now + MAINTENANCE_INTERVAL, Timer::Maintenance);
@@ -819,10 +876,12 @@ impl Node {
         let state = &mut self.levels[l];
         if state.cluster.id != id {
             state.cluster = Cluster { id, created };
-            state.table = RoutingTable::new(self.id, self.config.bucket_size);
+            state.table = new_table(&self.config, self.id);
             state.store.clear();
             state.size_estimate = 1;
             state.estimated_at = None;
+            state.members.clear();
+            state.members.shrink_to_fit();
             self.managers[l - 1].on_switched();
         }
     }
@@ -915,6 +974,7 @@ impl Node {
                 size_estimate: l.size_estimate,
                 contacts: l.table.len(),
                 keys: l.store.key_count(),
+                store_bytes: l.store.bytes(),
                 clustering: self.cluster_stats(i as Level),
             })
             .collect()
@@ -1196,7 +1256,20 @@ impl Node {
             return Err(Dropped::UnboundSender);
         }
         if msg.body.is_request() {
-            self.on_request(now, from, msg);
+            // The local host (other cores, a local proxy) is trusted.
+            let local = from.ip() == self.addr.ip();
+            let verified = local || self.has_answered(&msg.header.sender, from);
+            if !local && self.limiter.request(now, from.ip(), verified) != Verdict::Allow {
+                self.stats.rate_limited += 1;
+                if !verified {
+                    // A busy honest node not yet verified (or forgotten by
+                    // the cache) gets out by answering this ping (at most
+                    // one a minute per address, smaller than the request).
+                    self.observe_requester(now, from, &msg.header);
+                }
+                return Err(Dropped::RateLimited);
+            }
+            self.on_request(now, from, msg, datagram.len(), verified);
             Ok(())
         } else {
             let r = self.on_reply(now, from, msg);
@@ -1306,15 +1379,21 @@ impl Node {
 
     // ---- Serving requests --------------------------------------------------------
 
-    fn on_request(&mut self, now: Time, from: SocketAddr, msg: Message) {
+    fn on_request(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        msg: Message,
+        request_bytes: usize,
+        verified: bool,
+    ) {
         let Message { header, body } = msg;
-        self.observe_requester(now, from, &header);
         let level_ok = |node: &Node, level: u8| -> Result<usize, ErrorCode> {
             let l = level as usize;
             if l >= node.levels.len() {
                 return Err(ErrorCode::NoSuchLevel);
             }
-            if !node.shares_cluster(&header, l) {
+            if !node.shares_cluster(&header, l) || !node.is_member(l, &header.sender, from) {
                 return Err(ErrorCode::WrongCluster);
             }
             Ok(l)
@@ -1411,7 +1490,14 @@ impl Node {
                         Body::Error {
                             code: ErrorCode::BadToken,
                         }
-                    } else if value.0.len() > self.hot.value_bytes_max {
+                    } else if value.0.len() > self.hot.value_bytes_max
+                        || value.to_addr().is_some_and(|a| a.ip() != from.ip())
+                    {
+                        // A value naming an address must name the storer's
+                        // own (§3.2: proxies insert pointers to themselves,
+                        // hints point to the storing node): no pointers to
+                        // a victim.
+                        self.stats.stores_refused += 1;
                         Body::StoreReply {
                             level,
                             stored: false,
@@ -1433,8 +1519,17 @@ impl Node {
                     } else {
                         let ttl =
                             Duration::from_secs(u64::from(ttl_secs.min(self.hot.ttl_max_secs)));
-                        let outcome = self.levels[l].store.store(&key, value, ttl, now);
+                        let source = if self.hot.id_includes_port {
+                            Source::Remote(from)
+                        } else {
+                            Source::Remote(SocketAddr::new(from.ip(), 0))
+                        };
+                        let outcome = self.levels[l]
+                            .store
+                            .store_from(&key, value, ttl, now, source);
                         self.stats.stores_accepted += u64::from(outcome.is_stored());
+                        self.stats.stores_refused +=
+                            u64::from(matches!(outcome, StoreOutcome::OverQuota));
                         Body::StoreReply {
                             level,
                             stored: outcome.is_stored(),
@@ -1447,14 +1542,79 @@ impl Node {
             // Replies are handled in on_reply.
             _ => return,
         };
-        let header = self.header(header.route, header.txid, now);
-        self.queue(
-            from,
-            Message {
-                header,
-                body: reply,
-            },
-        );
+        let mut msg = Message {
+            header: self.header(header.route, header.txid, now),
+            body: reply,
+        };
+        let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
+        msg.encode(&mut bytes);
+        // A source that has not answered our ping may have been forged:
+        // what we send it (the reply, and any verifying ping) is at most
+        // `reply_amplification_max` times its request.
+        // The verifying ping comes first: once the source answers it, it
+        // is served in full.
+        let mut ping = verified;
+        if !verified {
+            let full = request_bytes.saturating_mul(self.hot.reply_amplification_max);
+            let wanted = self.verify_wanted(now, from, &header);
+            let budget = if wanted {
+                full.saturating_sub(wire::HEADER_FIXED_BYTES)
+            } else {
+                full
+            };
+            if bytes.len() > budget {
+                trim_reply(&mut msg.body, bytes.len() - budget);
+                self.stats.replies_trimmed += 1;
+                bytes.clear();
+                msg.encode(&mut bytes);
+            }
+            ping = wanted && bytes.len() + wire::HEADER_FIXED_BYTES <= full;
+        }
+        self.queue_bytes(from, bytes);
+        if ping {
+            self.observe_requester(now, from, &header);
+        }
+    }
+
+    /// Whether the node at `from` claiming `sender` has answered one of our
+    /// RPCs from that address.
+    fn has_answered(&self, sender: &Id, from: SocketAddr) -> bool {
+        self.levels[0].table.contains(sender, from)
+            || self.answered.contains(self.answered.tag(from, sender))
+    }
+
+    /// Whether `sender` at `from` is known first-hand to be in our cluster
+    /// at `level` (§4.3): it is in that level's table, which it entered by
+    /// answering our RPC with our cluster in its header, and its measured
+    /// RTT is within the level's threshold. A cluster id copied into a
+    /// header is not enough.
+    fn is_member(&self, level: usize, sender: &Id, from: SocketAddr) -> bool {
+        if level == 0 {
+            return true;
+        }
+        self.levels[level]
+            .members
+            .get(&from)
+            .is_some_and(|(id, _)| id == sender)
+    }
+
+    /// Records that `contact` answered us with our cluster at `level` in its
+    /// header, `rtt` after we asked.
+    fn observe_member(&mut self, now: Time, level: usize, contact: &Contact, rtt: Duration) {
+        let max = self.config.cluster_members_known_max;
+        let l = &mut self.levels[level];
+        if rtt.as_micros() > u64::from(l.threshold_ms) * 1000 {
+            return;
+        }
+        if l.members.len() >= max && !l.members.contains_key(&contact.addr) {
+            // Forget those not heard from in an hour; if none, no room.
+            l.members
+                .retain(|_, (_, t)| now.saturating_since(*t) < MEMBER_FORGET);
+            if l.members.len() >= max {
+                return;
+            }
+        }
+        l.members.insert(contact.addr, (contact.id, now));
     }
 
     fn refuse(&mut self, code: ErrorCode) -> Body {
@@ -1499,12 +1659,19 @@ impl Node {
         if self.verified.contains(tag) {
             return true;
         }
-        if sender.is_bound_to(from) {
-            self.verified.insert(tag);
-            true
+        // One rule per node, for peers as for itself: SHA-1 of the IP, or
+        // of the IP and port only where so configured (a lab of many nodes
+        // on one address). Accepting either would let one address choose
+        // among 65,536 ids.
+        let bound = if self.hot.id_includes_port {
+            *sender == Id::from_ip_port(from)
         } else {
-            false
+            *sender == Id::from_ip(from.ip())
+        };
+        if bound {
+            self.verified.insert(tag);
         }
+        bound
     }
 
     /// A request tells us a node exists; it enters our tables only after it
@@ -1513,24 +1680,7 @@ impl Node {
     /// level's table (it has just joined our cluster, §4.3: tables follow
     /// the cluster information in headers) is pinged, so that it enters.
     fn observe_requester(&mut self, now: Time, from: SocketAddr, header: &Header) {
-        // `has_room_for` implies the sender is not in the table (so not
-        // `contains`), and reads only the bucket's length when it is full,
-        // as the far buckets nearly always are: no scan of its ids.
-        let wanted = (0..self.levels.len()).any(|level| {
-            self.shares_cluster(header, level)
-                && self.levels[level].table.has_room_for(&header.sender)
-        });
-        if !wanted {
-            return;
-        }
-        if self.verify_pings_in_flight >= self.hot.verify_pings_max {
-            return;
-        }
-        if self
-            .pinged
-            .get(&from)
-            .is_some_and(|&t| now.saturating_since(t) < PINGED_RECENTLY)
-        {
+        if !self.verify_wanted(now, from, header) {
             return;
         }
         if self.pinged.len() >= self.hot.verify_pings_max * 16 {
@@ -1549,6 +1699,28 @@ impl Node {
         );
     }
 
+    /// Whether [`Node::observe_requester`] would ping this requester.
+    fn verify_wanted(&self, now: Time, from: SocketAddr, header: &Header) -> bool {
+        // `has_room_for` implies the sender is not in the table (so not
+        // `contains`), and reads only the bucket's length when it is full,
+        // as the far buckets nearly always are: no scan of its ids.
+        // A sender claiming one of our clusters that we have not measured
+        // in it is pinged too: its pong makes it a first-hand member.
+        // And so is any sender that has not answered us yet: until it does,
+        // it is held to the unverified rate and to small replies.
+        let wanted = (0..self.levels.len()).any(|level| {
+            self.shares_cluster(header, level)
+                && (self.levels[level].table.has_room_for(&header.sender)
+                    || !self.is_member(level, &header.sender, from))
+        }) || !self.has_answered(&header.sender, from);
+        wanted
+            && self.verify_pings_in_flight < self.hot.verify_pings_max
+            && self
+                .pinged
+                .get(&from)
+                .is_none_or(|&t| now.saturating_since(t) >= PINGED_RECENTLY)
+    }
+
     // ---- Replies and failures ----------------------------------------------------------
 
     fn on_reply(&mut self, now: Time, from: SocketAddr, msg: Message) -> Result<(), Dropped> {
@@ -1564,6 +1736,8 @@ impl Node {
             return Err(Dropped::Unexpected);
         }
         self.pending.remove(&txid);
+        let tag = self.answered.tag(from, &msg.header.sender);
+        self.answered.insert(tag);
         let rtt = now.saturating_since(p.sent);
         let contact = Contact {
             id: msg.header.sender,
@@ -1652,6 +1826,9 @@ impl Node {
         }
         for level in 0..self.levels.len() {
             if self.shares_cluster(header, level) {
+                if level > 0 {
+                    self.observe_member(now, level, &contact, rtt);
+                }
                 let inserted = self.levels[level].table.insert(contact, now, Some(rtt));
                 if inserted == Insert::Added {
                     self.push_learned(level as Level, contact, rtt);
@@ -1668,6 +1845,7 @@ impl Node {
                 }
             } else {
                 self.levels[level].table.remove(&contact.id);
+                self.levels[level].members.remove(&contact.addr);
             }
         }
     }
@@ -2362,7 +2540,13 @@ impl Node {
         self.next_txid = txid.wrapping_add(1);
         let deadline = now + self.hot.rpc_timeout;
         let request_kind = body.kind();
-        let header = self.header(route, txid, now);
+        let mut header = self.header(route, txid, now);
+        if matches!(purpose, Purpose::VerifyPing) {
+            // A verifying ping needs none of our clusters (its pong carries
+            // the requester's): 30 bytes, so that it fits with the reply
+            // within `reply_amplification_max` of even a small request.
+            header.clusters.clear();
+        }
         self.pending.insert(
             txid,
             Pending {
@@ -2382,6 +2566,10 @@ impl Node {
     fn queue(&mut self, to: SocketAddr, msg: Message) {
         let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
         msg.encode(&mut bytes);
+        self.queue_bytes(to, bytes);
+    }
+
+    fn queue_bytes(&mut self, to: SocketAddr, bytes: Vec<u8>) {
         if self.out.len() >= self.hot.transmit_queue_max {
             self.out.pop_front();
             self.stats.transmit_dropped += 1;
@@ -2769,6 +2957,47 @@ impl Node {
             out.0[i] ^= d.0[i];
         }
         out
+    }
+}
+
+/// A routing table for `id` with the address limits of `config` (lifted
+/// where ids include the port: many nodes per address by design).
+fn new_table(config: &Config, id: Id) -> RoutingTable {
+    let mut t = RoutingTable::new(id, config.bucket_size);
+    if !config.id_includes_port {
+        t.set_address_limits(
+            config.bucket_contacts_per_ip_max,
+            config.bucket_contacts_per_prefix_max,
+        );
+    }
+    t
+}
+
+/// Drops contacts, then values, from a reply until it is `excess` bytes
+/// shorter (or has none left).
+fn trim_reply(body: &mut Body, mut excess: usize) {
+    let contact_bytes = |c: &Contact| if c.addr.is_ipv4() { 28 } else { 40 };
+    let (contacts, values): (Option<&mut Contacts>, Option<&mut Values>) = match body {
+        Body::Nodes { contacts, .. }
+        | Body::MembersReply { contacts, .. }
+        | Body::PutProbeReply { contacts, .. } => (Some(contacts), None),
+        Body::GetReply {
+            values, contacts, ..
+        } => (Some(contacts), Some(values)),
+        Body::StoreReply { values, .. } => (None, Some(values)),
+        _ => (None, None),
+    };
+    if let Some(c) = contacts {
+        while excess > 0 {
+            let Some(last) = c.pop() else { break };
+            excess = excess.saturating_sub(contact_bytes(&last));
+        }
+    }
+    if let Some(v) = values {
+        while excess > 0 {
+            let Some(last) = v.pop() else { break };
+            excess = excess.saturating_sub(1 + last.0.len());
+        }
     }
 }
 

@@ -90,6 +90,9 @@ pub enum Insert {
     Waiting,
     /// The contact is the local node.
     IsSelf,
+    /// The bucket holds its share of contacts from the contact's IP address
+    /// or /24 already ([`RoutingTable::set_address_limits`]).
+    Refused,
 }
 
 /// One level's routing table.
@@ -126,6 +129,9 @@ pub struct RoutingTable {
     /// a caller can tell whether anything that depends only on that set,
     /// such as [`RoutingTable::size_estimate`], needs computing again.
     generation: u64,
+    /// Contacts one bucket may hold from one IP, and from one /24 (/48).
+    per_ip_max: usize,
+    per_prefix_max: usize,
 }
 
 const OCCUPIED_WORDS: usize = (ID_BITS as usize).div_ceil(64);
@@ -143,7 +149,33 @@ impl RoutingTable {
             occupied: [0; OCCUPIED_WORDS],
             len: 0,
             generation: 0,
+            per_ip_max: usize::MAX,
+            per_prefix_max: usize::MAX,
         }
+    }
+
+    /// Limits the contacts one bucket may hold from one IP address and from
+    /// one /24 (IPv6: /48), as BEP 42 and libtorrent do: one address, or one
+    /// network, cannot fill the buckets near a key it wants to own.
+    pub fn set_address_limits(&mut self, per_ip_max: usize, per_prefix_max: usize) {
+        self.per_ip_max = per_ip_max;
+        self.per_prefix_max = per_prefix_max;
+    }
+
+    /// Whether bucket `bi` has room for one more contact at `addr` under
+    /// the address limits.
+    fn address_allows(&self, bi: usize, addr: SocketAddr) -> bool {
+        if self.per_ip_max == usize::MAX && self.per_prefix_max == usize::MAX {
+            return true;
+        }
+        let (base, len) = self.span(bi);
+        let prefix = crate::store::prefix_of(addr.ip());
+        let (mut ip, mut net) = (0, 0);
+        for r in &self.reach[base..base + len] {
+            ip += usize::from(r.addr.ip() == addr.ip());
+            net += usize::from(crate::store::prefix_of(r.addr.ip()) == prefix);
+        }
+        ip < self.per_ip_max && net < self.per_prefix_max
     }
 
     /// Where bucket `bi` sits in `buckets`.
@@ -313,6 +345,9 @@ impl RoutingTable {
             self.rotate_to_end(i, base + len);
             self.put_at(base + len - 1, &e);
             return Insert::Refreshed;
+        }
+        if !self.address_allows(bi, contact.addr) {
+            return Insert::Refused;
         }
         let entry = Entry {
             contact,
@@ -587,6 +622,46 @@ mod tests {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             services: Services::NONE,
         }
+    }
+
+    /// BEP 42 / libtorrent: one contact per IP and two per /24 in a bucket.
+    #[test]
+    fn a_bucket_holds_one_contact_per_ip_and_two_per_24() {
+        let mut t = RoutingTable::new(Id::ZERO, 8);
+        t.set_address_limits(1, 2);
+        let at = |id: Id, ip: [u8; 4]| Contact {
+            id,
+            addr: SocketAddr::from((ip, 7000)),
+            services: Services::NONE,
+        };
+        let now = Time::ZERO;
+        // All in bucket 159 (the top bit set).
+        assert_eq!(
+            t.insert(at(id_with_prefix(0x80, 1), [192, 0, 2, 1]), now, None),
+            Insert::Added
+        );
+        assert_eq!(
+            t.insert(at(id_with_prefix(0x80, 2), [192, 0, 2, 1]), now, None),
+            Insert::Refused
+        );
+        assert_eq!(
+            t.insert(at(id_with_prefix(0x80, 3), [192, 0, 2, 2]), now, None),
+            Insert::Added
+        );
+        assert_eq!(
+            t.insert(at(id_with_prefix(0x80, 4), [192, 0, 2, 3]), now, None),
+            Insert::Refused
+        );
+        assert_eq!(
+            t.insert(at(id_with_prefix(0x80, 5), [198, 51, 100, 1]), now, None),
+            Insert::Added
+        );
+        // Another bucket has its own share.
+        assert_eq!(
+            t.insert(at(id_with_prefix(0x40, 6), [192, 0, 2, 3]), now, None),
+            Insert::Added
+        );
+        assert_eq!(t.len(), 4);
     }
 
     fn id_with_prefix(first: u8, n: u8) -> Id {

@@ -76,14 +76,16 @@ impl Links for HashedLinks {
     }
 }
 
-/// The address of simulated node `i`: 10.x.y.z from the index, port 7000.
+/// The address of simulated node `i`: 10.x.y.z from the index, port 7000,
+/// each of the first 65,535 nodes in a /24 of its own (the index's low 16
+/// bits name the /24, the high bits the host): routing tables and stores
+/// limit what one /24 may hold (SECURITY.md), and the simulated Internet,
+/// like the real one, spreads volunteer nodes over many networks.
 /// (Private addresses are fine inside the simulator: nothing leaves it.)
 pub fn sim_addr(i: usize) -> SocketAddr {
-    let i = i as u32 + 1;
-    SocketAddr::new(
-        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff))),
-        7000,
-    )
+    let n = (i as u32 + 1) & 0x00ff_ffff;
+    let low = ((n << 8) | (n >> 16)) & 0x00ff_ffff;
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | low)), 7000)
 }
 
 /// The index whose [`sim_addr`] is `addr`, if any (its inverse).
@@ -93,7 +95,8 @@ pub fn sim_index(addr: SocketAddr) -> Option<usize> {
     };
     let ip = u32::from(*a.ip());
     let low = ip & 0x00ff_ffff;
-    (a.port() == 7000 && ip >> 24 == 10 && low != 0).then(|| low as usize - 1)
+    let n = ((low >> 8) | (low << 16)) & 0x00ff_ffff;
+    (a.port() == 7000 && ip >> 24 == 10 && n != 0).then(|| n as usize - 1)
 }
 
 /// An event: small and `Copy`, so the queue moves no bytes of datagrams.

@@ -554,9 +554,10 @@ pub fn proxy_addr(i: usize) -> std::net::SocketAddr {
 /// The node whose proxy is at `addr` (inverse of [`proxy_addr`]).
 pub fn node_of(addr: std::net::SocketAddr) -> Option<usize> {
     match addr.ip() {
-        std::net::IpAddr::V4(v4) if addr.port() == 8090 => {
-            let x = u32::from(v4).checked_sub(0x0a00_0001)?;
-            (x < 0x00ff_ffff).then_some(x as usize)
+        std::net::IpAddr::V4(_) if addr.port() == 8090 => {
+            let mut a = addr;
+            a.set_port(7000);
+            crate::sim::net::sim_index(a)
         }
         _ => None,
     }

@@ -1,0 +1,209 @@
+//! Per-source request rates (SECURITY.md, "rate"), as libtorrent's DHT
+//! limits them: a source may send `rate · window` requests in a burst and
+//! `rate` a second on average (the generic cell rate algorithm: one
+//! theoretical arrival time per source). A source that has not answered
+//! our ping and goes over is ignored for `block` (libtorrent: more than 5
+//! packets a second sustained over 10 seconds blocks a source). A source
+//! that has answered our ping has a higher rate and is never blocked, only
+//! held to its rate: a forged flood in its name cannot lock it out.
+//!
+//! The table is bounded: at `sources_max`, sources idle for a window are
+//! forgotten (at most once a second); if none is, new sources share one
+//! record at the higher rate until room returns.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use crate::id::KeyedBuildHasher;
+use crate::time::{Duration, Time};
+
+/// What the limiter decided for one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Serve it.
+    Allow,
+    /// Over the source's rate: drop it.
+    Limited,
+    /// The source is blocked: drop it.
+    Blocked,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Record {
+    /// Theoretical arrival time: when the source's credit is back to full.
+    tat: Time,
+    /// Requests (from an unverified source) are dropped until then.
+    blocked_until: Time,
+}
+
+/// The per-source limiter of one node.
+#[derive(Clone, Debug)]
+pub struct RateLimiter {
+    sources: HashMap<IpAddr, Record, KeyedBuildHasher>,
+    shared: Record,
+    sources_max: usize,
+    /// Time between requests at the unverified and the verified rate.
+    interval: Duration,
+    verified_interval: Duration,
+    window: Duration,
+    block: Duration,
+    last_purge: Time,
+}
+
+impl RateLimiter {
+    /// A limiter at `per_sec` (unverified) and `verified_per_sec` requests a
+    /// second averaged over `window_secs`, blocking for `block_secs`.
+    pub fn new(
+        per_sec: u32,
+        verified_per_sec: u32,
+        window_secs: u32,
+        block_secs: u32,
+        sources_max: usize,
+        hasher: KeyedBuildHasher,
+    ) -> RateLimiter {
+        RateLimiter {
+            sources: HashMap::with_hasher(hasher),
+            shared: Record::default(),
+            sources_max,
+            interval: Duration::from_micros(1_000_000 / u64::from(per_sec.max(1))),
+            verified_interval: Duration::from_micros(
+                1_000_000 / u64::from(verified_per_sec.max(1)),
+            ),
+            window: Duration::from_secs(u64::from(window_secs)),
+            block: Duration::from_secs(u64::from(block_secs)),
+            last_purge: Time::ZERO,
+        }
+    }
+
+    /// Sources tracked.
+    pub fn len(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// Whether no source is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// Counts one request from `ip`; `verified`: the source has answered
+    /// our ping at this address.
+    pub fn request(&mut self, now: Time, ip: IpAddr, verified: bool) -> Verdict {
+        if !self.sources.contains_key(&ip) && self.sources.len() >= self.sources_max {
+            self.purge(now);
+        }
+        let (interval, window, block) = (
+            if verified {
+                self.verified_interval
+            } else {
+                self.interval
+            },
+            self.window,
+            self.block,
+        );
+        let record = if self.sources.len() < self.sources_max || self.sources.contains_key(&ip) {
+            self.sources.entry(ip).or_default()
+        } else {
+            &mut self.shared
+        };
+        if !verified && record.blocked_until > now {
+            return Verdict::Blocked;
+        }
+        let tat = record.tat.max(now) + interval;
+        if tat.saturating_since(now) > window {
+            if !verified {
+                record.blocked_until = now + block;
+            }
+            return Verdict::Limited;
+        }
+        record.tat = tat;
+        Verdict::Allow
+    }
+
+    /// Forgets sources whose credit is full and that are not blocked.
+    fn purge(&mut self, now: Time) {
+        if now.saturating_since(self.last_purge) < Duration::from_secs(1)
+            && self.last_purge != Time::ZERO
+        {
+            return;
+        }
+        self.last_purge = now;
+        self.sources
+            .retain(|_, r| r.tat > now || r.blocked_until > now);
+        if self.sources.capacity() > 4 * self.sources.len() + 64 {
+            self.sources.shrink_to_fit();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter() -> RateLimiter {
+        RateLimiter::new(
+            5,
+            1000,
+            10,
+            300,
+            4,
+            KeyedBuildHasher::with_seeds(1, 2, 3, 4),
+        )
+    }
+
+    #[test]
+    fn libtorrent_rule_five_a_second_over_ten_seconds_then_blocked() {
+        let mut r = limiter();
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let t0 = Time::ZERO + Duration::from_secs(1);
+        // A burst of 50 (5/s over 10 s) passes, the 51st does not.
+        for i in 0..50 {
+            assert_eq!(r.request(t0, ip, false), Verdict::Allow, "request {i}");
+        }
+        assert_eq!(r.request(t0, ip, false), Verdict::Limited);
+        // Blocked for block_secs even though credit returns.
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(r.request(later, ip, false), Verdict::Blocked);
+        let after = t0 + Duration::from_secs(301);
+        assert_eq!(r.request(after, ip, false), Verdict::Allow);
+        // Sustained 5/s is served indefinitely.
+        let mut r = limiter();
+        for i in 0..1000u64 {
+            let now = t0 + Duration::from_millis(200 * i);
+            assert_eq!(r.request(now, ip, false), Verdict::Allow, "request {i}");
+        }
+    }
+
+    #[test]
+    fn verified_sources_get_the_higher_rate_and_are_never_blocked() {
+        let mut r = limiter();
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let t0 = Time::ZERO + Duration::from_secs(1);
+        let mut allowed = 0;
+        for _ in 0..20_000 {
+            allowed += usize::from(r.request(t0, ip, true) == Verdict::Allow);
+        }
+        assert_eq!(allowed, 10_000);
+        // Over its rate, but not blocked: a second later it has 1000 more.
+        let t1 = t0 + Duration::from_secs(1);
+        let mut allowed = 0;
+        for _ in 0..2000 {
+            allowed += usize::from(r.request(t1, ip, true) == Verdict::Allow);
+        }
+        assert_eq!(allowed, 1000);
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_forgets_idle_sources() {
+        let mut r = limiter();
+        let t0 = Time::ZERO + Duration::from_secs(1);
+        for i in 0..100u8 {
+            let ip = IpAddr::from([192, 0, 2, i]);
+            r.request(t0, ip, false);
+            assert!(r.len() <= 4);
+        }
+        // Idle sources are forgotten to make room.
+        let later = t0 + Duration::from_secs(30);
+        r.request(later, IpAddr::from([198, 51, 100, 1]), false);
+        assert_eq!(r.len(), 1);
+    }
+}
