@@ -11,53 +11,69 @@ use std::rc::Rc;
 
 use coral::wire::Services;
 use coral::Id;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use glommio::net::TcpListener;
 use serde_json::json;
 
+use crate::accept;
 use crate::runtime::{Call, Shard};
 use crate::steer;
 
 /// Largest request head accepted.
 const REQUEST_BYTES_MAX: usize = 8 << 10;
-/// Longest a client may take to send its request.
+/// Longest a client may take to send its whole request (one deadline for
+/// all its reads: a slowloris cannot stretch it).
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// Longest one connection is served, start to end: the request, a DSHT
+/// operation (`operation_timeout_ms`, 30 s by default) and the answer.
+const CONNECTION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(40);
+/// Admin connections open at once.
+const CONNECTIONS_MAX: usize = 64;
+
+/// The admin listener's limits (see `accept`).
+pub const LIMITS: accept::Limits = accept::Limits {
+    connections_max: CONNECTIONS_MAX,
+    deadline: CONNECTION_DEADLINE,
+    backoff_min: std::time::Duration::from_millis(10),
+    backoff_max: std::time::Duration::from_secs(1),
+};
 
 /// Starts the admin server on `addr` in the current executor.
 pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| format!("cannot bind the admin address {addr}: {e}"))?;
-    glommio::spawn_local(async move {
-        loop {
-            let Ok(mut stream) = listener.accept().await else { continue };
-            let shard = shard.clone();
-            glommio::spawn_local(async move {
-                let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-                let (status, body) = match read_request(&mut stream).await {
-                    Ok(target) => answer(&shard, &target).await,
-                    Err((status, why)) => (status, json!({"error": why}).to_string()),
-                };
-                let reason = match status {
-                    200 => "OK",
-                    400 => "Bad Request",
-                    404 => "Not Found",
-                    405 => "Method Not Allowed",
-                    431 => "Request Header Fields Too Large",
-                    _ => "Error",
-                };
-                let head = format!(
-                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len() + 1
-                );
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(body.as_bytes()).await;
-                let _ = stream.write_all(b"\n").await;
-                let _ = stream.close().await;
-            })
-            .detach();
+    accept::serve("admin", listener, LIMITS, move |mut stream| {
+        let shard = shard.clone();
+        async move {
+            let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+            let read = async { read_request(&mut stream).await };
+            let deadline = async {
+                glommio::timer::sleep(REQUEST_TIMEOUT).await;
+                Err((408, "request not received in time".to_string()))
+            };
+            let (status, body) = match read.or(deadline).await {
+                Ok(target) => answer(&shard, &target).await,
+                Err((status, why)) => (status, json!({"error": why}).to_string()),
+            };
+            let reason = match status {
+                200 => "OK",
+                400 => "Bad Request",
+                404 => "Not Found",
+                405 => "Method Not Allowed",
+                408 => "Request Timeout",
+                431 => "Request Header Fields Too Large",
+                _ => "Error",
+            };
+            let head = format!(
+                "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len() + 1
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(body.as_bytes()).await;
+            let _ = stream.write_all(b"\n").await;
+            let _ = stream.close().await;
         }
-    })
-    .detach();
+    });
     Ok(())
 }
 

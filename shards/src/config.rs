@@ -55,6 +55,31 @@ pub struct FileConfig {
     /// Clustering parameters.
     #[serde(default)]
     pub clusters: ClustersSection,
+    /// Limits for the open Internet (SECURITY.md).
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// `[limits]`: what one source may cost the node (SECURITY.md); each is
+/// the `coral::Config` field of the same name, with its unit in the name.
+#[derive(Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub ttl_max_secs: Option<u32>,
+    pub keys_per_level_max: Option<usize>,
+    pub store_bytes_per_level_max: Option<usize>,
+    pub values_per_source_per_key_max: Option<usize>,
+    pub values_per_prefix_per_key_max: Option<usize>,
+    pub values_per_source_max: Option<usize>,
+    pub values_per_prefix_max: Option<usize>,
+    pub bucket_contacts_per_ip_max: Option<usize>,
+    pub bucket_contacts_per_prefix_max: Option<usize>,
+    pub reply_amplification_max: Option<u32>,
+    pub rate_requests_per_sec: Option<u32>,
+    pub rate_verified_requests_per_sec: Option<u32>,
+    pub rate_window_secs: Option<u32>,
+    pub rate_block_secs: Option<u32>,
+    pub rate_sources_max: Option<usize>,
 }
 
 /// `[clusters]`: self-organizing clusters (§4.4).
@@ -187,6 +212,31 @@ impl NodeConfig {
         if let Some(t) = d.rpc_timeout_ms {
             self.dht.rpc_timeout_ms = t;
         }
+        let lim = &f.limits;
+        macro_rules! limit {
+            ($($name:ident),*) => {$(
+                if let Some(v) = lim.$name {
+                    self.dht.$name = v;
+                }
+            )*};
+        }
+        limit!(
+            ttl_max_secs,
+            keys_per_level_max,
+            store_bytes_per_level_max,
+            values_per_source_per_key_max,
+            values_per_prefix_per_key_max,
+            values_per_source_max,
+            values_per_prefix_max,
+            bucket_contacts_per_ip_max,
+            bucket_contacts_per_prefix_max,
+            reply_amplification_max,
+            rate_requests_per_sec,
+            rate_verified_requests_per_sec,
+            rate_window_secs,
+            rate_block_secs,
+            rate_sources_max
+        );
         let c = &f.clusters;
         if let Some(m) = c.manage {
             self.dht.cluster_manage = m;

@@ -380,6 +380,7 @@ fn level_json(l: &LevelInfo) -> serde_json::Value {
         "size_estimate": l.size_estimate,
         "contacts": l.contacts,
         "keys": l.keys,
+        "store_bytes": l.store_bytes,
         "clustering": {
             "evaluations": l.clustering.evaluations,
             "validations": l.clustering.validations,
@@ -404,6 +405,8 @@ fn stats_json(core: usize, s: &Stats, send_errors: u64) -> serde_json::Value {
         "rpc_timeouts": s.rpc_timeouts, "ops_refused": s.ops_refused,
         "members_served": s.members_served, "cluster_switches": s.cluster_switches,
         "send_errors": send_errors,
+        "rate_limited": s.rate_limited, "replies_trimmed": s.replies_trimmed,
+        "stores_refused": s.stores_refused,
     })
 }
 
