@@ -1265,7 +1265,7 @@ impl Node {
                     // A busy honest node not yet verified (or forgotten by
                     // the cache) gets out by answering this ping (at most
                     // one a minute per address, smaller than the request).
-                    self.observe_requester(now, from, &msg.header);
+                    self.observe_requester(now, from, &msg.header, false);
                 }
                 return Err(Dropped::RateLimited);
             }
@@ -1556,7 +1556,7 @@ impl Node {
         let mut ping = verified;
         if !verified {
             let full = request_bytes.saturating_mul(self.hot.reply_amplification_max);
-            let wanted = self.verify_wanted(now, from, &header);
+            let wanted = self.verify_wanted(now, from, &header, false);
             let budget = if wanted {
                 full.saturating_sub(wire::HEADER_FIXED_BYTES)
             } else {
@@ -1572,7 +1572,7 @@ impl Node {
         }
         self.queue_bytes(from, bytes);
         if ping {
-            self.observe_requester(now, from, &header);
+            self.observe_requester(now, from, &header, verified);
         }
     }
 
@@ -1679,8 +1679,8 @@ impl Node {
     /// Also, a sender in one of our clusters that is missing from that
     /// level's table (it has just joined our cluster, §4.3: tables follow
     /// the cluster information in headers) is pinged, so that it enters.
-    fn observe_requester(&mut self, now: Time, from: SocketAddr, header: &Header) {
-        if !self.verify_wanted(now, from, header) {
+    fn observe_requester(&mut self, now: Time, from: SocketAddr, header: &Header, verified: bool) {
+        if !self.verify_wanted(now, from, header, verified) {
             return;
         }
         if self.pinged.len() >= self.hot.verify_pings_max * 16 {
@@ -1700,7 +1700,8 @@ impl Node {
     }
 
     /// Whether [`Node::observe_requester`] would ping this requester.
-    fn verify_wanted(&self, now: Time, from: SocketAddr, header: &Header) -> bool {
+    /// `verified`: the sender is known to have answered us (or is local).
+    fn verify_wanted(&self, now: Time, from: SocketAddr, header: &Header, verified: bool) -> bool {
         // `has_room_for` implies the sender is not in the table (so not
         // `contains`), and reads only the bucket's length when it is full,
         // as the far buckets nearly always are: no scan of its ids.
@@ -1712,7 +1713,7 @@ impl Node {
             self.shares_cluster(header, level)
                 && (self.levels[level].table.has_room_for(&header.sender)
                     || !self.is_member(level, &header.sender, from))
-        }) || !self.has_answered(&header.sender, from);
+        }) || (!verified && !self.has_answered(&header.sender, from));
         wanted
             && self.verify_pings_in_flight < self.hot.verify_pings_max
             && self

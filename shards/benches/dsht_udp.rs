@@ -203,7 +203,10 @@ fn main() {
         "{}",
         String::from_utf8_lossy(&put.stderr)
     );
-    let from = "127.0.0.63";
+    // The client is on the node's own host (its IP), as a heavy client is:
+    // a local proxy. Remote sources are held to per-source rates
+    // (SECURITY.md); the node's own IP is not.
+    let from = "127.0.0.62";
     let sender = Id::from_ip(from.parse().unwrap());
     let request = move |txid: u32| {
         Message {

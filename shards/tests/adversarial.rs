@@ -886,6 +886,10 @@ fn replies_to_unverified_sources_are_at_most_three_times_the_request() {
     };
     let (served, ratios) = during(&mut honest, amplify);
     for (name, sent, got) in &ratios {
+        println!(
+            "{name}: {sent} bytes in, {got} bytes out ({:.2}x)",
+            *got as f64 / *sent as f64
+        );
         assert!(*got > 0, "{name}: no answer at all");
         assert!(got <= &(3 * sent), "{name}: {got} bytes for {sent}");
     }
