@@ -83,6 +83,18 @@ fn config() -> Config {
         cluster_eval_secs: 2,
         cluster_join_eval_secs: 1,
         cluster_observed_max: 16,
+        // The open-Internet limits (SECURITY.md), small enough to be hit.
+        values_per_source_max: 8,
+        values_per_prefix_max: 12,
+        store_bytes_per_level_max: 4096,
+        bucket_contacts_per_ip_max: 1,
+        bucket_contacts_per_prefix_max: 1,
+        rate_requests_per_sec: 2,
+        rate_verified_requests_per_sec: 20,
+        rate_window_secs: 2,
+        rate_block_secs: 5,
+        rate_sources_max: 4,
+        cluster_members_known_max: 4,
         ..Config::default()
     }
 }
@@ -92,6 +104,15 @@ fn config() -> Config {
 /// Delegated calls (the node is shard 0 of 2) are answered with an empty
 /// result at once, as if the owning shard found nothing.
 fn drain(node: &mut Node, now: Time, buf: &mut Vec<u8>, recent: &mut Vec<(SocketAddr, u32)>) {
+    // Each level's store stays within its bytes.
+    for l in node.levels(now) {
+        assert!(
+            l.store_bytes <= node.config().store_bytes_per_level_max,
+            "level {} holds {} bytes",
+            l.level,
+            l.store_bytes
+        );
+    }
     while let Some(d) = node.poll_delegated() {
         let event = match d.call {
             DelegatedCall::Get { key, .. } => Event::GetDone {
