@@ -436,7 +436,7 @@ mod tests {
     /// hash the store uses.
     #[test]
     fn precomputed_collisions_of_the_unkeyed_hash_spread_under_the_keyed_one() {
-        use core::hash::{BuildHasher, Hash, Hasher};
+        use core::hash::{Hash, Hasher};
         const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
         let mut inv = K;
         for _ in 0..6 {
