@@ -377,6 +377,59 @@ pub struct ResponseHead {
     pub keep_alive: bool,
 }
 
+impl ResponseHead {
+    /// Appends the head as HTTP/1.1 bytes (status line, fields, empty line), as stored in
+    /// the cache; [`parse_response_head`] reads it back.
+    pub fn write(&self, buf: &mut Vec<u8>) {
+        buf.extend_from_slice(b"HTTP/1.1 ");
+        write_decimal(buf, u64::from(self.status));
+        buf.push(b' ');
+        buf.extend_from_slice(self.reason.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+        write_fields(&self.headers, buf);
+        buf.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends `name: value\r\n` for every field.
+pub fn write_fields(headers: &Headers, buf: &mut Vec<u8>) {
+    for (n, v) in headers.iter() {
+        buf.extend_from_slice(n.as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(v);
+        buf.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends a complete response the proxy makes itself (an error, a 405, a 504): the
+/// status line, `extra` fields, `Content-Type: text/plain`, `Content-Length`,
+/// `Connection`, and `body` (left out when `head_only`, for a HEAD request).
+pub fn write_simple_response(
+    status: u16,
+    extra: &Headers,
+    body: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+    buf: &mut Vec<u8>,
+) {
+    buf.extend_from_slice(b"HTTP/1.1 ");
+    write_decimal(buf, u64::from(status));
+    buf.push(b' ');
+    buf.extend_from_slice(status_reason(status).as_bytes());
+    buf.extend_from_slice(b"\r\n");
+    write_fields(extra, buf);
+    buf.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: ");
+    write_decimal(buf, body.len() as u64);
+    buf.extend_from_slice(if keep_alive {
+        &b"\r\nConnection: keep-alive\r\n\r\n"[..]
+    } else {
+        &b"\r\nConnection: close\r\n\r\n"[..]
+    });
+    if !head_only {
+        buf.extend_from_slice(body);
+    }
+}
+
 /// Where a head ends, found by [`scan_head`].
 struct Scan {
     /// Bytes from the start of `buf` to just past the empty line.

@@ -3,7 +3,45 @@
 //! form it comes back through a Coral proxy. Relative links need nothing: they resolve
 //! against the Coralized page URL.
 
+use super::http::{trim_ows, ResponseHead};
 use super::names::{coralized_host, Origin};
+
+/// Rewrites the fields of an origin's response head that hold URLs a browser follows
+/// (`Location`, `Content-Location`) to their Coralized form when
+/// they point at the origin. Returns how many fields changed.
+pub fn head(resp: &mut ResponseHead, origin: &Origin, suffix: &str, proxy_port: u16) -> usize {
+    let mut changed = Vec::new();
+    for (n, v) in resp.headers.iter() {
+        if n != "location" && n != "content-location" {
+            continue;
+        }
+        if let Some(new) = core::str::from_utf8(v)
+            .ok()
+            .and_then(|v| location(v, origin, suffix, proxy_port))
+        {
+            changed.push((n.to_string(), new));
+        }
+    }
+    for (n, new) in &changed {
+        resp.headers.set(n, new.as_bytes());
+    }
+    changed.len()
+}
+
+/// Whether a response body is HTML we can rewrite: `text/html` or XHTML, and not
+/// content-coded (a compressed body is passed through untouched).
+pub fn body_is_rewritable(resp: &ResponseHead) -> bool {
+    let html = resp.headers.get("content-type").is_some_and(|ct| {
+        let mime = trim_ows(ct.split(|&b| b == b';').next().unwrap_or_default());
+        mime.eq_ignore_ascii_case(b"text/html")
+            || mime.eq_ignore_ascii_case(b"application/xhtml+xml")
+    });
+    let coded = resp
+        .headers
+        .list("content-encoding")
+        .any(|c| !c.eq_ignore_ascii_case(b"identity"));
+    html && !coded
+}
 
 /// The Coralized form of a `Location` value that points at `origin` (absolute `http://`
 /// URL with the origin's host and port, or scheme-relative `//host/...`); `None` when it

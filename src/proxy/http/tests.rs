@@ -497,6 +497,8 @@ fn rfc9112_7_1_bad_chunks_are_rejected() {
         (b"5\r\nhello\n0\r\n\r\n", 400),
         (b"5\r\nhelloX\r\n0\r\n\r\n", 400),
         (b"5\r\nhello\r\r\n", 400),
+        (b"5\r\nhello\rX0\r\n\r\n", 400),
+        (b"5\r\nhello0\r\n\r\n", 400),
         (b"5\rx", 400),
         (b"0\r\n\n", 400),
         (b"0\r\nT: x\n\r\n", 400),
@@ -568,6 +570,43 @@ fn headers_keep_order_and_remove_all_of_a_name() {
     h.set("b", b"4");
     assert_eq!(h.get("B"), Some(&b"4"[..]));
     assert_eq!(h.len(), 1);
+}
+
+#[test]
+fn response_head_write_parses_back() {
+    let text = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nX-A: 1\r\nContent-Length: 3\r\n\r\n";
+    let (h, _) = resp(text, false).unwrap().unwrap();
+    let mut out = Vec::new();
+    h.write(&mut out);
+    assert_eq!(out, b"HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 3\r\n\r\n");
+    assert_eq!(resp(&out, false).unwrap().unwrap().0, h);
+}
+
+#[test]
+fn simple_responses_are_well_framed() {
+    let mut extra = Headers::new();
+    extra.insert("Allow", b"GET, HEAD");
+    let mut out = Vec::new();
+    write_simple_response(405, &extra, b"GET and HEAD only\n", false, false, &mut out);
+    let (h, n) = resp(&out, false).unwrap().unwrap();
+    assert_eq!(
+        (h.status, h.framing, h.keep_alive),
+        (405, Framing::Length(18), false)
+    );
+    assert_eq!(h.headers.get("allow"), Some(&b"GET, HEAD"[..]));
+    assert_eq!(&out[n..], b"GET and HEAD only\n");
+    let mut out = Vec::new();
+    write_simple_response(
+        504,
+        &Headers::new(),
+        b"gateway timeout\n",
+        true,
+        true,
+        &mut out,
+    );
+    let (h, n) = resp(&out, true).unwrap().unwrap();
+    assert_eq!((h.status, h.keep_alive, n), (504, true, out.len()));
+    assert_eq!(h.reason, "Gateway Timeout");
 }
 
 fn arb_request() -> impl Strategy<Value = Vec<u8>> {

@@ -86,6 +86,52 @@ fn nsdi04_2_1_links_to_an_origin_on_another_port() {
     );
 }
 
+#[test]
+fn nsdi04_2_1_redirect_heads_are_rewritten() {
+    use crate::proxy::http::{parse_response_head, Limits};
+    let text = b"HTTP/1.1 302 Found\r\nLocation: http://x.com/new\r\nContent-Location: http://y.com/\r\nX: http://x.com/\r\n\r\n";
+    let mut r = parse_response_head(text, false, &Limits::default())
+        .unwrap()
+        .unwrap()
+        .0;
+    assert_eq!(head(&mut r, &origin("x.com", 80), "coral.test", 8090), 1);
+    assert_eq!(
+        r.headers.get("location"),
+        Some(&b"http://x.com.coral.test:8090/new"[..])
+    );
+    assert_eq!(
+        r.headers.get("content-location"),
+        Some(&b"http://y.com/"[..])
+    );
+    assert_eq!(r.headers.get("x"), Some(&b"http://x.com/"[..]));
+}
+
+#[test]
+fn only_uncompressed_html_bodies_are_rewritten() {
+    use crate::proxy::http::{parse_response_head, Limits};
+    let r = |fields: &str| {
+        let text = format!("HTTP/1.1 200 OK\r\n{fields}\r\n");
+        parse_response_head(text.as_bytes(), false, &Limits::default())
+            .unwrap()
+            .unwrap()
+            .0
+    };
+    assert!(body_is_rewritable(&r(
+        "Content-Type: text/html; charset=utf-8\r\n"
+    )));
+    assert!(body_is_rewritable(&r(
+        "Content-Type: TEXT/HTML\r\nContent-Encoding: identity\r\n"
+    )));
+    assert!(body_is_rewritable(&r(
+        "Content-Type: application/xhtml+xml\r\n"
+    )));
+    assert!(!body_is_rewritable(&r(
+        "Content-Type: text/html\r\nContent-Encoding: gzip\r\n"
+    )));
+    assert!(!body_is_rewritable(&r("Content-Type: image/png\r\n")));
+    assert!(!body_is_rewritable(&r("")));
+}
+
 fn html_piece() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(
         prop::sample::select(vec![
