@@ -174,6 +174,16 @@ const MALFORMED: &[(&str, &[u8], u16)] = &[
         400,
     ),
     (
+        "rfc9110_5_5_del_in_value",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fb\r\n\r\n",
+        400,
+    ),
+    (
+        "rfc9110_5_5_escape_in_value",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: \x1b[31m\r\n\r\n",
+        400,
+    ),
+    (
         "rfc9110_5_1_space_before_colon",
         b"GET / HTTP/1.1\r\nHost: a\r\nX : y\r\n\r\n",
         400,
@@ -181,6 +191,16 @@ const MALFORMED: &[(&str, &[u8], u16)] = &[
     (
         "rfc9110_5_1_invalid_field_name",
         b"GET / HTTP/1.1\r\nHost: a\r\nX(y): z\r\n\r\n",
+        400,
+    ),
+    (
+        "rfc9110_5_1_non_token_field_name",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX\x80y: z\r\n\r\n",
+        400,
+    ),
+    (
+        "rfc9110_5_1_slash_in_field_name",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX/y: z\r\n\r\n",
         400,
     ),
     (
@@ -609,6 +629,23 @@ fn simple_responses_are_well_framed() {
     assert_eq!(h.reason, "Gateway Timeout");
 }
 
+#[test]
+fn find_line_byte_matches_a_bytewise_search() {
+    let mut s = vec![b'a'; 40];
+    assert_eq!(find_line_byte(&s), None);
+    for (pos, b) in [(0, b'\r'), (7, b'\n'), (8, 0u8), (13, b'\r'), (39, b'\n')] {
+        let mut t = s.clone();
+        t[pos] = b;
+        t.insert(3, b'\t');
+        assert_eq!(
+            find_line_byte(&t),
+            Some(if pos >= 3 { pos + 1 } else { pos })
+        );
+    }
+    s[5] = 0x0b;
+    assert_eq!(find_line_byte(&s), None);
+}
+
 fn arb_request() -> impl Strategy<Value = Vec<u8>> {
     let field = prop::sample::select(vec![
         "Accept: */*\r\n",
@@ -646,6 +683,14 @@ proptest! {
         let _ = resp(&bytes, false);
         let mut d = ChunkedDecoder::new(&Limits::default());
         let _ = d.feed(&bytes, &mut Vec::new());
+    }
+
+    #[test]
+    fn prop_find_line_byte_is_a_plain_search(
+        bytes in prop::collection::vec(prop::sample::select(vec![b'a', b'\t', 0x0b, 0, b'\r', b'\n', 0xff]), 0..64),
+    ) {
+        let want = bytes.iter().position(|&b| b == b'\r' || b == b'\n' || b == 0);
+        prop_assert_eq!(find_line_byte(&bytes), want);
     }
 
     #[test]
