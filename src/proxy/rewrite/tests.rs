@@ -74,6 +74,21 @@ fn nsdi04_2_1_absolute_links_in_html_stay_coralized() {
 }
 
 #[test]
+fn nsdi04_2_1_scheme_relative_links_stay_coralized() {
+    let o = origin("www.x.com", 80);
+    let html = b"<script src=\"//www.x.com/a.js\"></script><img src='//WWW.X.COM:80/b'>\
+<a href=//www.x.com>c</a> url(//www.x.com/d.png) // www.x.com comment //www.x.com text \
+\"//www.x.com.evil/\" \"//cdn.other.com/\"";
+    let out = String::from_utf8(rewrite_whole(&o, html)).unwrap();
+    assert_eq!(
+        out,
+        "<script src=\"//www.x.com.coral.test:8090/a.js\"></script><img src='//www.x.com.coral.test:8090/b'>\
+<a href=//www.x.com.coral.test:8090>c</a> url(//www.x.com.coral.test:8090/d.png) // www.x.com comment //www.x.com text \
+\"//www.x.com.evil/\" \"//cdn.other.com/\""
+    );
+}
+
+#[test]
 fn nsdi04_2_1_links_to_an_origin_on_another_port() {
     let o = origin("x.com", 8080);
     let out = rewrite_whole(
@@ -148,6 +163,10 @@ fn html_piece() -> impl Strategy<Value = Vec<u8>> {
             b" ",
             b"\xff\x00",
             b"x.com",
+            b"\"//www.x.com/",
+            b"//www.x.com",
+            b"/",
+            b"=",
         ]),
         0..20,
     )
