@@ -14,6 +14,7 @@
 //! - [`lookup`]: the b-bit-per-hop iterative lookup with its window (§4.1).
 //! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
 //! - [`fetch`]: the proxy's fetch policy: local cache, DSHT, peer, origin (§3.2).
+//! - [`proxy`]: the proxy's HTTP framing, Coralized names, cache policy and rewriting (§2.1, §3.2).
 //! - [`sim`]: the deterministic simulator and the paper's experiments (§6).
 
 #![deny(unsafe_code)]
@@ -26,6 +27,7 @@ pub mod id;
 pub mod lookup;
 pub mod node;
 pub mod ratelimit;
+pub mod proxy;
 pub mod rng;
 pub mod routing;
 pub mod sim;
