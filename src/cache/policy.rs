@@ -328,9 +328,6 @@ struct S3Inner {
 }
 
 impl S3Inner {
-    /// The paper's parameters: small queue 10%, moved to main when used
-    /// (freq ≥ 1), ghost as many entries as main holds objects.
-
     /// With a small-queue share (per mille) and move threshold (an object
     /// moves to main if its frequency is above it).
     pub fn with_params(
@@ -429,6 +426,17 @@ impl S3Fifo {
     pub fn ghost_len(&self) -> usize {
         self.policy.ghost_len()
     }
+    /// Bytes of memory the policy uses: 16 per handle, 8 per handle for
+    /// fingerprints, the ghost queue and its set.
+    pub fn memory_bytes(&self) -> usize {
+        let p = &self.policy;
+        p.nodes.capacity() * std::mem::size_of::<Node>()
+            + self.fingerprints.capacity() * 8
+            + p.ghost.capacity() * 8
+            // hashbrown: key, value and one control byte per bucket.
+            + p.ghost_set.capacity() * (8 + 4 + 1)
+    }
+
     /// Whether `h` is in the main queue.
     pub fn in_main(&self, h: u32) -> bool {
         self.policy

@@ -128,9 +128,7 @@ proptest! {
             for op in &ops {
                 match *op {
                     Op::Insert(h, s) => {
-                        if !model.contains_key(&h) {
-                            model.insert(h, u64::from(s));
-                        }
+                        model.entry(h).or_insert(u64::from(s));
                         p.insert(h, u64::from(s), u64::from(h));
                     }
                     Op::Hit(h) => p.hit(h),
