@@ -492,6 +492,10 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
         // A smaller size than last time: evict down to it now.
         let _ = c.local.make_room(&mut own, 0, now_secs());
         c.local.sweep(&mut own);
+        drop(own);
+        // Open ran on this thread; the handle belongs to whichever thread
+        // uses it next (its core's executor).
+        c.local.thread.store(0, Ordering::Relaxed);
     }
     Ok(caches)
 }
