@@ -5,11 +5,14 @@
 //! the counter odd, changes slots, makes it even; a reader that saw it odd,
 //! or changed across its probe, probes again. Writes are a few stores, so a
 //! reader retries rarely and briefly. Open addressing with linear probing
-//! and backward-shift deletion (no tombstones), at most 3/4 full.
+//! and backward-shift deletion (no tombstones), at most 3/4 full; the
+//! table has exactly 4/3 as many slots as entries allowed (not a power of
+//! two: the home slot is a multiply-shift of the key).
 //!
-//! A slot is seven words: the key (20 bytes) with the state and the policy
-//! handle, the location (segment, offset), the lengths (head, body), the
-//! times (stored, fresh until) and the announced length.
+//! A slot is six words (48 bytes): the key (20 bytes) with the state and
+//! the policy handle; the location (segment, offset / 64) with the head
+//! length; the body length (complete) or announced length (writing); the
+//! times (stored, fresh until).
 
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 
@@ -26,7 +29,15 @@ pub const WRITING: u64 = 2;
 pub const HANDLE_MAX: u32 = (1 << 28) - 1;
 
 /// Words per slot.
-const WORDS: usize = 7;
+const WORDS: usize = 6;
+/// Bits of the segment id in the location word.
+pub const SEG_BITS: u32 = 22;
+/// Record offsets are multiples of 64: the location word keeps offset / 64
+/// in 26 bits (segments up to 4 GiB).
+const OFF_BITS: u32 = 26;
+/// Complete entries: the body length was announced (so `expected_len`
+/// reads back as the body length).
+const ANNOUNCED: u64 = 1 << 63;
 
 /// One slot's decoded words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,14 +78,25 @@ fn key_words(key: &Id) -> (u64, u64, u64) {
 impl Entry {
     fn encode(&self) -> [u64; WORDS] {
         let (k0, k1, k2) = key_words(&self.key);
+        let lens = if self.state == COMPLETE {
+            self.body_len
+                | if self.expected_len != u64::MAX {
+                    ANNOUNCED
+                } else {
+                    0
+                }
+        } else {
+            self.expected_len
+        };
         [
             k0,
             k1,
             k2 | (self.state << 32) | (u64::from(self.handle & HANDLE_MAX) << 34),
-            (u64::from(self.seg) << 32) | u64::from(self.off),
-            (u64::from(self.head_len) << 44) | (self.body_len & ((1 << 44) - 1)),
+            (u64::from(self.seg) << (OFF_BITS + 16))
+                | (u64::from(self.off / 64) << 16)
+                | u64::from(self.head_len & 0xffff),
+            lens,
             (u64::from(self.stored_secs) << 32) | u64::from(self.fresh_until_secs),
-            self.expected_len,
         ]
     }
 
@@ -83,17 +105,24 @@ impl Entry {
         key[0..8].copy_from_slice(&w[0].to_le_bytes());
         key[8..16].copy_from_slice(&w[1].to_le_bytes());
         key[16..20].copy_from_slice(&(w[2] as u32).to_le_bytes());
+        let state = (w[2] >> 32) & 3;
+        let (body_len, expected_len) = if state == COMPLETE {
+            let len = w[4] & !ANNOUNCED;
+            (len, if w[4] & ANNOUNCED != 0 { len } else { u64::MAX })
+        } else {
+            (0, w[4])
+        };
         Entry {
             key: Id(key),
-            state: (w[2] >> 32) & 3,
+            state,
             handle: ((w[2] >> 34) as u32) & HANDLE_MAX,
-            seg: (w[3] >> 32) as u32,
-            off: w[3] as u32,
-            head_len: (w[4] >> 44) as u32,
-            body_len: w[4] & ((1 << 44) - 1),
+            seg: (w[3] >> (OFF_BITS + 16)) as u32,
+            off: (((w[3] >> 16) & ((1 << OFF_BITS) - 1)) * 64) as u32,
+            head_len: (w[3] & 0xffff) as u32,
+            body_len,
             stored_secs: (w[5] >> 32) as u32,
             fresh_until_secs: w[5] as u32,
-            expected_len: w[6],
+            expected_len,
         }
     }
 }
@@ -107,7 +136,8 @@ struct Seq(AtomicU64);
 pub struct Partition {
     seq: Seq,
     slots: Box<[[AtomicU64; WORDS]]>,
-    mask: usize,
+    /// Entries allowed (3/4 of the slots).
+    capacity: usize,
     /// Hits counted by readers on every core, per handle, saturating at 3;
     /// the owner's eviction policy collects them (`take_hits`).
     hits: Box<[AtomicU8]>,
@@ -120,22 +150,23 @@ pub struct Partition {
 unsafe impl Sync for Partition {}
 
 impl Partition {
-    /// A partition for up to `objects` entries (slots: a power of two at
-    /// least 4/3 as many) and `handles` policy handles.
-    pub fn new(objects: usize, handles: u32) -> Partition {
-        let slots = (objects * 4 / 3 + 1).next_power_of_two().max(64);
+    /// A partition for up to `objects` entries (4/3 as many slots) and as
+    /// many policy handles.
+    pub fn new(objects: usize) -> Partition {
+        let objects = objects.max(16);
+        let slots = objects * 4 / 3 + 1;
         Partition {
             seq: Seq(AtomicU64::new(0)),
             slots: (0..slots).map(|_| Default::default()).collect(),
-            mask: slots - 1,
-            hits: (0..handles).map(|_| AtomicU8::new(0)).collect(),
+            capacity: objects,
+            hits: (0..objects).map(|_| AtomicU8::new(0)).collect(),
             used: std::cell::Cell::new(0),
         }
     }
 
     /// Entries the partition may hold (3/4 of its slots).
     pub fn capacity(&self) -> usize {
-        (self.mask + 1) * 3 / 4
+        self.capacity
     }
 
     /// Occupied slots.
@@ -149,9 +180,27 @@ impl Partition {
     }
 
     fn home(&self, key: &Id) -> usize {
-        // Bytes 8..16: the first two bytes pick the owning core.
+        // Bytes 8..16 (the first two pick the owning core), mapped onto
+        // 0..slots by a multiply-shift.
         let (_, k1, _) = key_words(key);
-        (k1 as usize) & self.mask
+        ((u128::from(k1) * self.slots.len() as u128) >> 64) as usize
+    }
+
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    /// Steps from `from` forward to `to`, around the end.
+    fn dist(&self, from: usize, to: usize) -> usize {
+        if to >= from {
+            to - from
+        } else {
+            to + self.slots.len() - from
+        }
     }
 
     fn load(&self, i: usize) -> [u64; WORDS] {
@@ -159,25 +208,33 @@ impl Partition {
         std::array::from_fn(|w| s[w].load(Ordering::Relaxed))
     }
 
-    /// Whether nothing changed since `seq` was read (after a SeqCst fence
-    /// the caller issued).
+    /// Whether nothing changed since `seq` was read (a SeqCst load: after
+    /// the caller's SeqCst increment of a reader count, see `sweep`).
     pub fn unchanged_since(&self, seq: u64) -> bool {
-        self.seq.0.load(Ordering::Relaxed) == seq
+        self.seq.0.load(Ordering::SeqCst) == seq
     }
 
     /// Any core: the complete entry for `key`, else the one being written.
     /// Returns the entry and the sequence value it is valid for.
     pub fn lookup(&self, key: &Id) -> Option<(Entry, u64)> {
         let (k0, k1, k2) = key_words(key);
+        let mut spins = 0u32;
         loop {
             let s1 = self.seq.0.load(Ordering::Acquire);
             if s1 & 1 == 1 {
-                std::hint::spin_loop();
+                // The owner is mid-write (a few stores); if its thread was
+                // preempted there, let it run.
+                spins += 1;
+                if spins % 64 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let mut found: Option<[u64; WORDS]> = None;
             let mut i = self.home(key);
-            for _ in 0..=self.mask {
+            for _ in 0..self.slots.len() {
                 let w2 = self.slots[i][2].load(Ordering::Relaxed);
                 let state = (w2 >> 32) & 3;
                 if state == EMPTY {
@@ -194,7 +251,7 @@ impl Partition {
                     }
                     found.get_or_insert(w);
                 }
-                i = (i + 1) & self.mask;
+                i = self.next(i);
             }
             fence(Ordering::Acquire);
             if self.seq.0.load(Ordering::Relaxed) == s1 {
@@ -240,7 +297,7 @@ impl Partition {
     /// Owner: the slot holding `key` with `handle`.
     pub fn find(&self, key: &Id, handle: u32) -> Option<usize> {
         let mut i = self.home(key);
-        for _ in 0..=self.mask {
+        for _ in 0..self.slots.len() {
             let e = Entry::decode(&self.load(i));
             if e.state == EMPTY {
                 return None;
@@ -248,7 +305,7 @@ impl Partition {
             if e.key == *key && e.handle == handle {
                 return Some(i);
             }
-            i = (i + 1) & self.mask;
+            i = self.next(i);
         }
         None
     }
@@ -266,7 +323,7 @@ impl Partition {
         }
         let mut i = self.home(&e.key);
         while (self.slots[i][2].load(Ordering::Relaxed) >> 32) & 3 != EMPTY {
-            i = (i + 1) & self.mask;
+            i = self.next(i);
         }
         self.write_begin();
         self.store(i, &e.encode());
@@ -303,7 +360,7 @@ impl Partition {
     fn remove_inner(&self, mut hole: usize) {
         let mut j = hole;
         loop {
-            j = (j + 1) & self.mask;
+            j = self.next(j);
             let w = self.load(j);
             if (w[2] >> 32) & 3 == EMPTY {
                 break;
@@ -311,8 +368,8 @@ impl Partition {
             let home = self.home(&Entry::decode(&w).key);
             // The entry at j may move to the hole unless its home lies in
             // the cyclic range (hole, j].
-            let dist_home = j.wrapping_sub(home) & self.mask;
-            let dist_hole = j.wrapping_sub(hole) & self.mask;
+            let dist_home = self.dist(home, j);
+            let dist_hole = self.dist(hole, j);
             if dist_home >= dist_hole {
                 self.store(hole, &w);
                 hole = j;
@@ -332,10 +389,14 @@ mod tests {
             key,
             state,
             handle,
-            seg: handle * 3,
-            off: handle * 64,
+            seg: handle & ((1 << SEG_BITS) - 1),
+            off: (handle % 1000) * 64,
             head_len: 17,
-            body_len: u64::from(handle) * 1000,
+            body_len: if state == COMPLETE {
+                u64::from(handle) * 1000
+            } else {
+                0
+            },
             stored_secs: 5,
             fresh_until_secs: 9,
             expected_len: u64::MAX,
@@ -353,7 +414,7 @@ mod tests {
         /// (backward shifts included), with keys that collide on purpose.
         #[test]
         fn partition_agrees_with_a_map(ops in proptest::collection::vec((0u8..40, any::<bool>()), 0..400)) {
-            let p = Partition::new(48, 64);
+            let p = Partition::new(48);
             let mut model = std::collections::HashMap::new();
             for (n, insert) in ops {
                 // Keys whose home bytes agree in their low bits: long runs.
@@ -385,7 +446,7 @@ mod tests {
 
     #[test]
     fn lookup_prefers_the_complete_copy() {
-        let p = Partition::new(16, 16);
+        let p = Partition::new(16);
         let key = Id::hash(b"k");
         p.insert(&entry(key, WRITING, 1));
         assert_eq!(p.lookup(&key).unwrap().0.handle, 1);

@@ -32,7 +32,7 @@
 
 mod index;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::HashMap;
@@ -58,8 +58,8 @@ use index::{Entry, Partition, COMPLETE, WRITING};
 
 /// The largest object the cache stores (the default), in bytes.
 pub const OBJECT_BYTES_MAX: u64 = 50_000_000;
-/// The largest stored response head, in bytes.
-pub const HEAD_BYTES_MAX: usize = 64 << 10;
+/// The largest stored response head, in bytes (the index keeps 16 bits).
+pub const HEAD_BYTES_MAX: usize = (64 << 10) - 1;
 /// Segment table slots per core (packing, solo and in-progress segments).
 const SEGMENTS_PER_CORE_MAX: u32 = 4096;
 /// Bounds of a packing segment's size, in bytes.
@@ -171,8 +171,6 @@ struct SegSlot {
     /// The mapping's base; null while the slot is free.
     ptr: AtomicPtr<u8>,
     fd: AtomicI32,
-    /// `ObjectRef`s reading this segment.
-    readers: AtomicU64,
     /// Index entries and writers pointing into it.
     live: AtomicU32,
     /// The mapping and the file: set and taken only by the owning core,
@@ -187,7 +185,6 @@ impl SegSlot {
         SegSlot {
             ptr: AtomicPtr::new(std::ptr::null_mut()),
             fd: AtomicI32::new(-1),
-            readers: AtomicU64::new(0),
             live: AtomicU32::new(0),
             map: UnsafeCell::new(None),
             file: UnsafeCell::new(None),
@@ -207,6 +204,10 @@ struct Shared {
     live_target: u64,
     parts: Box<[Partition]>,
     segs: Box<[SegSlot]>,
+    /// `ObjectRef`s reading each segment, one array per core (core `c`'s
+    /// counters at `c · segs.len() ..`): a core increments only its own, so
+    /// hits on one segment from several cores do not fight over a line.
+    readers: Box<[AtomicU32]>,
     objects: AtomicU64,
     bytes: AtomicU64,
     next_file: AtomicU64,
@@ -217,6 +218,20 @@ struct Shared {
 // immutable after `open`.
 unsafe impl Sync for SegSlot {}
 unsafe impl Send for SegSlot {}
+
+impl Shared {
+    /// Core `core`'s count of readers of segment `seg`.
+    fn reader_count(&self, core: usize, seg: u32) -> &AtomicU32 {
+        &self.readers[core * self.segs.len() + seg as usize]
+    }
+
+    /// Readers of segment `seg` on every core (after a SeqCst fence).
+    fn readers_of(&self, seg: u32) -> u64 {
+        (0..self.cores)
+            .map(|c| u64::from(self.reader_count(c, seg).load(Ordering::SeqCst)))
+            .sum()
+    }
+}
 
 /// One core's state, shared by that core's `CoreCache`, `ObjectRef`s and
 /// `ObjectWriter`s only (so cloning a reference touches a count no other
@@ -263,14 +278,15 @@ struct OwnedSeg {
     handles: Vec<u32>,
 }
 
+/// What the owner keeps per object beside its index entry (40 bytes).
 #[derive(Clone, Copy)]
 struct Handle {
     key: Id,
     seg: u32,
     off: u32,
-    /// Record bytes (aligned).
-    alloc: u64,
-    pinned_until_secs: u64,
+    /// Record bytes (aligned; records are at most ~50 MB).
+    alloc: u32,
+    pinned_until_secs: u32,
     in_use: bool,
     complete: bool,
     /// Chosen for eviction while pinned: its pointer is no longer renewed.
@@ -434,18 +450,16 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
     std::fs::create_dir_all(&config.dir)?;
     let budget = config.size_bytes / cores as u64;
     let segment_bytes = ((budget / 16) / 4096 * 4096).clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX);
+    // Entries per core: complete objects and objects being written.
     let objects_max =
         (budget / OBJECT_BYTES_MEAN_MIN).clamp(1024, u64::from(index::HANDLE_MAX) / 2) as usize;
-    let parts: Box<[Partition]> = (0..cores)
-        .map(|_| {
-            // Handles: one per object plus one per concurrent writer.
-            Partition::new(objects_max, 0)
-        })
-        .collect();
+    let parts: Box<[Partition]> = (0..cores).map(|_| Partition::new(objects_max)).collect();
     let handles = parts[0].capacity() as u32;
-    let parts: Box<[Partition]> = (0..cores)
-        .map(|_| Partition::new(objects_max, handles))
-        .collect();
+    if cores as u64 * u64::from(SEGMENTS_PER_CORE_MAX) > 1 << index::SEG_BITS {
+        return Err(CacheError::Io(std::io::Error::other(
+            "too many cores for the segment table",
+        )));
+    }
     let shared = Arc::new(Shared {
         dir: config.dir.clone(),
         cores,
@@ -455,6 +469,9 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
         parts,
         segs: (0..cores as u32 * SEGMENTS_PER_CORE_MAX)
             .map(|_| SegSlot::new())
+            .collect(),
+        readers: (0..cores * cores * SEGMENTS_PER_CORE_MAX as usize)
+            .map(|_| AtomicU32::new(0))
             .collect(),
         objects: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
@@ -618,14 +635,23 @@ impl CoreCache {
                 self.misses.set(self.misses.get() + 1);
                 return None;
             };
-            slot.readers.fetch_add(1, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            // The entry may have been removed (and its segment freed) between
-            // the probe and the increment: then look again.
+            let readers = shared.reader_count(self.core, e.seg);
+            // SeqCst, then a SeqCst load of the partition's sequence: pairs
+            // with the fence in `sweep`. The entry may have been removed
+            // (and its segment freed) between the probe and the increment:
+            // then the sequence changed, and we look again.
+            readers.fetch_add(1, Ordering::SeqCst);
             let ptr = slot.ptr.load(Ordering::Acquire);
-            if !part.unchanged_since(seq) || ptr.is_null() {
-                slot.readers.fetch_sub(1, Ordering::Release);
+            if !part.unchanged_since(seq) {
+                readers.fetch_sub(1, Ordering::Release);
                 continue;
+            }
+            if ptr.is_null() {
+                // Cannot happen (a segment is freed only when no entry
+                // points into it); answer a miss rather than spin.
+                readers.fetch_sub(1, Ordering::Release);
+                self.misses.set(self.misses.get() + 1);
+                return None;
             }
             part.count_hit(e.handle);
             self.hits.set(self.hits.get() + 1);
@@ -716,7 +742,7 @@ impl CoreCache {
             key,
             seg,
             off,
-            alloc: alloc_len,
+            alloc: alloc_len as u32,
             in_use: true,
             ..Handle::FREE
         };
@@ -826,7 +852,9 @@ impl CoreCache {
         if let Some((e, _)) = part.lookup(key) {
             let mut own = self.local.own();
             let h = &mut own.handles[e.handle as usize];
-            h.pinned_until_secs = h.pinned_until_secs.max(until_secs);
+            h.pinned_until_secs = h
+                .pinned_until_secs
+                .max(until_secs.min(u64::from(u32::MAX)) as u32);
         }
     }
 
@@ -929,7 +957,7 @@ impl Local {
             key: rec.key,
             seg,
             off,
-            alloc: rec.alloc_len,
+            alloc: rec.alloc_len as u32,
             in_use: true,
             complete: true,
             ..Handle::FREE
@@ -1070,7 +1098,7 @@ impl Local {
         // index change that emptied the segment and backs off.
         fence(Ordering::SeqCst);
         for id in idle {
-            if shared.segs[id as usize].readers.load(Ordering::SeqCst) == 0 {
+            if shared.readers_of(id) == 0 {
                 self.free_segment(own, id);
             }
         }
@@ -1144,7 +1172,7 @@ impl Local {
         } = own;
         let victim = policy.evict(&mut |h| {
             let hd = &mut handles[h as usize];
-            let keep = hd.pinned_until_secs > now;
+            let keep = u64::from(hd.pinned_until_secs) > now;
             if keep {
                 hd.retiring = true;
             }
@@ -1178,7 +1206,7 @@ impl Local {
         if let Some(s) = own.segs.get_mut(&hd.seg) {
             if hd.complete && s.own_live > 0 {
                 s.own_live -= 1;
-                s.own_live_bytes = s.own_live_bytes.saturating_sub(hd.alloc);
+                s.own_live_bytes = s.own_live_bytes.saturating_sub(u64::from(hd.alloc));
             }
         }
         // After the index change: see `sweep`.
@@ -1218,18 +1246,20 @@ impl Local {
             .get_mut(&id)
             .map(|s| std::mem::take(&mut s.handles))
             .unwrap_or_default();
+        let mut progress = false;
         for h in handles {
             let hd = own.handles[h as usize];
             if !(hd.in_use && hd.complete && hd.seg == id) {
                 continue;
             }
+            progress = true;
             if !self.relocate(own, h, now) {
                 own.policy.remove(h);
                 self.drop_handle(own, h, true);
                 own.evictions += 1;
             }
         }
-        true
+        progress
     }
 
     /// Copies complete object `h` into the active packing segment and points
@@ -1247,11 +1277,11 @@ impl Local {
         if !resident(src, hd.alloc as usize) {
             return false;
         }
-        let need = self.packing_need(own, hd.alloc);
+        let need = self.packing_need(own, u64::from(hd.alloc));
         if own.bytes + need > shared.budget {
             return false;
         }
-        let Ok((seg, off)) = self.alloc_packing(own, hd.alloc) else {
+        let Ok((seg, off)) = self.alloc_packing(own, u64::from(hd.alloc)) else {
             return false;
         };
         let dst = shared.segs[seg as usize].ptr.load(Ordering::Acquire);
@@ -1271,7 +1301,7 @@ impl Local {
             commit_word(d).store(commit_word(src).load(Ordering::Acquire), Ordering::Release);
         }
         self.move_handle(own, h, seg, off);
-        own.cleaned_bytes += hd.alloc;
+        own.cleaned_bytes += u64::from(hd.alloc);
         true
     }
 
@@ -1292,7 +1322,7 @@ impl Local {
         if let Some(s) = own.segs.get_mut(&hd.seg) {
             if hd.complete && s.own_live > 0 {
                 s.own_live -= 1;
-                s.own_live_bytes = s.own_live_bytes.saturating_sub(hd.alloc);
+                s.own_live_bytes = s.own_live_bytes.saturating_sub(u64::from(hd.alloc));
             }
         }
         shared.segs[hd.seg as usize]
@@ -1301,7 +1331,7 @@ impl Local {
         if let Some(s) = own.segs.get_mut(&seg) {
             if hd.complete {
                 s.own_live += 1;
-                s.own_live_bytes += hd.alloc;
+                s.own_live_bytes += u64::from(hd.alloc);
             }
             s.handles.push(h);
         }
@@ -1315,8 +1345,9 @@ impl Local {
 
 impl Clone for ObjectRef {
     fn clone(&self) -> Self {
-        self.local.shared.segs[self.seg as usize]
-            .readers
+        self.local
+            .shared
+            .reader_count(self.local.core, self.seg)
             .fetch_add(1, Ordering::Relaxed);
         ObjectRef {
             local: self.local.clone(),
@@ -1332,8 +1363,9 @@ impl Clone for ObjectRef {
 
 impl Drop for ObjectRef {
     fn drop(&mut self) {
-        self.local.shared.segs[self.seg as usize]
-            .readers
+        self.local
+            .shared
+            .reader_count(self.local.core, self.seg)
             .fetch_sub(1, Ordering::Release);
     }
 }
@@ -1693,7 +1725,7 @@ impl ObjectWriter {
         }
         {
             let hd = &mut own.handles[h as usize];
-            hd.alloc = final_len;
+            hd.alloc = final_len as u32;
             hd.complete = true;
         }
         if let Some(s) = own.segs.get_mut(&self.seg) {

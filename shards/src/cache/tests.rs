@@ -2,6 +2,39 @@
 
 use super::*;
 
+/// The global allocator in test builds: mimalloc, counting allocations per
+/// thread so a test can check that a path allocates nothing.
+pub struct CountingAlloc;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Allocations made by this thread so far.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.with(|c| c.get())
+}
+
+// SAFETY: forwards every call to mimalloc unchanged; the counter is a
+// const-initialized thread-local without a destructor, safe to touch here.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        mimalloc::MiMalloc.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        mimalloc::MiMalloc.dealloc(ptr, layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        mimalloc::MiMalloc.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        mimalloc::MiMalloc.realloc(ptr, layout, new_size)
+    }
+}
+
 /// A directory under the system temp dir, removed when dropped.
 pub(super) struct TempDir(pub PathBuf);
 
@@ -204,7 +237,11 @@ fn small_objects_are_packed_and_the_cache_stays_within_its_size() {
         store(&caches, key(n), &pattern(n, 3000));
     }
     for n in 3..1500u32 {
-        store(&caches, key(n), &pattern(n, 1000 + (n as usize * 37) % 6000));
+        store(
+            &caches,
+            key(n),
+            &pattern(n, 1000 + (n as usize * 37) % 6000),
+        );
         for h in 0..3 {
             assert!(c.lookup(&key(h)).is_some(), "hot object {h} evicted at {n}");
         }
@@ -248,7 +285,10 @@ fn section_3_2_pinned_objects_outlive_eviction_and_stop_being_renewed() {
     // The policy wanted them gone: their pointers are no longer renewed.
     let renewed = c.complete_keys_owned();
     for n in 0..4 {
-        assert!(!renewed.contains(&key(n)), "pinned victim {n} still renewed");
+        assert!(
+            !renewed.contains(&key(n)),
+            "pinned victim {n} still renewed"
+        );
     }
     assert!(renewed.contains(&key(1199)));
 }
@@ -267,7 +307,11 @@ fn an_object_being_read_keeps_its_bytes_through_eviction() {
     assert!(c.lookup(&key(0)).is_none(), "expected key 0 evicted");
     // Its segment is still mapped and unchanged.
     assert_eq!(body_of(&held), pattern(0, 2000));
-    assert!(c.stats().bytes <= size + SEGMENT_BYTES_MIN, "{:?}", c.stats());
+    assert!(
+        c.stats().bytes <= size + SEGMENT_BYTES_MIN,
+        "{:?}",
+        c.stats()
+    );
 }
 
 #[test]
@@ -316,7 +360,10 @@ fn restart_on_a_different_number_of_cores_finds_every_object() {
         let caches = open(&config(&dir.0, 1 << 24), cores).unwrap();
         for c in &caches {
             for n in 0..40 {
-                assert_eq!(body_of(&c.lookup(&key(n)).unwrap()), pattern(n, 100 + n as usize * 50));
+                assert_eq!(
+                    body_of(&c.lookup(&key(n)).unwrap()),
+                    pattern(n, 100 + n as usize * 50)
+                );
             }
         }
         // Objects keep being written and evicted on the new layout.
@@ -330,7 +377,9 @@ fn an_object_of_unannounced_length_is_streamed_then_packed() {
     let dir = TempDir::new("unknown-len");
     let caches = open(&config(&dir.0, 1 << 24), 1).unwrap();
     let c = &caches[0];
-    let mut w = c.begin(key(1), meta(None), b"HTTP/1.1 200 OK\r\n\r\n").unwrap();
+    let mut w = c
+        .begin(key(1), meta(None), b"HTTP/1.1 200 OK\r\n\r\n")
+        .unwrap();
     let r = c.lookup(&key(1)).unwrap();
     w.append(b"hello ").unwrap();
     assert_eq!(r.state(), ObjectState::Writing { len: 6 });
@@ -378,7 +427,7 @@ fn crash_writer_child() {
     let c = &caches[0];
     store(&caches, key(1), &pattern(1, 3000)); // packed
     store(&caches, key(2), &pattern(2, 5_000_000)); // solo
-    // Announced 4 MB, half written.
+                                                    // Announced 4 MB, half written.
     let mut w3 = c.begin(key(3), meta(Some(4_000_000)), b"h3").unwrap();
     w3.append(&pattern(3, 2_000_000)).unwrap();
     // Every byte written, but never finished (no commit word).
@@ -415,7 +464,12 @@ fn section_3_2_kill_9_mid_object_never_serves_a_partial_object() {
     let dir = TempDir::new("kill9");
     let mut child = Child(
         std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "cache::tests::crash_writer_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "cache::tests::crash_writer_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CRASH_WRITER_DIR, &dir.0)
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -432,18 +486,27 @@ fn section_3_2_kill_9_mid_object_never_serves_a_partial_object() {
     child.0.wait().unwrap();
     let caches = open(&config(&dir.0, 1 << 26), 1).unwrap();
     let c = &caches[0];
-    assert_eq!(body_of(&c.lookup(&key(1)).expect("old copy of key 1")), pattern(1, 3000));
-    assert_eq!(body_of(&c.lookup(&key(2)).expect("key 2")), pattern(2, 5_000_000));
+    assert_eq!(
+        body_of(&c.lookup(&key(1)).expect("old copy of key 1")),
+        pattern(1, 3000)
+    );
+    assert_eq!(
+        body_of(&c.lookup(&key(2)).expect("key 2")),
+        pattern(2, 5_000_000)
+    );
     for n in [3, 4, 5] {
-        assert!(c.lookup(&key(n)).is_none(), "partial object {n} served after kill -9");
+        assert!(
+            c.lookup(&key(n)).is_none(),
+            "partial object {n} served after kill -9"
+        );
     }
     assert_eq!(c.stats().objects, 2);
 }
 
 #[test]
 fn section_3_2_readers_on_two_executors_stream_what_the_owner_writes() {
-    use std::sync::atomic::AtomicBool;
     use glommio::{LocalExecutorBuilder, Placement};
+    use std::sync::atomic::AtomicBool;
     let dir = TempDir::new("executors");
     let caches = open(&config(&dir.0, 1 << 24), 2).unwrap();
     let (n0, k0) = owned_by(&caches, 0, 0).next().unwrap();
@@ -510,5 +573,99 @@ fn section_3_2_readers_on_two_executors_stream_what_the_owner_writes() {
     assert_eq!(from_core1, pattern(n1, 5000));
     assert_eq!(got.len(), total);
     assert!(got == pattern(n0, total), "streamed bytes differ");
-    assert!(partial_reads > 1, "the reader never saw the object in progress");
+    assert!(
+        partial_reads > 1,
+        "the reader never saw the object in progress"
+    );
+}
+
+#[test]
+fn the_hit_path_allocates_nothing() {
+    let dir = TempDir::new("no-alloc");
+    let caches = open(&config(&dir.0, 1 << 24), 2).unwrap();
+    for n in 0..100 {
+        store(&caches, key(n), &pattern(n, 4096));
+    }
+    let keys: Vec<Id> = (0..100).map(key).collect();
+    let before = allocations();
+    let mut bytes = 0;
+    for _ in 0..10 {
+        for k in &keys {
+            // Both partitions: keys this core owns and keys the other owns.
+            let r = caches[0].lookup(k).unwrap();
+            bytes += r.body(0, 4096).len() + r.head().len();
+            let r2 = r.clone();
+            drop(r);
+            bytes += r2.body(0, 1).len();
+        }
+    }
+    assert_eq!(allocations() - before, 0, "lookups allocated");
+    assert_eq!(bytes, 10 * 100 * (4096 + 19 + 1));
+}
+
+/// Not a test: figures for README "Disk cache". Run with
+/// `cargo test --release -p coral-shards --bin coral cache::tests::bench_ -- --ignored --nocapture --test-threads=1`.
+#[test]
+#[ignore]
+fn bench_hit_path_lookups_per_second() {
+    let dir = TempDir::new("bench-hit");
+    let objects = 100_000u32;
+    let caches = open(&config(&dir.0, 4 << 30), 2).unwrap();
+    for n in 0..objects {
+        store(&caches, key(n), &pattern(n, 4096));
+    }
+    let mut rng = coral::rng::Rng::new(7);
+    let keys: Vec<Id> = (0..1_000_000)
+        .map(|_| key(rng.below(u64::from(objects)) as u32))
+        .collect();
+    let run = |c: &CoreCache, label: &str| {
+        let before = allocations();
+        let start = std::time::Instant::now();
+        let mut sum = 0usize;
+        for round in 0..5 {
+            for k in &keys {
+                let r = c.lookup(k).unwrap();
+                sum += r.head().len() + round;
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let n = 5 * keys.len();
+        println!(
+            "{label}: {:.2} M lookups/s ({:.0} ns each), {} allocations, checksum {sum}",
+            n as f64 / secs / 1e6,
+            secs * 1e9 / n as f64,
+            allocations() - before
+        );
+    };
+    println!("{objects} objects of 4 KiB, 2 partitions, uniform random keys (half owned by the other core)");
+    run(&caches[0], "one thread");
+    // Two threads at once, one handle each: lookups scale with no lock.
+    let mut it = caches.into_iter();
+    let (c0, c1) = (it.next().unwrap(), it.next().unwrap());
+    let run = &run;
+    std::thread::scope(|s| {
+        s.spawn(move || run(&c0, "two threads, thread 0"));
+        s.spawn(move || run(&c1, "two threads, thread 1"));
+    });
+}
+
+/// Not a test: index memory per object at one million objects (with 1.5
+/// million written, so the ghost queue and free handles are in use).
+#[test]
+#[ignore]
+fn bench_index_bytes_per_object_at_one_million() {
+    let dir = TempDir::new("bench-index");
+    // One core sized for 1 M entries (size / OBJECT_BYTES_MEAN_MIN).
+    let caches = open(&config(&dir.0, 1_000_000 * OBJECT_BYTES_MEAN_MIN), 1).unwrap();
+    let c = &caches[0];
+    for n in 0..1_500_000u32 {
+        store_on(c, key(n), b"");
+    }
+    let (bytes, objects) = c.index_memory();
+    println!(
+        "{objects} objects, index {} MiB: {:.1} bytes per object (partition slots 48 B at 3/4 load, handle 40 B, policy 24 B, ghost); stats {:?}",
+        bytes >> 20,
+        bytes as f64 / objects as f64,
+        c.stats()
+    );
 }
