@@ -360,7 +360,6 @@ pub struct ObjectWriter {
     len: u64,
     checksum: Checksum,
     done: bool,
-    meta: ObjectMeta,
 }
 
 fn now_secs() -> u64 {
@@ -772,7 +771,6 @@ impl CoreCache {
             len: 0,
             checksum: record::content_checksum_start(&key, head),
             done: false,
-            meta,
         })
     }
 
@@ -1759,7 +1757,6 @@ impl ObjectWriter {
         }
         let _ = cache.make_room(&mut own, 0, now_secs());
         cache.sweep(&mut own);
-        let _ = self.meta;
         Ok(())
     }
 
