@@ -673,7 +673,10 @@ fn bench_index_bytes_per_object_at_one_million() {
 /// The body version `v` of object `n` carries: its head says which.
 fn versioned(n: u32, v: u32) -> (Vec<u8>, Vec<u8>) {
     let head = format!("HTTP/1.1 200 OK\r\nX-V: {n}.{v}\r\n\r\n").into_bytes();
-    let body = pattern(n.wrapping_mul(7919) ^ v, 500 + ((n * 131 + v * 17) % 9000) as usize);
+    let body = pattern(
+        n.wrapping_mul(7919) ^ v,
+        500 + ((n * 131 + v * 17) % 9000) as usize,
+    );
     (head, body)
 }
 
@@ -735,7 +738,10 @@ fn section_3_2_readers_on_another_core_never_see_a_torn_or_freed_object() {
             .and_then(|s| s.split('.').nth(1))
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("torn head {head:?}"));
-        assert!(head.contains(&format!("X-V: {n}.")), "head of another key: {head:?}");
+        assert!(
+            head.contains(&format!("X-V: {n}.")),
+            "head of another key: {head:?}"
+        );
         let (_, want) = versioned(n, v);
         match r.state() {
             ObjectState::Complete { len } => {
@@ -743,7 +749,11 @@ fn section_3_2_readers_on_another_core_never_see_a_torn_or_freed_object() {
                 checked += 1;
             }
             ObjectState::Writing { len } => {
-                assert_eq!(r.body(0, len), &want[..len as usize], "key {n} version {v} in progress");
+                assert_eq!(
+                    r.body(0, len),
+                    &want[..len as usize],
+                    "key {n} version {v} in progress"
+                );
                 partial += 1;
             }
             ObjectState::Failed => {}
@@ -752,6 +762,52 @@ fn section_3_2_readers_on_another_core_never_see_a_torn_or_freed_object() {
     stop.store(true, Ordering::Relaxed);
     let (writes, stats) = writer.join().unwrap();
     assert!(checked > 100, "only {checked} objects checked");
-    assert!(stats.evictions > 0 && writes > 1000, "{writes} writes, {stats:?}");
-    eprintln!("{checked} complete and {partial} partial reads checked against {writes} writes; {stats:?}");
+    assert!(
+        stats.evictions > 0 && writes > 1000,
+        "{writes} writes, {stats:?}"
+    );
+    eprintln!(
+        "{checked} complete and {partial} partial reads checked against {writes} writes; {stats:?}"
+    );
+}
+
+#[test]
+fn ensure_resident_reads_a_cold_range_in_before_the_executor_touches_it() {
+    use glommio::{LocalExecutorBuilder, Placement};
+    let dir = TempDir::new("resident");
+    let caches = open(&config(&dir.0, 1 << 26), 1).unwrap();
+    let len = 2_000_000usize;
+    store(&caches, key(1), &pattern(1, len));
+    let c = caches.into_iter().next().unwrap();
+    let (cold, warm, intact) = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("cache-resident")
+        .io_memory(256 << 10)
+        .spawn(move || async move {
+            let r = c.lookup(&key(1)).unwrap();
+            let ptr = r.body(0, len as u64).as_ptr();
+            let (fd, _) = r.file_at(0);
+            let page = page_bytes();
+            let a = (ptr as usize) & !(page - 1);
+            let b = (ptr as usize + len).div_ceil(page) * page;
+            // Write it out, drop it from this mapping and from the page cache.
+            // SAFETY: fd is the open segment file; [a, b) lies inside its
+            // mapping, whose bytes are on disk after fsync.
+            unsafe {
+                libc::fsync(fd);
+                libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED);
+                libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+            let cold = !resident(ptr, len);
+            r.ensure_resident(0, len as u64).await;
+            let warm = resident(ptr, len);
+            (cold, warm, body_of(&r) == pattern(1, len))
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    if !cold {
+        eprintln!("note: the kernel kept the pages; the cold path was not exercised");
+    }
+    assert!(warm, "still not resident after ensure_resident");
+    assert!(intact);
 }
