@@ -1683,9 +1683,20 @@ impl ObjectWriter {
         }
         let sum = record::content_checksum_finish(self.checksum.clone(), self.len);
         let (checksum, commit) = record::commit_words(sum);
+        let final_len = record::record_len(self.head_len, self.len);
         // SAFETY: header words of this writer's record; the checksum word is
         // read by no one before the commit word exists.
         unsafe {
+            if self.solo && !self.known {
+                // The record was sized for the largest object; the file is
+                // cut to its real length below, so its header must say so
+                // (a restart checks the record fits its file).
+                std::ptr::copy_nonoverlapping(
+                    final_len.to_le_bytes().as_ptr(),
+                    self.rec.add(record::ALLOC_LEN_AT),
+                    8,
+                );
+            }
             std::ptr::copy_nonoverlapping(
                 checksum.to_le_bytes().as_ptr(),
                 self.rec.add(record::CHECKSUM_AT),
@@ -1699,7 +1710,6 @@ impl ObjectWriter {
         let cache = self.cache.clone();
         let shared = cache.shared();
         let part = &shared.parts[cache.core];
-        let final_len = record::record_len(self.head_len, self.len);
         let mut own = cache.own();
         if let Some(s) = own.segs.get_mut(&self.seg) {
             s.writers -= 1;

@@ -144,6 +144,15 @@ fn restart_keeps_complete_objects_and_drops_unfinished_ones() {
         let caches = open(&config(&dir.0, 1 << 24), 2).unwrap();
         store(&caches, key(1), &pattern(1, 10_000));
         store(&caches, key(2), &pattern(2, 70_000));
+        // Unannounced length, large enough to keep its own file.
+        let k4 = key(4);
+        let mut w = caches[caches[0].owner_of(&k4)]
+            .begin(k4, meta(None), b"h")
+            .unwrap();
+        for chunk in pattern(4, 400_000).chunks(7000) {
+            w.append(chunk).unwrap();
+        }
+        w.finish().unwrap();
         let k3 = key(3);
         let mut w = caches[caches[0].owner_of(&k3)]
             .begin(k3, meta(None), b"h")
@@ -160,6 +169,10 @@ fn restart_keeps_complete_objects_and_drops_unfinished_ones() {
     assert_eq!(
         body_of(&caches[0].lookup(&key(2)).unwrap()),
         pattern(2, 70_000)
+    );
+    assert_eq!(
+        body_of(&caches[0].lookup(&key(4)).unwrap()),
+        pattern(4, 400_000)
     );
     assert!(caches[0].lookup(&key(3)).is_none());
 }
