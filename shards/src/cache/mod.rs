@@ -553,8 +553,11 @@ fn restore(caches: &[CoreCache], dir: &Path) -> Result<(), CacheError> {
                 return Err(CacheError::Full);
             };
             let map = MmapOptions::new().len(len as usize).map_raw(&file)?;
+            // A file of the packing size is a packing segment (cleanable);
+            // any other size held one object (solo).
+            let packing = len == shared.segment_bytes;
             c.local
-                .publish_segment(&mut own, id, map, file, path.clone(), len, true);
+                .publish_segment(&mut own, id, map, file, path.clone(), len, packing);
             let seg = own.segs.get_mut(&id).expect("just published");
             seg.sealed = true;
             seg.used = len;
@@ -1113,6 +1116,9 @@ impl Local {
 
     /// Space for a record of `rec` bytes in the active packing segment.
     fn alloc_packing(&self, own: &mut Owner, rec: u64) -> Result<(u32, u32), CacheError> {
+        if rec > self.shared().segment_bytes {
+            return Err(CacheError::TooLarge);
+        }
         if let Some(a) = own.active {
             let s = own.segs.get_mut(&a).ok_or(CacheError::Full)?;
             if s.used + rec <= s.accounted {
@@ -1272,7 +1278,8 @@ impl Local {
         }
         // SAFETY: the record lies inside its live segment.
         let src = unsafe { src_base.add(hd.off as usize) };
-        if !resident(src, hd.alloc as usize) {
+        // Only small objects are packed; a cold one is not read in here.
+        if u64::from(hd.alloc) > shared.segment_bytes / 4 || !resident(src, hd.alloc as usize) {
             return false;
         }
         let need = self.packing_need(own, u64::from(hd.alloc));

@@ -824,3 +824,47 @@ fn ensure_resident_reads_a_cold_range_in_before_the_executor_touches_it() {
     assert!(warm, "still not resident after ensure_resident");
     assert!(intact);
 }
+
+#[test]
+fn after_a_restart_restored_segments_are_cleaned_and_evicted_like_new_ones() {
+    let dir = TempDir::new("restart-churn");
+    let size = 4 << 20;
+    let len_of = |n: u32| {
+        if n % 10 == 0 {
+            300_000
+        } else {
+            1000 + (n as usize * 53) % 9000
+        }
+    };
+    {
+        let caches = open(&config(&dir.0, size), 1).unwrap();
+        for n in 0..300 {
+            if n % 20 == 5 {
+                // Unannounced length.
+                let mut w = caches[0].begin(key(n), meta(None), b"h").unwrap();
+                w.append(&pattern(n, len_of(n))).unwrap();
+                w.finish().unwrap();
+            } else {
+                store(&caches, key(n), &pattern(n, len_of(n)));
+            }
+        }
+    }
+    let caches = open(&config(&dir.0, size), 1).unwrap();
+    let c = &caches[0];
+    let restored = c.stats().objects;
+    assert!(restored > 20, "{:?}", c.stats());
+    for n in 300..1500 {
+        store(&caches, key(n), &pattern(n, len_of(n)));
+        assert!(c.stats().bytes <= size, "{:?}", c.stats());
+    }
+    let mut present = 0;
+    for n in 0..1500 {
+        if let Some(r) = c.lookup(&key(n)) {
+            assert_eq!(body_of(&r), pattern(n, len_of(n)), "object {n}");
+            present += 1;
+        }
+    }
+    assert_eq!(present, c.stats().objects);
+    // The restored files were freed as their objects left.
+    assert!(seg_files(&dir.0) < 300, "{} files", seg_files(&dir.0));
+}
