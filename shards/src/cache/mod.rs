@@ -1757,9 +1757,25 @@ impl ObjectWriter {
             .and_then(|(o, _)| part.find(&self.key, o.handle).map(|j| (o.handle, j)))
         {
             Some((old, j)) => {
+                let o = part.get(j);
                 part.update_and_remove(i, &e, j);
                 // The old copy's entry is gone with the same change that
-                // made this one complete; now forget its handle.
+                // made this one complete; now forget its handle, and mark its
+                // record removed so a restart cannot bring it back (only if
+                // its header is in memory: no fault on the executor; else the
+                // restart keeps the newer `stored_secs`).
+                let base = shared.segs[o.seg as usize].ptr.load(Ordering::Acquire);
+                if !base.is_null() {
+                    // SAFETY: the old record lies in its segment, still
+                    // mapped (its entry's `live` count is dropped below).
+                    let rec = unsafe { base.add(o.off as usize) };
+                    if resident(rec, HEADER_BYTES) {
+                        // SAFETY: as above; the flags word is atomic.
+                        unsafe {
+                            flags_word(rec).fetch_or(flag(record::FLAG_REMOVED), Ordering::Release);
+                        }
+                    }
+                }
                 own.policy.remove(old);
                 cache.drop_handle(&mut own, old, true);
             }
