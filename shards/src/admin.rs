@@ -165,6 +165,9 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             let Some(level) = get("level").and_then(|l| l.parse::<u8>().ok()) else {
                 return bad("level: a number");
             };
+            if usize::from(level) >= shard.levels_count() {
+                return bad(&format!("level {level}: this node has levels 0 to {}", shard.levels_count() - 1));
+            }
             let count = get("count").and_then(|c| c.parse::<usize>().ok()).unwrap_or(8).min(1024);
             let target = match get("target") {
                 Some(t) => match t.parse::<IpAddr>() {
@@ -187,7 +190,10 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             };
             let levels = match get("levels") {
                 Some(l) => match parse_levels(l) {
-                    Some(v) => Some(v),
+                    Some(v) if v.iter().all(|&l| usize::from(l) < shard.levels_count()) => Some(v),
+                    Some(_) => {
+                        return bad(&format!("levels: this node has levels 0 to {}", shard.levels_count() - 1))
+                    }
                     None => return bad("levels: numbers separated by commas"),
                 },
                 None => None,
@@ -212,7 +218,17 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             }
             (200, json!({"cores": cores}).to_string())
         }
-        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats"]}).to_string()),
+        // Liveness: this executor answers.
+        "/livez" => (200, json!({"live": true}).to_string()),
+        // Readiness: every core serves and the node is not stopping.
+        "/readyz" => {
+            if crate::lifecycle::ready() && !shard.stopping() {
+                (200, json!({"ready": true, "cores": shard.cores}).to_string())
+            } else {
+                (503, json!({"ready": false, "error": "not ready: starting or stopping"}).to_string())
+            }
+        }
+        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats", "/livez", "/readyz"]}).to_string()),
     }
 }
 

@@ -38,6 +38,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use serde_json::json;
 
 use crate::config::NodeConfig;
+use crate::lifecycle::{self, Control, Reload};
 use crate::steer;
 
 /// io_uring memory per executor: small, because `ulimit -l` is often 8 MiB
@@ -365,6 +366,11 @@ impl Shard {
         json!({"level": level, "nodes": nodes})
     }
 
+    /// How many levels the node has (levels are `0..levels_count()`).
+    pub fn levels_count(&self) -> usize {
+        self.node.borrow().config().levels()
+    }
+
     /// Whether the node is shutting down.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -497,20 +503,41 @@ pub fn io_uring_problem() -> Option<String> {
 }
 
 /// Runs a node until SIGINT or SIGTERM. Blocks the calling thread.
+#[allow(dead_code)]
 pub fn run(config: NodeConfig) -> Result<(), String> {
+    run_with(config, None)
+}
+
+/// Runs a node until SIGINT or SIGTERM, reloading on SIGHUP what `reload`
+/// allows (see `lifecycle`). Blocks the calling thread.
+pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), String> {
     if let Some(p) = io_uring_problem() {
         return Err(p);
     }
     let cpus = allowed_cpus();
+    if config.cores > cpus.len() {
+        return Err(format!(
+            "cores = {}: this process may run on {} CPU(s) (its affinity mask); use at most {} or 0 for all",
+            config.cores,
+            cpus.len(),
+            cpus.len()
+        ));
+    }
     let cores = if config.cores == 0 {
         cpus.len()
     } else {
-        config.cores.min(cpus.len()).max(1)
+        config.cores
     };
+    lifecycle::check_addresses_free(config.dsht, config.admin)?;
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
     let stop = Arc::new(AtomicBool::new(false));
-    block_stop_signals();
+    lifecycle::block_signals();
+    // Each core reports once it serves (core 0: with the admin endpoint
+    // open), or why it cannot.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
+    let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
+    let mut control_rx = Some(control_rx);
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
     // The start-up probe for clustering hints runs on its own thread, off the
     // executors; core 0 stores what it finds.
@@ -547,6 +574,8 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
         let stop = stop.clone();
         let clusters = clusters.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
+        let control = if core == 0 { control_rx.take() } else { None };
+        let ready = ready_tx.clone();
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
         // fewer leaves placement to the kernel: several small nodes on one
@@ -566,8 +595,14 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
                     fd,
                     epoch,
                     clusters,
+                    ready: ready.clone(),
+                    control,
                 };
-                core_main(start, config, mesh, stop, hints).await
+                let r = core_main(start, config, mesh, stop, hints).await;
+                if let Err(e) = &r {
+                    let _ = ready.send(Err(e.clone()));
+                }
+                r
             })
             .map_err(|e| {
                 format!(
@@ -577,9 +612,44 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
             })?;
         handles.push(handle);
     }
-    tracing::info!(addr = %config.dsht, admin = %config.admin, cores, "coral node running");
-    wait_for_stop_signal();
-    tracing::info!("stopping");
+    drop(ready_tx);
+    let mut serving = 0;
+    while serving < cores {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => serving += 1,
+            Ok(Err(e)) => {
+                stop.store(true, Ordering::Relaxed);
+                lifecycle::arm_stop_watchdog();
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(e);
+            }
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err("a core stopped before it served".into());
+            }
+        }
+    }
+    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, cores, "coral node running");
+    lifecycle::set_ready(true);
+    let why = loop {
+        match lifecycle::wait_signal() {
+            lifecycle::Signal::Reload => {
+                if let Some(r) = reload.as_mut() {
+                    for c in r.reload() {
+                        let _ = control_tx.send(c);
+                    }
+                } else {
+                    tracing::info!("SIGHUP: nothing to reload");
+                }
+            }
+            lifecycle::Signal::Stop(why) => break why,
+        }
+    };
+    tracing::info!(signal = why, "stopping");
+    lifecycle::set_ready(false);
+    lifecycle::arm_stop_watchdog();
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         match h.join() {
@@ -600,6 +670,10 @@ struct CoreStart {
     epoch: Instant,
     /// The starting cluster id of each non-global level.
     clusters: Vec<Id>,
+    /// Told once this core serves.
+    ready: std::sync::mpsc::Sender<Result<usize, String>>,
+    /// Reloads for core 0 (SIGHUP).
+    control: Option<std::sync::mpsc::Receiver<Control>>,
 }
 
 async fn core_main(
@@ -615,6 +689,8 @@ async fn core_main(
         fd,
         epoch,
         clusters,
+        ready,
+        control,
     } = start;
     let (senders, mut receivers) = mesh
         .join()
@@ -631,7 +707,7 @@ async fn core_main(
     let mut dht = config.dht.clone();
     dht.cluster_manage &= core == 0;
     let now = Time(epoch.elapsed().as_micros() as u64);
-    let mut node = Node::new(dht, config.dsht, now, seed).map_err(|e| e.to_string())?;
+    let mut node = Node::new(dht, config.id_addr(), now, seed).map_err(|e| e.to_string())?;
     node.set_route_hint(steer::route_for_core(core, cores));
     node.set_shard(core, cores);
     for (i, id) in clusters.iter().enumerate() {
@@ -687,14 +763,34 @@ async fn core_main(
     // Joining: core 0 bootstraps; the others learn from it over the mesh.
     if core == 0 && !config.bootstrap.is_empty() {
         let now = shard.now();
+        tracing::info!(through = ?config.bootstrap, "joining");
         shard.node.borrow_mut().bootstrap(now, &config.bootstrap);
         shard.flush().await;
     }
     if core == 0 {
         crate::admin::spawn(shard.clone(), config.admin)?;
     }
+    let _ = ready.send(Ok(core));
+    let mut watch = crate::lifecycle::ContactWatch::default();
     // Timers, until told to stop.
     while !shard.stopping() {
+        if let Some(c) = control.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            match c {
+                Control::Bootstrap(list) => {
+                    tracing::info!(through = ?list, "joining (reload)");
+                    let now = shard.now();
+                    shard.node.borrow_mut().bootstrap(now, &list);
+                    shard.flush().await;
+                }
+            }
+        }
+        if core == 0 {
+            let now = shard.now();
+            if watch.due(now) {
+                let levels = shard.node.borrow().levels(now);
+                watch.observe(now, &levels);
+            }
+        }
         if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {
             set_hints(&shard, &hops).await;
         }
@@ -797,40 +893,4 @@ fn seed_from_os() -> u64 {
         let _ = f.read_exact(&mut b);
     }
     u64::from_ne_bytes(b) ^ std::process::id() as u64
-}
-
-fn stop_signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a sigset_t we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        set
-    }
-}
-
-/// Blocks SIGINT and SIGTERM in this thread and every thread it starts, so
-/// that only `wait_for_stop_signal` receives them.
-fn block_stop_signals() {
-    let set = stop_signal_set();
-    // SAFETY: restoring the default disposition is always valid (a shell
-    // starts background jobs with SIGINT ignored, and an ignored signal is
-    // discarded before sigwait can see it); `set` is initialised and a null
-    // old-set pointer is allowed.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-        libc::signal(libc::SIGTERM, libc::SIG_DFL);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-}
-
-fn wait_for_stop_signal() {
-    let set = stop_signal_set();
-    let mut sig: libc::c_int = 0;
-    // SAFETY: `set` is initialised and blocked in every thread; `sig` is a
-    // valid out-pointer.
-    unsafe {
-        libc::sigwait(&set, &mut sig);
-    }
 }
