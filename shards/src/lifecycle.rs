@@ -140,7 +140,10 @@ impl Reload {
         let mut out = Vec::new();
         if new.log != old.log {
             match self.filter.as_ref().map(|f| f.set(&new.log)) {
-                Some(Ok(true)) => applied.push("log"),
+                Some(Ok(true)) => {
+                    applied.push("log");
+                    tracing::debug!(filter = %new.log, "log filter replaced");
+                }
                 Some(Ok(false)) => tracing::info!("SIGHUP: log unchanged (RUST_LOG overrides it)"),
                 Some(Err(e)) => tracing::error!("SIGHUP: log = {:?}: {e}", new.log),
                 None => {}
