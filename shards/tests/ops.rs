@@ -56,9 +56,11 @@ impl Node {
         let log = dir.0.join(format!("{name}.log"));
         let err = std::fs::File::create(&log).unwrap();
         let mut cmd = Command::new(CORAL);
-        cmd.arg("node")
-            .args(["--cores", "1"])
-            .args(args)
+        cmd.arg("node");
+        if !args.contains(&"--cores") {
+            cmd.args(["--cores", "1"]);
+        }
+        cmd.args(args)
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(err);
@@ -581,4 +583,45 @@ fn cpus_allowed(status: &Path) -> String {
         .unwrap_or("")
         .trim()
         .to_string()
+}
+
+/// systemd's `Type=notify`: READY=1 on $NOTIFY_SOCKET only once every core
+/// serves (the admin endpoint answers by then), STOPPING=1 on SIGTERM.
+#[test]
+fn systemd_hears_ready_once_every_core_serves_and_stopping_on_sigterm() {
+    let dir = TempDir::new("notify");
+    let sock_path = dir.0.join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(START_WAIT)).unwrap();
+    // Two cores where the test may use two (the kernel places them).
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |n| n.get().min(2))
+        .to_string();
+    let mut n = Node::spawn(
+        &dir,
+        "n",
+        &[
+            "--dsht",
+            "127.15.9.1:7000",
+            "--admin",
+            "127.15.9.1:7080",
+            "--cores",
+            &cores,
+        ],
+        &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())],
+    );
+    let mut buf = [0u8; 256];
+    let len = sock.recv(&mut buf).expect("READY=1 from the node");
+    let msg = String::from_utf8_lossy(&buf[..len]).to_string();
+    assert!(msg.starts_with("READY=1"), "{msg}");
+    // Ready means serving: the admin port answers at once, every core too.
+    let (status, body) = http_get("127.15.9.1:7080".parse().unwrap(), "/stats");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let cores = v["cores"].as_array().unwrap();
+    assert!(cores.iter().all(|c| c.is_object()), "{v}");
+    n.signal("TERM");
+    let len = sock.recv(&mut buf).expect("STOPPING=1 from the node");
+    assert_eq!(&buf[..len], b"STOPPING=1");
+    assert!(n.wait_exit(Duration::from_secs(15)).success());
 }
