@@ -64,11 +64,14 @@ pub fn sd_notify(state: &str) {
     }
 }
 
+/// How long the admin address probe waits for an answer.
+const ADMIN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Refuses to start where a live node (or another program) already holds
 /// the addresses. The node's own sockets use SO_REUSEPORT, so a second node
 /// would bind beside the first without complaint and split the traffic;
-/// these probes bind without it, which fails while any socket holds the
-/// address.
+/// the UDP probe binds without it, which fails while any socket holds the
+/// address, and the TCP probe connects.
 pub fn check_addresses_free(dsht: SocketAddr, admin: SocketAddr) -> Result<(), String> {
     let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
     if let Err(e) = std::net::UdpSocket::bind(dsht) {
@@ -81,15 +84,14 @@ pub fn check_addresses_free(dsht: SocketAddr, admin: SocketAddr) -> Result<(), S
             format!("cannot bind the DSHT address {dsht}: {e}")
         });
     }
-    if let Err(e) = std::net::TcpListener::bind(admin) {
-        return Err(if in_use(&e) {
-            format!(
-                "the admin address {admin} (TCP) is in use by another coral node or another \
-                 program; choose another with --admin or `admin =`"
-            )
-        } else {
-            format!("cannot bind the admin address {admin}: {e}")
-        });
+    // TCP: something accepting there is a live owner. (A bind probe would
+    // also trip over the TIME_WAIT connections a node that just stopped
+    // leaves behind, which the node's own SO_REUSEPORT bind does not mind.)
+    if std::net::TcpStream::connect_timeout(&admin, ADMIN_PROBE_TIMEOUT).is_ok() {
+        return Err(format!(
+            "the admin address {admin} (TCP) is in use by another coral node or another \
+             program; choose another with --admin or `admin =`"
+        ));
     }
     Ok(())
 }

@@ -57,6 +57,10 @@ const HINT_HOPS_MAX: u8 = 5;
 const HINT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
 /// Datagrams read from the socket without waiting after each awaited one.
 const RECV_BATCH_MAX: usize = 64;
+/// How often core 0 sends its routing tables to the other cores.
+const TABLE_SYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+/// Contacts per level sent in one table sync.
+const TABLE_SYNC_CONTACTS_MAX: usize = 4096;
 
 /// A call into the DSHT from the client commands.
 #[derive(Debug, Clone)]
@@ -93,6 +97,11 @@ pub enum CoreMsg {
     DelegateDone { tag: u64, event: Event },
     /// Core 0's node changed cluster at `level`: follow it.
     Cluster { level: u8, id: Id, created: Time },
+    /// Core 0's routing table at `level`, sent every `TABLE_SYNC_PERIOD`:
+    /// a follower whose table lost contacts (a reply from a member still in
+    /// its old cluster removes it there, and core 0, which kept it, never
+    /// announces it again) gets them back.
+    Table { level: u8, contacts: Vec<Contact> },
 }
 
 /// The state of one core.
@@ -772,6 +781,7 @@ async fn core_main(
     }
     let _ = ready.send(Ok(core));
     let mut watch = crate::lifecycle::ContactWatch::default();
+    let mut next_sync = Instant::now();
     // Timers, until told to stop.
     while !shard.stopping() {
         if let Some(c) = control.as_ref().and_then(|rx| rx.try_recv().ok()) {
@@ -789,6 +799,10 @@ async fn core_main(
             if watch.due(now) {
                 let levels = shard.node.borrow().levels(now);
                 watch.observe(now, &levels);
+            }
+            if cores > 1 && next_sync.elapsed() >= TABLE_SYNC_PERIOD {
+                next_sync = Instant::now();
+                sync_tables(&shard);
             }
         }
         if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {
@@ -831,8 +845,41 @@ async fn set_hints(shard: &Rc<Shard>, hops: &[crate::hints::Hop]) {
     shard.flush().await;
 }
 
+/// Sends core 0's routing tables to the other cores (best effort: a full
+/// channel skips a round).
+fn sync_tables(shard: &Rc<Shard>) {
+    let levels = shard.node.borrow().config().levels();
+    for level in 0..levels as u8 {
+        let contacts = shard.node.borrow().nodes(
+            level,
+            TABLE_SYNC_CONTACTS_MAX,
+            None,
+            coral::wire::Services::NONE,
+        );
+        if contacts.is_empty() {
+            continue;
+        }
+        for peer in (0..shard.cores).filter(|&p| p != shard.core) {
+            let msg = CoreMsg::Table {
+                level,
+                contacts: contacts.clone(),
+            };
+            if shard.senders.try_send_to(peer, msg).is_err() {
+                tracing::debug!(peer, level, "table sync skipped: mesh channel full");
+            }
+        }
+    }
+}
+
 async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
     match msg {
+        CoreMsg::Table { level, contacts } => {
+            let now = shard.now();
+            let mut node = shard.node.borrow_mut();
+            for c in contacts {
+                node.learn_verified(c, level, now, None);
+            }
+        }
         CoreMsg::Delegate { from, delegated } => {
             let shard = shard.clone();
             glommio::spawn_local(async move {

@@ -625,3 +625,24 @@ fn systemd_hears_ready_once_every_core_serves_and_stopping_on_sigterm() {
     assert_eq!(&buf[..len], b"STOPPING=1");
     assert!(n.wait_exit(Duration::from_secs(15)).success());
 }
+
+/// A node stopped after serving admin requests can be started again at
+/// once on the same addresses: the connections it closed (TIME_WAIT) are
+/// not a live owner.
+#[test]
+fn a_node_restarts_at_once_on_the_addresses_it_just_left() {
+    let dir = TempDir::new("restart");
+    let args = ["--dsht", "127.15.10.1:7000", "--admin", "127.15.10.1:7080"];
+    let mut n = Node::spawn(&dir, "first", &args, &[]);
+    n.wait_log("coral node running");
+    for _ in 0..3 {
+        assert_eq!(
+            http_get("127.15.10.1:7080".parse().unwrap(), "/levels").0,
+            200
+        );
+    }
+    n.signal("TERM");
+    assert!(n.wait_exit(Duration::from_secs(15)).success());
+    let mut again = Node::spawn(&dir, "again", &args, &[]);
+    again.wait_log("coral node running");
+}
