@@ -46,7 +46,8 @@ pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
                     _ => "Error",
                 };
                 let head = format!(
-                    "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    "HTTP/1.1 {status} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    content_type(&body),
                     body.len() + 1
                 );
                 let _ = stream.write_all(head.as_bytes()).await;
@@ -59,6 +60,16 @@ pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
     })
     .detach();
     Ok(())
+}
+
+/// Prometheus's text format for `/metrics` (its body starts with a
+/// `# HELP` line), JSON for everything else.
+fn content_type(body: &str) -> &'static str {
+    if body.starts_with("# HELP") {
+        "text/plain; version=0.0.4; charset=utf-8"
+    } else {
+        "application/json"
+    }
 }
 
 async fn read_request(stream: &mut glommio::net::TcpStream) -> Result<String, (u16, String)> {
@@ -218,6 +229,15 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             }
             (200, json!({"cores": cores}).to_string())
         }
+        "/metrics" => {
+            let mut cores = Vec::new();
+            for core in 0..shard.cores {
+                let s = shard.call_on(core, Call::Metrics).await;
+                cores.push(serde_json::from_str::<serde_json::Value>(&s).unwrap_or(serde_json::Value::Null));
+            }
+            let ready = crate::lifecycle::ready() && !shard.stopping();
+            (200, crate::metrics::render_dsht(&cores, &shard.levels_json(), ready))
+        }
         // Liveness: this executor answers.
         "/livez" => (200, json!({"live": true}).to_string()),
         // Readiness: every core serves and the node is not stopping.
@@ -228,7 +248,7 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
                 (503, json!({"ready": false, "error": "not ready: starting or stopping"}).to_string())
             }
         }
-        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats", "/livez", "/readyz"]}).to_string()),
+        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats", "/livez", "/readyz", "/metrics"]}).to_string()),
     }
 }
 

@@ -13,6 +13,7 @@ mod config;
 mod hints;
 mod lifecycle;
 mod logging;
+mod metrics;
 mod runtime;
 mod sim;
 mod steer;

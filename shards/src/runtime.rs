@@ -76,6 +76,8 @@ pub enum Call {
     Get { key: Id, levels: Option<Vec<u8>> },
     /// This core's counters.
     Stats,
+    /// This core's numbers for `/metrics`.
+    Metrics,
 }
 
 /// What cores send each other.
@@ -179,6 +181,7 @@ impl Shard {
             }
         }
         for e in events {
+            crate::metrics::count_event(&e);
             let op = match &e {
                 Event::GetDone { op, .. }
                 | Event::PutDone { op, .. }
@@ -285,6 +288,20 @@ impl Shard {
                 Call::Stats => {
                     return stats_json(self.core, node.stats(), *self.send_errors.borrow())
                         .to_string();
+                }
+                Call::Metrics => {
+                    let c = crate::metrics::counters();
+                    let mut stats = stats_json(self.core, node.stats(), *self.send_errors.borrow());
+                    stats["transmit_dropped"] = json!(node.stats().transmit_dropped);
+                    return json!({
+                        "stats": stats,
+                        "counters": {
+                            "gets_found": c.gets_found, "gets_not_found": c.gets_not_found,
+                            "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
+                        },
+                        "store": node.store_counts(now).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
+                    })
+                    .to_string();
                 }
             }
         };

@@ -361,7 +361,8 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
     std::fs::write(&config, "[clusters]\neval_secs = 2\njoin_eval_secs = 1\n").unwrap();
     let c = Cluster::start_with(35, 4, 2, Some(&config));
     // (cluster, contacts, switches) at each non-global level of node i.
-    let clusters_of = |i: usize| -> Vec<(String, u64, u64)> {
+    type Levels = Vec<(String, u64, u64)>;
+    let clusters_of = |i: usize| -> Levels {
         let l = c.client(i, &["levels"]);
         l["levels"]
             .as_array()
@@ -379,7 +380,7 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
             })
             .collect()
     };
-    let ids = |seen: &[Vec<(String, u64, u64)>]| -> Vec<Vec<String>> {
+    let ids = |seen: &[Levels]| -> Vec<Vec<String>> {
         seen.iter()
             .map(|s| s.iter().map(|l| l.0.clone()).collect())
             .collect()
@@ -389,15 +390,14 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
     // node that switches clusters empties that level's store, §4.4, so a
     // put made just before a late switch is rightly gone).
     let start = Instant::now();
-    let mut stable_since: Option<(Instant, Vec<Vec<(String, u64, u64)>>)> = None;
+    let mut stable_since: Option<(Instant, Vec<Levels>)> = None;
     let seen = loop {
         let seen = (0..4).map(clusters_of).collect::<Vec<_>>();
         let same = seen
             .iter()
             .all(|s| s.iter().zip(&seen[0]).all(|(a, b)| a.0 == b.0) && s.iter().all(|l| l.1 >= 1));
-        let counters = |s: &[Vec<(String, u64, u64)>]| -> Vec<u64> {
-            s.iter().flat_map(|n| n.iter().map(|l| l.2)).collect()
-        };
+        let counters =
+            |s: &[Levels]| -> Vec<u64> { s.iter().flat_map(|n| n.iter().map(|l| l.2)).collect() };
         match &stable_since {
             Some((t, before))
                 if same && ids(before) == ids(&seen) && counters(before) == counters(&seen) =>

@@ -646,3 +646,128 @@ fn a_node_restarts_at_once_on_the_addresses_it_just_left() {
     let mut again = Node::spawn(&dir, "again", &args, &[]);
     again.wait_log("coral node running");
 }
+
+/// The value of the sample `name{labels}` in a Prometheus text body.
+fn metric(body: &str, sample: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {sample} in:\n{body}"))
+        .parse()
+        .unwrap()
+}
+
+/// `/metrics` after a known sequence: two puts under a key core 0 owns and
+/// one under a key core 1 owns, all levels, on a standalone node (every
+/// level stores locally), one get that finds and one that does not. Every
+/// core's numbers are added up at scrape time.
+#[test]
+fn metrics_count_a_known_sequence_across_cores() {
+    let dir = TempDir::new("metrics");
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |n| n.get().min(2))
+        .to_string();
+    let mut n = Node::spawn(
+        &dir,
+        "n",
+        &[
+            "--dsht",
+            "127.15.11.1:7000",
+            "--admin",
+            "127.15.11.1:7080",
+            "--cores",
+            &cores,
+        ],
+        &[],
+    );
+    n.wait_log("coral node running");
+    let admin: SocketAddr = "127.15.11.1:7080".parse().unwrap();
+    let (k0, k1) = ("00".repeat(20), "ff".repeat(20));
+    let node = ["--node", "127.15.11.1:7080"];
+    for (key, value) in [
+        (&k0, "10.0.0.1:80"),
+        (&k0, "10.0.0.2:80"),
+        (&k1, "10.0.0.3:80"),
+    ] {
+        let o = coral(&[&["put", key, value, "--ttl", "600"][..], &node].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = coral(&[&["get", &k0][..], &node].concat());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("found 2"),
+        "{o:?}"
+    );
+    let o = coral(&[&["get", &"ab".repeat(20)][..], &node].concat());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("not found"),
+        "{o:?}"
+    );
+    let mut s = TcpStream::connect(admin).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    for level in 0..3 {
+        assert_eq!(
+            metric(body, &format!("coral_dsht_values{{level=\"{level}\"}}")),
+            3.0
+        );
+        assert_eq!(
+            metric(body, &format!("coral_dsht_keys{{level=\"{level}\"}}")),
+            2.0
+        );
+        assert_eq!(
+            metric(
+                body,
+                &format!("coral_dsht_loaded_keys{{level=\"{level}\"}}")
+            ),
+            0.0
+        );
+    }
+    let ops = "coral_dsht_client_operations_total";
+    assert_eq!(
+        metric(body, &format!("{ops}{{op=\"put\",outcome=\"stored\"}}")),
+        9.0
+    );
+    assert_eq!(
+        metric(body, &format!("{ops}{{op=\"put\",outcome=\"spilled\"}}")),
+        0.0
+    );
+    assert_eq!(
+        metric(body, &format!("{ops}{{op=\"get\",outcome=\"found\"}}")),
+        1.0
+    );
+    assert_eq!(
+        metric(body, &format!("{ops}{{op=\"get\",outcome=\"not_found\"}}")),
+        1.0
+    );
+    assert_eq!(metric(body, "coral_ready"), 1.0);
+    assert_eq!(metric(body, "coral_cores"), cores.parse::<f64>().unwrap());
+    assert_eq!(
+        metric(
+            body,
+            "coral_dsht_rpcs_total{kind=\"store\",outcome=\"accepted\"}"
+        ),
+        0.0
+    );
+    assert!(
+        body.contains("coral_cluster_info{level=\"1\",cluster=\""),
+        "{body}"
+    );
+    // Every family is announced once, and every sample belongs to one.
+    let mut families = Vec::new();
+    for l in body.lines() {
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(!families.contains(&name.to_string()), "{name} twice");
+            families.push(name.to_string());
+        } else if !l.starts_with('#') && !l.is_empty() {
+            let name = l.split(['{', ' ']).next().unwrap();
+            assert!(families.iter().any(|f| f == name), "{name} has no TYPE");
+        }
+    }
+}
