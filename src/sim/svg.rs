@@ -6,7 +6,10 @@
 //! is the caller's business. No dependencies, no I/O, and the output is a
 //! pure function of the input (iteration is over slices and ordered maps
 //! only), so plots can be compared byte for byte. Text is XML-escaped;
-//! non-finite values, and non-positive ones on a log scale, are skipped.
+//! non-finite values, and negative ones on a log scale, are skipped; zeros
+//! on a log scale sit on a floor one decade below the data, labelled 0 (a
+//! series that falls to zero, as Fig. 4's origin load does, stays drawn to
+//! its end instead of seeming to stop).
 
 use std::collections::BTreeMap;
 
@@ -110,8 +113,9 @@ pub fn escape(text: &str) -> String {
 
 /// A line chart of `series`, each in its own colour, with a legend. With
 /// `log_y` the y axis is logarithmic (as for Fig. 6's latency CDF: x the
-/// fraction of requests, y the latency in seconds) and points with `y <= 0`
-/// are skipped; non-finite points are always skipped.
+/// fraction of requests, y the latency in seconds): points with `y < 0` are
+/// skipped, and `y == 0` is drawn on a floor labelled 0, a decade below the
+/// smallest positive value. Non-finite points are always skipped.
 pub fn line_chart(
     title: &str,
     x_label: &str,
@@ -119,7 +123,7 @@ pub fn line_chart(
     series: &[Series],
     log_y: bool,
 ) -> String {
-    let usable = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_y || y > 0.0);
+    let usable = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_y || y >= 0.0);
     let all = || {
         series
             .iter()
@@ -127,11 +131,14 @@ pub fn line_chart(
             .filter(usable)
     };
     let x_axis = Axis::linear(min_max(all().map(|p| p.0)));
-    let y_range = min_max(all().map(|p| p.1));
     let y_axis = if log_y {
-        Axis::log(y_range)
+        let mut axis = Axis::log(min_max(all().map(|p| p.1).filter(|&y| y > 0.0)));
+        if all().any(|p| p.1 == 0.0) {
+            axis.add_zero_floor();
+        }
+        axis
     } else {
-        Axis::linear(y_range)
+        Axis::linear(min_max(all().map(|p| p.1)))
     };
 
     let legend_chars = series
@@ -628,6 +635,8 @@ struct Axis {
     max: f64,
     log: bool,
     ticks: Vec<f64>,
+    /// A log axis whose bottom tick (`min`) stands for zero.
+    zero_floor: bool,
 }
 
 impl Axis {
@@ -648,6 +657,7 @@ impl Axis {
             max,
             log: false,
             ticks: nice_ticks(min, max),
+            zero_floor: false,
         }
     }
 
@@ -681,13 +691,25 @@ impl Axis {
             max: 10f64.powf(hi_exp),
             log: true,
             ticks,
+            zero_floor: false,
         }
+    }
+
+    /// Extends a log axis one decade down; its new bottom tick stands for
+    /// zero (labelled 0), where zeros are drawn.
+    fn add_zero_floor(&mut self) {
+        self.min /= 10.0;
+        self.ticks.insert(0, self.min);
+        self.zero_floor = true;
     }
 
     /// Where `v` falls along the axis, from 0 (min) to 1 (max).
     fn fraction(&self, v: f64) -> f64 {
         if self.log {
             let (lo, hi) = (self.min.log10(), self.max.log10());
+            if self.zero_floor && v <= self.min {
+                return 0.0;
+            }
             (v.max(self.min * 1e-3).log10() - lo) / (hi - lo)
         } else {
             (v - self.min) / (self.max - self.min)
@@ -696,7 +718,9 @@ impl Axis {
 
     /// The tick label for `v`.
     fn label(&self, v: f64) -> String {
-        if self.log {
+        if self.zero_floor && v == self.min {
+            "0".to_string()
+        } else if self.log {
             format_value(v)
         } else {
             let step = match self.ticks.as_slice() {
@@ -991,7 +1015,39 @@ mod tests {
     }
 
     #[test]
-    fn log_scale_skips_zero_and_negative_values() {
+    fn fig_4_log_scale_draws_zeros_on_a_floor_to_the_end_of_the_run() {
+        // Origin requests per minute: a burst, then zero for the rest of a
+        // 30-minute run. Every minute is drawn, the zeros on a floor
+        // labelled 0 at the bottom of the plot area.
+        let mut points = vec![(0.0, 12.0), (1.0, 3.0)];
+        points.extend((2..30).map(|m| (f64::from(m), 0.0)));
+        let s = Series {
+            label: "origin".to_string(),
+            points,
+        };
+        let svg = line_chart("fig 4", "minute", "requests", &[s], true);
+        assert_well_formed(&svg);
+        assert!(svg.contains(">0</text>"), "no 0 tick");
+        let polyline = svg.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        let pts: Vec<(f64, f64)> = polyline
+            .split(' ')
+            .map(|p| {
+                let (x, y) = p.split_once(',').unwrap();
+                (x.parse().unwrap(), y.parse().unwrap())
+            })
+            .collect();
+        // The line reaches minute 29 (the right end), and its last points
+        // are all on one floor, below the positive ones.
+        let right = pts.iter().map(|p| p.0).fold(f64::MIN, f64::max);
+        let first_x = pts[0].0;
+        assert!(right - first_x > 100.0, "{pts:?}");
+        let floor = pts.last().unwrap().1;
+        assert!(pts.iter().all(|p| p.1 <= floor), "{pts:?}");
+        assert!(pts[0].1 < floor && pts[1].1 < floor);
+    }
+
+    #[test]
+    fn log_scale_skips_negative_values_and_floors_zero() {
         let s = Series {
             label: "mixed".to_string(),
             points: vec![
@@ -1004,7 +1060,8 @@ mod tests {
         };
         let svg = line_chart("t", "x", "y", &[s], true);
         assert_well_formed(&svg);
-        assert_eq!(svg.matches("<circle").count(), 2);
+        // (0, 0) on the zero floor, 0.5 and 2: the negative and NaN skipped.
+        assert_eq!(svg.matches("<circle").count(), 3);
     }
 
     #[test]
