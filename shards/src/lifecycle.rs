@@ -327,3 +327,39 @@ impl ContactWatch {
         }
     }
 }
+
+/// Logs, at info, each second in which a core hit one of the node's limits:
+/// operations refused (`operations_max` in progress) and datagrams dropped
+/// because the transmit queue was full.
+#[derive(Default)]
+pub struct LimitWatch {
+    next: coral::Time,
+    ops_refused: u64,
+    transmit_dropped: u64,
+}
+
+impl LimitWatch {
+    /// Compares the counters with the last look (at most once a second).
+    pub fn observe(&mut self, now: coral::Time, core: usize, stats: &coral::node::Stats) {
+        if now < self.next {
+            return;
+        }
+        self.next = coral::Time(now.0 + WATCH_PERIOD.0);
+        if stats.ops_refused > self.ops_refused {
+            tracing::info!(
+                core,
+                refused = stats.ops_refused - self.ops_refused,
+                "limit hit: operations refused (operations_max in progress)"
+            );
+        }
+        if stats.transmit_dropped > self.transmit_dropped {
+            tracing::info!(
+                core,
+                dropped = stats.transmit_dropped - self.transmit_dropped,
+                "limit hit: datagrams dropped (transmit queue full)"
+            );
+        }
+        self.ops_refused = stats.ops_refused;
+        self.transmit_dropped = stats.transmit_dropped;
+    }
+}

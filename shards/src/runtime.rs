@@ -799,6 +799,7 @@ async fn core_main(
     let _ = ready.send(Ok(core));
     let mut watch = crate::lifecycle::ContactWatch::default();
     let mut next_sync = Instant::now();
+    let mut limits = crate::lifecycle::LimitWatch::default();
     // Timers, until told to stop.
     while !shard.stopping() {
         if let Some(c) = control.as_ref().and_then(|rx| rx.try_recv().ok()) {
@@ -810,6 +811,10 @@ async fn core_main(
                     shard.flush().await;
                 }
             }
+        }
+        {
+            let now = shard.now();
+            limits.observe(now, core, shard.node.borrow().stats());
         }
         if core == 0 {
             let now = shard.now();

@@ -448,6 +448,7 @@ fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
         std::thread::sleep(Duration::from_millis(100));
     }
     a.wait_log("joined the network");
+    a.wait_log("contacts gained");
     // And the debug filter: debug lines now appear.
     a.wait_log(" DEBUG ");
     // The node is still ready, and SIGTERM still stops it with exit 0.

@@ -1028,7 +1028,13 @@ mod tests {
         let svg = line_chart("fig 4", "minute", "requests", &[s], true);
         assert_well_formed(&svg);
         assert!(svg.contains(">0</text>"), "no 0 tick");
-        let polyline = svg.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+        let polyline = svg
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
         let pts: Vec<(f64, f64)> = polyline
             .split(' ')
             .map(|p| {
