@@ -258,16 +258,16 @@ pub fn wait_signal() -> Signal {
     }
 }
 
-/// Exits the process if the cores have not stopped within `STOP_GRACE`
-/// (a stop asked for is a clean exit, bounded in time).
-pub fn arm_stop_watchdog() {
-    std::thread::spawn(|| {
+/// Exits the process with `code` if the cores have not stopped within
+/// `STOP_GRACE` (a stop asked for is a clean exit, bounded in time).
+pub fn arm_stop_watchdog(code: i32) {
+    std::thread::spawn(move || {
         std::thread::sleep(STOP_GRACE);
         tracing::warn!(
             "cores did not stop within {} s; exiting",
             STOP_GRACE.as_secs()
         );
-        std::process::exit(0);
+        std::process::exit(code);
     });
 }
 

@@ -645,7 +645,8 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
             Ok(Ok(_)) => serving += 1,
             Ok(Err(e)) => {
                 stop.store(true, Ordering::Relaxed);
-                lifecycle::arm_stop_watchdog();
+                tracing::error!("{e}");
+                lifecycle::arm_stop_watchdog(1);
                 for h in handles {
                     let _ = h.join();
                 }
@@ -675,7 +676,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
     };
     tracing::info!(signal = why, "stopping");
     lifecycle::set_ready(false);
-    lifecycle::arm_stop_watchdog();
+    lifecycle::arm_stop_watchdog(0);
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         match h.join() {
