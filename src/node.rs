@@ -1008,6 +1008,21 @@ impl Node {
         v.into_iter().take(count).map(|e| e.contact).collect()
     }
 
+    /// Per level: (keys, live values, loaded keys) in this node's store, for
+    /// metrics (walks the stores: not for a hot path).
+    pub fn store_counts(&self, now: Time) -> Vec<(usize, usize, usize)> {
+        self.levels
+            .iter()
+            .map(|l| {
+                (
+                    l.store.key_count(),
+                    l.store.value_count(now),
+                    l.store.loaded_key_count(now),
+                )
+            })
+            .collect()
+    }
+
     /// Contacts the nodes at `addrs` to join the network; once one answers, a
     /// lookup for our own id seeds the routing tables (§4.4).
     pub fn bootstrap(&mut self, now: Time, addrs: &[SocketAddr]) {

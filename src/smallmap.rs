@@ -162,6 +162,14 @@ impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
         }
     }
 
+    /// Every value, in no particular order (for counting at scrape time).
+    pub fn values(&self) -> Box<dyn Iterator<Item = &V> + '_> {
+        match &self.0 {
+            Repr::Small { values, .. } => Box::new(values.iter()),
+            Repr::Large(m) => Box::new(m.values()),
+        }
+    }
+
     /// Drops every entry and any memory beyond the small form's.
     pub fn clear(&mut self) {
         let hasher = self.1.clone();

@@ -543,6 +543,30 @@ impl Store {
         before - self.entries.len()
     }
 
+    /// Live values stored, over all keys (a walk: for metrics, not a hot path).
+    pub fn value_count(&self, now: Time) -> usize {
+        self.entries
+            .values()
+            .map(|e| e.values.iter().filter(|v| v.expires > now).count())
+            .sum()
+    }
+
+    /// Keys that are loaded now (§4.2): their leakage bucket has no token
+    /// left for another request (a walk: for metrics, not a hot path).
+    pub fn loaded_key_count(&self, now: Time) -> usize {
+        let token_us = MINUTE_US / u64::from(self.beta_per_min.max(1));
+        self.entries
+            .values()
+            .filter(|e| {
+                e.leak.is_some_and(|l| {
+                    let credit =
+                        (l.credit_us + now.saturating_since(l.last).as_micros()).min(MINUTE_US);
+                    credit < token_us
+                })
+            })
+            .count()
+    }
+
     /// Drops everything (the node left this level's cluster).
     pub fn clear(&mut self) {
         self.entries.clear();
@@ -658,6 +682,24 @@ mod tests {
             (118..=122).contains(&unloaded),
             "{unloaded} leaked in 10 minutes"
         );
+    }
+
+    #[test]
+    fn counts_for_metrics_follow_values_and_load_section_4_2() {
+        let mut s = Store::new(4, 12, 100);
+        let (a, b) = (Id([1; 20]), Id([2; 20]));
+        s.store(&a, v(1), Duration::from_secs(10), Time::ZERO);
+        s.store(&a, v(2), Duration::from_secs(100), Time::ZERO);
+        s.store(&b, v(3), Duration::from_secs(100), Time::ZERO);
+        assert_eq!(s.value_count(Time::ZERO), 3);
+        assert_eq!(s.value_count(Time::ZERO + Duration::from_secs(11)), 2);
+        assert_eq!(s.loaded_key_count(Time::ZERO), 0);
+        // β requests use up the bucket: the key is loaded until it leaks.
+        for i in 0..12 {
+            s.probe(&a, Time(i));
+        }
+        assert_eq!(s.loaded_key_count(Time(12)), 1);
+        assert_eq!(s.loaded_key_count(Time::ZERO + Duration::from_secs(5)), 0);
     }
 
     #[test]

@@ -65,7 +65,8 @@ pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
                 _ => "Error",
             };
             let head = format!(
-                "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 {status} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                content_type(&body),
                 body.len() + 1
             );
             let _ = stream.write_all(head.as_bytes()).await;
@@ -75,6 +76,16 @@ pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
         }
     });
     Ok(())
+}
+
+/// Prometheus's text format for `/metrics` (its body starts with a
+/// `# HELP` line), JSON for everything else.
+fn content_type(body: &str) -> &'static str {
+    if body.starts_with("# HELP") {
+        "text/plain; version=0.0.4; charset=utf-8"
+    } else {
+        "application/json"
+    }
 }
 
 async fn read_request(stream: &mut glommio::net::TcpStream) -> Result<String, (u16, String)> {
@@ -186,6 +197,9 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             let Some(level) = get("level").and_then(|l| l.parse::<u8>().ok()) else {
                 return bad("level: a number");
             };
+            if usize::from(level) >= shard.levels_count() {
+                return bad(&format!("level {level}: this node has levels 0 to {}", shard.levels_count() - 1));
+            }
             let count = get("count").and_then(|c| c.parse::<usize>().ok()).unwrap_or(8).min(1024);
             let target = match get("target") {
                 Some(t) => match t.parse::<IpAddr>() {
@@ -208,7 +222,10 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             };
             let levels = match get("levels") {
                 Some(l) => match parse_levels(l) {
-                    Some(v) => Some(v),
+                    Some(v) if v.iter().all(|&l| usize::from(l) < shard.levels_count()) => Some(v),
+                    Some(_) => {
+                        return bad(&format!("levels: this node has levels 0 to {}", shard.levels_count() - 1))
+                    }
                     None => return bad("levels: numbers separated by commas"),
                 },
                 None => None,
@@ -233,7 +250,26 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             }
             (200, json!({"cores": cores}).to_string())
         }
-        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats"]}).to_string()),
+        "/metrics" => {
+            let mut cores = Vec::new();
+            for core in 0..shard.cores {
+                let s = shard.call_on(core, Call::Metrics).await;
+                cores.push(serde_json::from_str::<serde_json::Value>(&s).unwrap_or(serde_json::Value::Null));
+            }
+            let ready = crate::lifecycle::ready() && !shard.stopping();
+            (200, crate::metrics::render_dsht(&cores, &shard.levels_json(), ready))
+        }
+        // Liveness: this executor answers.
+        "/livez" => (200, json!({"live": true}).to_string()),
+        // Readiness: every core serves and the node is not stopping.
+        "/readyz" => {
+            if crate::lifecycle::ready() && !shard.stopping() {
+                (200, json!({"ready": true, "cores": shard.cores}).to_string())
+            } else {
+                (503, json!({"ready": false, "error": "not ready: starting or stopping"}).to_string())
+            }
+        }
+        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats", "/livez", "/readyz", "/metrics"]}).to_string()),
     }
 }
 

@@ -145,6 +145,8 @@ pub fn print(json: &Json, as_json: bool) {
                         c["leaves"],
                     );
                 }
+            } else if let Some(cores) = json.get("cores").and_then(Json::as_array) {
+                print_stats(cores);
             } else if let Some(nodes) = json.get("nodes").and_then(Json::as_array) {
                 for n in nodes {
                     println!(
@@ -157,5 +159,32 @@ pub fn print(json: &Json, as_json: bool) {
                 println!("{}", serde_json::to_string_pretty(json).unwrap_or_default());
             }
         }
+    }
+}
+
+/// `coral stats`: one row per counter, one column per core and the total.
+fn print_stats(cores: &[Json]) {
+    let Some(first) = cores.first().and_then(Json::as_object) else {
+        println!("no cores answered");
+        return;
+    };
+    let names: Vec<&String> = first.keys().filter(|k| *k != "core").collect();
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(0);
+    let mut head = format!("{:<width$}", "counter");
+    for c in cores {
+        head.push_str(&format!(" {:>12}", format!("core {}", c["core"])));
+    }
+    head.push_str(&format!(" {:>12}", "total"));
+    println!("{head}");
+    for name in names {
+        let mut row = format!("{name:<width$}");
+        let mut total = 0u64;
+        for c in cores {
+            let v = c[name.as_str()].as_u64().unwrap_or(0);
+            total += v;
+            row.push_str(&format!(" {v:>12}"));
+        }
+        row.push_str(&format!(" {total:>12}"));
+        println!("{row}");
     }
 }

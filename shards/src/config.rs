@@ -10,11 +10,13 @@ use serde::Deserialize;
 pub const DEFAULT_CONFIG: &str = r#"
 # A standalone node on loopback, ready to serve.
 dsht = "127.0.0.1:7000"    # UDP address of the DSHT RPCs
+# public_addr = "192.0.2.1:7000"  # the DSHT address peers see (required when dsht is a wildcard)
 admin = "127.0.0.1:7080"   # loopback HTTP endpoint for the client commands
 bootstrap = []             # other nodes' DSHT addresses
 cores = 0                  # 0: every core in the process's CPU mask
 zone = "coralcdn.test"     # the zone dnssrv serves: proxies are *.http.L2.L1.L0.<zone> (§3.1)
 alias = "coral.test"       # the short alias (a DNAME to http.L2.L1.L0.<zone>): www.x.com.<alias>
+log = "info"               # log filter (tracing EnvFilter syntax; RUST_LOG overrides; SIGHUP reloads)
 
 [dht]
 level_thresholds_ms = [0, 60, 20]  # level 0 is unbounded (written 0 here)
@@ -36,6 +38,11 @@ leave_percent = 50         # leave when this share of accesses misses it
 pub struct FileConfig {
     /// DSHT UDP address.
     pub dsht: Option<SocketAddr>,
+    /// The DSHT address peers see (the node id derives from it); required
+    /// when `dsht` is a wildcard.
+    pub public_addr: Option<SocketAddr>,
+    /// The log filter (tracing's EnvFilter syntax).
+    pub log: Option<String>,
     /// Admin HTTP address (loopback).
     pub admin: Option<SocketAddr>,
     /// Bootstrap nodes.
@@ -122,6 +129,11 @@ pub struct DhtSection {
 pub struct NodeConfig {
     /// DSHT UDP address.
     pub dsht: SocketAddr,
+    /// The DSHT address peers see, when it differs from `dsht` (a wildcard
+    /// bind, NAT).
+    pub public_addr: Option<SocketAddr>,
+    /// The log filter (tracing's EnvFilter syntax).
+    pub log: String,
     /// Admin HTTP address.
     pub admin: SocketAddr,
     /// Bootstrap nodes.
@@ -144,11 +156,10 @@ impl NodeConfig {
             toml::from_str(DEFAULT_CONFIG).map_err(|e| format!("embedded default: {e}"))?;
         let mut cfg = NodeConfig::from_file(&base)?;
         if let Some(path) = file {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let f: FileConfig =
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            cfg.overlay(&f)?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let f: FileConfig = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
+            cfg.overlay(&f).map_err(|e| locate(path, &text, &e))?;
         }
         Ok(cfg)
     }
@@ -156,6 +167,8 @@ impl NodeConfig {
     fn from_file(f: &FileConfig) -> Result<NodeConfig, String> {
         let mut cfg = NodeConfig {
             dsht: f.dsht.ok_or("dsht address missing")?,
+            public_addr: None,
+            log: "info".into(),
             admin: f.admin.ok_or("admin address missing")?,
             bootstrap: Vec::new(),
             cores: 0,
@@ -170,6 +183,13 @@ impl NodeConfig {
     fn overlay(&mut self, f: &FileConfig) -> Result<(), String> {
         if let Some(a) = f.dsht {
             self.dsht = a;
+        }
+        if let Some(a) = f.public_addr {
+            self.public_addr = Some(a);
+        }
+        if let Some(l) = &f.log {
+            crate::logging::check_filter(l).map_err(|e| format!("log = {l:?}: {e}"))?;
+            self.log = l.clone();
         }
         if let Some(a) = f.admin {
             self.admin = a;
@@ -197,21 +217,27 @@ impl NodeConfig {
                 .map(|(i, &ms)| if i == 0 { u32::MAX } else { ms })
                 .collect();
         }
+        dht_key(&self.dht, "[dht] level_thresholds_ms")?;
         if let Some(b) = d.b {
             self.dht.b = b;
         }
+        dht_key(&self.dht, "[dht] b")?;
         if let Some(a) = d.alpha {
             self.dht.alpha = a;
         }
+        dht_key(&self.dht, "[dht] alpha")?;
         if let Some(l) = d.values_per_key_max {
             self.dht.values_per_key_max = l;
         }
+        dht_key(&self.dht, "[dht] values_per_key_max")?;
         if let Some(beta) = d.beta_per_min {
             self.dht.beta_per_min = beta;
         }
+        dht_key(&self.dht, "[dht] beta_per_min")?;
         if let Some(t) = d.rpc_timeout_ms {
             self.dht.rpc_timeout_ms = t;
         }
+        dht_key(&self.dht, "[dht] rpc_timeout_ms")?;
         let lim = &f.limits;
         macro_rules! limit {
             ($($name:ident),*) => {$(
@@ -241,32 +267,64 @@ impl NodeConfig {
         if let Some(m) = c.manage {
             self.dht.cluster_manage = m;
         }
+        dht_key(&self.dht, "[clusters] manage")?;
         if let Some(s) = c.eval_secs {
             self.dht.cluster_eval_secs = s;
         }
+        dht_key(&self.dht, "[clusters] eval_secs")?;
         if let Some(s) = c.join_eval_secs {
             self.dht.cluster_join_eval_secs = s;
         }
+        dht_key(&self.dht, "[clusters] join_eval_secs")?;
         if let Some(p) = c.join_percent {
             self.dht.cluster_join_percent = p;
         }
+        dht_key(&self.dht, "[clusters] join_percent")?;
         if let Some(p) = c.leave_percent {
             self.dht.cluster_leave_percent = p;
         }
-        self.validate()
+        dht_key(&self.dht, "[clusters] leave_percent")?;
+        self.validate_values()
     }
 
-    /// Checks what the core's validation does not.
+    /// The address the node id derives from: what peers see.
+    pub fn id_addr(&self) -> SocketAddr {
+        self.public_addr.unwrap_or(self.dsht)
+    }
+
+    /// Checks everything, including what depends on how the node is
+    /// started (flags applied): a wildcard DSHT address needs `public_addr`.
     pub fn validate(&self) -> Result<(), String> {
-        self.dht.validate().map_err(|e| e.to_string())?;
+        if self.dsht.ip().is_unspecified() && self.public_addr.is_none() {
+            return Err(format!(
+                "dsht = \"{}\" is a wildcard address: set public_addr (or --public-addr) to the \
+                 address peers reach this node at; the node id derives from it, and every host \
+                 binding a wildcard would otherwise have the same id",
+                self.dsht
+            ));
+        }
+        if let Some(p) = self.public_addr {
+            if p.ip().is_unspecified() || p.port() == 0 {
+                return Err(format!(
+                    "public_addr = \"{p}\": must be a specific address and port peers can reach"
+                ));
+            }
+        }
+        self.validate_values()
+    }
+
+    /// Checks the values, one by one and together (everything but what
+    /// depends on how the node is started, see `validate`).
+    fn validate_values(&self) -> Result<(), String> {
+        self.dht.validate().map_err(|e| file_words(&e.0))?;
         if !self.admin.ip().is_loopback() {
             return Err(format!(
-                "admin address {} must be loopback: it has no authentication",
+                "admin = \"{}\": must be loopback: it has no authentication",
                 self.admin
             ));
         }
         if self.cores > 1024 {
-            return Err("cores: at most 1024".into());
+            return Err(format!("cores = {}: at most 1024", self.cores));
         }
         dns_name("zone", &self.zone)?;
         if let Some(a) = &self.alias {
@@ -276,6 +334,172 @@ impl NodeConfig {
             }
         }
         Ok(())
+    }
+}
+
+/// `coral check-config FILE`: loads `path` as `coral node --config` would and
+/// returns a short summary, or the first error located in the file.
+pub fn check_file(path: &Path) -> Result<String, String> {
+    let cfg = NodeConfig::load(Some(path))?;
+    if let Err(e) = cfg.validate() {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        return Err(locate(path, &text, &e));
+    }
+    let levels: Vec<String> = cfg
+        .dht
+        .level_thresholds_ms
+        .iter()
+        .map(|&t| {
+            if t == u32::MAX {
+                "∞".into()
+            } else {
+                format!("{t} ms")
+            }
+        })
+        .collect();
+    Ok(format!(
+        "{}: ok: dsht {} (id from {}), admin {}, {} bootstrap node(s), cores {}, zone {}, \
+         levels {}, l = {}, β = {}/min",
+        path.display(),
+        cfg.dsht,
+        cfg.id_addr(),
+        cfg.admin,
+        cfg.bootstrap.len(),
+        if cfg.cores == 0 {
+            "all".to_string()
+        } else {
+            cfg.cores.to_string()
+        },
+        cfg.zone,
+        levels.join(" / "),
+        cfg.dht.values_per_key_max,
+        cfg.dht.beta_per_min,
+    ))
+}
+
+/// Checks the DSHT parameters after the file set `key`, so that an invalid
+/// value is reported against the key that set it.
+fn dht_key(dht: &coral::Config, key: &str) -> Result<(), String> {
+    dht.validate()
+        .map_err(|e| format!("{key}: {}", file_words(&e.0)))
+}
+
+/// Rewrites the core's field names in `msg` as the file spells them.
+fn file_words(msg: &str) -> String {
+    const NAMES: &[(&str, &str)] = &[
+        ("cluster_join_percent", "[clusters] join_percent"),
+        ("cluster_leave_percent", "[clusters] leave_percent"),
+        ("cluster_eval_secs", "[clusters] eval_secs"),
+        ("cluster_join_eval_secs", "[clusters] join_eval_secs"),
+        ("operation_timeout_ms", "the operation timeout (built in)"),
+    ];
+    let mut out = msg.to_string();
+    for (internal, written) in NAMES {
+        out = out.replace(internal, written);
+    }
+    out
+}
+
+/// A key as the file writes it, and the line it is on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyLine {
+    /// `key` at the top level, `[section] key` in a table.
+    pub key: String,
+    /// The key's bare name.
+    pub name: String,
+    /// 1-based.
+    pub line: usize,
+}
+
+/// The keys of a TOML file and their lines (tables' headers set the section;
+/// enough for the flat files coral reads, whatever sections they have).
+pub fn key_lines(text: &str) -> Vec<KeyLine> {
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let l = raw.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        if l.starts_with('[') {
+            let head = l.split('#').next().unwrap_or("").trim();
+            section = head
+                .trim_matches(|c| c == '[' || c == ']')
+                .trim()
+                .to_string();
+            continue;
+        }
+        let Some((k, _)) = l.split_once('=') else {
+            continue;
+        };
+        let name = k.trim().trim_matches('"').to_string();
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        {
+            continue;
+        }
+        let key = if section.is_empty() {
+            name.clone()
+        } else {
+            format!("[{section}] {name}")
+        };
+        out.push(KeyLine {
+            key,
+            name,
+            line: i + 1,
+        });
+    }
+    out
+}
+
+/// Where `word` first occurs in `msg` as a whole word.
+fn word_at(msg: &str, word: &str) -> Option<usize> {
+    let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut from = 0;
+    while let Some(p) = msg[from..].find(word) {
+        let at = from + p;
+        let before = msg[..at].chars().next_back();
+        let after = msg[at + word.len()..].chars().next();
+        if !ident(before) && !ident(after) {
+            return Some(at);
+        }
+        from = at + word.len();
+    }
+    None
+}
+
+/// Names the file, the line and the key as written for an error `msg`
+/// about the file at `path`: the key the message mentions first.
+pub fn locate(path: &Path, text: &str, msg: &str) -> String {
+    let keys = key_lines(text);
+    let best = keys
+        .iter()
+        .filter_map(|k| {
+            let qualified = msg.find(&k.key).map(|p| (p, 0));
+            let bare = word_at(msg, &k.name).map(|p| (p, 1));
+            qualified.or(bare).map(|(p, rank)| ((p, rank), k))
+        })
+        .min_by_key(|(pos, _)| *pos)
+        .map(|(_, k)| k);
+    match best {
+        Some(k) if msg.starts_with(&k.key) => format!("{}:{}: {msg}", path.display(), k.line),
+        Some(k) => format!("{}:{}: {}: {msg}", path.display(), k.line, k.key),
+        None => format!("{}: {msg}", path.display()),
+    }
+}
+
+/// A TOML or type error, with the file, the line and the key as written.
+fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return format!("{}: {msg}", path.display());
+    };
+    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+    match key_lines(text).into_iter().find(|k| k.line == line) {
+        Some(k) => format!("{}:{line}: {}: {msg}", path.display(), k.key),
+        None => format!("{}:{line}: {msg}", path.display()),
     }
 }
 
@@ -310,12 +534,81 @@ mod tests {
         assert_eq!(c.dht, coral::Config::default());
     }
 
+    const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/coral.toml");
+
     #[test]
     fn the_example_in_deploy_loads() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/coral.toml");
-        let c = NodeConfig::load(Some(Path::new(path))).unwrap();
+        let c = NodeConfig::load(Some(Path::new(DEPLOY))).unwrap();
+        c.validate().unwrap();
         assert_eq!(c.bootstrap.len(), 1);
+        assert!(c.dsht.ip().is_unspecified());
+        assert_eq!(c.id_addr(), "192.0.2.1:7000".parse().unwrap());
         assert_eq!(c.dht.level_thresholds_ms, vec![u32::MAX, 60, 20]);
+        assert_eq!(check_file(Path::new(DEPLOY)).map(|_| ()), Ok(()));
+    }
+
+    #[test]
+    fn deploy_example_is_the_embedded_default_but_its_example_lines() {
+        let text = std::fs::read_to_string(DEPLOY).unwrap();
+        let without: String = text
+            .lines()
+            .filter(|l| !l.contains("# example:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let dir = std::env::temp_dir().join(format!("coral-deploy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("coral.toml");
+        std::fs::write(&path, without).unwrap();
+        let loaded = NodeConfig::load(Some(&path)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(loaded, NodeConfig::load(None).unwrap());
+        // And the file names every key the embedded default has, and more.
+        let file_keys: Vec<String> = key_lines(&text).into_iter().map(|k| k.key).collect();
+        for k in key_lines(DEFAULT_CONFIG) {
+            assert!(
+                file_keys.contains(&k.key),
+                "deploy/coral.toml lacks {}",
+                k.key
+            );
+        }
+        assert_eq!(text.matches("# example:").count(), 3);
+    }
+
+    #[test]
+    fn errors_name_the_file_the_line_and_the_key_as_written() {
+        let dir = std::env::temp_dir().join(format!("coral-cfg-errors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            NodeConfig::load(Some(&path)).unwrap_err()
+        };
+        let p = path.display().to_string();
+        // A value the core refuses, under its section, on its line.
+        let e = load("cores = 1\n\n[dht]\nb = 0\n");
+        assert!(e.starts_with(&format!("{p}:4: [dht] b")), "{e}");
+        let e = load("[clusters]\neval_secs = 10\njoin_percent = 101\n");
+        assert!(
+            e.starts_with(&format!("{p}:3: [clusters] join_percent")),
+            "{e}"
+        );
+        assert!(!e.contains("cluster_join_percent"), "{e}");
+        // A type error and an unknown key, located by toml's spans.
+        let e = load("# x\n[dht]\nbeta_per_min = \"many\"\n");
+        assert!(e.starts_with(&format!("{p}:3: [dht] beta_per_min")), "{e}");
+        let e = load("dsht = \"127.0.0.1:7000\"\ncolour = \"blue\"\n");
+        assert!(e.starts_with(&format!("{p}:2: colour")), "{e}");
+        // A check of several keys names the one the message is about.
+        let e = load("admin = \"192.0.2.1:7080\"\n");
+        assert!(e.starts_with(&format!("{p}:1: admin")), "{e}");
+        // A wildcard without public_addr: refused by validate, located.
+        std::fs::write(&path, "cores = 1\ndsht = \"0.0.0.0:7000\"\n").unwrap();
+        let e = check_file(&path).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{p}:2: dsht")) && e.contains("public_addr"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub mod cache;
 mod client;
 mod config;
 mod hints;
+mod lifecycle;
+mod logging;
+mod metrics;
 mod runtime;
 mod sim;
 mod steer;
@@ -47,6 +50,13 @@ enum Command {
         /// UDP address for DSHT RPCs.
         #[arg(long)]
         dsht: Option<SocketAddr>,
+        /// The DSHT address peers see (the node id derives from it);
+        /// required when --dsht is a wildcard such as 0.0.0.0:7000.
+        #[arg(long)]
+        public_addr: Option<SocketAddr>,
+        /// Log lines as readable text or JSON (colours only on a terminal).
+        #[arg(long, value_enum, default_value_t = logging::LogFormat::Human)]
+        log_format: logging::LogFormat,
         /// A node to join through (repeatable).
         #[arg(long)]
         bootstrap: Vec<SocketAddr>,
@@ -143,6 +153,13 @@ enum Command {
         #[arg(long, default_value_t = 8090)]
         port: u16,
     },
+    /// Check a config file as `coral node --config FILE` would load it, and
+    /// exit: 0 and a summary when it is fine, 2 and the file, line and key
+    /// of the first error otherwise (like `nginx -t`).
+    CheckConfig {
+        /// The TOML file.
+        file: PathBuf,
+    },
     /// Run one of the paper's experiments in the deterministic simulator.
     Sim {
         #[command(subcommand)]
@@ -179,25 +196,59 @@ pub enum BootstrapMode {
     WellKnown,
 }
 
+impl BootstrapMode {
+    /// The name as the flag writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BootstrapMode::Random => "random",
+            BootstrapMode::WellKnown => "well-known",
+        }
+    }
+}
+
+/// Exit status of a configuration error (as `nginx -t`).
+const EXIT_CONFIG: u8 = 2;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Node { .. }) {
+        // A command whose output is piped into `head` or `true` ends quietly
+        // on a broken pipe, as other Unix tools do, instead of panicking in
+        // println!. (The node keeps SIGPIPE ignored: its sockets report
+        // EPIPE as an error.)
+        // SAFETY: setting a signal's disposition to its default is always valid.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.command {
         Command::Node {
             config,
             dsht,
+            public_addr,
+            log_format,
             bootstrap,
             cores,
             admin,
             zone,
             alias,
         } => {
-            init_logging();
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
                 Ok(c) => c,
-                Err(e) => return fail(&format!("config: {e}")),
+                Err(e) => return fail_with(EXIT_CONFIG, &format!("config: {e}")),
+            };
+            let filter = logging::init(log_format, &cfg.log);
+            let reload = lifecycle::Reload {
+                path: config.clone(),
+                file_config: cfg.clone(),
+                bootstrap_flag: !bootstrap.is_empty(),
+                filter: Some(filter),
             };
             if let Some(a) = dsht {
                 cfg.dsht = a;
+            }
+            if let Some(a) = public_addr {
+                cfg.public_addr = Some(a);
             }
             if !bootstrap.is_empty() {
                 cfg.bootstrap = bootstrap;
@@ -221,9 +272,15 @@ fn main() -> ExitCode {
                 }
             }
             if let Err(e) = cfg.validate() {
-                return fail(&format!("config: {e}"));
+                let e = match &config {
+                    Some(path) => {
+                        config::locate(path, &std::fs::read_to_string(path).unwrap_or_default(), &e)
+                    }
+                    None => e,
+                };
+                return fail_with(EXIT_CONFIG, &format!("config: {e}"));
             }
-            match runtime::run(cfg) {
+            match runtime::run_with(cfg, Some(reload)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
@@ -235,6 +292,13 @@ fn main() -> ExitCode {
             levels,
             target,
         } => {
+            if value.len() > coral::wire::VALUE_BYTES_MAX {
+                return fail(&format!(
+                    "VALUE is {} bytes: a value holds at most {} (it is an address or a short record, §2.3)",
+                    value.len(),
+                    coral::wire::VALUE_BYTES_MAX
+                ));
+            }
             let mut q = format!(
                 "/put?key={}&value={}&ttl={ttl}",
                 client::encode(&key),
@@ -289,6 +353,26 @@ fn main() -> ExitCode {
                 std::time::Duration::from_millis(timeout_ms),
             ) {
                 Ok(found) => {
+                    if found.is_empty() && !json {
+                        let local = to.is_loopback()
+                            || hints::local_subnets().iter().any(|&(net, len)| match net {
+                                std::net::IpAddr::V4(n) => {
+                                    let mask = u32::MAX
+                                        .checked_shl(32 - u32::from(len.min(32)))
+                                        .unwrap_or(0);
+                                    u32::from(n) & mask == u32::from(to) & mask
+                                }
+                                std::net::IpAddr::V6(_) => false,
+                            });
+                        println!(
+                            "no router answered within {timeout_ms} ms on the first {hops} hops toward {to}{}",
+                            if local {
+                                ": it is on this host or a directly connected subnet, so no router lies between (hints come from the routers toward a remote node, §4.4)"
+                            } else {
+                                " (routers that do not send ICMP time-exceeded are invisible; try --timeout-ms 2000)"
+                            }
+                        );
+                    }
                     if json {
                         let v: Vec<_> = found
                             .iter()
@@ -326,6 +410,13 @@ fn main() -> ExitCode {
                 Err(e) => fail(&format!("{url}: {e}")),
             }
         }
+        Command::CheckConfig { file } => match config::check_file(&file) {
+            Ok(summary) => {
+                println!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail_with(EXIT_CONFIG, &e),
+        },
         Command::Sim { experiment } => sim::run(experiment),
     }
 }
@@ -343,6 +434,9 @@ fn client_command(target: &NodeArgs, query: &str) -> ExitCode {
     }
     match client::call(target.node, query) {
         Ok(json) => {
+            if let Some(e) = json.get("error").and_then(|e| e.as_str()) {
+                return fail(e);
+            }
             client::print(&json, target.json);
             ExitCode::SUCCESS
         }
@@ -351,15 +445,17 @@ fn client_command(target: &NodeArgs, query: &str) -> ExitCode {
 }
 
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("coral: {msg}");
-    ExitCode::from(1)
+    fail_with(1, msg)
 }
 
+fn fail_with(code: u8, msg: &str) -> ExitCode {
+    eprintln!("coral: {msg}");
+    ExitCode::from(code)
+}
+
+/// Logs to stderr at `info` (`RUST_LOG` overrides), readable text, colours
+/// only on a terminal.
+#[allow(dead_code)]
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init(logging::LogFormat::Human, "info");
 }

@@ -38,6 +38,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 use serde_json::json;
 
 use crate::config::NodeConfig;
+use crate::lifecycle::{self, Control, Reload};
 use crate::steer;
 
 /// io_uring memory per executor: small, because `ulimit -l` is often 8 MiB
@@ -56,6 +57,10 @@ const HINT_HOPS_MAX: u8 = 5;
 const HINT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
 /// Datagrams read from the socket without waiting after each awaited one.
 const RECV_BATCH_MAX: usize = 64;
+/// How often core 0 sends its routing tables to the other cores.
+const TABLE_SYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+/// Contacts per level sent in one table sync.
+const TABLE_SYNC_CONTACTS_MAX: usize = 4096;
 
 /// A call into the DSHT from the client commands.
 #[derive(Debug, Clone)]
@@ -71,6 +76,8 @@ pub enum Call {
     Get { key: Id, levels: Option<Vec<u8>> },
     /// This core's counters.
     Stats,
+    /// This core's numbers for `/metrics`.
+    Metrics,
 }
 
 /// What cores send each other.
@@ -92,6 +99,11 @@ pub enum CoreMsg {
     DelegateDone { tag: u64, event: Event },
     /// Core 0's node changed cluster at `level`: follow it.
     Cluster { level: u8, id: Id, created: Time },
+    /// Core 0's routing table at `level`, sent every `TABLE_SYNC_PERIOD`:
+    /// a follower whose table lost contacts (a reply from a member still in
+    /// its old cluster removes it there, and core 0, which kept it, never
+    /// announces it again) gets them back.
+    Table { level: u8, contacts: Vec<Contact> },
 }
 
 /// The state of one core.
@@ -169,6 +181,7 @@ impl Shard {
             }
         }
         for e in events {
+            crate::metrics::count_event(&e);
             let op = match &e {
                 Event::GetDone { op, .. }
                 | Event::PutDone { op, .. }
@@ -276,6 +289,20 @@ impl Shard {
                     return stats_json(self.core, node.stats(), *self.send_errors.borrow())
                         .to_string();
                 }
+                Call::Metrics => {
+                    let c = crate::metrics::counters();
+                    let mut stats = stats_json(self.core, node.stats(), *self.send_errors.borrow());
+                    stats["transmit_dropped"] = json!(node.stats().transmit_dropped);
+                    return json!({
+                        "stats": stats,
+                        "counters": {
+                            "gets_found": c.gets_found, "gets_not_found": c.gets_not_found,
+                            "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
+                        },
+                        "store": node.store_counts(now).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
+                    })
+                    .to_string();
+                }
             }
         };
         self.waiting.borrow_mut().insert(op, tx);
@@ -363,6 +390,11 @@ impl Shard {
             .map(|c| json!({"id": c.id.to_string(), "addr": c.addr.to_string(), "services": c.services.0}))
             .collect();
         json!({"level": level, "nodes": nodes})
+    }
+
+    /// How many levels the node has (levels are `0..levels_count()`).
+    pub fn levels_count(&self) -> usize {
+        self.node.borrow().config().levels()
     }
 
     /// Whether the node is shutting down.
@@ -500,20 +532,41 @@ pub fn io_uring_problem() -> Option<String> {
 }
 
 /// Runs a node until SIGINT or SIGTERM. Blocks the calling thread.
+#[allow(dead_code)]
 pub fn run(config: NodeConfig) -> Result<(), String> {
+    run_with(config, None)
+}
+
+/// Runs a node until SIGINT or SIGTERM, reloading on SIGHUP what `reload`
+/// allows (see `lifecycle`). Blocks the calling thread.
+pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), String> {
     if let Some(p) = io_uring_problem() {
         return Err(p);
     }
     let cpus = allowed_cpus();
+    if config.cores > cpus.len() {
+        return Err(format!(
+            "cores = {}: this process may run on {} CPU(s) (its affinity mask); use at most {} or 0 for all",
+            config.cores,
+            cpus.len(),
+            cpus.len()
+        ));
+    }
     let cores = if config.cores == 0 {
         cpus.len()
     } else {
-        config.cores.min(cpus.len()).max(1)
+        config.cores
     };
+    lifecycle::check_addresses_free(config.dsht, config.admin)?;
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
     let stop = Arc::new(AtomicBool::new(false));
-    block_stop_signals();
+    lifecycle::block_signals();
+    // Each core reports once it serves (core 0: with the admin endpoint
+    // open), or why it cannot.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize, String>>();
+    let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
+    let mut control_rx = Some(control_rx);
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
     // The start-up probe for clustering hints runs on its own thread, off the
     // executors; core 0 stores what it finds.
@@ -550,6 +603,8 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
         let stop = stop.clone();
         let clusters = clusters.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
+        let control = if core == 0 { control_rx.take() } else { None };
+        let ready = ready_tx.clone();
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
         // fewer leaves placement to the kernel: several small nodes on one
@@ -569,8 +624,14 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
                     fd,
                     epoch,
                     clusters,
+                    ready: ready.clone(),
+                    control,
                 };
-                core_main(start, config, mesh, stop, hints).await
+                let r = core_main(start, config, mesh, stop, hints).await;
+                if let Err(e) = &r {
+                    let _ = ready.send(Err(e.clone()));
+                }
+                r
             })
             .map_err(|e| {
                 format!(
@@ -580,9 +641,45 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
             })?;
         handles.push(handle);
     }
-    tracing::info!(addr = %config.dsht, admin = %config.admin, cores, "coral node running");
-    wait_for_stop_signal();
-    tracing::info!("stopping");
+    drop(ready_tx);
+    let mut serving = 0;
+    while serving < cores {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => serving += 1,
+            Ok(Err(e)) => {
+                stop.store(true, Ordering::Relaxed);
+                tracing::error!("{e}");
+                lifecycle::arm_stop_watchdog(1);
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(e);
+            }
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err("a core stopped before it served".into());
+            }
+        }
+    }
+    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, cores, "coral node running");
+    lifecycle::set_ready(true);
+    let why = loop {
+        match lifecycle::wait_signal() {
+            lifecycle::Signal::Reload => {
+                if let Some(r) = reload.as_mut() {
+                    for c in r.reload() {
+                        let _ = control_tx.send(c);
+                    }
+                } else {
+                    tracing::info!("SIGHUP: nothing to reload");
+                }
+            }
+            lifecycle::Signal::Stop(why) => break why,
+        }
+    };
+    tracing::info!(signal = why, "stopping");
+    lifecycle::set_ready(false);
+    lifecycle::arm_stop_watchdog(0);
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         match h.join() {
@@ -603,6 +700,10 @@ struct CoreStart {
     epoch: Instant,
     /// The starting cluster id of each non-global level.
     clusters: Vec<Id>,
+    /// Told once this core serves.
+    ready: std::sync::mpsc::Sender<Result<usize, String>>,
+    /// Reloads for core 0 (SIGHUP).
+    control: Option<std::sync::mpsc::Receiver<Control>>,
 }
 
 async fn core_main(
@@ -618,6 +719,8 @@ async fn core_main(
         fd,
         epoch,
         clusters,
+        ready,
+        control,
     } = start;
     let (senders, mut receivers) = mesh
         .join()
@@ -634,7 +737,7 @@ async fn core_main(
     let mut dht = config.dht.clone();
     dht.cluster_manage &= core == 0;
     let now = Time(epoch.elapsed().as_micros() as u64);
-    let mut node = Node::new(dht, config.dsht, now, seed).map_err(|e| e.to_string())?;
+    let mut node = Node::new(dht, config.id_addr(), now, seed).map_err(|e| e.to_string())?;
     node.set_route_hint(steer::route_for_core(core, cores));
     node.set_shard(core, cores);
     for (i, id) in clusters.iter().enumerate() {
@@ -690,14 +793,44 @@ async fn core_main(
     // Joining: core 0 bootstraps; the others learn from it over the mesh.
     if core == 0 && !config.bootstrap.is_empty() {
         let now = shard.now();
+        tracing::info!(through = ?config.bootstrap, "joining");
         shard.node.borrow_mut().bootstrap(now, &config.bootstrap);
         shard.flush().await;
     }
     if core == 0 {
         crate::admin::spawn(shard.clone(), config.admin)?;
     }
+    let _ = ready.send(Ok(core));
+    let mut watch = crate::lifecycle::ContactWatch::default();
+    let mut next_sync = Instant::now();
+    let mut limits = crate::lifecycle::LimitWatch::default();
     // Timers, until told to stop.
     while !shard.stopping() {
+        if let Some(c) = control.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            match c {
+                Control::Bootstrap(list) => {
+                    tracing::info!(through = ?list, "joining (reload)");
+                    let now = shard.now();
+                    shard.node.borrow_mut().bootstrap(now, &list);
+                    shard.flush().await;
+                }
+            }
+        }
+        {
+            let now = shard.now();
+            limits.observe(now, core, shard.node.borrow().stats());
+        }
+        if core == 0 {
+            let now = shard.now();
+            if watch.due(now) {
+                let levels = shard.node.borrow().levels(now);
+                watch.observe(now, &levels);
+            }
+            if cores > 1 && next_sync.elapsed() >= TABLE_SYNC_PERIOD {
+                next_sync = Instant::now();
+                sync_tables(&shard);
+            }
+        }
         if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {
             set_hints(&shard, &hops).await;
         }
@@ -738,8 +871,41 @@ async fn set_hints(shard: &Rc<Shard>, hops: &[crate::hints::Hop]) {
     shard.flush().await;
 }
 
+/// Sends core 0's routing tables to the other cores (best effort: a full
+/// channel skips a round).
+fn sync_tables(shard: &Rc<Shard>) {
+    let levels = shard.node.borrow().config().levels();
+    for level in 0..levels as u8 {
+        let contacts = shard.node.borrow().nodes(
+            level,
+            TABLE_SYNC_CONTACTS_MAX,
+            None,
+            coral::wire::Services::NONE,
+        );
+        if contacts.is_empty() {
+            continue;
+        }
+        for peer in (0..shard.cores).filter(|&p| p != shard.core) {
+            let msg = CoreMsg::Table {
+                level,
+                contacts: contacts.clone(),
+            };
+            if shard.senders.try_send_to(peer, msg).is_err() {
+                tracing::debug!(peer, level, "table sync skipped: mesh channel full");
+            }
+        }
+    }
+}
+
 async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
     match msg {
+        CoreMsg::Table { level, contacts } => {
+            let now = shard.now();
+            let mut node = shard.node.borrow_mut();
+            for c in contacts {
+                node.learn_verified(c, level, now, None);
+            }
+        }
         CoreMsg::Delegate { from, delegated } => {
             let shard = shard.clone();
             glommio::spawn_local(async move {
@@ -800,40 +966,4 @@ fn seed_from_os() -> u64 {
         let _ = f.read_exact(&mut b);
     }
     u64::from_ne_bytes(b) ^ std::process::id() as u64
-}
-
-fn stop_signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a sigset_t we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        set
-    }
-}
-
-/// Blocks SIGINT and SIGTERM in this thread and every thread it starts, so
-/// that only `wait_for_stop_signal` receives them.
-fn block_stop_signals() {
-    let set = stop_signal_set();
-    // SAFETY: restoring the default disposition is always valid (a shell
-    // starts background jobs with SIGINT ignored, and an ignored signal is
-    // discarded before sigwait can see it); `set` is initialised and a null
-    // old-set pointer is allowed.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_DFL);
-        libc::signal(libc::SIGTERM, libc::SIG_DFL);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-}
-
-fn wait_for_stop_signal() {
-    let set = stop_signal_set();
-    let mut sig: libc::c_int = 0;
-    // SAFETY: `set` is initialised and blocked in every thread; `sig` is a
-    // valid out-pointer.
-    unsafe {
-        libc::sigwait(&set, &mut sig);
-    }
 }

@@ -71,6 +71,12 @@ pub struct ClustersArgs {
     /// FILE, level 2 on a US map to FILE with "-level2" before the extension.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// Exit with status 3 when the run misses a health check (95 % of nodes
+    /// in acceptable clusters, no oscillation, the scenario's outcome).
+    /// Without it the checks are reported and the run exits 0: a clustering
+    /// run is a measurement, and some seeds are still converging at minute 60.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Args, Debug)]
@@ -220,7 +226,7 @@ fn clusters(a: ClustersArgs) -> ExitCode {
     let c = coral::Config::default();
     let header = format!(
         "coral sim clusters: seed {} nodes {} minutes {} scenario {} hints {} churn {} %/h \
-         thresholds {:?} ms re-evaluation every {} s, join at {} %, leave at {} % missed, \
+         thresholds {} ms re-evaluation every {} s, join at {} %, leave at {} % missed, \
          δ 0/{} hourly, size margin ×{:.2}, links: PlanetLab-like world model (great-circle RTTs)",
         a.seed,
         a.nodes,
@@ -228,7 +234,11 @@ fn clusters(a: ClustersArgs) -> ExitCode {
         scenario.name(),
         !a.no_hints,
         a.churn_per_hour,
-        &c.level_thresholds_ms[1..],
+        c.level_thresholds_ms[1..]
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join("/"),
         c.cluster_eval_secs,
         c.cluster_join_percent,
         c.cluster_leave_percent,
@@ -284,10 +294,22 @@ fn clusters(a: ClustersArgs) -> ExitCode {
             "{}",
             serde_json::to_string_pretty(&clusters_json(&r, wall)).expect("json")
         );
-        return check_invariants(&failures, a.seed);
+        return clusters_checks(&failures, a.seed, a.check);
     }
     print_clusters(&r, wall);
-    check_invariants(&failures, a.seed)
+    clusters_checks(&failures, a.seed, a.check)
+}
+
+/// The clustering checks: failing with `--check`, reported otherwise.
+fn clusters_checks(failures: &[String], seed: u64, check: bool) -> ExitCode {
+    if check || failures.is_empty() {
+        return check_invariants(failures, seed);
+    }
+    for f in failures {
+        eprintln!("check not met: {f}");
+    }
+    eprintln!("(reported only; --check makes a missed check exit 3; a longer run, --minutes 120, lets the clusters settle)");
+    ExitCode::SUCCESS
 }
 
 fn clusters_json(r: &ClustersReport, wall: f64) -> serde_json::Value {
@@ -701,8 +723,8 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
     };
     let links = World::planetlab(a.nodes, &mut coral::rng::Rng::new(a.seed));
     let header = format!(
-        "coral sim hotspot: seed {} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s bootstrap {:?} links: PlanetLab-like world model (great-circle RTTs), baseline {}",
-        a.seed, a.nodes, a.b, a.beta, a.values_per_key, a.minutes, a.rate, a.bootstrap, !a.no_baseline
+        "coral sim hotspot: seed {} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s bootstrap {} links: PlanetLab-like world model (great-circle RTTs), baseline {}",
+        a.seed, a.nodes, a.b, a.beta, a.values_per_key, a.minutes, a.rate, a.bootstrap.name(), !a.no_baseline
     );
     // Every parameter first, so any output can be reproduced.
     if a.json {
@@ -784,7 +806,10 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
             "nodes": r.params.nodes, "b": r.params.b, "beta": r.params.beta,
             "values_per_key": r.params.values_per_key, "minutes": r.params.minutes,
             "rate": r.params.rate, "seed": r.params.seed,
-            "bootstrap": format!("{:?}", r.params.bootstrap),
+            "bootstrap": match r.params.bootstrap {
+                Bootstrap::Random => "random",
+                Bootstrap::WellKnown => "well-known",
+            },
         },
         "bound_rpcs_per_min": r.bound_rpcs_per_min,
         "closest_node_put_rpcs_per_min": r.dsht.closest_steady_per_min,

@@ -387,8 +387,9 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
     let config = dir.join("coral.toml");
     std::fs::write(&config, "[clusters]\neval_secs = 2\njoin_eval_secs = 1\n").unwrap();
     let c = Cluster::start_with(35, 4, 2, Some(&config));
-    // (cluster, contacts) at each non-global level of node i.
-    let clusters_of = |i: usize| -> Vec<(String, u64)> {
+    // (cluster, contacts, switches) at each non-global level of node i.
+    type Levels = Vec<(String, u64, u64)>;
+    let clusters_of = |i: usize| -> Levels {
         let l = c.client(i, &["levels"]);
         l["levels"]
             .as_array()
@@ -397,22 +398,46 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
             .skip(1)
             .map(|l| {
                 let id = l["cluster"].as_str().unwrap().to_string();
-                (id, l["contacts"].as_u64().unwrap())
+                let k = &l["clustering"];
+                let switches = ["merges", "splits", "leaves", "singletons"]
+                    .iter()
+                    .map(|n| k[*n].as_u64().unwrap_or(0))
+                    .sum();
+                (id, l["contacts"].as_u64().unwrap(), switches)
             })
             .collect()
     };
+    let ids = |seen: &[Levels]| -> Vec<Vec<String>> {
+        seen.iter()
+            .map(|s| s.iter().map(|l| l.0.clone()).collect())
+            .collect()
+    };
+    // Wait for one cluster per level with members in every table, and for
+    // it to hold: no node changes cluster over two evaluation periods (a
+    // node that switches clusters empties that level's store, §4.4, so a
+    // put made just before a late switch is rightly gone).
     let start = Instant::now();
+    let mut stable_since: Option<(Instant, Vec<Levels>)> = None;
     let seen = loop {
         let seen = (0..4).map(clusters_of).collect::<Vec<_>>();
         let same = seen
             .iter()
             .all(|s| s.iter().zip(&seen[0]).all(|(a, b)| a.0 == b.0) && s.iter().all(|l| l.1 >= 1));
-        if same {
-            break seen;
+        let counters =
+            |s: &[Levels]| -> Vec<u64> { s.iter().flat_map(|n| n.iter().map(|l| l.2)).collect() };
+        match &stable_since {
+            Some((t, before))
+                if same && ids(before) == ids(&seen) && counters(before) == counters(&seen) =>
+            {
+                if t.elapsed() >= Duration::from_secs(4) {
+                    break seen;
+                }
+            }
+            _ => stable_since = same.then(|| (Instant::now(), seen.clone())),
         }
         assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no common clusters with members in every table after 60 s: {seen:?}"
+            start.elapsed() < Duration::from_secs(90),
+            "no common, stable clusters with members in every table after 90 s: {seen:?}"
         );
         std::thread::sleep(Duration::from_millis(500));
     };
@@ -424,7 +449,8 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
             &["put", &key, "level-two", "--ttl", "600", "--levels", "2"],
         );
         assert!(put["levels"][0]["stored_at"].is_string(), "{put}");
-        // Follower cores hear of the new cluster's members over the mesh.
+        // Follower cores hear of the new cluster's members over the mesh
+        // (as they happen, and core 0's whole table every 2 s).
         let start = Instant::now();
         let get = loop {
             let get = c.client(3, &["get", &key, "--levels", "2"]);
@@ -433,7 +459,12 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
             }
             std::thread::sleep(Duration::from_millis(200));
         };
-        assert_eq!(found(&get), 1, "{get}");
+        let after = (0..4).map(clusters_of).collect::<Vec<_>>();
+        assert_eq!(
+            found(&get),
+            1,
+            "{get}\nput: {put}\nclusters before: {seen:?}\nclusters now: {after:?}"
+        );
         assert_eq!(get["level"], 2, "{get}");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -6,7 +6,10 @@
 //! is the caller's business. No dependencies, no I/O, and the output is a
 //! pure function of the input (iteration is over slices and ordered maps
 //! only), so plots can be compared byte for byte. Text is XML-escaped;
-//! non-finite values, and non-positive ones on a log scale, are skipped.
+//! non-finite values, and negative ones on a log scale, are skipped; zeros
+//! on a log scale sit on a floor one decade below the data, labelled 0 (a
+//! series that falls to zero, as Fig. 4's origin load does, stays drawn to
+//! its end instead of seeming to stop).
 
 use std::collections::BTreeMap;
 
@@ -58,7 +61,198 @@ const BARS_LABELLED_MAX: usize = 40;
 /// Series with at most this many points also mark each point.
 const MARKED_POINTS_MAX: usize = 40;
 /// Width of a map's drawing, in pixels.
-const MAP_WIDTH: f64 = 860.0;
+const MAP_WIDTH: f64 = 760.0;
+/// The widest a map may be, legend included (a typical screen or page).
+const MAP_TOTAL_WIDTH_MAX: f64 = 1000.0;
+
+/// Coarse coastlines (longitude, latitude), a few dozen points per land
+/// mass: enough to tell the continents apart behind the nodes, not a survey.
+const LAND: &[&[(f64, f64)]] = &[
+    // North and Central America.
+    &[
+        (-168.0, 66.0),
+        (-162.0, 70.0),
+        (-140.0, 70.0),
+        (-125.0, 70.0),
+        (-95.0, 72.0),
+        (-80.0, 73.0),
+        (-62.0, 60.0),
+        (-56.0, 52.0),
+        (-66.0, 45.0),
+        (-70.0, 41.0),
+        (-76.0, 35.0),
+        (-81.0, 31.0),
+        (-80.0, 25.0),
+        (-82.0, 27.0),
+        (-84.0, 30.0),
+        (-90.0, 29.0),
+        (-97.0, 27.0),
+        (-97.0, 21.0),
+        (-92.0, 18.0),
+        (-87.0, 21.0),
+        (-88.0, 16.0),
+        (-83.0, 10.0),
+        (-78.0, 8.0),
+        (-85.0, 11.0),
+        (-92.0, 15.0),
+        (-105.0, 20.0),
+        (-110.0, 23.0),
+        (-117.0, 32.0),
+        (-121.0, 35.0),
+        (-124.0, 40.0),
+        (-124.0, 48.0),
+        (-130.0, 55.0),
+        (-140.0, 60.0),
+        (-150.0, 61.0),
+        (-158.0, 57.0),
+        (-165.0, 62.0),
+    ],
+    // South America.
+    &[
+        (-78.0, 8.0),
+        (-72.0, 12.0),
+        (-62.0, 10.0),
+        (-50.0, 0.0),
+        (-35.0, -5.0),
+        (-39.0, -15.0),
+        (-48.0, -26.0),
+        (-58.0, -35.0),
+        (-65.0, -42.0),
+        (-68.0, -52.0),
+        (-72.0, -50.0),
+        (-74.0, -40.0),
+        (-71.0, -30.0),
+        (-70.0, -18.0),
+        (-76.0, -14.0),
+        (-81.0, -5.0),
+        (-80.0, 1.0),
+    ],
+    // Greenland.
+    &[
+        (-45.0, 60.0),
+        (-20.0, 70.0),
+        (-20.0, 80.0),
+        (-60.0, 80.0),
+        (-60.0, 76.0),
+        (-53.0, 68.0),
+    ],
+    // Europe and Asia.
+    &[
+        (-10.0, 36.0),
+        (-9.0, 43.0),
+        (-2.0, 44.0),
+        (-4.0, 48.0),
+        (2.0, 51.0),
+        (5.0, 53.0),
+        (8.0, 57.0),
+        (5.0, 62.0),
+        (14.0, 68.0),
+        (25.0, 71.0),
+        (40.0, 67.0),
+        (60.0, 70.0),
+        (80.0, 73.0),
+        (105.0, 78.0),
+        (140.0, 72.0),
+        (180.0, 68.0),
+        (180.0, 65.0),
+        (170.0, 60.0),
+        (160.0, 58.0),
+        (156.0, 51.0),
+        (143.0, 59.0),
+        (135.0, 55.0),
+        (140.0, 48.0),
+        (131.0, 43.0),
+        (129.0, 35.0),
+        (122.0, 31.0),
+        (121.0, 25.0),
+        (110.0, 20.0),
+        (106.0, 10.0),
+        (100.0, 13.0),
+        (103.0, 1.0),
+        (98.0, 8.0),
+        (92.0, 20.0),
+        (80.0, 15.0),
+        (77.0, 8.0),
+        (73.0, 19.0),
+        (67.0, 25.0),
+        (57.0, 25.0),
+        (50.0, 30.0),
+        (48.0, 29.0),
+        (56.0, 24.0),
+        (58.0, 21.0),
+        (52.0, 16.0),
+        (43.0, 13.0),
+        (39.0, 21.0),
+        (33.0, 29.0),
+        (35.0, 32.0),
+        (36.0, 36.0),
+        (27.0, 37.0),
+        (23.0, 38.0),
+        (20.0, 40.0),
+        (19.0, 42.0),
+        (16.0, 38.0),
+        (12.0, 42.0),
+        (9.0, 44.0),
+        (3.0, 43.0),
+        (0.0, 39.0),
+        (-5.0, 36.0),
+    ],
+    // Africa.
+    &[
+        (-17.0, 21.0),
+        (-10.0, 30.0),
+        (-6.0, 36.0),
+        (10.0, 37.0),
+        (20.0, 31.0),
+        (32.0, 31.0),
+        (34.0, 28.0),
+        (43.0, 12.0),
+        (51.0, 12.0),
+        (40.0, -5.0),
+        (40.0, -15.0),
+        (35.0, -25.0),
+        (27.0, -34.0),
+        (18.0, -34.0),
+        (12.0, -18.0),
+        (13.0, -6.0),
+        (9.0, 4.0),
+        (-8.0, 4.0),
+        (-17.0, 14.0),
+    ],
+    // Great Britain and Ireland.
+    &[
+        (-5.0, 50.0),
+        (1.0, 51.0),
+        (0.0, 54.0),
+        (-3.0, 59.0),
+        (-6.0, 57.0),
+        (-10.0, 54.0),
+        (-6.0, 52.0),
+    ],
+    // Japan.
+    &[
+        (130.0, 31.0),
+        (140.0, 35.0),
+        (142.0, 40.0),
+        (141.0, 45.0),
+        (140.0, 41.0),
+        (135.0, 34.0),
+    ],
+    // Australia.
+    &[
+        (114.0, -22.0),
+        (122.0, -18.0),
+        (130.0, -12.0),
+        (137.0, -12.0),
+        (142.0, -11.0),
+        (146.0, -19.0),
+        (153.0, -26.0),
+        (150.0, -37.0),
+        (141.0, -38.0),
+        (132.0, -32.0),
+        (115.0, -34.0),
+    ],
+];
 /// A map legend lists at most this many groups.
 const MAP_LEGEND_GROUPS_MAX: usize = 30;
 
@@ -110,8 +304,9 @@ pub fn escape(text: &str) -> String {
 
 /// A line chart of `series`, each in its own colour, with a legend. With
 /// `log_y` the y axis is logarithmic (as for Fig. 6's latency CDF: x the
-/// fraction of requests, y the latency in seconds) and points with `y <= 0`
-/// are skipped; non-finite points are always skipped.
+/// fraction of requests, y the latency in seconds): points with `y < 0` are
+/// skipped, and `y == 0` is drawn on a floor labelled 0, a decade below the
+/// smallest positive value. Non-finite points are always skipped.
 pub fn line_chart(
     title: &str,
     x_label: &str,
@@ -119,7 +314,7 @@ pub fn line_chart(
     series: &[Series],
     log_y: bool,
 ) -> String {
-    let usable = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_y || y > 0.0);
+    let usable = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!log_y || y >= 0.0);
     let all = || {
         series
             .iter()
@@ -127,11 +322,14 @@ pub fn line_chart(
             .filter(usable)
     };
     let x_axis = Axis::linear(min_max(all().map(|p| p.0)));
-    let y_range = min_max(all().map(|p| p.1));
     let y_axis = if log_y {
-        Axis::log(y_range)
+        let mut axis = Axis::log(min_max(all().map(|p| p.1).filter(|&y| y > 0.0)));
+        if all().any(|p| p.1 == 0.0) {
+            axis.add_zero_floor();
+        }
+        axis
     } else {
-        Axis::linear(y_range)
+        Axis::linear(min_max(all().map(|p| p.1)))
     };
 
     let legend_chars = series
@@ -437,6 +635,7 @@ fn map(title: &str, points: &[MapPoint], b: &MapBounds) -> String {
     let x = |lon: f64| left + (lon - b.lon_min) * x_scale;
     let y = |lat: f64| top + (b.lat_max - lat) * per_degree;
 
+    debug_assert!(total_width <= MAP_TOTAL_WIDTH_MAX);
     let mut svg = Svg::new(total_width, total_height, title);
     svg.line(&format!(
         "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#eef4fa\" stroke=\"#999\"/>",
@@ -445,6 +644,26 @@ fn map(title: &str, points: &[MapPoint], b: &MapBounds) -> String {
         num(MAP_WIDTH),
         num(height)
     ));
+    // Land, clipped to the map.
+    svg.line(&format!(
+        "<clipPath id=\"map-area\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/></clipPath>",
+        num(left),
+        num(top),
+        num(MAP_WIDTH),
+        num(height)
+    ));
+    svg.line("<g class=\"land\" clip-path=\"url(#map-area)\">");
+    for shape in LAND {
+        let list: Vec<String> = shape
+            .iter()
+            .map(|&(lon, lat)| format!("{},{}", num(x(lon)), num(y(lat))))
+            .collect();
+        svg.line(&format!(
+            "<polygon points=\"{}\" fill=\"#faf7f0\" stroke=\"#b8ad98\" stroke-width=\"0.8\"/>",
+            list.join(" ")
+        ));
+    }
+    svg.line("</g>");
     svg.open_group("grid");
     let mut lon = (b.lon_min / b.grid_deg).ceil() * b.grid_deg;
     while lon <= b.lon_max + 1e-9 {
@@ -487,6 +706,7 @@ fn map(title: &str, points: &[MapPoint], b: &MapBounds) -> String {
     svg.close_group();
 
     let mut outside = 0usize;
+    let mut centroids: BTreeMap<u32, (f64, f64, usize)> = BTreeMap::new();
     svg.open_group("nodes");
     for p in points {
         let inside = p.lat.is_finite()
@@ -500,15 +720,29 @@ fn map(title: &str, points: &[MapPoint], b: &MapBounds) -> String {
         let (px, py) = (x(p.lon), y(p.lat));
         let c = colour(p.group as usize);
         svg.line(&format!(
-            "<g><title>{}</title><circle cx=\"{}\" cy=\"{}\" r=\"2.5\" fill=\"{c}\"/>\
-             <text x=\"{}\" y=\"{}\" fill=\"{c}\" font-size=\"10\" font-weight=\"bold\" \
-             stroke=\"white\" stroke-width=\"2\" paint-order=\"stroke\">{}</text></g>",
+            "<g><title>{} ({})</title><circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{c}\" \
+             stroke=\"white\" stroke-width=\"0.6\"/></g>",
             escape(&p.label),
+            group_letter(p.group),
             num(px),
             num(py),
-            num(px + 3.0),
-            num(py - 3.0),
-            group_letter(p.group)
+        ));
+        let e = centroids.entry(p.group).or_insert((0.0, 0.0, 0));
+        (e.0, e.1, e.2) = (e.0 + px, e.1 + py, e.2 + 1);
+    }
+    svg.close_group();
+    // One letter per cluster, where its nodes are on average (a letter
+    // beside every node overlapped wherever nodes are dense).
+    svg.open_group("cluster labels");
+    for (&group, &(sx, sy, n)) in &centroids {
+        let (cx, cy) = (sx / n as f64, sy / n as f64);
+        svg.line(&format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\" font-size=\"13\" \
+             font-weight=\"bold\" stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\">{}</text>",
+            num(cx),
+            num(cy - 6.0),
+            colour(group as usize),
+            group_letter(group)
         ));
     }
     svg.close_group();
@@ -628,6 +862,8 @@ struct Axis {
     max: f64,
     log: bool,
     ticks: Vec<f64>,
+    /// A log axis whose bottom tick (`min`) stands for zero.
+    zero_floor: bool,
 }
 
 impl Axis {
@@ -648,6 +884,7 @@ impl Axis {
             max,
             log: false,
             ticks: nice_ticks(min, max),
+            zero_floor: false,
         }
     }
 
@@ -681,13 +918,25 @@ impl Axis {
             max: 10f64.powf(hi_exp),
             log: true,
             ticks,
+            zero_floor: false,
         }
+    }
+
+    /// Extends a log axis one decade down; its new bottom tick stands for
+    /// zero (labelled 0), where zeros are drawn.
+    fn add_zero_floor(&mut self) {
+        self.min /= 10.0;
+        self.ticks.insert(0, self.min);
+        self.zero_floor = true;
     }
 
     /// Where `v` falls along the axis, from 0 (min) to 1 (max).
     fn fraction(&self, v: f64) -> f64 {
         if self.log {
             let (lo, hi) = (self.min.log10(), self.max.log10());
+            if self.zero_floor && v <= self.min {
+                return 0.0;
+            }
             (v.max(self.min * 1e-3).log10() - lo) / (hi - lo)
         } else {
             (v - self.min) / (self.max - self.min)
@@ -696,7 +945,9 @@ impl Axis {
 
     /// The tick label for `v`.
     fn label(&self, v: f64) -> String {
-        if self.log {
+        if self.zero_floor && v == self.min {
+            "0".to_string()
+        } else if self.log {
             format_value(v)
         } else {
             let step = match self.ticks.as_slice() {
@@ -991,7 +1242,45 @@ mod tests {
     }
 
     #[test]
-    fn log_scale_skips_zero_and_negative_values() {
+    fn fig_4_log_scale_draws_zeros_on_a_floor_to_the_end_of_the_run() {
+        // Origin requests per minute: a burst, then zero for the rest of a
+        // 30-minute run. Every minute is drawn, the zeros on a floor
+        // labelled 0 at the bottom of the plot area.
+        let mut points = vec![(0.0, 12.0), (1.0, 3.0)];
+        points.extend((2..30).map(|m| (f64::from(m), 0.0)));
+        let s = Series {
+            label: "origin".to_string(),
+            points,
+        };
+        let svg = line_chart("fig 4", "minute", "requests", &[s], true);
+        assert_well_formed(&svg);
+        assert!(svg.contains(">0</text>"), "no 0 tick");
+        let polyline = svg
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let pts: Vec<(f64, f64)> = polyline
+            .split(' ')
+            .map(|p| {
+                let (x, y) = p.split_once(',').unwrap();
+                (x.parse().unwrap(), y.parse().unwrap())
+            })
+            .collect();
+        // The line reaches minute 29 (the right end), and its last points
+        // are all on one floor, below the positive ones.
+        let right = pts.iter().map(|p| p.0).fold(f64::MIN, f64::max);
+        let first_x = pts[0].0;
+        assert!(right - first_x > 100.0, "{pts:?}");
+        let floor = pts.last().unwrap().1;
+        assert!(pts.iter().all(|p| p.1 <= floor), "{pts:?}");
+        assert!(pts[0].1 < floor && pts[1].1 < floor);
+    }
+
+    #[test]
+    fn log_scale_skips_negative_values_and_floors_zero() {
         let s = Series {
             label: "mixed".to_string(),
             points: vec![
@@ -1004,7 +1293,8 @@ mod tests {
         };
         let svg = line_chart("t", "x", "y", &[s], true);
         assert_well_formed(&svg);
-        assert_eq!(svg.matches("<circle").count(), 2);
+        // (0, 0) on the zero floor, 0.5 and 2: the negative and NaN skipped.
+        assert_eq!(svg.matches("<circle").count(), 3);
     }
 
     #[test]
@@ -1166,6 +1456,17 @@ mod tests {
         }
         assert!(svg.contains("30°N") && svg.contains("90°W"));
         assert!(!svg.contains("outside the map"));
+        // Coastlines behind the nodes, and everything within 1000 px.
+        assert!(svg.matches("<polygon").count() >= 6);
+        let width: f64 = svg
+            .split("width=\"")
+            .nth(1)
+            .and_then(|w| w.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .unwrap();
+        assert!(width <= 1000.0, "{width}");
+        // One letter per cluster, not one per node.
+        assert_eq!(svg.matches(">A</text>").count(), 1);
     }
 
     #[test]

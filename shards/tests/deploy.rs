@@ -1,0 +1,116 @@
+//! The deployment files in `deploy/`: the systemd unit passes
+//! `systemd-analyze verify` (skipped only where systemd-analyze is absent;
+//! `.ci/run` installs it), the seccomp profile allows io_uring, the
+//! DaemonSet uses host networking and the admin probes.
+
+use std::process::Command;
+
+const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+
+fn deploy(name: &str) -> String {
+    let p = format!("{}/../deploy/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+#[test]
+fn systemd_unit_passes_systemd_analyze_verify() {
+    let unit = deploy("coral.service");
+    for needed in [
+        "Type=notify",
+        "AmbientCapabilities=CAP_NET_BIND_SERVICE",
+        "CapabilityBoundingSet=CAP_NET_BIND_SERVICE",
+        "LimitMEMLOCK=",
+        "LimitNOFILE=",
+        "ExecReload=/bin/kill -HUP $MAINPID",
+        "ProtectSystem=strict",
+    ] {
+        assert!(unit.contains(needed), "coral.service lacks {needed}");
+    }
+    // A syscall filter would have to allow io_uring; this unit has none.
+    assert!(
+        !unit
+            .lines()
+            .any(|l| l.trim_start().starts_with("SystemCallFilter")),
+        "a SystemCallFilter may deny io_uring_setup"
+    );
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: systemd-analyze is not installed (Debian package systemd)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("coral-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // verify needs the ExecStart binary to exist: the one just built.
+    let path = dir.join("coral.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/coral", CORAL)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn seccomp_profile_allows_io_uring_and_denies_administration() {
+    let v: serde_json::Value = serde_json::from_str(&deploy("seccomp-coral.json")).unwrap();
+    let rules = v["syscalls"].as_array().unwrap();
+    let action_of = |name: &str| -> String {
+        rules
+            .iter()
+            .find(|r| r["names"].as_array().unwrap().iter().any(|n| n == name))
+            .map_or(v["defaultAction"].as_str().unwrap().to_string(), |r| {
+                r["action"].as_str().unwrap().to_string()
+            })
+    };
+    for call in [
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "membarrier",
+    ] {
+        assert_eq!(action_of(call), "SCMP_ACT_ALLOW", "{call}");
+    }
+    for call in [
+        "mount",
+        "kexec_load",
+        "init_module",
+        "ptrace",
+        "bpf",
+        "unshare",
+        "setns",
+    ] {
+        assert_eq!(action_of(call), "SCMP_ACT_ERRNO", "{call}");
+    }
+    let cf = deploy("Containerfile");
+    assert!(cf.contains("seccomp-coral.json") && cf.contains("--network host"));
+}
+
+#[test]
+fn daemonset_uses_host_networking_and_the_admin_probes() {
+    let ds = deploy("daemonset.yaml");
+    for needed in [
+        "kind: DaemonSet",
+        "hostNetwork: true",
+        "--public-addr=$(HOST_IP):7000",
+        "path: /livez",
+        "path: /readyz",
+        "localhostProfile: coral.json",
+        "add: [NET_BIND_SERVICE]",
+    ] {
+        assert!(ds.contains(needed), "daemonset.yaml lacks {needed}");
+    }
+    let readme = deploy("README.md");
+    for section in ["## systemd", "## Container image", "## Kubernetes"] {
+        assert!(readme.contains(section), "deploy/README.md lacks {section}");
+    }
+}
