@@ -13,6 +13,7 @@
 //! - [`store`]: sloppy storage — full, loaded, leakage rate β (§4.2).
 //! - [`lookup`]: the b-bit-per-hop iterative lookup with its window (§4.1).
 //! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
+//! - [`dns`]: dnssrv, the authoritative DNS redirector (§3.1), sans-IO.
 //! - [`fetch`]: the proxy's fetch policy: local cache, DSHT, peer, origin (§3.2).
 //! - [`sim`]: the deterministic simulator and the paper's experiments (§6).
 
@@ -21,6 +22,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod dns;
 pub mod fetch;
 pub mod id;
 pub mod lookup;
