@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod admin;
 mod client;
 mod config;
+mod dns;
 mod hints;
 mod runtime;
 mod sim;
@@ -55,6 +56,9 @@ enum Command {
         /// The short alias zone of Coralized URLs (www.x.com.<ALIAS>).
         #[arg(long)]
         alias: Option<String>,
+        /// UDP and TCP address of dnssrv, the DNS redirector.
+        #[arg(long)]
+        dns: Option<SocketAddr>,
     },
     /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
@@ -171,6 +175,7 @@ fn main() -> ExitCode {
             admin,
             zone,
             alias,
+            dns,
         } => {
             init_logging();
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
@@ -188,6 +193,9 @@ fn main() -> ExitCode {
             }
             if let Some(a) = admin {
                 cfg.admin = a;
+            }
+            if let Some(a) = dns {
+                cfg.dns = Some(a);
             }
             if let Some(z) = zone {
                 match config::dns_name("zone", &z) {

@@ -128,7 +128,7 @@ impl Shard {
     /// loopback or a NIC almost never blocks, and a syscall is cheaper than
     /// a round trip through the ring. Only a send that would block waits on
     /// the ring.
-    async fn flush(&self) {
+    pub async fn flush(&self) {
         let mut deferred: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         let mut events = Vec::new();
         let mut learned = Vec::new();
@@ -365,6 +365,11 @@ impl Shard {
         json!({"level": level, "nodes": nodes})
     }
 
+    /// This core's node (dnssrv reads its snapshot from it).
+    pub fn node(&self) -> std::cell::RefMut<'_, Node> {
+        self.node.borrow_mut()
+    }
+
     /// Whether the node is shutting down.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -509,6 +514,14 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
     };
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
+    let mut dns_fds: Vec<Option<crate::dns::DnsFds>> = match config.dns {
+        Some(a) => crate::dns::bind_group(a, cores)
+            .map_err(|e| format!("cannot bind the DNS address {a}: {e}"))?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => Vec::new(),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     block_stop_signals();
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
@@ -547,6 +560,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
         let stop = stop.clone();
         let clusters = clusters.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
+        let dns = dns_fds.get_mut(core).and_then(Option::take);
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
         // fewer leaves placement to the kernel: several small nodes on one
@@ -566,6 +580,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
                     fd,
                     epoch,
                     clusters,
+                    dns,
                 };
                 core_main(start, config, mesh, stop, hints).await
             })
@@ -577,7 +592,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
             })?;
         handles.push(handle);
     }
-    tracing::info!(addr = %config.dsht, admin = %config.admin, cores, "coral node running");
+    tracing::info!(addr = %config.dsht, admin = %config.admin, dns = ?config.dns, cores, "coral node running");
     wait_for_stop_signal();
     tracing::info!("stopping");
     stop.store(true, Ordering::Relaxed);
@@ -600,6 +615,8 @@ struct CoreStart {
     epoch: Instant,
     /// The starting cluster id of each non-global level.
     clusters: Vec<Id>,
+    /// dnssrv's sockets for this core, if it serves DNS.
+    dns: Option<crate::dns::DnsFds>,
 }
 
 async fn core_main(
@@ -615,6 +632,7 @@ async fn core_main(
         fd,
         epoch,
         clusters,
+        dns,
     } = start;
     let (senders, mut receivers) = mesh
         .join()
@@ -692,6 +710,9 @@ async fn core_main(
     }
     if core == 0 {
         crate::admin::spawn(shard.clone(), config.admin)?;
+    }
+    if let Some(fds) = dns {
+        crate::dns::spawn(shard.clone(), fds, &config)?;
     }
     // Timers, until told to stop.
     while !shard.stopping() {
