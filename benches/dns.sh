@@ -50,7 +50,8 @@ EOF
 cpu_ticks() { # utime + stime of the given pids (all their threads)
     local t=0
     for p in "$@"; do
-        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+        # Fields after "pid (comm) ": comm may hold spaces ("nsd: main").
+        t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
     done
     echo "$t"
 }
@@ -144,7 +145,9 @@ PIDS+=("$NSD_PID")
 wait_dns 5400
 wait_dns 5401
 wait_dns 5402
-nsd_pids() { echo "$NSD_PID $(pgrep -P "$NSD_PID" | tr '\n' ' ')"; }
+# NSD forks its xfrd and server processes (and re-forks the servers on a
+# reload): every process whose command line names our config.
+nsd_pids() { pgrep -f "nsd -d -c $TMP/nsd.conf" | tr '\n' ' '; }
 
 echo "dnsperf -l $SECS -c 4 -q 200, server on CPU $SERVER_CPU, dnsperf on CPU $CLIENT_CPU, $(nproc) CPUs"
 for r in $(seq 1 "$ROUNDS"); do

@@ -44,9 +44,7 @@ use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use domain::base::iana::{Class, Opcode, OptRcode, Rcode, Rtype};
-use domain::base::message_builder::{
-    AdditionalBuilder, AnswerBuilder, MessageBuilder, PushError,
-};
+use domain::base::message_builder::{AdditionalBuilder, AnswerBuilder, MessageBuilder, PushError};
 use domain::base::name::{Name, ParsedName};
 use domain::base::opt::{ClientSubnet, Opt, OptRecord, UnknownOptData};
 use domain::base::wire::Composer;
@@ -358,7 +356,8 @@ impl Composer for Wire {
         let (mut len, mut labels) = (0usize, 0usize);
         for label in name.iter_labels() {
             let l = label.as_slice();
-            let (Some(dst), Some(b)) = (flat.get_mut(len..len + 1 + l.len()), bounds.get_mut(labels))
+            let (Some(dst), Some(b)) =
+                (flat.get_mut(len..len + 1 + l.len()), bounds.get_mut(labels))
             else {
                 break;
             };
@@ -391,7 +390,12 @@ impl Composer for Wire {
             let arena_off = self.arena.len();
             if arena_off + len <= usize::from(u16::MAX) {
                 self.arena.extend_from_slice(&flat[..len]);
-                self.names[self.count] = (start as u16, arena_off as u16, len as u8, literal.min(255) as u8);
+                self.names[self.count] = (
+                    start as u16,
+                    arena_off as u16,
+                    len as u8,
+                    literal.min(255) as u8,
+                );
                 self.count += 1;
             }
         }
@@ -705,7 +709,8 @@ impl Dnssrv {
             return None;
         }
         buf.clear();
-        let Ok(mut b) = MessageBuilder::from_target(Wire::new(buf, std::mem::take(&mut self.arena)));
+        let Ok(mut b) =
+            MessageBuilder::from_target(Wire::new(buf, std::mem::take(&mut self.arena)));
         {
             let h = b.header_mut();
             h.set_id(head.id());
