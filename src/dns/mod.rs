@@ -263,9 +263,15 @@ const COMPRESS_NAMES_MAX: usize = 24;
 /// time of an answer. Here each name is flattened once and each of its
 /// suffixes compared as bytes (ASCII case folded) with the tails of the
 /// names already written; the longest match becomes a pointer.
-#[derive(Default)]
 struct Wire {
     buf: Vec<u8>,
+    /// Boxed: the builders move the target by value at every section.
+    c: Box<Compress>,
+}
+
+/// What the compressor remembers of the names written.
+#[derive(Debug)]
+struct Compress {
     /// Flat (uncompressed) copies of the names written, back to back.
     arena: Vec<u8>,
     /// (offset in the message, offset in the arena, flat length, octets
@@ -274,16 +280,13 @@ struct Wire {
     count: usize,
 }
 
-impl Wire {
-    fn new(mut buf: Vec<u8>, mut arena: Vec<u8>) -> Wire {
-        buf.clear();
-        arena.clear();
-        Wire {
-            buf,
-            arena,
+impl Compress {
+    fn new() -> Box<Compress> {
+        Box::new(Compress {
+            arena: Vec::with_capacity(512),
             names: [(0, 0, 0, 0); COMPRESS_NAMES_MAX],
             count: 0,
-        }
+        })
     }
 
     /// Where the message already holds `suffix` (flat), if anywhere.
@@ -317,6 +320,15 @@ impl Wire {
     }
 }
 
+impl Wire {
+    fn new(mut buf: Vec<u8>, mut c: Box<Compress>) -> Wire {
+        buf.clear();
+        c.arena.clear();
+        c.count = 0;
+        Wire { buf, c }
+    }
+}
+
 impl OctetsBuilder for Wire {
     type AppendError = Infallible;
     fn append_slice(&mut self, slice: &[u8]) -> Result<(), Infallible> {
@@ -328,8 +340,9 @@ impl OctetsBuilder for Wire {
 impl Truncate for Wire {
     fn truncate(&mut self, len: usize) {
         self.buf.truncate(len);
-        while self.count > 0 && usize::from(self.names[self.count - 1].0) >= len {
-            self.count -= 1;
+        let c = &mut self.c;
+        while c.count > 0 && usize::from(c.names[c.count - 1].0) >= len {
+            c.count -= 1;
         }
     }
 }
@@ -376,7 +389,7 @@ impl Composer for Wire {
         let mut literal = len;
         let mut pointer = None;
         for &b in &bounds[..named] {
-            if let Some(p) = self.find(&flat[usize::from(b)..len]) {
+            if let Some(p) = self.c.find(&flat[usize::from(b)..len]) {
                 literal = usize::from(b);
                 pointer = Some(p);
                 break;
@@ -386,17 +399,18 @@ impl Composer for Wire {
         if let Some(p) = pointer {
             self.buf.extend_from_slice(&(p | 0xc000).to_be_bytes());
         }
-        if literal > 0 && start < 0x3fff && self.count < COMPRESS_NAMES_MAX {
-            let arena_off = self.arena.len();
+        let c = &mut self.c;
+        if literal > 0 && start < 0x3fff && c.count < COMPRESS_NAMES_MAX {
+            let arena_off = c.arena.len();
             if arena_off + len <= usize::from(u16::MAX) {
-                self.arena.extend_from_slice(&flat[..len]);
-                self.names[self.count] = (
+                c.arena.extend_from_slice(&flat[..len]);
+                c.names[c.count] = (
                     start as u16,
                     arena_off as u16,
                     len as u8,
                     literal.min(255) as u8,
                 );
-                self.count += 1;
+                c.count += 1;
             }
         }
         Ok(())
@@ -461,8 +475,8 @@ pub struct Dnssrv {
     followups: VecDeque<FollowUp>,
     verify_asked: [Option<Time>; LEVELS],
     counters: Counters,
-    /// The compressor's arena, kept between answers.
-    arena: Vec<u8>,
+    /// The compressor's state, kept between answers.
+    compress: Option<Box<Compress>>,
 }
 
 fn labels_of(name: &str) -> Vec<Vec<u8>> {
@@ -619,7 +633,7 @@ impl Dnssrv {
             followups: VecDeque::new(),
             verify_asked: [None; LEVELS],
             counters: Counters::default(),
-            arena: Vec::new(),
+            compress: None,
             cfg,
         }
     }
@@ -709,8 +723,8 @@ impl Dnssrv {
             return None;
         }
         buf.clear();
-        let Ok(mut b) =
-            MessageBuilder::from_target(Wire::new(buf, std::mem::take(&mut self.arena)));
+        let c = self.compress.take().unwrap_or_else(Compress::new);
+        let Ok(mut b) = MessageBuilder::from_target(Wire::new(buf, c));
         {
             let h = b.header_mut();
             h.set_id(head.id());
@@ -850,7 +864,7 @@ impl Dnssrv {
             }
         }
         let w = add.finish();
-        self.arena = w.arena;
+        self.compress = Some(w.c);
         Some(w.buf)
     }
 
