@@ -694,8 +694,26 @@ impl Dnssrv {
         out: &mut Vec<u8>,
     ) -> bool {
         self.counters.queries += 1;
+        // A runt or a response is never answered (no reflection, no loops),
+        // nor what response rate limiting drops; `out` keeps its buffer.
+        let Ok(msg) = Message::from_octets(query) else {
+            self.counters.dropped += 1;
+            return false;
+        };
+        if msg.header().qr() {
+            self.counters.dropped += 1;
+            return false;
+        }
+        let rrl = match transport {
+            Transport::Udp => self.rrl.check(client.ip(), now),
+            Transport::Tcp => Rrl::Send,
+        };
+        if rrl == Rrl::Drop {
+            self.counters.dropped += 1;
+            return false;
+        }
         let buf = std::mem::take(out);
-        match self.respond(now, query, client, transport, view, buf) {
+        match self.respond(now, &msg, rrl, client, transport, view, buf) {
             Some(b) => {
                 *out = b;
                 true
@@ -707,22 +725,18 @@ impl Dnssrv {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn respond(
         &mut self,
         now: Time,
-        query: &[u8],
+        msg: &Message<&[u8]>,
+        rrl: Rrl,
         client: SocketAddr,
         transport: Transport,
         view: &View,
-        mut buf: Vec<u8>,
+        buf: Vec<u8>,
     ) -> Option<Vec<u8>> {
-        // A runt or a response is never answered (no reflection, no loops).
-        let msg = Message::from_octets(query).ok()?;
         let head = msg.header();
-        if head.qr() {
-            return None;
-        }
-        buf.clear();
         let c = self.compress.take().unwrap_or_else(Compress::new);
         let Ok(mut b) = MessageBuilder::from_target(Wire::new(buf, c));
         {
@@ -733,30 +747,23 @@ impl Dnssrv {
             h.set_rd(head.rd());
             h.set_cd(head.cd());
         }
-        let rrl = match transport {
-            Transport::Udp => self.rrl.check(client.ip(), now),
-            Transport::Tcp => Rrl::Send,
-        };
-        if rrl == Rrl::Drop {
-            return None;
-        }
         if head.opcode() != Opcode::QUERY {
             self.counters.notimp += 1;
             b.header_mut().set_rcode(Rcode::NOTIMP);
-            return Some(b.finish().buf);
+            return Some(self.done(b.finish()));
         }
         let counts = msg.header_counts();
         let parsed = if counts.qdcount() != 1 || counts.ancount() != 0 || counts.nscount() != 0 {
             Err(Bad::Rcode(Rcode::FORMERR))
         } else {
-            parse(&msg, query.len())
+            parse(msg, msg.as_slice().len())
         };
         let (question, edns) = match parsed {
             Ok(p) => p,
             Err(Bad::Rcode(rcode)) => {
                 self.counters.formerr += 1;
                 b.header_mut().set_rcode(rcode);
-                return Some(b.finish().buf);
+                return Some(self.done(b.finish()));
             }
         };
         let limit = match transport {
@@ -863,9 +870,13 @@ impl Dnssrv {
                 add.rewind();
             }
         }
-        let w = add.finish();
+        Some(self.done(add.finish()))
+    }
+
+    /// The answer's bytes; the compressor's state is kept for the next.
+    fn done(&mut self, w: Wire) -> Vec<u8> {
         self.compress = Some(w.c);
-        Some(w.buf)
+        w.buf
     }
 
     fn classify(&self, labels: &[&[u8]]) -> Place {

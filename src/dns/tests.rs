@@ -594,3 +594,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn rfc1035_names_are_compressed_against_the_question() {
+    let mut s = srv();
+    let name = "x.http.L2.L1.L0.coralcdn.test";
+    let r = ask(&mut s, &alone(), &query(name, Rtype::A, None));
+    let answer_at = 12 + name.len() + 2 + 4;
+    // The A record's owner is a pointer to the question's name at 12.
+    assert_eq!(&r.bytes[answer_at..answer_at + 2], &[0xc0, 12]);
+    // And the delegation's owner L0.coralcdn.test points into it too: the
+    // whole answer stays small.
+    assert!(r.bytes.len() < 130, "{} octets", r.bytes.len());
+    assert_eq!(r.authority()[0].0, "L0.coralcdn.test");
+}
