@@ -774,7 +774,7 @@ impl Dnssrv {
             Transport::Udp => UDP_PLAIN_BYTES,
         };
         let mut qb = b.question();
-        qb.push(&question).ok()?;
+        qb.push(question).ok()?;
         let mut b = qb;
         if edns.version > 0 {
             self.counters.badvers += 1;
@@ -1114,7 +1114,7 @@ impl Dnssrv {
             return (ans.additional(), Err(PushError::ShortBuf));
         };
         let ttl = Ttl::from_secs(NS_TTL_SECS);
-        let push_ns = |ip: IpAddr, f: &mut dyn FnMut(&Name<[u8]>) -> Result<(), PushError>| {
+        let push_ns = |ip: IpAddr, f: &mut PushName<'_>| {
             let mut nb = NameBuf::new();
             if !self.ns_name(apex, ip, &mut nb) {
                 return Err(PushError::ShortBuf);
@@ -1295,6 +1295,12 @@ impl Dnssrv {
     }
 }
 
+/// Pushes one name (a record's owner or data) into a section.
+type PushName<'a> = dyn FnMut(&Name<[u8]>) -> Result<(), PushError> + 'a;
+
+/// A parsed question.
+type ParsedQuestion<'q> = Question<ParsedName<&'q [u8]>>;
+
 /// What one query's answer is built from.
 struct Ctx<'a, 'q> {
     now: Time,
@@ -1307,10 +1313,7 @@ struct Ctx<'a, 'q> {
 }
 
 /// Parses the question and the EDNS record, checking the whole message.
-fn parse<'q>(
-    msg: &'q Message<&'q [u8]>,
-    len: usize,
-) -> Result<(Question<ParsedName<&'q [u8]>>, Edns), Bad> {
+fn parse<'q>(msg: &'q Message<&'q [u8]>, len: usize) -> Result<(ParsedQuestion<'q>, Edns), Bad> {
     let formerr = Bad::Rcode(Rcode::FORMERR);
     let mut qs = msg.question();
     let question = match qs.next() {

@@ -31,8 +31,11 @@ fn peer(ip: &str, verified: Time) -> Peer {
     }
 }
 
-/// A query as a stub resolver sends it; `edns`: (version, options).
-fn query(name: &str, qtype: Rtype, edns: Option<(u8, &[(u16, &[u8])])>) -> Vec<u8> {
+/// EDNS in a test query: (version, options as (code, data)).
+type TestEdns<'a> = Option<(u8, &'a [(u16, &'a [u8])])>;
+
+/// A query as a stub resolver sends it.
+fn query(name: &str, qtype: Rtype, edns: TestEdns<'_>) -> Vec<u8> {
     let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
     q[11] = u8::from(edns.is_some());
     for l in name.split('.').filter(|l| !l.is_empty()) {
