@@ -22,7 +22,11 @@ fn view(now: Time) -> View {
     };
     let stale = Time(1);
     let level = |c: u8| LevelView {
-        proxies: vec![peer(c, 1, now, false), peer(c, 2, stale, false), peer(c, 3, now, true)],
+        proxies: vec![
+            peer(c, 1, now, false),
+            peer(c, 2, stale, false),
+            peer(c, 3, now, true),
+        ],
         nameservers: vec![peer(c, 4, now, false), peer(c, 5, stale, false)],
     };
     View {
@@ -43,8 +47,16 @@ fuzz_target!(|data: &[u8]| {
         ..DnsConfig::default()
     });
     let client = SocketAddr::from((Ipv4Addr::new(10, 0, who % 4, who), 5353));
-    srv.pin_rtt(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 0)), Duration::from_millis(40), now);
-    srv.pin_rtt(IpAddr::V4(Ipv4Addr::new(10, 0, 2, 0)), Duration::from_millis(5), now);
+    srv.pin_rtt(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 1, 0)),
+        Duration::from_millis(40),
+        now,
+    );
+    srv.pin_rtt(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 2, 0)),
+        Duration::from_millis(5),
+        now,
+    );
     let v = view(now);
     let mut out = Vec::new();
     for (t, max) in [(Transport::Udp, 1232), (Transport::Tcp, 65_535)] {
@@ -52,7 +64,10 @@ fuzz_target!(|data: &[u8]| {
             assert!(out.len() <= max, "{t:?} answer of {} octets", out.len());
             assert!(out.len() >= 12);
             assert!(out[2] & 0x80 != 0, "the answer is a response");
-            assert!(query.len() >= 12 && query[2] & 0x80 == 0, "answered a runt or a response");
+            assert!(
+                query.len() >= 12 && query[2] & 0x80 == 0,
+                "answered a runt or a response"
+            );
         }
     }
     while srv.poll_followup().is_some() {}
