@@ -364,24 +364,39 @@ impl Composer for Wire {
         &mut self,
         name: &N,
     ) -> Result<(), Infallible> {
-        let mut flat = [0u8; 256];
+        // The name as flat octets: as it is when it has them (the query
+        // name, copied flat once per query), else label by label.
+        let mut local = [0u8; 256];
+        let flat: &[u8] = match name.as_flat_slice() {
+            Some(f) => f,
+            None => {
+                let mut len = 0;
+                for label in name.iter_labels() {
+                    let l = label.as_slice();
+                    let Some(dst) = local.get_mut(len..len + 1 + l.len()) else {
+                        break;
+                    };
+                    dst[0] = l.len() as u8;
+                    dst[1..].copy_from_slice(l);
+                    len += 1 + l.len();
+                    if l.is_empty() {
+                        break;
+                    }
+                }
+                &local[..len]
+            }
+        };
+        let len = flat.len();
         let mut bounds = [0u8; 128];
-        let (mut len, mut labels) = (0usize, 0usize);
-        for label in name.iter_labels() {
-            let l = label.as_slice();
-            let (Some(dst), Some(b)) =
-                (flat.get_mut(len..len + 1 + l.len()), bounds.get_mut(labels))
-            else {
+        let mut labels = 0;
+        let mut p = 0;
+        while p < len {
+            let Some(b) = bounds.get_mut(labels) else {
                 break;
             };
-            dst[0] = l.len() as u8;
-            dst[1..].copy_from_slice(l);
-            *b = len as u8;
+            *b = p as u8;
             labels += 1;
-            len += 1 + l.len();
-            if l.is_empty() {
-                break;
-            }
+            p += 1 + usize::from(flat[p]);
         }
         // The root label is never pointed at.
         let named = labels.saturating_sub(1);
@@ -773,8 +788,24 @@ impl Dnssrv {
             }
             Transport::Udp => UDP_PLAIN_BYTES,
         };
+        // The query name, flat, once: classified, echoed and pointed at
+        // from it (letter case as sent).
+        let mut flat = [0u8; 256];
+        let mut flen = 0;
+        for l in question.qname().iter() {
+            let l = l.as_slice();
+            let dst = flat.get_mut(flen..flen + 1 + l.len())?;
+            dst[0] = l.len() as u8;
+            dst[1..].copy_from_slice(l);
+            flen += 1 + l.len();
+            if l.is_empty() {
+                break;
+            }
+        }
+        let qname = Name::from_slice(flat.get(..flen)?).ok()?;
         let mut qb = b.question();
-        qb.push(question).ok()?;
+        qb.push(Question::new(qname, question.qtype(), question.qclass()))
+            .ok()?;
         let mut b = qb;
         if edns.version > 0 {
             self.counters.badvers += 1;
@@ -799,11 +830,11 @@ impl Dnssrv {
         }
         let mut labels: [&[u8]; 128] = [&[]; 128];
         let mut n = 0;
-        for l in question.qname().iter() {
-            if !l.is_root() {
-                *labels.get_mut(n)? = l.as_slice();
-                n += 1;
-            }
+        let mut p = 0;
+        while let Some(&l) = flat.get(p).filter(|&&l| l != 0) {
+            *labels.get_mut(n)? = flat.get(p + 1..p + 1 + usize::from(l))?;
+            n += 1;
+            p += 1 + usize::from(l);
         }
         let labels = &labels[..n];
         let place = self.classify(labels);
@@ -820,7 +851,7 @@ impl Dnssrv {
         let ctx = Ctx {
             now,
             client: client.ip(),
-            qname: question.qname(),
+            qname,
             qtype,
             labels,
             view,
@@ -1302,10 +1333,10 @@ type PushName<'a> = dyn FnMut(&Name<[u8]>) -> Result<(), PushError> + 'a;
 type ParsedQuestion<'q> = Question<ParsedName<&'q [u8]>>;
 
 /// What one query's answer is built from.
-struct Ctx<'a, 'q> {
+struct Ctx<'a> {
     now: Time,
     client: IpAddr,
-    qname: &'a ParsedName<&'q [u8]>,
+    qname: &'a Name<[u8]>,
     qtype: Rtype,
     labels: &'a [&'a [u8]],
     view: &'a View,
