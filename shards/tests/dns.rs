@@ -441,3 +441,49 @@ fn unbound_resolves_the_alias_through_dname_and_cname_to_the_proxy() {
         "{out}"
     );
 }
+
+#[test]
+fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
+    let node = Node::start(
+        "127.13.1.5",
+        DNS_PORT,
+        "[dnssrv]\ntcp_connections_max = 2\ntcp_idle_ms = 500\n",
+    );
+    let ask = |s: &mut TcpStream, id: u16| -> std::io::Result<u16> {
+        let q = query(id, "a.coral.test", 1, false);
+        s.write_all(&(q.len() as u16).to_be_bytes())?;
+        s.write_all(&q)?;
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len)?;
+        let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
+        s.read_exact(&mut a)?;
+        Ok(u16::from_be_bytes([a[0], a[1]]))
+    };
+    let open = || {
+        let s = TcpStream::connect(node.dns).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let (mut a, mut b) = (open(), open());
+    assert_eq!(ask(&mut a, 1).unwrap(), 1);
+    assert_eq!(ask(&mut b, 2).unwrap(), 2);
+    // A third while two are open: closed at once, unanswered.
+    let mut c = open();
+    assert!(ask(&mut c, 3).is_err());
+    // An idle connection is closed after tcp_idle_ms (the read sees the
+    // end of the stream), which makes room for a new one.
+    let mut buf = [0u8; 1];
+    assert_eq!(a.read(&mut buf).unwrap(), 0);
+    assert_eq!(b.read(&mut buf).unwrap(), 0);
+    let start = Instant::now();
+    loop {
+        let mut d = open();
+        if ask(&mut d, 4).is_ok_and(|id| id == 4) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no room after the idle ones closed"
+        );
+    }
+}
