@@ -471,6 +471,19 @@ impl NameBuf {
         labels.iter().all(|l| self.push(l))
     }
 
+    /// Appends labels already in wire form (without the root).
+    fn push_flat(&mut self, flat: &[u8]) -> bool {
+        let Some(dst) = self.b.get_mut(self.len..self.len + flat.len()) else {
+            return false;
+        };
+        if self.len + flat.len() + 1 > 255 {
+            return false;
+        }
+        dst.copy_from_slice(flat);
+        self.len += flat.len();
+        true
+    }
+
     /// The name, with its root label.
     fn name(&mut self) -> Option<&Name<[u8]>> {
         *self.b.get_mut(self.len)? = 0;
@@ -492,6 +505,8 @@ pub struct Dnssrv {
     counters: Counters,
     /// The compressor's state, kept between answers.
     compress: Option<Box<Compress>>,
+    /// The apexes' names in wire form, without the root: Z, L0, L1, L2, A.
+    apex_flat: Vec<Vec<u8>>,
 }
 
 fn labels_of(name: &str) -> Vec<Vec<u8>> {
@@ -634,7 +649,7 @@ impl Dnssrv {
     pub fn new(cfg: DnsConfig) -> Dnssrv {
         let zone = labels_of(&cfg.zone);
         let alias = cfg.alias.as_deref().map(labels_of);
-        Dnssrv {
+        let mut srv = Dnssrv {
             clients: Clients::new(cfg.clients_max, Duration::from_secs(cfg.client_rtt_secs)),
             probes: ProbeLimiter::new(
                 cfg.clients_max,
@@ -649,8 +664,18 @@ impl Dnssrv {
             verify_asked: [None; LEVELS],
             counters: Counters::default(),
             compress: None,
+            apex_flat: Vec::new(),
             cfg,
-        }
+        };
+        srv.apex_flat = [Apex::Z, Apex::L0, Apex::L1, Apex::L2, Apex::Alias]
+            .iter()
+            .map(|&a| {
+                let mut nb = NameBuf::new();
+                srv.apex_name_slow(a, &mut nb);
+                nb.b[..nb.len].to_vec()
+            })
+            .collect();
+        srv
     }
 
     /// The configuration.
@@ -1057,8 +1082,23 @@ impl Dnssrv {
         best
     }
 
-    /// Writes the apex's name.
+    /// Writes the apex's name (from its wire form, made once).
     fn apex_name(&self, apex: Apex, nb: &mut NameBuf) -> bool {
+        let i = match apex {
+            Apex::Z => 0,
+            Apex::L0 => 1,
+            Apex::L1 => 2,
+            Apex::L2 => 3,
+            Apex::Alias => 4,
+        };
+        match self.apex_flat.get(i) {
+            Some(f) if apex != Apex::Alias || self.alias.is_some() => nb.push_flat(f),
+            _ => false,
+        }
+    }
+
+    /// Builds the apex's name label by label.
+    fn apex_name_slow(&self, apex: Apex, nb: &mut NameBuf) -> bool {
         let ok = match apex {
             Apex::Z => true,
             Apex::L0 => nb.push(b"L0"),
