@@ -89,6 +89,10 @@ pub struct DnsSection {
     pub tcp_connections_max: Option<usize>,
     /// A TCP connection with no query this long is closed (10000).
     pub tcp_idle_ms: Option<u64>,
+    /// This node's proxy is non-recursive: it serves only clients on its
+    /// local network, and dnssrv (on every node) gives its address only to
+    /// those (§3.1). Advertised as the non-recursive service bit.
+    pub non_recursive: Option<bool>,
     /// Known RTTs of client networks instead of measured ones, by address
     /// (its /24 or /56): `{ "192.0.2.0" = 15 }`. For resolvers whose
     /// distance is known, and for tests, which place clients at a level.
@@ -194,15 +198,18 @@ pub fn bind_group(addr: SocketAddr, cores: usize) -> io::Result<Vec<DnsFds>> {
     Ok(out)
 }
 
-/// The services a node with this config advertises for dnssrv: DNS, and the
-/// HTTP proxy when an `http` address is configured.
+/// The services a node with this config advertises for dnssrv: DNS, the
+/// HTTP proxy when an `http` address is configured, and non-recursive when
+/// `[dnssrv] non_recursive` says so.
 pub fn services(cfg: &NodeConfig) -> Services {
-    let s = Services::DNS;
+    let mut s = Services::DNS;
     if cfg.http.is_some() {
-        s.with(Services::HTTP)
-    } else {
-        s
+        s = s.with(Services::HTTP);
     }
+    if cfg.dnssrv.non_recursive == Some(true) {
+        s = s.with(Services::NON_RECURSIVE);
+    }
+    s
 }
 
 /// One core's dnssrv.

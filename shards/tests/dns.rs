@@ -210,6 +210,11 @@ fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
             "{out}"
         );
     }
+    // RFC 7871: a far resolver (level 0) asking for a client subnet that is
+    // near (level 2) gets level 2's answer, scoped to the subnet's /24.
+    let out = node.kdig(&["-b", "127.13.2.1", "+subnet=127.13.4.0/24", name, "A"]);
+    assert_eq!(records(&out, "ANSWER")[0].1, 60, "{out}");
+    assert!(out.contains("CLIENT-SUBNET: 127.13.4.0/24/24"), "{out}");
     // A client not measured yet starts at level 0 and is measured in the
     // background (loopback: well within level 2's 20 ms).
     let out = node.kdig(&["-b", "127.13.5.1", name, "A"]);
@@ -486,4 +491,16 @@ fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
             "no room after the idle ones closed"
         );
     }
+}
+
+#[test]
+fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
+    let node = Node::start("127.13.1.6", DNS_PORT, "[dnssrv]\nnon_recursive = true\n");
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let near = node.kdig(&["-b", "127.13.1.77", name, "A"]);
+    assert_eq!(records(&near, "ANSWER")[0].3, "127.13.1.6", "{near}");
+    let far = node.kdig(&["-b", "127.13.6.77", name, "A"]);
+    assert_eq!(status(&far), "NOERROR", "{far}");
+    assert!(records(&far, "ANSWER").is_empty(), "{far}");
+    assert_eq!(records(&far, "AUTHORITY")[0].2, "SOA", "{far}");
 }
