@@ -42,8 +42,9 @@ use crate::runtime::Shard;
 const VIEW_REFRESH: Duration = Duration::from_millis(200);
 /// Largest query datagram read.
 const UDP_QUERY_BYTES_MAX: usize = 4096;
-/// Datagrams read without waiting after each awaited one.
-const RECV_BATCH_MAX: usize = 64;
+/// Datagrams read without waiting after each awaited one (then the
+/// executor's other tasks get their turn).
+const RECV_BATCH_MAX: usize = 256;
 /// How long an RTT probe waits for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// The closed port RTT probes go to (traceroute's).
@@ -323,7 +324,9 @@ async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<So
                 }
             }
             tx.send(&udp, &raw).await;
-            if n < MMSG_BATCH {
+            // Queries that came while this batch was answered are read
+            // at once; only an empty socket sends us back to the ring.
+            if n == 0 {
                 break;
             }
         }
