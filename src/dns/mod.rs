@@ -81,6 +81,8 @@ pub const ZONE_TTL_SECS: u32 = 3600;
 pub const NEGATIVE_TTL_SECS: u32 = 30;
 /// EDNS option code of Client Subnet (RFC 7871).
 const OPT_CLIENT_SUBNET: u16 = 8;
+/// Name servers' names kept made.
+const NS_CACHE_MAX: usize = 64;
 /// How often a level with no live proxy may ask for verification pings.
 const VERIFY_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -213,6 +215,17 @@ impl Apex {
             1 => Apex::L1,
             _ => Apex::L2,
         }
+    }
+}
+
+/// The apex's index in `apex_flat` and `apex_names`.
+fn apex_index(apex: Apex) -> usize {
+    match apex {
+        Apex::Z => 0,
+        Apex::L0 => 1,
+        Apex::L1 => 2,
+        Apex::L2 => 3,
+        Apex::Alias => 4,
     }
 }
 
@@ -507,6 +520,10 @@ pub struct Dnssrv {
     compress: Option<Box<Compress>>,
     /// The apexes' names in wire form, without the root: Z, L0, L1, L2, A.
     apex_flat: Vec<Vec<u8>>,
+    /// The apexes' names.
+    apex_names: Vec<Name<Vec<u8>>>,
+    /// Name servers' names by (apex, address).
+    ns_cache: Vec<(Apex, IpAddr, Name<Vec<u8>>)>,
 }
 
 fn labels_of(name: &str) -> Vec<Vec<u8>> {
@@ -665,6 +682,8 @@ impl Dnssrv {
             counters: Counters::default(),
             compress: None,
             apex_flat: Vec::new(),
+            apex_names: Vec::new(),
+            ns_cache: Vec::new(),
             cfg,
         };
         srv.apex_flat = [Apex::Z, Apex::L0, Apex::L1, Apex::L2, Apex::Alias]
@@ -673,6 +692,17 @@ impl Dnssrv {
                 let mut nb = NameBuf::new();
                 srv.apex_name_slow(a, &mut nb);
                 nb.b[..nb.len].to_vec()
+            })
+            .collect();
+        srv.apex_names = srv
+            .apex_flat
+            .iter()
+            .map(|f| {
+                let mut w = f.clone();
+                w.push(0);
+                Name::from_octets(w).unwrap_or_else(|_| {
+                    Name::from_octets(vec![0]).unwrap_or_else(|_| unreachable!())
+                })
             })
             .collect();
         srv
@@ -1084,14 +1114,7 @@ impl Dnssrv {
 
     /// Writes the apex's name (from its wire form, made once).
     fn apex_name(&self, apex: Apex, nb: &mut NameBuf) -> bool {
-        let i = match apex {
-            Apex::Z => 0,
-            Apex::L0 => 1,
-            Apex::L1 => 2,
-            Apex::L2 => 3,
-            Apex::Alias => 4,
-        };
-        match self.apex_flat.get(i) {
+        match self.apex_flat.get(apex_index(apex)) {
             Some(f) if apex != Apex::Alias || self.alias.is_some() => nb.push_flat(f),
             _ => false,
         }
@@ -1169,7 +1192,7 @@ impl Dnssrv {
     /// The NS set of `apex` (name servers of its level's cluster) into the
     /// authority (`in_answer` false) or answer section, then their glue.
     fn delegation(
-        &self,
+        &mut self,
         ctx: &Ctx,
         apex: Apex,
         in_answer: bool,
@@ -1177,50 +1200,70 @@ impl Dnssrv {
     ) -> (AdditionalBuilder<Target>, Result<(), PushError>) {
         let level = apex.level().min(ctx.view.levels.len().saturating_sub(1));
         let servers = self.pick_nameservers(ctx, level, ctx.client);
-        let mut owner = NameBuf::new();
-        if !self.apex_name(apex, &mut owner) {
-            return (ans.additional(), Err(PushError::ShortBuf));
+        // The name servers' names, made once per (apex, address) and kept.
+        let mut idx = [usize::MAX; NAMESERVERS_MAX];
+        for (slot, ip) in idx.iter_mut().zip(servers.addrs()) {
+            *slot = match self.ns_name_cached(apex, ip) {
+                Some(i) => i,
+                None => return (ans.additional(), Err(PushError::ShortBuf)),
+            };
         }
-        let Some(owner) = owner.name() else {
-            return (ans.additional(), Err(PushError::ShortBuf));
+        let owner = &self.apex_names[apex_index(apex)];
+        let cache = &self.ns_cache;
+        let names = || {
+            idx.iter()
+                .filter_map(|&i| cache.get(i))
+                .map(|(_, ip, n)| (*ip, n.for_slice()))
         };
         let ttl = Ttl::from_secs(NS_TTL_SECS);
-        let push_ns = |ip: IpAddr, f: &mut PushName<'_>| {
-            let mut nb = NameBuf::new();
-            if !self.ns_name(apex, ip, &mut nb) {
-                return Err(PushError::ShortBuf);
-            }
-            match nb.name() {
-                Some(n) => f(n),
-                None => Err(PushError::ShortBuf),
-            }
-        };
         let mut add = if in_answer {
-            for ip in servers.addrs() {
-                if let Err(e) = push_ns(ip, &mut |n| ans.push((owner, ttl, Ns::new(n)))) {
+            for (_, n) in names() {
+                if let Err(e) = ans.push((owner, ttl, Ns::new(n))) {
                     return (ans.additional(), Err(e));
                 }
             }
             ans.additional()
         } else {
             let mut auth = ans.authority();
-            for ip in servers.addrs() {
-                if let Err(e) = push_ns(ip, &mut |n| auth.push((owner, ttl, Ns::new(n)))) {
+            for (_, n) in names() {
+                if let Err(e) = auth.push((owner, ttl, Ns::new(n))) {
                     return (auth.additional(), Err(e));
                 }
             }
             auth.additional()
         };
-        for ip in servers.addrs() {
-            let r = push_ns(ip, &mut |n| match ip {
+        for (ip, n) in names() {
+            let r = match ip {
                 IpAddr::V4(a) => add.push((n, ttl, a4(a))),
                 IpAddr::V6(a) => add.push((n, ttl, a6(a))),
-            });
+            };
             if let Err(e) = r {
                 return (add, Err(e));
             }
         }
         (add, Ok(()))
+    }
+
+    /// The index in `ns_cache` of `ns-<hex ip>.<apex>`, made if missing (a
+    /// full cache is emptied first: it holds what the view names, a few).
+    fn ns_name_cached(&mut self, apex: Apex, ip: IpAddr) -> Option<usize> {
+        if let Some(i) = self
+            .ns_cache
+            .iter()
+            .position(|(a, i, _)| *a == apex && *i == ip)
+        {
+            return Some(i);
+        }
+        if self.ns_cache.len() >= NS_CACHE_MAX {
+            self.ns_cache.clear();
+        }
+        let mut nb = NameBuf::new();
+        if !self.ns_name(apex, ip, &mut nb) {
+            return None;
+        }
+        let name = Name::from_octets(nb.name()?.as_slice().to_vec()).ok()?;
+        self.ns_cache.push((apex, ip, name));
+        Some(self.ns_cache.len() - 1)
     }
 
     /// Builds the answer for a name in our zones. Returns the builder at the
@@ -1365,9 +1408,6 @@ impl Dnssrv {
         }
     }
 }
-
-/// Pushes one name (a record's owner or data) into a section.
-type PushName<'a> = dyn FnMut(&Name<[u8]>) -> Result<(), PushError> + 'a;
 
 /// A parsed question.
 type ParsedQuestion<'q> = Question<ParsedName<&'q [u8]>>;
