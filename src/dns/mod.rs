@@ -498,9 +498,11 @@ impl NameBuf {
     }
 
     /// The name, with its root label.
-    fn name(&mut self) -> Option<&Name<[u8]>> {
+    /// (A sized `Name<&[u8]>`: domain forwards `as_flat_slice`, which the
+    /// compressor uses, for it but not through a reference.)
+    fn name(&mut self) -> Option<Flat<'_>> {
         *self.b.get_mut(self.len)? = 0;
-        Name::from_slice(self.b.get(..self.len + 1)?).ok()
+        Name::from_octets(self.b.get(..self.len + 1)?).ok()
     }
 }
 
@@ -857,10 +859,14 @@ impl Dnssrv {
                 break;
             }
         }
-        let qname = Name::from_slice(flat.get(..flen)?).ok()?;
+        let qname: Flat<'_> = Name::from_octets(flat.get(..flen)?).ok()?;
         let mut qb = b.question();
-        qb.push(Question::new(qname, question.qtype(), question.qclass()))
-            .ok()?;
+        qb.push(Question::new(
+            qname.clone(),
+            question.qtype(),
+            question.qclass(),
+        ))
+        .ok()?;
         let mut b = qb;
         if edns.version > 0 {
             self.counters.badvers += 1;
@@ -1146,7 +1152,7 @@ impl Dnssrv {
         view: &View,
         apex: Apex,
         ttl: u32,
-        push: impl FnOnce(&Name<[u8]>, Ttl, Soa<&Name<[u8]>>) -> Result<(), PushError>,
+        push: impl FnOnce(Flat<'_>, Ttl, Soa<Flat<'_>>) -> Result<(), PushError>,
     ) -> Result<(), PushError> {
         let (mut owner, mut mname, mut rname) = (NameBuf::new(), NameBuf::new(), NameBuf::new());
         let ok = self.apex_name(apex, &mut owner)
@@ -1213,12 +1219,12 @@ impl Dnssrv {
         let names = || {
             idx.iter()
                 .filter_map(|&i| cache.get(i))
-                .map(|(_, ip, n)| (*ip, n.for_slice()))
+                .map(|(_, ip, n)| (*ip, n.for_ref()))
         };
         let ttl = Ttl::from_secs(NS_TTL_SECS);
         let mut add = if in_answer {
             for (_, n) in names() {
-                if let Err(e) = ans.push((owner, ttl, Ns::new(n))) {
+                if let Err(e) = ans.push((owner.for_ref(), ttl, Ns::new(n))) {
                     return (ans.additional(), Err(e));
                 }
             }
@@ -1226,7 +1232,7 @@ impl Dnssrv {
         } else {
             let mut auth = ans.authority();
             for (_, n) in names() {
-                if let Err(e) = auth.push((owner, ttl, Ns::new(n))) {
+                if let Err(e) = auth.push((owner.for_ref(), ttl, Ns::new(n))) {
                     return (auth.additional(), Err(e));
                 }
             }
@@ -1297,8 +1303,8 @@ impl Dnssrv {
                 let (add, r) = if qtype == family_rtype(ip) || qtype == Rtype::ANY {
                     let ttl = Ttl::from_secs(NS_TTL_SECS);
                     let r = match ip {
-                        IpAddr::V4(a) => ans.push((ctx.qname, ttl, a4(a))),
-                        IpAddr::V6(a) => ans.push((ctx.qname, ttl, a6(a))),
+                        IpAddr::V4(a) => ans.push((ctx.qname.clone(), ttl, a4(a))),
+                        IpAddr::V6(a) => ans.push((ctx.qname.clone(), ttl, a6(a))),
                     };
                     (ans.additional(), r)
                 } else {
@@ -1329,7 +1335,11 @@ impl Dnssrv {
                 let Some(tname) = target.name() else {
                     return (ans.additional(), 0, Err(PushError::ShortBuf));
                 };
-                let r = ans.push((ctx.qname, Ttl::from_secs(ZONE_TTL_SECS), Cname::new(tname)));
+                let r = ans.push((
+                    ctx.qname.clone(),
+                    Ttl::from_secs(ZONE_TTL_SECS),
+                    Cname::new(tname.clone()),
+                ));
                 if r.is_err() || matches!(qtype, Rtype::CNAME | Rtype::DNAME | Rtype::ANY) {
                     return (ans.additional(), 0, r);
                 }
@@ -1355,7 +1365,7 @@ impl Dnssrv {
     fn proxies(
         &mut self,
         ctx: &Ctx,
-        owner: Option<&Name<[u8]>>,
+        owner: Option<Flat<'_>>,
         mut ans: AnswerBuilder<Target>,
     ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
         let want = match ctx.qtype {
@@ -1384,11 +1394,11 @@ impl Dnssrv {
             A_TTL_SECS_NEAR
         });
         for ip in best.addrs() {
-            let r = match (ip, owner) {
+            let r = match (ip, owner.clone()) {
                 (IpAddr::V4(a), Some(o)) => ans.push((o, ttl, a4(a))),
-                (IpAddr::V4(a), None) => ans.push((ctx.qname, ttl, a4(a))),
+                (IpAddr::V4(a), None) => ans.push((ctx.qname.clone(), ttl, a4(a))),
                 (IpAddr::V6(a), Some(o)) => ans.push((o, ttl, a6(a))),
-                (IpAddr::V6(a), None) => ans.push((ctx.qname, ttl, a6(a))),
+                (IpAddr::V6(a), None) => ans.push((ctx.qname.clone(), ttl, a6(a))),
             };
             if let Err(e) = r {
                 return (ans.additional(), scope, Err(e));
@@ -1412,11 +1422,14 @@ impl Dnssrv {
 /// A parsed question.
 type ParsedQuestion<'q> = Question<ParsedName<&'q [u8]>>;
 
+/// A name as flat octets (sized, so that the compressor sees them flat).
+type Flat<'a> = Name<&'a [u8]>;
+
 /// What one query's answer is built from.
 struct Ctx<'a> {
     now: Time,
     client: IpAddr,
-    qname: &'a Name<[u8]>,
+    qname: Flat<'a>,
     qtype: Rtype,
     labels: &'a [&'a [u8]],
     view: &'a View,
