@@ -17,6 +17,7 @@ cores = 0                  # 0: every core in the process's CPU mask
 zone = "coralcdn.test"     # the zone dnssrv serves: proxies are *.http.L2.L1.L0.<zone> (§3.1)
 alias = "coral.test"       # the short alias (a DNAME to http.L2.L1.L0.<zone>): www.x.com.<alias>
 log = "info"               # log filter (tracing EnvFilter syntax; RUST_LOG overrides; SIGHUP reloads)
+dns = "127.0.0.1:7053"     # dnssrv's UDP and TCP address (53 in production; SO_REUSEPORT)
 
 [dht]
 level_thresholds_ms = [0, 60, 20]  # level 0 is unbounded (written 0 here)
@@ -56,6 +57,13 @@ pub struct FileConfig {
     pub zone: Option<String>,
     /// The short alias zone of Coralized URLs (the paper's `nyud.net`).
     pub alias: Option<String>,
+    /// dnssrv's UDP and TCP address.
+    pub dns: Option<SocketAddr>,
+    /// The HTTP proxy's address: the node advertises the HTTP service.
+    pub http: Option<SocketAddr>,
+    /// dnssrv's limits.
+    #[serde(default)]
+    pub dnssrv: crate::dns::DnsSection,
     /// DSHT parameters.
     #[serde(default)]
     pub dht: DhtSection,
@@ -145,6 +153,13 @@ pub struct NodeConfig {
     /// The alias zone, lower case, no trailing dot (a DNAME to
     /// `http.L2.L1.L0.<zone>`).
     pub alias: Option<String>,
+    /// dnssrv's UDP and TCP address (none: no DNS server).
+    pub dns: Option<SocketAddr>,
+    /// The HTTP proxy's address, if this node runs one (it then advertises
+    /// the HTTP service, and dnssrv hands out its IP).
+    pub http: Option<SocketAddr>,
+    /// dnssrv's limits.
+    pub dnssrv: crate::dns::DnsSection,
     /// The DSHT's parameters.
     pub dht: coral::Config,
 }
@@ -174,6 +189,9 @@ impl NodeConfig {
             cores: 0,
             zone: String::new(),
             alias: None,
+            dns: None,
+            http: None,
+            dnssrv: crate::dns::DnsSection::default(),
             dht: coral::Config::default(),
         };
         cfg.overlay(f)?;
@@ -208,6 +226,15 @@ impl NodeConfig {
         }
         if let Some(a) = &f.alias {
             self.alias = Some(dns_name("alias", a)?);
+        }
+        if let Some(a) = f.dns {
+            self.dns = Some(a);
+        }
+        if let Some(a) = f.http {
+            self.http = Some(a);
+        }
+        if f.dnssrv != crate::dns::DnsSection::default() {
+            self.dnssrv = f.dnssrv.clone();
         }
         let d = &f.dht;
         if let Some(t) = &d.level_thresholds_ms {
@@ -327,6 +354,7 @@ impl NodeConfig {
             return Err(format!("cores = {}: at most 1024", self.cores));
         }
         dns_name("zone", &self.zone)?;
+        self.dnssrv.validate()?;
         if let Some(a) = &self.alias {
             dns_name("alias", a)?;
             if *a == self.zone {

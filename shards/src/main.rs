@@ -12,6 +12,7 @@ mod admin;
 pub mod cache;
 mod client;
 mod config;
+mod dns;
 mod hints;
 mod lifecycle;
 mod logging;
@@ -72,6 +73,9 @@ enum Command {
         /// The short alias zone of Coralized URLs (www.x.com.<ALIAS>).
         #[arg(long)]
         alias: Option<String>,
+        /// UDP and TCP address of dnssrv, the DNS redirector.
+        #[arg(long)]
+        dns: Option<SocketAddr>,
     },
     /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
@@ -232,6 +236,7 @@ fn main() -> ExitCode {
             admin,
             zone,
             alias,
+            dns,
         } => {
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
                 Ok(c) => c,
@@ -258,6 +263,9 @@ fn main() -> ExitCode {
             }
             if let Some(a) = admin {
                 cfg.admin = a;
+            }
+            if let Some(a) = dns {
+                cfg.dns = Some(a);
             }
             if let Some(z) = zone {
                 match config::dns_name("zone", &z) {

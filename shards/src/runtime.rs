@@ -140,7 +140,7 @@ impl Shard {
     /// loopback or a NIC almost never blocks, and a syscall is cheaper than
     /// a round trip through the ring. Only a send that would block waits on
     /// the ring.
-    async fn flush(&self) {
+    pub async fn flush(&self) {
         let mut deferred: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         let mut events = Vec::new();
         let mut learned = Vec::new();
@@ -397,6 +397,11 @@ impl Shard {
         self.node.borrow().config().levels()
     }
 
+    /// This core's node (dnssrv reads its snapshot from it).
+    pub fn node(&self) -> std::cell::RefMut<'_, Node> {
+        self.node.borrow_mut()
+    }
+
     /// Whether the node is shutting down.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -560,6 +565,14 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
     lifecycle::check_addresses_free(config.dsht, config.admin)?;
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
+    let mut dns_fds: Vec<Option<crate::dns::DnsFds>> = match config.dns {
+        Some(a) => crate::dns::bind_group(a, cores)
+            .map_err(|e| format!("cannot bind the DNS address {a}: {e}"))?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => Vec::new(),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     lifecycle::block_signals();
     // Each core reports once it serves (core 0: with the admin endpoint
@@ -605,6 +618,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
         let hints = if core == 0 { hints_rx.take() } else { None };
         let control = if core == 0 { control_rx.take() } else { None };
         let ready = ready_tx.clone();
+        let dns = dns_fds.get_mut(core).and_then(Option::take);
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
         // fewer leaves placement to the kernel: several small nodes on one
@@ -626,6 +640,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
                     clusters,
                     ready: ready.clone(),
                     control,
+                    dns,
                 };
                 let r = core_main(start, config, mesh, stop, hints).await;
                 if let Err(e) = &r {
@@ -661,7 +676,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
             }
         }
     }
-    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, cores, "coral node running");
+    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, dns = ?config.dns, cores, "coral node running");
     lifecycle::set_ready(true);
     let why = loop {
         match lifecycle::wait_signal() {
@@ -704,6 +719,8 @@ struct CoreStart {
     ready: std::sync::mpsc::Sender<Result<usize, String>>,
     /// Reloads for core 0 (SIGHUP).
     control: Option<std::sync::mpsc::Receiver<Control>>,
+    /// dnssrv's sockets for this core, if it serves DNS.
+    dns: Option<crate::dns::DnsFds>,
 }
 
 async fn core_main(
@@ -721,6 +738,7 @@ async fn core_main(
         clusters,
         ready,
         control,
+        dns,
     } = start;
     let (senders, mut receivers) = mesh
         .join()
@@ -799,6 +817,9 @@ async fn core_main(
     }
     if core == 0 {
         crate::admin::spawn(shard.clone(), config.admin)?;
+    }
+    if let Some(fds) = dns {
+        crate::dns::spawn(shard.clone(), fds, &config)?;
     }
     let _ = ready.send(Ok(core));
     let mut watch = crate::lifecycle::ContactWatch::default();
