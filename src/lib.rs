@@ -12,6 +12,7 @@
 //! - [`smallmap`]: the map for a node's few operations, RPCs and keys.
 //! - [`store`]: sloppy storage — full, loaded, leakage rate β (§4.2).
 //! - [`lookup`]: the b-bit-per-hop iterative lookup with its window (§4.1).
+//! - [`recall`]: the "full and loaded" answers a putting node remembers (§4.2).
 //! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
 //! - [`fetch`]: the proxy's fetch policy: local cache, DSHT, peer, origin (§3.2).
 //! - [`sim`]: the deterministic simulator and the paper's experiments (§6).
@@ -25,6 +26,7 @@ pub mod fetch;
 pub mod id;
 pub mod lookup;
 pub mod node;
+pub mod recall;
 pub mod rng;
 pub mod routing;
 pub mod sim;
