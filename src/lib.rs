@@ -12,6 +12,7 @@
 //! - [`smallmap`]: the map for a node's few operations, RPCs and keys.
 //! - [`store`]: sloppy storage — full, loaded, leakage rate β (§4.2).
 //! - [`lookup`]: the b-bit-per-hop iterative lookup with its window (§4.1).
+//! - [`recall`]: the "full and loaded" answers a putting node remembers (§4.2).
 //! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
 //! - [`cache`]: the disk cache's record format, index entry and eviction policies (§3.2).
 //! - [`dns`]: dnssrv, the authoritative DNS redirector (§3.1), sans-IO.
@@ -32,6 +33,7 @@ pub mod lookup;
 pub mod node;
 pub mod ratelimit;
 pub mod proxy;
+pub mod recall;
 pub mod rng;
 pub mod routing;
 pub mod sim;

@@ -38,6 +38,12 @@ pub enum CandidateState {
 pub struct ProbeReply {
     /// Whether the node is full and loaded for the key (the forward phase stops there).
     pub full_and_loaded: bool,
+    /// Whether the node is loaded for the key: more than β requests for it
+    /// in the past minute (a put's forward phase stops there, §4.2).
+    pub loaded: bool,
+    /// Whether the node is full for the value being put: a store there
+    /// would be refused, so the reverse phase skips it.
+    pub full: bool,
     /// The write token it gave us.
     pub token: Token,
 }
@@ -87,6 +93,10 @@ pub struct Lookup {
     /// node), k for routing refreshes (Kademlia's node lookup, so that the k
     /// closest nodes hear of us).
     breadth: usize,
+    /// Whether the closest node, asked about an earlier target, is asked
+    /// about the key itself before the lookup ends (not for a put's forward
+    /// phase: that would be a second put probe to one node in one walk).
+    reask_closest: bool,
     /// RPCs answered so far (hops taken).
     pub answered: u32,
 }
@@ -115,6 +125,7 @@ impl Lookup {
             capacity,
             candidates: Vec::new(),
             breadth: 1,
+            reask_closest: true,
             answered: 0,
         };
         for c in seeds {
@@ -133,6 +144,15 @@ impl Lookup {
     /// key have answered (at most the candidate capacity).
     pub fn with_breadth(mut self, breadth: usize) -> Lookup {
         self.breadth = breadth.clamp(1, self.capacity.max(1));
+        self
+    }
+
+    /// Makes the lookup end when the closest node to the key has answered,
+    /// whatever target it was asked about (§4.2: a put's forward phase
+    /// probes each node once; a second probe of the closest node in the same
+    /// walk would count twice against its leakage rate β).
+    pub fn without_reask(mut self) -> Lookup {
+        self.reask_closest = false;
         self
     }
 
@@ -209,6 +229,18 @@ impl Lookup {
         true
     }
 
+    /// Records what the caller already knows of `id` without asking it (a
+    /// node remembered as full and loaded, §4.2): it counts as answered with
+    /// `probe` and no contacts, and no RPC goes to it.
+    pub fn on_known(&mut self, id: &Id, probe: ProbeReply) {
+        if let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) {
+            if c.state == CandidateState::Fresh {
+                c.state = CandidateState::Answered;
+                c.probe = Some(probe);
+            }
+        }
+    }
+
     /// Records that the RPC to `id` failed.
     pub fn on_failure(&mut self, id: &Id) {
         if let Some(c) = self.candidates.iter_mut().find(|c| c.contact.id == *id) {
@@ -222,6 +254,14 @@ impl Lookup {
         self.candidates.iter().any(|c| {
             c.state == CandidateState::Answered && c.probe.is_some_and(|p| p.full_and_loaded)
         })
+    }
+
+    /// Whether any node that answered reported itself loaded for the key,
+    /// full or not (a put's forward phase stops there: see `Node`'s put).
+    pub fn met_loaded(&self) -> bool {
+        self.candidates
+            .iter()
+            .any(|c| c.state == CandidateState::Answered && c.probe.is_some_and(|p| p.loaded))
     }
 
     /// Candidates that answered, closest to the key first.
@@ -301,13 +341,14 @@ impl Lookup {
                             // was asked about an earlier target, its table may still
                             // hold a node closer to k (Kademlia's routing property):
                             // ask it about k itself once before ending.
-                            if !c.asked_key && outstanding == 0 {
+                            let reask = self.reask_closest && !c.asked_key;
+                            if reask && outstanding == 0 {
                                 return Step::Send {
                                     contact: c.contact,
                                     target: self.key,
                                 };
                             }
-                            if !c.asked_key {
+                            if reask {
                                 return Step::Wait(None);
                             }
                             if self.breadth > 1 {
@@ -526,6 +567,53 @@ mod tests {
             }
         };
         assert_eq!(closest.unwrap().id, key);
+    }
+
+    #[test]
+    fn section_4_2_put_walk_probes_each_node_once() {
+        // A put's forward phase (without_reask) never sends two RPCs to one
+        // node: the closest node is not asked a second time about the key.
+        let ids = network(500, 5);
+        let mut rng = Rng::new(6);
+        let mut reasked_without_rule = 0;
+        for trial in 0..50 {
+            let mut key = Id::ZERO;
+            rng.fill(&mut key.0);
+            let me = ids[trial];
+            for reask in [false, true] {
+                let seeds = closest_to(&ids, &me, 8, &me);
+                let mut l = Lookup::new(key, me, 1, 3, Duration::from_millis(500), 64, seeds);
+                if !reask {
+                    l = l.without_reask();
+                }
+                let mut asked = BTreeMap::new();
+                let mut txid = 0;
+                loop {
+                    match l.step(Time::ZERO) {
+                        Step::Send { contact, target } => {
+                            txid += 1;
+                            *asked.entry(contact.id).or_insert(0) += 1;
+                            l.sent(&contact.id, target, txid, Time::ZERO);
+                            let reply = closest_to(&ids, &target, 8, &contact.id);
+                            l.on_answer(&contact.id, None, &reply);
+                        }
+                        Step::Wait(_) => panic!("nothing outstanding"),
+                        Step::Done { closest } => {
+                            assert!(closest.is_some());
+                            break;
+                        }
+                    }
+                }
+                let twice = asked.values().filter(|&&n| n > 1).count();
+                if reask {
+                    reasked_without_rule += twice;
+                } else {
+                    assert_eq!(twice, 0, "trial {trial}: a node probed twice");
+                }
+            }
+        }
+        // The rule matters: a walk that re-asks does ask some node twice.
+        assert!(reasked_without_rule > 0);
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::config::{Config, ConfigError};
 use crate::id::{keyed_hasher, FastBuildHasher, Id, Key, KeyedBuildHasher, NodeId};
 use crate::lookup::{Lookup, ProbeReply, Step};
 use crate::ratelimit::{RateLimiter, Verdict};
+use crate::recall::Recall;
 use crate::rng::Rng;
 use crate::routing::{Insert, RoutingTable};
 use crate::store::{ProbeState, Quotas, Source, Store, StoreOutcome};
@@ -651,6 +652,9 @@ pub struct Node {
     /// When the hints were last looked up.
     hints_looked_up: Time,
     cluster_changes: VecDeque<(Level, Cluster)>,
+    /// Nodes that answered a put probe "full and loaded" (§4.2): not probed
+    /// again before they could accept a store.
+    recall: Recall,
 }
 
 /// Asks the CPU to start loading `bytes` bytes at `p` into its caches: a
@@ -811,6 +815,7 @@ impl Node {
             hints_stored: false,
             hints_looked_up: Time::ZERO,
             cluster_changes: VecDeque::new(),
+            recall: Recall::new(),
         };
         node.managers = node.config.level_thresholds_ms[1..]
             .iter()
@@ -1980,10 +1985,17 @@ impl Node {
                     value_count,
                     min_ttl_secs,
                 };
+                let full = state.is_full(l_max, ttl_secs);
                 let probe = ProbeReply {
-                    full_and_loaded: !claiming && loaded && state.is_full(l_max, ttl_secs),
+                    full_and_loaded: !claiming && loaded && full,
+                    loaded: !claiming && loaded,
+                    full: !claiming && full,
                     token,
                 };
+                if probe.full_and_loaded {
+                    self.recall
+                        .remember(o.key, o.level, from.id, min_ttl_secs, now);
+                }
                 lookup.on_answer(&from.id, Some(probe), &contacts);
             }
             (Phase::Reverse { waiting, .. }, Body::StoreReply { stored, values, .. })
@@ -2092,7 +2104,8 @@ impl Node {
             token: [0; TOKEN_BYTES],
         }];
         Phase::Forward {
-            lookup: self.new_lookup(key, level, start),
+            // One probe per node per walk (a claim, not a put, re-asks).
+            lookup: self.new_lookup(key, level, start).without_reask(),
             stack,
         }
     }
@@ -2216,13 +2229,36 @@ impl Node {
                 },
                 Phase::Forward { lookup, stack } => {
                     // Stop at the first node that is full and loaded.
-                    let stop = lookup.met_full_and_loaded();
+                    let stop = lookup.met_loaded();
                     let step = if stop {
                         Step::Done { closest: None }
                     } else {
                         lookup.step(now)
                     };
                     match step {
+                        Step::Send { contact, .. }
+                            if o.kind == OpKind::Put
+                                && self.recall.is_full_and_loaded(
+                                    &o.key,
+                                    o.level,
+                                    &contact.id,
+                                    o.ttl_secs,
+                                    now,
+                                ) =>
+                        {
+                            // It answered full and loaded within the minute and
+                            // is still full for this value: the forward phase
+                            // stops there without probing it again (§4.2).
+                            lookup.on_known(
+                                &contact.id,
+                                ProbeReply {
+                                    full_and_loaded: true,
+                                    loaded: true,
+                                    full: true,
+                                    token: [0; TOKEN_BYTES],
+                                },
+                            );
+                        }
                         Step::Send { contact, target } => {
                             let key = lookup.key();
                             let body = Body::PutProbe {
@@ -2281,33 +2317,36 @@ impl Node {
                                 continue;
                             }
                             // The stack: every answered node that was not full
-                            // and loaded, ordered by distance to the key, and the
-                            // local node (farthest, first pushed) when eligible.
+                            // (§4.2: a full node refuses the store, so storing
+                            // there costs an RPC for nothing), ordered by
+                            // distance to the key, and the local node
+                            // (farthest, first pushed) when eligible.
                             let mut s = std::mem::take(stack);
                             let mut remote: Vec<StackEntry> = lookup
                                 .answered_by_distance()
                                 .into_iter()
                                 .filter_map(|c| {
                                     let p = c.probe?;
-                                    (!p.full_and_loaded).then_some(StackEntry {
+                                    (!p.full_and_loaded && !p.full).then_some(StackEntry {
                                         at: StoredAt::Remote(c.contact),
                                         token: p.token,
                                     })
                                 })
                                 .collect();
                             if stop {
-                                // Only nodes farther from the key than the full
-                                // and loaded one are candidates: the walk stopped there.
+                                // Only the loaded node where the walk stopped and
+                                // nodes farther from the key are candidates (a full
+                                // one among them is out of the stack already).
                                 let key = lookup.key();
                                 if let Some(limit) = lookup
                                     .answered_by_distance()
                                     .iter()
-                                    .filter(|c| c.probe.is_some_and(|p| p.full_and_loaded))
+                                    .filter(|c| c.probe.is_some_and(|p| p.loaded))
                                     .map(|c| c.contact.id.distance(&key))
                                     .max()
                                 {
                                     remote.retain(|e| match e.at {
-                                        StoredAt::Remote(c) => c.id.distance(&key) > limit,
+                                        StoredAt::Remote(c) => c.id.distance(&key) >= limit,
                                         StoredAt::Local => true,
                                     });
                                 }

@@ -41,12 +41,16 @@ fn hotspot_load_is_logarithmic_at_the_closest_node_section_6_4() {
     );
     // β·(2^b−1)·⌈log2 128⌉ = 12·1·7.
     assert_eq!(r.bound_rpcs_per_min, 84);
-    // Leaked requests arrive in multiples of β per minute.
-    assert!(r.dsht.closest_steady_per_min <= 2.0 * r.bound_rpcs_per_min as f64);
-    // A plain DHT sends every put to the closest node: 128 nodes · 5/s · 60 s,
-    // a probe and a store each.
+    // Issue 15: the bound holds at the closest and the busiest node, and the
+    // first minute stays within twice the bound.
+    assert!(r.dsht.closest_steady_per_min <= r.bound_rpcs_per_min as f64);
+    assert!(r.dsht.max_steady_per_min <= r.bound_rpcs_per_min);
+    assert!(r.dsht.closest_first_minute <= 2 * r.bound_rpcs_per_min);
+    // A plain DHT sends every put to the closest node: 128 nodes, each one
+    // put at a time (back-to-back, as the paper's nodes), a probe and a store
+    // each.
     assert!(
-        dht.closest_steady_per_min > 70_000.0,
+        dht.closest_steady_per_min > 20_000.0,
         "{}",
         dht.closest_steady_per_min
     );
@@ -76,4 +80,49 @@ fn hotspot_same_seed_same_report() {
         ..params()
     };
     assert_eq!(run(&p, links()), run(&p, links()));
+}
+
+/// The distribution over seeds (issue 15): no id set makes a hot spot. At
+/// n = 128 and 256, b = 1 and 2, seeds 1–3: the closest and the busiest node
+/// at or under the bound in steady state, the closest node's first minute at
+/// most twice it, every get after the first few finds a value. Pinned for
+/// one run so that a change in the put rules shows.
+#[test]
+fn hotspot_bound_holds_across_seeds_sizes_and_b_section_6_4() {
+    let mut pinned = None;
+    for nodes in [128, 256] {
+        for b in [1, 2] {
+            for seed in 1..=3 {
+                let p = HotspotParams {
+                    nodes,
+                    b,
+                    seed,
+                    minutes: 3,
+                    rate: 5.0,
+                    baseline: false,
+                    ..params()
+                };
+                let r = run(&p, links());
+                let bound = r.bound_rpcs_per_min;
+                let d = &r.dsht;
+                let what = format!(
+                    "n {nodes} b {b} seed {seed}: closest {} first {} busiest {} bound {bound}",
+                    d.closest_steady_per_min, d.closest_first_minute, d.max_steady_per_min
+                );
+                println!("{what}");
+                assert!(d.closest_steady_per_min <= bound as f64, "{what}");
+                assert!(d.max_steady_per_min <= bound, "{what}");
+                assert!(d.closest_first_minute <= 2 * bound, "{what}");
+                assert_eq!(d.invariant_failures(&p), Vec::<String>::new(), "{what}");
+                if (nodes, b, seed) == (256, 1, 1) {
+                    pinned = Some((
+                        d.closest_steady_per_min,
+                        d.closest_first_minute,
+                        d.max_steady_per_min,
+                    ));
+                }
+            }
+        }
+    }
+    assert_eq!(pinned, Some((2.0, 48, 26)), "pinned figures changed");
 }

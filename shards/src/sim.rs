@@ -133,6 +133,16 @@ pub struct HotspotArgs {
     /// The seed: same seed, same output.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run every seed from A to B (inclusive, one after another) and print
+    /// the distribution over them: min / median / max and the seeds over
+    /// the bound, for the closest and the busiest node, steady state and
+    /// first minute. Overrides --seed.
+    #[arg(long, value_name = "A..B")]
+    seeds: Option<String>,
+    /// Start a put/get pair at every tick even while the last one is under
+    /// way (the paper's nodes were non-concurrent: the default waits).
+    #[arg(long)]
+    concurrent: bool,
     /// How nodes join.
     #[arg(long, value_enum, default_value_t = BootstrapMode::Random)]
     bootstrap: BootstrapMode,
@@ -720,11 +730,21 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
             BootstrapMode::Random => Bootstrap::Random,
             BootstrapMode::WellKnown => Bootstrap::WellKnown,
         },
+        concurrent: a.concurrent,
     };
+    if let Some(range) = &a.seeds {
+        let Some(seeds) = parse_seed_range(range) else {
+            eprintln!("coral sim hotspot: --seeds wants A..B with A ≤ B (e.g. 1..20)");
+            return ExitCode::from(2);
+        };
+        return hotspot_seeds(&a, params, seeds);
+    }
     let links = World::planetlab(a.nodes, &mut coral::rng::Rng::new(a.seed));
     let header = format!(
-        "coral sim hotspot: seed {} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s bootstrap {} links: PlanetLab-like world model (great-circle RTTs), baseline {}",
-        a.seed, a.nodes, a.b, a.beta, a.values_per_key, a.minutes, a.rate, a.bootstrap.name(), !a.no_baseline
+        "coral sim hotspot: seed {} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s{} bootstrap {} links: PlanetLab-like world model (great-circle RTTs), baseline {}",
+        a.seed, a.nodes, a.b, a.beta, a.values_per_key, a.minutes, a.rate,
+        if a.concurrent { " concurrent" } else { " back-to-back" },
+        a.bootstrap.name(), !a.no_baseline
     );
     // Every parameter first, so any output can be reproduced.
     if a.json {
@@ -792,6 +812,7 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
             "closest_node_first_minute": x.closest_first_minute,
             "closest_node_put_rpcs_per_min": x.closest_steady_per_min,
             "max_node_put_rpcs_per_min": x.max_steady_per_min,
+            "max_node_first_minute": x.max_first_minute,
             "put_rpcs_per_min_by_distance_rank": x.per_minute,
             "puts": x.puts,
             "gets": x.gets,
@@ -810,6 +831,7 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
                 Bootstrap::Random => "random",
                 Bootstrap::WellKnown => "well-known",
             },
+            "concurrent": r.params.concurrent,
         },
         "bound_rpcs_per_min": r.bound_rpcs_per_min,
         "closest_node_put_rpcs_per_min": r.dsht.closest_steady_per_min,
@@ -903,4 +925,249 @@ fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
             ""
         }
     );
+}
+
+/// `A..B` (inclusive) as the seeds A to B.
+fn parse_seed_range(s: &str) -> Option<std::ops::RangeInclusive<u64>> {
+    let (a, b) = s.split_once("..")?;
+    let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+    (a <= b).then_some(a..=b)
+}
+
+/// One figure's distribution over seeds.
+struct Spread {
+    min: f64,
+    median: f64,
+    max: f64,
+    /// Seeds whose figure is over the limit.
+    over: Vec<u64>,
+    limit: f64,
+}
+
+impl Spread {
+    fn of(per_seed: &[(u64, f64)], limit: f64) -> Spread {
+        let mut v: Vec<f64> = per_seed.iter().map(|&(_, x)| x).collect();
+        v.sort_by(f64::total_cmp);
+        let median = match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        };
+        Spread {
+            min: v.first().copied().unwrap_or(0.0),
+            median,
+            max: v.last().copied().unwrap_or(0.0),
+            over: per_seed
+                .iter()
+                .filter(|&&(_, x)| x > limit)
+                .map(|&(s, _)| s)
+                .collect(),
+            limit,
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "min": self.min, "median": self.median, "max": self.max,
+            "limit": self.limit, "seeds_over_limit": self.over,
+        })
+    }
+
+    fn row(&self, what: &str) -> String {
+        format!(
+            "  {:<44} {:>8.1} {:>8.1} {:>8.1} {:>7}  over {} : {}",
+            what,
+            self.min,
+            self.median,
+            self.max,
+            self.limit,
+            self.over.len(),
+            if self.over.is_empty() {
+                "-".to_string()
+            } else {
+                self.over
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
+        )
+    }
+}
+
+/// The distributions of one system (DSHT or DHT) over the seeds: closest
+/// and busiest node, steady state (against the bound) and first minute
+/// (against twice the bound); gets that found a value.
+fn seed_spreads(
+    runs: &[(u64, &hotspot::HotspotRun)],
+    bound: f64,
+) -> (Vec<(&'static str, Spread)>, u64, u64) {
+    let f = |g: fn(&hotspot::HotspotRun) -> f64| -> Vec<(u64, f64)> {
+        runs.iter().map(|&(s, r)| (s, g(r))).collect()
+    };
+    let spreads = vec![
+        (
+            "closest_steady_per_min",
+            Spread::of(&f(|r| r.closest_steady_per_min), bound),
+        ),
+        (
+            "busiest_steady_per_min",
+            Spread::of(&f(|r| r.max_steady_per_min as f64), bound),
+        ),
+        (
+            "closest_first_minute",
+            Spread::of(&f(|r| r.closest_first_minute as f64), 2.0 * bound),
+        ),
+        (
+            "busiest_first_minute",
+            Spread::of(&f(|r| r.max_first_minute as f64), 2.0 * bound),
+        ),
+    ];
+    let gets = runs.iter().map(|(_, r)| r.gets).sum();
+    let found = runs.iter().map(|(_, r)| r.gets_found).sum();
+    (spreads, gets, found)
+}
+
+fn hotspot_seeds(
+    a: &HotspotArgs,
+    params: HotspotParams,
+    seeds: std::ops::RangeInclusive<u64>,
+) -> ExitCode {
+    let header = format!(
+        "coral sim hotspot: seeds {}..{} nodes {} b {} beta {} values-per-key {} minutes {} rate {}/s{} bootstrap {} links: PlanetLab-like world model (great-circle RTTs), baseline {}",
+        seeds.start(), seeds.end(), a.nodes, a.b, a.beta, a.values_per_key, a.minutes, a.rate,
+        if a.concurrent { " concurrent" } else { " back-to-back" },
+        a.bootstrap.name(), !a.no_baseline
+    );
+    if a.json {
+        eprintln!("{header}");
+    } else {
+        println!("{header}");
+    }
+    let started = std::time::Instant::now();
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for seed in seeds.clone() {
+        let p = HotspotParams {
+            seed,
+            ..params.clone()
+        };
+        let links = World::planetlab(p.nodes, &mut coral::rng::Rng::new(seed));
+        let r = hotspot::run(&p, links);
+        eprintln!(
+            "  [{:.0} s] seed {seed}: closest {:.1}/min (first minute {}), busiest {}/min, bound {}",
+            started.elapsed().as_secs_f64(),
+            r.dsht.closest_steady_per_min,
+            r.dsht.closest_first_minute,
+            r.dsht.max_steady_per_min,
+            r.bound_rpcs_per_min
+        );
+        for f in r.dsht.invariant_failures(&p) {
+            failures.push(format!("seed {seed}: {f}"));
+        }
+        reports.push(r);
+    }
+    let bound = reports.first().map_or(0, |r| r.bound_rpcs_per_min);
+    let dsht: Vec<(u64, &hotspot::HotspotRun)> =
+        reports.iter().map(|r| (r.params.seed, &r.dsht)).collect();
+    let dht: Vec<(u64, &hotspot::HotspotRun)> = reports
+        .iter()
+        .filter_map(|r| r.dht.as_ref().map(|d| (r.params.seed, d)))
+        .collect();
+    let (dsht_spreads, gets, found) = seed_spreads(&dsht, bound as f64);
+    let dht_spreads = (!dht.is_empty()).then(|| seed_spreads(&dht, bound as f64));
+    if let Some(path) = &a.plot {
+        let bars: Vec<(String, f64)> = dsht
+            .iter()
+            .map(|(s, r)| (format!("{s}"), r.closest_steady_per_min))
+            .collect();
+        let text = svg::bar_chart(
+            "Closest node's put RPCs/minute, one bar per seed (cf. Fig. 8)",
+            "Seed",
+            "Put RPCs / minute (after minute 1)",
+            &bars,
+            Some((bound as f64, "bound β·(2^b−1)·⌈log2 n / b⌉")),
+        );
+        if !write_plot(path, &text) {
+            return ExitCode::from(1);
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    if a.json {
+        let spreads_json = |(sp, gets, found): &(Vec<(&'static str, Spread)>, u64, u64)| {
+            let mut m = serde_json::Map::new();
+            for (name, s) in sp {
+                m.insert((*name).to_string(), s.json());
+            }
+            m.insert("gets".into(), json!(gets));
+            m.insert("gets_found".into(), json!(found));
+            serde_json::Value::Object(m)
+        };
+        let per_seed: Vec<serde_json::Value> = reports
+            .iter()
+            .map(|r| {
+                json!({
+                    "seed": r.params.seed,
+                    "closest_steady_per_min": r.dsht.closest_steady_per_min,
+                    "closest_first_minute": r.dsht.closest_first_minute,
+                    "busiest_steady_per_min": r.dsht.max_steady_per_min,
+                    "busiest_first_minute": r.dsht.max_first_minute,
+                    "gets": r.dsht.gets,
+                    "gets_found": r.dsht.gets_found,
+                    "dht_closest_steady_per_min": r.dht.as_ref().map(|d| d.closest_steady_per_min),
+                })
+            })
+            .collect();
+        let out = json!({
+            "experiment": "hotspot",
+            "params": {
+                "nodes": a.nodes, "b": a.b, "beta": a.beta,
+                "values_per_key": a.values_per_key, "minutes": a.minutes,
+                "rate": a.rate, "seeds": [seeds.start(), seeds.end()],
+                "bootstrap": a.bootstrap.name(),
+                "concurrent": a.concurrent,
+            },
+            "bound_rpcs_per_min": bound,
+            "dsht": spreads_json(&(dsht_spreads, gets, found)),
+            "dht": dht_spreads.as_ref().map(spreads_json),
+            "per_seed": per_seed,
+            "wall_seconds": wall,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    } else {
+        println!(
+            "Hot spot (NSDI 2004 §6.4, Fig. 8) over {} seeds: {} nodes put/get one key at up to {}/s each",
+            reports.len(),
+            a.nodes,
+            a.rate
+        );
+        println!("  bound β·(2^b−1)·⌈log2 n / b⌉ = {bound}; first minute against 2× the bound");
+        let table = |name: &str, sp: &[(&'static str, Spread)], gets: u64, found: u64| {
+            println!();
+            println!(
+                "  {:<44} {:>8} {:>8} {:>8} {:>7}  seeds over",
+                name, "min", "median", "max", "limit"
+            );
+            for (what, s) in sp {
+                println!("{}", s.row(&what.replace('_', " ")));
+            }
+            println!(
+                "  gets that found a value: {found} of {gets} ({:.4} %)",
+                100.0 * found as f64 / gets.max(1) as f64
+            );
+        };
+        table("coral DSHT (put RPCs)", &dsht_spreads, gets, found);
+        if let Some((sp, g, f)) = &dht_spreads {
+            table("plain DHT baseline (put RPCs)", sp, *g, *f);
+        }
+        println!();
+        println!("  simulated in {wall:.1} s");
+    }
+    if failures.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for f in &failures {
+        eprintln!("invariant failed: {f}");
+    }
+    ExitCode::from(3)
 }

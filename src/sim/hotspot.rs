@@ -40,6 +40,14 @@ pub struct HotspotParams {
     pub baseline: bool,
     /// How nodes join.
     pub bootstrap: Bootstrap,
+    /// Whether a node starts a put/get pair while its previous one is still
+    /// under way. The paper's nodes issued pairs "back-to-back ... at their
+    /// maximum (non-concurrent) rates" (false, the default): a node starts a
+    /// pair at its next tick only once both operations of the last one are
+    /// done, so `rate` is a ceiling. With true, every node starts a pair at
+    /// every tick whatever is outstanding (up to ten walks in flight per
+    /// node at the start, when no put ends locally).
+    pub concurrent: bool,
 }
 
 /// How nodes join the network before the load starts.
@@ -67,6 +75,7 @@ impl Default for HotspotParams {
             seed: 1,
             baseline: true,
             bootstrap: Bootstrap::Random,
+            concurrent: false,
         }
     }
 }
@@ -84,6 +93,8 @@ pub struct HotspotRun {
     pub closest_steady_per_min: f64,
     /// The most put RPCs any node received in one steady-state minute.
     pub max_steady_per_min: u64,
+    /// The most put RPCs any node received in the first minute.
+    pub max_first_minute: u64,
     /// Puts and gets issued.
     pub puts: u64,
     /// Gets issued.
@@ -187,13 +198,23 @@ fn put_rpcs(node: &Node) -> u64 {
     node.stats().put_probes_received + node.stats().stores_received
 }
 
-/// Drains the completed operations; returns how many were gets that found a value.
-fn count_found<L: Links>(sim: &mut Sim<L>) -> u64 {
-    sim.drain_events()
-        .filter(
-            |(_, e)| matches!(e, crate::node::Event::GetDone { values, .. } if !values.is_empty()),
-        )
-        .count() as u64
+/// Drains the completed operations, counting each node's outstanding ones
+/// down in `busy`; returns how many were gets that found a value.
+fn count_found<L: Links>(sim: &mut Sim<L>, key: &Id, busy: &mut [u8]) -> u64 {
+    let mut found = 0;
+    for (i, e) in sim.drain_events() {
+        match e {
+            crate::node::Event::GetDone { key: k, values, .. } if k == *key => {
+                found += u64::from(!values.is_empty());
+            }
+            crate::node::Event::PutDone { key: k, .. } if k == *key => {}
+            _ => continue,
+        }
+        if let Some(b) = busy.get_mut(i) {
+            *b = b.saturating_sub(1);
+        }
+    }
+    found
 }
 
 fn run_one<L: Links>(
@@ -247,6 +268,8 @@ fn run_one<L: Links>(
     let (mut puts, mut gets) = (0u64, 0u64);
     let mut gets_found = 0u64;
     let mut value_seq = 0u64;
+    // Operations of the hot key under way, per node.
+    let mut busy = vec![0u8; n];
     for minute in 0..params.minutes {
         let minute_end = start + Duration::from_secs(60 * (u64::from(minute) + 1));
         let mut tick = start + Duration::from_secs(60 * u64::from(minute));
@@ -255,6 +278,14 @@ fn run_one<L: Links>(
                 let at = tick + off;
                 if at >= minute_end {
                     continue;
+                }
+                if !params.concurrent {
+                    // Back-to-back: done with the last pair by now?
+                    sim.run_until(at);
+                    gets_found += count_found(&mut sim, &key, &mut busy);
+                    if busy[i] > 0 {
+                        continue;
+                    }
                 }
                 // The next three callers' state starts loading now, one
                 // step of the chain node → levels → the top level's store
@@ -277,21 +308,22 @@ fn run_one<L: Links>(
                     node.put(now, key, value, 3600, None);
                     node.get(now, key, None);
                 });
+                busy[i] = busy[i].saturating_add(2);
                 puts += 1;
                 gets += 1;
                 // After every call, so that each event's memory is freed
                 // while hot and reused by the next call's.
-                gets_found += count_found(&mut sim);
+                gets_found += count_found(&mut sim, &key, &mut busy);
             }
             tick = tick + period;
         }
         sim.run_until(minute_end);
+        gets_found += count_found(&mut sim, &key, &mut busy);
         for (i, node) in sim.nodes().iter().enumerate() {
             let now_count = put_rpcs(node);
             per_node[i].push(now_count - baseline[i]);
             baseline[i] = now_count;
         }
-        gets_found += count_found(&mut sim);
         progress(Progress {
             system,
             minute: minute + 1,
@@ -315,7 +347,14 @@ fn run_one<L: Links>(
         .copied()
         .max()
         .unwrap_or(0);
+    let max_first_minute = per_minute
+        .iter()
+        .filter_map(|m| m.first())
+        .copied()
+        .max()
+        .unwrap_or(0);
     HotspotRun {
+        max_first_minute,
         closest_first_minute: closest.first().copied().unwrap_or(0),
         closest_steady_per_min,
         max_steady_per_min,

@@ -1,0 +1,184 @@
+//! What a putting node remembers of the nodes that answered "full and
+//! loaded" for a key (§4.2), so that it does not probe them again before
+//! they could accept a store.
+//!
+//! The paper's forward phase stops at the first node that is full and
+//! loaded. Under a hot key, every put a node's own leakage lets through
+//! walks to the same first such node, so that node receives β probes a
+//! minute from every sender whose walk reaches it; with random ids the
+//! closest node to a key owns a large region of id space, far more senders
+//! than the proof sketch's one per "one-digit-off" slot reach it, and the
+//! Fig. 8 bound fails in most id sets. A node that answered full and loaded
+//! stays loaded for the rest of the minute (it received more than β
+//! requests in it) and full until its shortest-lived value has less than
+//! half a new value's TTL left (it reported that TTL), so a sender that
+//! remembers the answer for at most [`RECALL_LOADED`], and no longer than
+//! the node stays full for the value being put, stops its forward phase
+//! there without sending anything: each sender probes each such node at
+//! most once a minute.
+//!
+//! Bounded: at most [`RECALL_ENTRIES_MAX`] entries; a new one replaces an
+//! expired one, else the oldest.
+
+use crate::id::{Id, Key};
+use crate::time::{Duration, Time};
+
+/// How long an answer "loaded" is remembered: the paper's window ("more
+/// than β requests within the past minute").
+pub const RECALL_LOADED: Duration = Duration::from_secs(60);
+
+/// The most answers a node remembers (for all keys and levels together).
+pub const RECALL_ENTRIES_MAX: usize = 256;
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    key: Key,
+    level: u8,
+    node: Id,
+    /// When the answer was heard: it counts as loaded until
+    /// `heard + RECALL_LOADED`.
+    heard: Time,
+    /// When the node's shortest-lived value expires (now + its reported
+    /// minimum TTL): it counts as full for a value of TTL T while at least
+    /// T/2 of that remains.
+    min_expires: Time,
+}
+
+/// Remembered "full and loaded" answers.
+#[derive(Clone, Debug, Default)]
+pub struct Recall {
+    entries: Vec<Entry>,
+}
+
+impl Recall {
+    /// Nothing remembered.
+    pub fn new() -> Recall {
+        Recall::default()
+    }
+
+    /// Number of entries held (expired ones included until replaced).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Remembers that `node` answered full and loaded for `key` at `level`
+    /// at `now`, reporting `min_ttl_secs` as its shortest remaining TTL.
+    pub fn remember(&mut self, key: Key, level: u8, node: Id, min_ttl_secs: u32, now: Time) {
+        let e = Entry {
+            key,
+            level,
+            node,
+            heard: now,
+            min_expires: now + Duration::from_secs(u64::from(min_ttl_secs)),
+        };
+        if let Some(old) = self
+            .entries
+            .iter_mut()
+            .find(|x| x.key == key && x.level == level && x.node == node)
+        {
+            *old = e;
+            return;
+        }
+        if self.entries.len() < RECALL_ENTRIES_MAX {
+            self.entries.push(e);
+            return;
+        }
+        // Replace an expired entry if there is one, else the oldest.
+        if let Some(slot) = self.entries.iter_mut().min_by_key(|x| x.heard) {
+            *slot = e;
+        }
+    }
+
+    /// Whether `node` is remembered as full and loaded for `key` at `level`
+    /// with respect to a new value of `ttl_secs`, at `now`.
+    pub fn is_full_and_loaded(
+        &self,
+        key: &Key,
+        level: u8,
+        node: &Id,
+        ttl_secs: u32,
+        now: Time,
+    ) -> bool {
+        self.entries.iter().any(|x| {
+            x.node == *node
+                && x.key == *key
+                && x.level == level
+                && now < x.heard + RECALL_LOADED
+                && x.min_expires.saturating_since(now).as_micros() * 2
+                    >= u64::from(ttl_secs) * 1_000_000
+        })
+    }
+
+    /// Whether anything is remembered for `key` at `level` (a cheap test
+    /// before the per-hop check).
+    pub fn knows(&self, key: &Key, level: u8) -> bool {
+        self.entries
+            .iter()
+            .any(|x| x.key == *key && x.level == level)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(b: u8) -> Id {
+        Id([b; 20])
+    }
+
+    #[test]
+    fn section_4_2_answer_is_remembered_for_at_most_a_minute() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO + Duration::from_secs(10);
+        r.remember(id(1), 0, id(2), 3600, t0);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, t0));
+        let later = t0 + Duration::from_secs(59);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, later));
+        let minute = t0 + Duration::from_secs(60);
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, minute));
+        // Another key, level or node is not remembered.
+        assert!(!r.is_full_and_loaded(&id(9), 0, &id(2), 3600, t0));
+        assert!(!r.is_full_and_loaded(&id(1), 1, &id(2), 3600, t0));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(9), 3600, t0));
+    }
+
+    #[test]
+    fn section_4_2_answer_is_forgotten_once_the_node_could_accept_the_value() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO;
+        // Shortest value has 40 s left: full for a 60 s value for 10 s more
+        // (40 - 60/2), and never full for a value of 100 s.
+        r.remember(id(1), 0, id(2), 40, t0);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0));
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(10)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(11)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 100, t0));
+    }
+
+    #[test]
+    fn recall_is_bounded_and_replaces_the_oldest() {
+        let mut r = Recall::new();
+        for i in 0..RECALL_ENTRIES_MAX + 10 {
+            let mut k = Id::ZERO;
+            k.0[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            r.remember(
+                k,
+                0,
+                id(2),
+                3600,
+                Time::ZERO + Duration::from_secs(i as u64),
+            );
+        }
+        assert_eq!(r.len(), RECALL_ENTRIES_MAX);
+        let mut newest = Id::ZERO;
+        newest.0[..8].copy_from_slice(&((RECALL_ENTRIES_MAX + 9) as u64).to_be_bytes());
+        let at = Time::ZERO + Duration::from_secs((RECALL_ENTRIES_MAX + 9) as u64);
+        assert!(r.is_full_and_loaded(&newest, 0, &id(2), 3600, at));
+        assert!(!r.knows(&Id::ZERO, 0), "the oldest was replaced");
+    }
+}

@@ -1,0 +1,139 @@
+//! The put rules that keep a hot key from making a hot spot (NSDI 2004
+//! §4.2, issue 15), each checked on its own in the in-process harness.
+
+use coral::node::{Event, PutLevel, StoredAt};
+use coral::sim::net::{sim_addr, ConstantLinks, Links, Sim};
+use coral::{Config, Duration, Id, Node, Value};
+
+fn config(beta: u32) -> Config {
+    let mut c = Config {
+        beta_per_min: beta,
+        ..Config::default()
+    };
+    c.level_thresholds_ms.truncate(1);
+    c
+}
+
+/// `n` nodes, each bootstrapped from node 0, settled for a minute.
+fn network(n: usize, config: &Config, seed: u64) -> Sim<ConstantLinks> {
+    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), seed);
+    for i in 0..n {
+        let node = Node::new(
+            config.clone(),
+            sim_addr(i),
+            sim.now(),
+            seed * 1000 + i as u64,
+        )
+        .unwrap();
+        sim.add(node);
+    }
+    for i in 1..n {
+        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(0)]));
+        sim.run_for(Duration::from_millis(50));
+    }
+    sim.run_for(Duration::from_secs(60));
+    sim
+}
+
+/// A put from node `i` that completes within a second of simulated time.
+fn put(sim: &mut Sim<impl Links>, i: usize, key: Id, value: u8) -> PutLevel {
+    let v = Value::new(&[value, 7]).unwrap();
+    let op = sim.with_node(i, |node, now| node.put(now, key, v, 3600, None));
+    sim.run_for(Duration::from_secs(1));
+    for (n, e) in sim.take_events() {
+        if let Event::PutDone { op: o, levels, .. } = e {
+            if n == i && o == op {
+                return levels[0];
+            }
+        }
+    }
+    panic!("put from node {i} did not complete within a second");
+}
+
+fn probes(sim: &Sim<impl Links>, i: usize) -> u64 {
+    sim.node(i).stats().put_probes_received
+}
+
+#[test]
+fn section_4_2_client_skips_node_that_answered_full_and_loaded() {
+    // Two nodes: node 0 puts, node 1 is the only node it can probe.
+    let mut sim = network(2, &config(2), 1);
+    let key = Id::hash(b"hot");
+    // Fill node 1 (l = 4 values); by then it is loaded too (β = 2).
+    for v in 0..4 {
+        let l = put(&mut sim, 0, key, v);
+        assert!(matches!(l.stored_at, Some(StoredAt::Remote(_))), "{l:?}");
+    }
+    let before = probes(&sim, 1);
+    // Node 1 answers "full and loaded" once; node 0 remembers it and, for the
+    // rest of the minute, stops its forward phase there without a probe.
+    for v in 4..10 {
+        put(&mut sim, 0, key, v);
+    }
+    assert_eq!(probes(&sim, 1) - before, 1, "one probe a minute");
+    // A minute later the answer is forgotten: node 1 is probed again.
+    let mut sim = network(2, &config(2), 1);
+    for v in 0..5 {
+        put(&mut sim, 0, key, v);
+    }
+    sim.run_for(Duration::from_secs(61));
+    let before = probes(&sim, 1);
+    put(&mut sim, 0, key, 30);
+    assert_eq!(probes(&sim, 1) - before, 1, "probed again after a minute");
+}
+
+#[test]
+fn section_4_2_reverse_phase_skips_full_nodes() {
+    // β high: nothing is ever loaded, so every put walks to node 1.
+    let mut sim = network(2, &config(1000), 2);
+    let key = Id::hash(b"warm");
+    for v in 0..4 {
+        put(&mut sim, 0, key, v);
+    }
+    let stores = sim.node(1).stats().stores_received;
+    // Node 1 reported itself full for the new value: no store goes to it,
+    // the value lands at the next node on the stack (the local node).
+    let l = put(&mut sim, 0, key, 4);
+    assert_eq!(l.stored_at, Some(StoredAt::Local));
+    assert_eq!(sim.node(1).stats().stores_received, stores);
+}
+
+#[test]
+fn section_4_2_forward_phase_stops_at_a_loaded_node_that_can_accept_the_value() {
+    // 48 nodes, nothing stored yet, β = 2: 40 puts at once from 40 nodes.
+    // Nodes on the way are loaded after 2 probes but not full; a walk stops
+    // at the first loaded node and stores there, so most walks never reach
+    // the closest node (with "full and loaded" only, all 40 would).
+    let n = 48;
+    let mut sim = network(n, &config(2), 3);
+    let key = Id::hash(b"flash crowd");
+    let closest = (0..n)
+        .min_by_key(|&i| sim.node(i).id().distance(&key))
+        .unwrap();
+    let before = probes(&sim, closest);
+    let mut started = 0;
+    for i in (0..n).filter(|&i| i != closest).take(40) {
+        let v = Value::new(&[i as u8]).unwrap();
+        sim.with_node(i, |node, now| node.put(now, key, v, 3600, None));
+        started += 1;
+    }
+    sim.run_for(Duration::from_secs(5));
+    let done: Vec<PutLevel> = sim
+        .take_events()
+        .into_iter()
+        .filter_map(|(_, e)| match e {
+            Event::PutDone { levels, .. } => Some(levels[0]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(done.len(), started);
+    let reached = probes(&sim, closest) - before;
+    assert!(
+        reached <= 12,
+        "{reached} of {started} walks reached the closest node"
+    );
+    assert!(
+        done.iter().all(|l| l.stored_at.is_some()),
+        "every value is stored"
+    );
+}
