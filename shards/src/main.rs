@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod admin;
 mod client;
 mod config;
+mod demo;
 mod hints;
 mod runtime;
 mod sim;
@@ -136,6 +137,10 @@ enum Command {
         #[arg(long, default_value_t = 8090)]
         port: u16,
     },
+    /// The flash crowd of §6.1 on real sockets: an origin on a 384 kbit/s
+    /// line, coral nodes (DSHT, dnssrv, proxy) and a crowd of clients, all on
+    /// loopback; a report like Fig. 4.
+    Demo(demo::DemoArgs),
     /// Run one of the paper's experiments in the deterministic simulator.
     Sim {
         #[command(subcommand)]
@@ -319,6 +324,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(&format!("{url}: {e}")),
             }
         }
+        Command::Demo(args) => demo::run(args),
         Command::Sim { experiment } => sim::run(experiment),
     }
 }
