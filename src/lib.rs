@@ -25,6 +25,7 @@ pub mod fetch;
 pub mod id;
 pub mod lookup;
 pub mod node;
+pub mod proxy;
 pub mod rng;
 pub mod routing;
 pub mod sim;

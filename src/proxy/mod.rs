@@ -1,0 +1,3 @@
+//! The proxy's pure parts.
+
+pub mod origin_addr;
