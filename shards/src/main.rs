@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
+pub mod cache;
 mod client;
 mod config;
 mod hints;
