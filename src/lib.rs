@@ -15,6 +15,7 @@
 //! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
 //! - [`cache`]: the disk cache's record format, index entry and eviction policies (§3.2).
 //! - [`fetch`]: the proxy's fetch policy: local cache, DSHT, peer, origin (§3.2).
+//! - [`proxy`]: the proxy's HTTP framing, Coralized names, cache policy and rewriting (§2.1, §3.2).
 //! - [`sim`]: the deterministic simulator and the paper's experiments (§6).
 
 #![deny(unsafe_code)]

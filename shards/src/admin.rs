@@ -138,10 +138,15 @@ pub fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Parses a key: 40 hex digits, or `url:<URL>` hashed as the proxy does.
+/// Parses a key: 40 hex digits, or `url:<URL>` hashed as the proxy does: SHA-1 of the
+/// canonical URL (`coral::proxy::names::canonicalize`), so `url:http://X.com/y` and the
+/// proxy's key for `x.com.<zone>/y` agree. A URL that does not canonicalize is refused.
 pub fn parse_key(s: &str) -> Option<Id> {
     match s.strip_prefix("url:") {
-        Some(url) => Some(Id::from_url(url)),
+        Some(url) => {
+            let canonical = coral::proxy::names::canonicalize(url).ok()?;
+            Some(coral::proxy::names::cache_key(&canonical))
+        }
         None => Id::from_hex(s),
     }
 }
@@ -228,8 +233,13 @@ mod tests {
         assert_eq!(q[1], ("value".into(), "a b".into()));
         assert_eq!(
             parse_key("url:http://x.com/y"),
-            Some(Id::from_url("http://x.com/y"))
+            Some(Id::from_url("http://x.com:80/y"))
         );
+        assert_eq!(
+            parse_key("url:HTTP://X.com.:80/y#f"),
+            parse_key("url:http://x.com/y")
+        );
+        assert_eq!(parse_key("url:ftp://x.com/y"), None);
         assert_eq!(parse_key("zz"), None);
         assert_eq!(percent_decode("%"), "%");
         assert_eq!(percent_decode("%4"), "%4");

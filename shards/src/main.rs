@@ -125,6 +125,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the Coralized form of an http:// URL (§2.1): its host gains the
+    /// origin port as a label (when not 80) and the Coral suffix.
+    Coralize {
+        /// The origin URL, e.g. http://www.x.com/y.jpg.
+        url: String,
+        /// The suffix to append: the alias zone (or the zone).
+        #[arg(long, default_value = "coral.test")]
+        alias: String,
+        /// The proxy port (omitted from the URL when 80).
+        #[arg(long, default_value_t = 8090)]
+        port: u16,
+    },
     /// Run one of the paper's experiments in the deterministic simulator.
     Sim {
         #[command(subcommand)]
@@ -293,6 +305,19 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(&format!("probe toward {to}: {e}")),
+            }
+        }
+        Command::Coralize { url, alias, port } => {
+            let suffix = match config::dns_name("alias", &alias) {
+                Ok(s) => s,
+                Err(e) => return fail(&e),
+            };
+            match coral::proxy::names::coralize(&url, &suffix, port) {
+                Ok(c) => {
+                    println!("{c}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&format!("{url}: {e}")),
             }
         }
         Command::Sim { experiment } => sim::run(experiment),

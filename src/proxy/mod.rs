@@ -1,3 +1,17 @@
-//! The proxy's pure parts.
+//! CoralProxy's pure parts (NSDI 2004 §2.1, §3.2): HTTP/1.1 framing, Coralized names,
+//! the shared-cache policy of RFC 9110/9111 and the rewriting that keeps redirects
+//! and links Coralized. No I/O: `shards/src/proxy/` moves the bytes.
+//!
+//! - [`http`]: request and response heads and bodies, parsed by `httparse` and then held
+//!   to our stricter framing rules (RFC 9112), which reject what request smuggling needs.
+//! - [`names`]: Coralized host names ↔ origins, canonical URLs and cache keys.
+//! - [`policy`]: what may be stored, for how long, what a client gets, what the origin is asked.
+//! - [`rewrite`]: `Location` headers and absolute links in HTML stay Coralized.
+//! - [`origin_addr`]: which origin addresses are refused (the SSRF guard).
 
+pub mod date;
+pub mod http;
+pub mod names;
 pub mod origin_addr;
+pub mod policy;
+pub mod rewrite;

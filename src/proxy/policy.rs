@@ -1,0 +1,1002 @@
+//! The shared-cache policy (RFC 9110, RFC 9111) with the deployed CoralCDN's rules: what
+//! may be stored and for how long, what a client gets (conditional requests, ranges,
+//! `Age`, `Via`, `Cache-Status`), and what the origin or a peer is asked.
+//!
+//! Deployed rules (LESSONS.md): cookies are stripped both ways (every Coralized site
+//! shares one domain, so cookies would leak between sites); an origin that says nothing
+//! about freshness is trusted for 12 hours; negative answers are cached briefly. A
+//! client's `Cache-Control: no-cache` (a browser's reload) does not reach the origin: as
+//! Varnish and CoralCDN did, a flash crowd of reloads is served from the cache.
+//! Times are whole seconds since the epoch, given by the caller.
+
+use super::date::parse_http_date;
+use super::http::{trim_ows, write_decimal, Framing, Headers, Method, RequestHead, ResponseHead};
+use super::names::{Origin, Zones};
+
+/// Freshness given when the origin says nothing (the deployed CoralCDN's 12 hours).
+pub const HEURISTIC_FRESH_SECS: u64 = 12 * 3600;
+/// Freshness given to a negative answer (404, 410, ...) that says nothing: "cache negative
+/// results briefly".
+pub const NEGATIVE_FRESH_SECS: u64 = 60;
+/// The `CDN-Loop` token (RFC 8586) and `Cache-Status` cache name of Coral.
+pub const CDN_TOKEN: &str = "coral";
+/// Appended to the client's `User-Agent` on requests to origins, as the deployed proxy did.
+pub const USER_AGENT_MARKER: &str = "CoralWebPrx/0.2 (See http://coralcdn.org/)";
+/// The header that tells a peer to answer only from its cache or an in-progress fetch.
+pub const NO_FORWARD_HEADER: &str = "coral-no-forward";
+/// A `Range` header longer than this is abusive: whole body.
+pub const RANGE_BYTES_MAX: usize = 256;
+
+/// When a stored response was received and how long it stays fresh (RFC 9111 §4.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Freshness {
+    /// The origin's `Date` (or the receipt time, when absent or invalid).
+    pub date_secs: u64,
+    /// The instant after which the response is stale.
+    pub fresh_until_secs: u64,
+    /// When the response was received (`response_time`).
+    pub response_secs: u64,
+    /// `corrected_initial_age` of RFC 9111 §4.2.3.
+    pub initial_age_secs: u64,
+    /// A stale copy must not be served without revalidation (`must-revalidate`,
+    /// `proxy-revalidate`, `s-maxage`), not even when the origin errs.
+    pub must_revalidate: bool,
+}
+
+/// Whether a response may be stored, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storable {
+    /// Store it with this freshness.
+    Yes(Freshness),
+    /// Do not store it, because of this.
+    No(&'static str),
+}
+
+/// Cache-Control directives we act on, parsed from all fields of that name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CacheControl {
+    no_store: bool,
+    no_cache: bool,
+    private: bool,
+    public: bool,
+    must_revalidate: bool,
+    proxy_revalidate: bool,
+    /// `Some(None)`: present but invalid.
+    max_age: Option<Option<u64>>,
+    s_maxage: Option<Option<u64>>,
+}
+
+fn delta_seconds(v: Option<&[u8]>) -> Option<u64> {
+    let v = v?;
+    let v = v
+        .strip_prefix(b"\"")
+        .and_then(|v| v.strip_suffix(b"\""))
+        .unwrap_or(v);
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // RFC 9111 §1.2.2: a value too large is taken as 2^31.
+    Some(
+        v.iter()
+            .try_fold(0u64, |n, d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
+            .unwrap_or(1 << 31)
+            .min(1 << 31),
+    )
+}
+
+fn cache_control(h: &Headers) -> CacheControl {
+    let mut cc = CacheControl::default();
+    for d in h.list("cache-control") {
+        let (name, arg) = match d.iter().position(|&b| b == b'=') {
+            Some(eq) => (trim_ows(&d[..eq]), Some(trim_ows(&d[eq + 1..]))),
+            None => (d, None),
+        };
+        let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+        if is("no-store") {
+            cc.no_store = true;
+        } else if is("no-cache") {
+            cc.no_cache = true;
+        } else if is("private") {
+            cc.private = true;
+        } else if is("public") {
+            cc.public = true;
+        } else if is("must-revalidate") {
+            cc.must_revalidate = true;
+        } else if is("proxy-revalidate") {
+            cc.proxy_revalidate = true;
+        } else if is("max-age") {
+            // Two max-age directives that disagree: RFC 9111 §4.2.1, treat as stale.
+            let v = delta_seconds(arg);
+            cc.max_age = match cc.max_age {
+                Some(old) if old != v => Some(None),
+                _ => Some(v),
+            };
+        } else if is("s-maxage") {
+            let v = delta_seconds(arg);
+            cc.s_maxage = match cc.s_maxage {
+                Some(old) if old != v => Some(None),
+                _ => Some(v),
+            };
+        }
+    }
+    cc
+}
+
+/// Whether the request may be answered from the cache at all: GET or HEAD, without
+/// `Authorization` (whose answers are for one user; RFC 9111 §3.5), and without
+/// `Cache-Control: no-store`.
+pub fn request_is_cacheable(req: &RequestHead) -> bool {
+    matches!(req.method, Method::Get | Method::Head)
+        && !req.headers.contains("authorization")
+        && !req.headers.has_token("cache-control", "no-store")
+}
+
+/// Statuses we may store (RFC 9110 §15: final, understood, and a whole representation).
+fn status_storable(status: u16) -> bool {
+    matches!(
+        status,
+        200 | 203 | 204 | 300 | 301 | 302 | 303 | 307 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// Statuses cacheable by default (RFC 9110 §15.1): they may get heuristic freshness.
+fn status_heuristic(status: u16) -> bool {
+    matches!(
+        status,
+        200 | 203 | 204 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// Whether a response to `req` may be stored, and its freshness as of `now_secs`, the time
+/// it was received (RFC 9111 §3, §4.2). Not stored: methods other than GET, `no-store` in
+/// request or response, `private`, `Vary: *`, statuses we do not store, `Authorization`
+/// requests unless the response says `public`, `s-maxage` or `must-revalidate` (§3.5),
+/// and explicitly or heuristically uncacheable statuses without explicit freshness.
+pub fn storable(req: &RequestHead, resp: &ResponseHead, now_secs: u64) -> Storable {
+    if req.method != Method::Get {
+        return Storable::No("method");
+    }
+    if req.headers.has_token("cache-control", "no-store") {
+        return Storable::No("request no-store");
+    }
+    if !status_storable(resp.status) {
+        return Storable::No("status");
+    }
+    let cc = cache_control(&resp.headers);
+    if cc.no_store {
+        return Storable::No("no-store");
+    }
+    if cc.private {
+        return Storable::No("private");
+    }
+    if resp.headers.has_token("vary", "*") {
+        return Storable::No("vary *");
+    }
+    if req.headers.contains("authorization")
+        && !(cc.public || cc.s_maxage.is_some() || cc.must_revalidate)
+    {
+        return Storable::No("authorization");
+    }
+    let date = resp.headers.get("date").and_then(parse_http_date);
+    let date_secs = date.unwrap_or(now_secs);
+    // RFC 9111 §4.2.1: s-maxage, then max-age, then Expires − Date.
+    let explicit = if let Some(s) = cc.s_maxage {
+        Some(s.unwrap_or(0))
+    } else if let Some(m) = cc.max_age {
+        Some(m.unwrap_or(0))
+    } else {
+        // §5.3: an invalid Expires (e.g. "0") is in the past.
+        resp.headers
+            .get("expires")
+            .map(|e| parse_http_date(e).map_or(0, |e| e.saturating_sub(date_secs)))
+    };
+    let lifetime = match explicit {
+        _ if cc.no_cache => 0,
+        Some(l) => l,
+        None if !status_heuristic(resp.status) && !cc.public => {
+            return Storable::No("status without explicit freshness")
+        }
+        None if resp.status == 200 || resp.status == 203 || resp.status == 204 => {
+            HEURISTIC_FRESH_SECS
+        }
+        None if matches!(resp.status, 300 | 301 | 308) => HEURISTIC_FRESH_SECS,
+        None => NEGATIVE_FRESH_SECS,
+    };
+    // RFC 9111 §4.2.3 with request_time = response_time = now.
+    let age_value = resp
+        .headers
+        .get("age")
+        .and_then(|a| delta_seconds(Some(a)))
+        .unwrap_or(0);
+    let apparent_age = now_secs.saturating_sub(date_secs);
+    let initial_age_secs = apparent_age.max(age_value);
+    Storable::Yes(Freshness {
+        date_secs,
+        fresh_until_secs: now_secs.saturating_add(lifetime.saturating_sub(initial_age_secs)),
+        response_secs: now_secs,
+        initial_age_secs,
+        must_revalidate: cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage.is_some(),
+    })
+}
+
+/// `current_age` of RFC 9111 §4.2.3: the corrected initial age plus the time resident here.
+pub fn age_secs(stored: &Freshness, now_secs: u64) -> u64 {
+    stored
+        .initial_age_secs
+        .saturating_add(now_secs.saturating_sub(stored.response_secs))
+}
+
+/// Whether a stored response is still fresh (RFC 9111 §4.2).
+pub fn is_fresh(stored: &Freshness, now_secs: u64) -> bool {
+    now_secs < stored.fresh_until_secs
+}
+
+/// Whether a stale copy may be served when the origin fails ("serve liberally", RFC 5861
+/// `stale-if-error` behaviour by default): not when the origin forbade it.
+pub fn may_serve_stale(stored: &Freshness) -> bool {
+    !stored.must_revalidate
+}
+
+/// The answer to a conditional request from a stored response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conditional {
+    /// 304 Not Modified.
+    NotModified,
+    /// Serve the response as usual.
+    Proceed,
+}
+
+/// An entity tag: (weak, opaque-tag with quotes).
+fn entity_tag(v: &[u8]) -> Option<(bool, &[u8])> {
+    let v = trim_ows(v);
+    let (weak, tag) = match v.strip_prefix(b"W/") {
+        Some(t) => (true, t),
+        None => (false, v),
+    };
+    if tag.len() < 2 || tag.first() != Some(&b'"') || tag.last() != Some(&b'"') {
+        return None;
+    }
+    Some((weak, tag))
+}
+
+/// Splits an entity-tag list, respecting commas inside quotes.
+fn entity_tags(v: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut quoted = false;
+    for (i, &b) in v.iter().enumerate() {
+        match b {
+            b'"' => quoted = !quoted,
+            b',' if !quoted => {
+                out.push(trim_ows(&v[start..i]));
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(trim_ows(&v[start..]));
+    out.retain(|t| !t.is_empty());
+    out
+}
+
+/// Evaluates `If-None-Match` (weak comparison, RFC 9110 §13.1.2) or, without it,
+/// `If-Modified-Since` (§13.1.3) against a stored 200 response, for GET and HEAD.
+pub fn evaluate_conditional(req: &RequestHead, stored: &ResponseHead) -> Conditional {
+    if !matches!(req.method, Method::Get | Method::Head) || stored.status != 200 {
+        return Conditional::Proceed;
+    }
+    if req.headers.contains("if-none-match") {
+        let stored_tag = stored.headers.get("etag").and_then(entity_tag);
+        for field in req.headers.get_all("if-none-match") {
+            for t in entity_tags(field) {
+                if t == b"*" {
+                    return Conditional::NotModified;
+                }
+                if let (Some((_, a)), Some((_, b))) = (entity_tag(t), stored_tag) {
+                    if a == b {
+                        return Conditional::NotModified;
+                    }
+                }
+            }
+        }
+        return Conditional::Proceed;
+    }
+    if let Some(ims) = req
+        .headers
+        .get("if-modified-since")
+        .and_then(parse_http_date)
+    {
+        let last = stored
+            .headers
+            .get("last-modified")
+            .and_then(parse_http_date);
+        if let Some(last) = last {
+            if last <= ims {
+                return Conditional::NotModified;
+            }
+        }
+    }
+    Conditional::Proceed
+}
+
+/// The validators to revalidate a stored response with its origin (RFC 9111 §4.3.1):
+/// `If-None-Match` from `ETag`, `If-Modified-Since` from `Last-Modified`.
+pub fn revalidation_headers(stored: &ResponseHead) -> Headers {
+    let mut h = Headers::new();
+    if let Some(etag) = stored.headers.get("etag") {
+        h.insert("if-none-match", etag);
+    }
+    if let Some(lm) = stored.headers.get("last-modified") {
+        h.insert("if-modified-since", lm);
+    }
+    h
+}
+
+/// Headers a 304 may not change in a stored response (RFC 9111 §3.2 and our own).
+fn keeps_stored(name: &str) -> bool {
+    matches!(
+        name,
+        "content-length" | "content-range" | "transfer-encoding" | "content-encoding" | "age"
+    ) || is_hop_by_hop(name)
+        || is_cookie(name)
+}
+
+/// The stored head updated from a 304 (RFC 9111 §4.3.4): fields the 304 carries replace
+/// the stored ones, except framing, hop-by-hop and cookie fields.
+pub fn freshen(stored: &ResponseHead, not_modified: &ResponseHead) -> ResponseHead {
+    let mut out = stored.clone();
+    let names: Vec<&str> = not_modified
+        .headers
+        .iter()
+        .map(|(n, _)| n)
+        .filter(|n| !keeps_stored(n))
+        .collect();
+    for n in &names {
+        out.headers.remove(n);
+    }
+    for (n, v) in not_modified.headers.iter() {
+        if names.contains(&n) {
+            out.headers.insert(n, v);
+        }
+    }
+    out
+}
+
+/// What part of a stored body a request asks for (RFC 9110 §14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeAnswer {
+    /// The whole body (no `Range`, an invalid, multi-range or abusive one).
+    Full,
+    /// 206 with these bytes.
+    Partial {
+        /// First byte.
+        start: u64,
+        /// Last byte (inclusive).
+        end_inclusive: u64,
+    },
+    /// 416: no byte of the body is in the range.
+    Unsatisfiable,
+}
+
+/// The range a GET asks of a body of `body_len` bytes: one `bytes=` range is served as
+/// 206, one that starts past the end as 416; anything else — no or unparseable `Range`,
+/// several ranges (an abuse vector, CVE-2011-3192), an `If-Range` that cannot be
+/// checked here — gets the whole body. Use [`range_for`] to honour `If-Range`.
+pub fn range(req: &RequestHead, body_len: u64) -> RangeAnswer {
+    if req.headers.contains("if-range") {
+        return RangeAnswer::Full;
+    }
+    range_unconditional(req, body_len)
+}
+
+/// [`range`], with `If-Range` (RFC 9110 §13.1.5) checked against the stored response:
+/// a strong `ETag` match or an exact `Last-Modified` date, else the whole body.
+pub fn range_for(req: &RequestHead, stored: &ResponseHead, body_len: u64) -> RangeAnswer {
+    if let Some(ir) = req.headers.get("if-range") {
+        let ir = trim_ows(ir);
+        let matches = if ir.starts_with(b"\"") {
+            matches!(stored.headers.get("etag").and_then(entity_tag), Some((false, t)) if t == ir)
+        } else {
+            match (
+                parse_http_date(ir),
+                stored
+                    .headers
+                    .get("last-modified")
+                    .and_then(parse_http_date),
+            ) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            }
+        };
+        if !matches {
+            return RangeAnswer::Full;
+        }
+    }
+    range_unconditional(req, body_len)
+}
+
+fn range_unconditional(req: &RequestHead, body_len: u64) -> RangeAnswer {
+    if req.method != Method::Get {
+        return RangeAnswer::Full;
+    }
+    let mut fields = req.headers.get_all("range");
+    let (Some(v), None) = (fields.next(), fields.next()) else {
+        return RangeAnswer::Full;
+    };
+    if v.len() > RANGE_BYTES_MAX {
+        return RangeAnswer::Full;
+    }
+    let v = trim_ows(v);
+    let Some(spec) = v
+        .get(..6)
+        .filter(|u| u.eq_ignore_ascii_case(b"bytes="))
+        .and_then(|_| v.get(6..))
+    else {
+        return RangeAnswer::Full;
+    };
+    let spec = trim_ows(spec);
+    if spec.contains(&b',') {
+        return RangeAnswer::Full;
+    }
+    let Some(dash) = spec.iter().position(|&b| b == b'-') else {
+        return RangeAnswer::Full;
+    };
+    let (first, last) = (trim_ows(&spec[..dash]), trim_ows(&spec[dash + 1..]));
+    let num = super::http::parse_digits;
+    match (first.is_empty(), last.is_empty()) {
+        // bytes=-N: the last N bytes.
+        (true, false) => match num(last) {
+            Some(0) => RangeAnswer::Unsatisfiable,
+            Some(_) if body_len == 0 => RangeAnswer::Unsatisfiable,
+            Some(n) => RangeAnswer::Partial {
+                start: body_len - n.min(body_len),
+                end_inclusive: body_len - 1,
+            },
+            None => RangeAnswer::Full,
+        },
+        // bytes=A-
+        (false, true) => match num(first) {
+            Some(a) if a >= body_len => RangeAnswer::Unsatisfiable,
+            Some(a) => RangeAnswer::Partial {
+                start: a,
+                end_inclusive: body_len - 1,
+            },
+            None => RangeAnswer::Full,
+        },
+        // bytes=A-B
+        (false, false) => match (num(first), num(last)) {
+            (Some(a), Some(b)) if a <= b => {
+                if a >= body_len {
+                    RangeAnswer::Unsatisfiable
+                } else {
+                    RangeAnswer::Partial {
+                        start: a,
+                        end_inclusive: b.min(body_len - 1),
+                    }
+                }
+            }
+            _ => RangeAnswer::Full,
+        },
+        (true, true) => RangeAnswer::Full,
+    }
+}
+
+fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in values {
+        if !out.is_empty() {
+            out.push(b',');
+        }
+        let mut space = false;
+        for &b in trim_ows(v.as_ref()) {
+            if b == b' ' || b == b'\t' {
+                space = true;
+            } else {
+                if space {
+                    out.push(b' ');
+                    space = false;
+                }
+                out.push(b);
+            }
+        }
+    }
+    out
+}
+
+/// Fields the proxy never forwards upstream: a response cannot vary on them.
+fn never_forwarded(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"cookie")
+}
+
+/// Whether a request matches the one a stored response was fetched for, on every field
+/// its `Vary` names (RFC 9111 §4.1), values compared with whitespace normalised.
+/// `stored_req_headers`: the original request's fields named by `Vary` (see
+/// [`vary_request_headers`]). `Vary: *` never matches.
+pub fn vary_matches(
+    stored_req_headers: &Headers,
+    stored_resp: &ResponseHead,
+    req: &RequestHead,
+) -> bool {
+    for name in stored_resp.headers.list("vary") {
+        if name == b"*" {
+            return false;
+        }
+        if never_forwarded(name) {
+            continue;
+        }
+        let Ok(name) = core::str::from_utf8(name) else {
+            return false;
+        };
+        if normalized(stored_req_headers.get_all(name)) != normalized(req.headers.get_all(name)) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The request's fields that the response's `Vary` names: kept beside the stored object
+/// for [`vary_matches`].
+pub fn vary_request_headers(resp: &ResponseHead, req: &RequestHead) -> Headers {
+    let mut out = Headers::new();
+    for name in resp.headers.list("vary") {
+        let Ok(name) = core::str::from_utf8(name) else {
+            continue;
+        };
+        for v in req.headers.get_all(name) {
+            out.insert(name, v);
+        }
+    }
+    out
+}
+
+/// Hop-by-hop fields (RFC 9110 §7.6.1), plus the non-standard ones proxies see.
+pub fn is_hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+    )
+}
+
+fn is_cookie(name: &str) -> bool {
+    matches!(name, "set-cookie" | "set-cookie2" | "cookie" | "cookie2")
+}
+
+/// Names listed in `Connection` (hop-by-hop by declaration), lower case.
+fn connection_names(h: &Headers) -> Vec<String> {
+    h.list("connection")
+        .filter_map(|n| core::str::from_utf8(n).ok())
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
+/// What we store of an origin's head: without hop-by-hop fields (those named in
+/// `Connection` too), `Set-Cookie`, and the fields we regenerate for each client
+/// (`Content-Length`, `Age`).
+pub fn head_to_store(resp: &ResponseHead) -> ResponseHead {
+    let named = connection_names(&resp.headers);
+    let mut headers = Headers::new();
+    for (n, v) in resp.headers.iter() {
+        if is_hop_by_hop(n)
+            || is_cookie(n)
+            || n == "content-length"
+            || n == "age"
+            || named.iter().any(|x| x == n)
+        {
+            continue;
+        }
+        headers.insert(n, v);
+    }
+    ResponseHead {
+        status: resp.status,
+        reason: resp.reason.clone(),
+        minor_version: 1,
+        headers,
+        framing: resp.framing,
+        keep_alive: resp.keep_alive,
+    }
+}
+
+/// Why a request went forward, for `Cache-Status` (RFC 9211 §2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// The cache did not use a stored response (no-store request, Authorization).
+    Bypass,
+    /// The method is not cacheable.
+    Method,
+    /// Nothing stored under the URL.
+    UriMiss,
+    /// Stored, but for other `Vary` values.
+    VaryMiss,
+    /// Stored but stale: revalidated or refetched.
+    Stale,
+}
+
+impl Forward {
+    fn token(self) -> &'static str {
+        match self {
+            Forward::Bypass => "bypass",
+            Forward::Method => "method",
+            Forward::UriMiss => "uri-miss",
+            Forward::VaryMiss => "vary-miss",
+            Forward::Stale => "stale",
+        }
+    }
+}
+
+/// This cache's `Cache-Status` entry (RFC 9211).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CacheStatus {
+    /// Served from storage without going forward.
+    pub hit: bool,
+    /// Why the request went forward, if it did.
+    pub fwd: Option<Forward>,
+    /// The status the next hop answered, when it differs from the client's.
+    pub fwd_status: Option<u16>,
+    /// The response was stored.
+    pub stored: bool,
+    /// The request joined another's fetch (collapsed forwarding, cut-through).
+    pub collapsed: bool,
+    /// Freshness left, in seconds (negative: stale).
+    pub ttl: Option<i64>,
+    /// Free-form detail: `peer`, `stale-on-error`, ...
+    pub detail: Option<&'static str>,
+}
+
+impl CacheStatus {
+    /// A fresh hit.
+    pub fn hit() -> CacheStatus {
+        CacheStatus {
+            hit: true,
+            ..CacheStatus::default()
+        }
+    }
+
+    /// A miss, forwarded for `fwd`; `stored` when the answer was stored.
+    pub fn forward(fwd: Forward, stored: bool) -> CacheStatus {
+        CacheStatus {
+            fwd: Some(fwd),
+            stored,
+            ..CacheStatus::default()
+        }
+    }
+
+    /// Appends the entry: `coral; hit`, `coral; fwd=uri-miss; stored`.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(CDN_TOKEN.as_bytes());
+        if self.hit {
+            out.extend_from_slice(b"; hit");
+        }
+        if let Some(f) = self.fwd {
+            out.extend_from_slice(b"; fwd=");
+            out.extend_from_slice(f.token().as_bytes());
+        }
+        if let Some(s) = self.fwd_status {
+            out.extend_from_slice(b"; fwd-status=");
+            write_decimal(out, u64::from(s));
+        }
+        if self.stored {
+            out.extend_from_slice(b"; stored");
+        }
+        if self.collapsed {
+            out.extend_from_slice(b"; collapsed");
+        }
+        if let Some(t) = self.ttl {
+            out.extend_from_slice(b"; ttl=");
+            if t < 0 {
+                out.push(b'-');
+            }
+            write_decimal(out, t.unsigned_abs());
+        }
+        if let Some(d) = self.detail {
+            out.extend_from_slice(b"; detail=");
+            out.extend_from_slice(d.as_bytes());
+        }
+    }
+}
+
+/// What the proxy knows about one answer beyond the stored head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientHeadInfo<'a> {
+    /// This node's name for `Via` (a pseudonym is fine: RFC 9110 §7.6.3).
+    pub node_name: &'a str,
+    /// `Age` in seconds ([`age_secs`]).
+    pub age_secs: u64,
+    /// The `Cache-Status` entry.
+    pub cache_status: CacheStatus,
+    /// The range to send ([`range`]); `Full` when the body length is unknown.
+    pub range: RangeAnswer,
+    /// The full body's length, `None` while it is still arriving without a known length.
+    pub body_len: Option<u64>,
+    /// Whether the client's connection stays open.
+    pub keep_alive: bool,
+    /// Answer 304 Not Modified ([`evaluate_conditional`]).
+    pub not_modified: bool,
+    /// The client's HTTP minor version: a 1.0 client gets no chunked body.
+    pub client_minor_version: u8,
+}
+
+/// Fields a 304 carries (RFC 9110 §15.4.5).
+fn allowed_in_304(name: &str) -> bool {
+    matches!(
+        name,
+        "cache-control"
+            | "content-location"
+            | "date"
+            | "etag"
+            | "expires"
+            | "vary"
+            | "last-modified"
+    )
+}
+
+/// Writes the head a client gets for a stored response: the stored fields, then `Age`,
+/// `Via` (appended to the origin's), `Cache-Status` (ours after the origin's), the length
+/// (`Content-Length`, `Content-Range` for 206 and 416, or `Transfer-Encoding: chunked`
+/// while the length is unknown), `Accept-Ranges` and `Connection`. Returns how the body
+/// that follows must be framed (`Empty` for 304 and 416; the caller sends no body for
+/// HEAD whatever this says).
+pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut Vec<u8>) -> Framing {
+    let len = info.body_len;
+    let (status, reason) = if info.not_modified {
+        (304, "Not Modified")
+    } else {
+        match (info.range, len) {
+            (RangeAnswer::Partial { .. }, Some(_)) => (206, "Partial Content"),
+            (RangeAnswer::Unsatisfiable, Some(_)) => (416, "Range Not Satisfiable"),
+            _ => (stored.status, stored.reason.as_str()),
+        }
+    };
+    buf.extend_from_slice(b"HTTP/1.1 ");
+    write_decimal(buf, u64::from(status));
+    buf.push(b' ');
+    buf.extend_from_slice(reason.as_bytes());
+    buf.extend_from_slice(b"\r\n");
+    let mut via: Option<&[u8]> = None;
+    let mut origin_cache_status: Option<&[u8]> = None;
+    for (n, v) in stored.headers.iter() {
+        match n {
+            "via" => via = Some(v),
+            "cache-status" => origin_cache_status = Some(v),
+            "age" | "content-length" | "content-range" | "accept-ranges" => {}
+            n if is_hop_by_hop(n) || is_cookie(n) => {}
+            n if info.not_modified && !allowed_in_304(n) => {}
+            n => {
+                buf.extend_from_slice(n.as_bytes());
+                buf.extend_from_slice(b": ");
+                buf.extend_from_slice(v);
+                buf.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+    buf.extend_from_slice(b"Age: ");
+    write_decimal(buf, info.age_secs);
+    buf.extend_from_slice(b"\r\nVia: ");
+    if let Some(v) = via {
+        buf.extend_from_slice(v);
+        buf.extend_from_slice(b", ");
+    }
+    buf.extend_from_slice(b"1.1 ");
+    buf.extend_from_slice(info.node_name.as_bytes());
+    buf.extend_from_slice(b" (coral)\r\nCache-Status: ");
+    if let Some(v) = origin_cache_status {
+        buf.extend_from_slice(v);
+        buf.extend_from_slice(b", ");
+    }
+    info.cache_status.write(buf);
+    buf.extend_from_slice(b"\r\n");
+    let mut keep_alive = info.keep_alive;
+    let framing = match (status, len) {
+        (304, _) | (204, _) => Framing::Empty,
+        (206, Some(total)) => {
+            let RangeAnswer::Partial {
+                start,
+                end_inclusive,
+            } = info.range
+            else {
+                return Framing::Empty;
+            };
+            buf.extend_from_slice(b"Content-Range: bytes ");
+            write_decimal(buf, start);
+            buf.push(b'-');
+            write_decimal(buf, end_inclusive);
+            buf.push(b'/');
+            write_decimal(buf, total);
+            buf.extend_from_slice(b"\r\nContent-Length: ");
+            write_decimal(buf, end_inclusive - start + 1);
+            buf.extend_from_slice(b"\r\n");
+            Framing::Length(end_inclusive - start + 1)
+        }
+        (416, Some(total)) => {
+            buf.extend_from_slice(b"Content-Range: bytes */");
+            write_decimal(buf, total);
+            buf.extend_from_slice(b"\r\nContent-Length: 0\r\n");
+            Framing::Empty
+        }
+        (_, Some(n)) => {
+            buf.extend_from_slice(b"Content-Length: ");
+            write_decimal(buf, n);
+            buf.extend_from_slice(b"\r\n");
+            if n == 0 {
+                Framing::Empty
+            } else {
+                Framing::Length(n)
+            }
+        }
+        (_, None) if info.client_minor_version >= 1 => {
+            buf.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            Framing::Chunked
+        }
+        (_, None) => {
+            keep_alive = false;
+            Framing::UntilClose
+        }
+    };
+    if len.is_some() && !info.not_modified {
+        buf.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+    }
+    if keep_alive {
+        buf.extend_from_slice(b"Connection: keep-alive\r\n\r\n");
+    } else {
+        buf.extend_from_slice(b"Connection: close\r\n\r\n");
+    }
+    framing
+}
+
+/// Request fields never sent upstream: hop-by-hop, cookies, the client's own
+/// conditionals and ranges (the cache fetches whole objects and answers those itself),
+/// its cache directives (a reload must not reach a flash-crowded origin), framing, and
+/// the fields we write ourselves.
+fn dropped_upstream(name: &str) -> bool {
+    is_hop_by_hop(name)
+        || is_cookie(name)
+        || matches!(
+            name,
+            "host"
+                | "content-length"
+                | "expect"
+                | "range"
+                | "if-range"
+                | "if-none-match"
+                | "if-modified-since"
+                | "if-match"
+                | "if-unmodified-since"
+                | "cache-control"
+                | "pragma"
+                | "via"
+                | "cdn-loop"
+                | "user-agent"
+                | NO_FORWARD_HEADER
+        )
+}
+
+/// Writes the request to send to the origin, or to a peer (`to_peer`), for `req`:
+/// the method (GET or HEAD), `Host` = the origin's `host[:port]`, the client's end-to-end
+/// fields minus [`dropped_upstream`] ones, `Via`, `CDN-Loop: coral` (RFC 8586), the
+/// `User-Agent` with [`USER_AGENT_MARKER`] appended, then `extra` (validators from
+/// [`revalidation_headers`]).
+///
+/// To a peer, the target is absolute-form — `http://host:port/path`, the canonical URL
+/// the key is hashed from, as one sends to a proxy (RFC 9112 §3.2.2) — with
+/// `Coral-No-Forward: 1` (answer from your cache or in-progress fetch, or 504), without
+/// `Authorization` and without `CDN-Loop`. To the origin, the target is origin-form.
+pub fn upstream_request(
+    req: &RequestHead,
+    origin: &Origin,
+    to_peer: bool,
+    extra: &Headers,
+    buf: &mut Vec<u8>,
+) {
+    let method = match req.method {
+        Method::Head => "HEAD",
+        _ => "GET",
+    };
+    let path = req.path().unwrap_or("/");
+    let path = path.split('#').next().unwrap_or("/");
+    buf.extend_from_slice(method.as_bytes());
+    buf.push(b' ');
+    if to_peer {
+        buf.extend_from_slice(b"http://");
+        buf.extend_from_slice(origin.host.as_bytes());
+        buf.push(b':');
+        write_decimal(buf, u64::from(origin.port));
+    }
+    buf.extend_from_slice(path.as_bytes());
+    buf.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    buf.extend_from_slice(origin.host.as_bytes());
+    if origin.port != 80 {
+        buf.push(b':');
+        write_decimal(buf, u64::from(origin.port));
+    }
+    buf.extend_from_slice(b"\r\n");
+    let named = connection_names(&req.headers);
+    for (n, v) in req.headers.iter() {
+        if dropped_upstream(n)
+            || named.iter().any(|x| x == n)
+            || extra.contains(n)
+            || (to_peer && n == "authorization")
+        {
+            continue;
+        }
+        buf.extend_from_slice(n.as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(v);
+        buf.extend_from_slice(b"\r\n");
+    }
+    let joined = |buf: &mut Vec<u8>, name: &str, ours: &str| {
+        buf.extend_from_slice(name.as_bytes());
+        buf.extend_from_slice(b": ");
+        let mut first = true;
+        for v in req.headers.get_all(name) {
+            if !first {
+                buf.extend_from_slice(b", ");
+            }
+            buf.extend_from_slice(v);
+            first = false;
+        }
+        if !first {
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(ours.as_bytes());
+        buf.extend_from_slice(b"\r\n");
+    };
+    joined(buf, "Via", "1.1 coral");
+    if !to_peer {
+        // A peer request goes no further (`Coral-No-Forward`), so it is no loop; the
+        // peer's `loop_detected` must not refuse it.
+        joined(buf, "CDN-Loop", CDN_TOKEN);
+    }
+    buf.extend_from_slice(b"User-Agent: ");
+    if let Some(ua) = req.headers.get("user-agent") {
+        buf.extend_from_slice(ua);
+        buf.push(b' ');
+    }
+    buf.extend_from_slice(USER_AGENT_MARKER.as_bytes());
+    buf.extend_from_slice(b"\r\n");
+    if to_peer {
+        buf.extend_from_slice(b"Coral-No-Forward: 1\r\n");
+    }
+    for (n, v) in extra.iter() {
+        buf.extend_from_slice(n.as_bytes());
+        buf.extend_from_slice(b": ");
+        buf.extend_from_slice(v);
+        buf.extend_from_slice(b"\r\n");
+    }
+    buf.extend_from_slice(b"\r\n");
+}
+
+/// Whether the request came through Coral already (RFC 8586): its `CDN-Loop` carries our
+/// token, or our zone or alias as a cdn-id. Such a request is refused (an origin or
+/// client that points back at us would make a loop).
+pub fn loop_detected(req: &RequestHead, zones: &Zones) -> bool {
+    req.headers.list("cdn-loop").any(|entry| {
+        // cdn-info = cdn-id *( OWS ";" OWS parameter )
+        let id = trim_ows(entry.split(|&b| b == b';').next().unwrap_or_default());
+        id.eq_ignore_ascii_case(CDN_TOKEN.as_bytes())
+            || id.eq_ignore_ascii_case(zones.zone.as_bytes())
+            || zones
+                .alias
+                .as_deref()
+                .is_some_and(|a| id.eq_ignore_ascii_case(a.as_bytes()))
+    })
+}
+
+/// Whether the request is a peer's (`Coral-No-Forward: 1`): answer only from the cache or
+/// an in-progress fetch.
+pub fn no_forward(req: &RequestHead) -> bool {
+    req.headers
+        .get(NO_FORWARD_HEADER)
+        .is_some_and(|v| trim_ows(v) == b"1")
+}
+
+#[cfg(test)]
+mod tests;
