@@ -43,6 +43,8 @@ pub mod upstream;
 /// Longest a client waits for the owning core's answer to a miss (DSHT
 /// lookups, a claim, peers and the origin's first byte all fit in it).
 const MISS_TIMEOUT: Duration = Duration::from_secs(60);
+/// Decoded stored heads kept per core.
+const DECODED_HEADS_MAX: usize = 4096;
 /// How often pointers are renewed and the policy looked at.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -149,6 +151,9 @@ pub struct ProxyCore {
     replies: RefCell<HashMap<u64, local_channel::LocalSender<MissAnswer>>>,
     fetch: fetcher::Fetcher,
     stats: ProxyStats,
+    /// Decoded stored heads of recently served objects, with the raw bytes
+    /// they were decoded from (a hit compares bytes instead of parsing).
+    heads: RefCell<HashMap<Id, (Box<[u8]>, Rc<stored::Stored>)>>,
 }
 
 /// Seconds since the Unix epoch (HTTP's clock).
@@ -195,6 +200,7 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         replies: RefCell::new(HashMap::new()),
         fetch: fetcher::Fetcher::new(policy),
         stats: ProxyStats::default(),
+        heads: RefCell::new(HashMap::new()),
     });
     let listener = glommio::net::TcpListener::bind(config.http_addr())
         .map_err(|e| format!("cannot bind the HTTP address {}: {e}", config.http_addr()))?;
@@ -229,6 +235,23 @@ pub fn on_core_msg(_shard: &Rc<Shard>, msg: ProxyMsg) {
 }
 
 impl ProxyCore {
+    /// The decoded stored head of `obj` (cached per core while its bytes
+    /// stay the same); `None` if it is not a head this proxy wrote.
+    fn stored_head(&self, key: &Id, obj: &crate::cache::ObjectRef) -> Option<Rc<stored::Stored>> {
+        if let Some((raw, st)) = self.heads.borrow().get(key) {
+            if **raw == *obj.head() {
+                return Some(st.clone());
+            }
+        }
+        let st = Rc::new(stored::decode(obj.head(), &self.limits)?);
+        let mut heads = self.heads.borrow_mut();
+        if heads.len() >= DECODED_HEADS_MAX {
+            heads.clear();
+        }
+        heads.insert(*key, (obj.head().into(), st.clone()));
+        Some(st)
+    }
+
     /// Hands a miss to the owning core and waits for its answer.
     async fn miss(self: &Rc<Self>, job: Job) -> MissAnswer {
         self.stats.misses.set(self.stats.misses.get() + 1);

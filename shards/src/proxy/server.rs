@@ -14,7 +14,7 @@ use coral::proxy::rewrite;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
-use super::stored::{self, Stored};
+use super::stored::Stored;
 use super::{unix_now, Job, MissAnswer, ProxyCore};
 use crate::cache::{ObjectRef, ObjectState};
 
@@ -24,6 +24,9 @@ const READ_BYTES: usize = 16 << 10;
 const REQUEST_BODY_BYTES_MAX: u64 = 1 << 20;
 /// Bytes of a body sent per write.
 const SEND_CHUNK_BYTES: u64 = 256 << 10;
+/// Bodies at least this large go out with `sendfile` (below, one `sendmsg`
+/// of head and body is cheaper).
+const SENDFILE_BYTES_MIN: u64 = 16 << 10;
 /// Slices one `send_all` takes in one `sendmsg` (the rest go through the ring).
 const IOV_MAX: usize = 4;
 /// Longest pause after an accept error (EMFILE, ENFILE, ENOBUFS).
@@ -69,8 +72,60 @@ pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
 struct Conn<'a> {
     pc: &'a Rc<ProxyCore>,
     stream: TcpStream,
-    buf: Vec<u8>,
+    inb: InBuf,
     out: Vec<u8>,
+    /// The socket is `O_NONBLOCK` (glommio makes it so): direct `sendfile`
+    /// and `sendmsg` calls never park the executor.
+    nonblocking: bool,
+}
+
+/// A connection's input: one buffer, allocated (and zeroed) once, read into
+/// at `end` and parsed from `start`.
+struct InBuf {
+    data: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl InBuf {
+    fn new(size: usize) -> InBuf {
+        InBuf {
+            data: vec![0; size].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn filled(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads more; false on EOF, error, idle timeout, or a full buffer.
+    async fn fill(&mut self, stream: &mut TcpStream) -> bool {
+        if self.end == self.data.len() {
+            if self.start == 0 {
+                return false;
+            }
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        match stream.read(&mut self.data[self.end..]).await {
+            Ok(n) if n > 0 => {
+                self.end += n;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Whether the connection goes on after an answer.
@@ -83,9 +138,10 @@ impl<'a> Conn<'a> {
     fn new(pc: &'a Rc<ProxyCore>, stream: TcpStream) -> Conn<'a> {
         Conn {
             pc,
-            stream,
-            buf: Vec::with_capacity(READ_BYTES),
+            inb: InBuf::new(pc.limits.head_bytes_max + READ_BYTES),
             out: Vec::with_capacity(1024),
+            nonblocking: is_nonblocking(stream.as_raw_fd()),
+            stream,
         }
     }
 
@@ -93,21 +149,21 @@ impl<'a> Conn<'a> {
         let idle = Duration::from_millis(self.pc.cfg.client_idle_timeout_ms);
         let _ = self.stream.set_read_timeout(Some(idle));
         loop {
-            let parsed = if self.buf.is_empty() {
+            let parsed = if self.inb.filled().is_empty() {
                 Ok(None)
             } else {
-                http::parse_request_head(&self.buf, &self.pc.limits)
+                http::parse_request_head(self.inb.filled(), &self.pc.limits)
             };
             match parsed {
                 Ok(Some((req, len))) => {
-                    self.buf.drain(..len);
+                    self.inb.consume(len);
                     match self.handle(req).await {
                         Next::KeepAlive => continue,
                         Next::Close => break,
                     }
                 }
                 Ok(None) => {
-                    if self.buf.len() >= self.pc.limits.head_bytes_max {
+                    if self.inb.filled().len() >= self.pc.limits.head_bytes_max {
                         self.bad(HttpError {
                             status: 431,
                             reason: "request head too large",
@@ -128,14 +184,9 @@ impl<'a> Conn<'a> {
         let _ = self.stream.close().await;
     }
 
-    /// Reads more bytes into `buf`; false on EOF, error or idle timeout.
+    /// Reads more bytes; false on EOF, error or idle timeout.
     async fn read_more(&mut self) -> bool {
-        let at = self.buf.len();
-        self.buf.resize(at + READ_BYTES, 0);
-        let r = self.stream.read(&mut self.buf[at..]).await;
-        let n = *r.as_ref().unwrap_or(&0);
-        self.buf.truncate(at + n);
-        n > 0
+        self.inb.fill(&mut self.stream).await
     }
 
     /// A malformed request: its status and a closed connection.
@@ -179,8 +230,8 @@ impl<'a> Conn<'a> {
                 }
                 let mut left = n as usize;
                 loop {
-                    let take = left.min(self.buf.len());
-                    self.buf.drain(..take);
+                    let take = left.min(self.inb.filled().len());
+                    self.inb.consume(take);
                     left -= take;
                     if left == 0 {
                         return Ok(());
@@ -195,8 +246,8 @@ impl<'a> Conn<'a> {
                 let mut sink = Vec::new();
                 let mut total = 0u64;
                 loop {
-                    let (used, done) = dec.feed(&self.buf, &mut sink)?;
-                    self.buf.drain(..used);
+                    let (used, done) = dec.feed(self.inb.filled(), &mut sink)?;
+                    self.inb.consume(used);
                     total += sink.len() as u64;
                     sink.clear();
                     if total > REQUEST_BODY_BYTES_MAX {
@@ -299,7 +350,7 @@ impl<'a> Conn<'a> {
         loop {
             let now = unix_now();
             let obj = pc.cache.lookup(&key);
-            let found = obj.and_then(|o| stored::decode(o.head(), &pc.limits).map(|s| (o, s)));
+            let found = obj.and_then(|o| pc.stored_head(&key, &o).map(|s| (o, s)));
             if let Some((obj, st)) = found {
                 if !policy::vary_matches(&st.vary_req, &st.head, &req) {
                     if no_forward {
@@ -441,6 +492,16 @@ impl<'a> Conn<'a> {
             _ => (0, body_len.unwrap_or(u64::MAX)),
         };
         let chunked = framing == Framing::Chunked;
+        if let (ObjectState::Complete { len }, false) = (obj.state(), chunked) {
+            if end <= len {
+                obj.ensure_resident(start, end).await;
+                let out = std::mem::take(&mut self.out);
+                let r =
+                    send_complete(&mut self.stream, self.nonblocking, &out, obj, start, end).await;
+                self.out = out;
+                return if r.is_ok() { next } else { Next::Close };
+            }
+        }
         let mut head = Some(std::mem::take(&mut self.out));
         let mut pos = start;
         let mut frame = Vec::new();
@@ -636,6 +697,92 @@ impl<'a> Conn<'a> {
             Next::Close
         }
     }
+}
+
+/// Puts `fd` in non-blocking mode (reads and writes through the ring are
+/// unaffected; direct `sendfile` must not block); whether it is.
+fn is_nonblocking(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we hold; no memory is passed.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            return false;
+        }
+        flags & libc::O_NONBLOCK != 0
+            || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    }
+}
+
+/// Sends `head` and then the complete object's bytes `[start, end)`: with
+/// `sendfile` from the cache's file (no copy through user space; the socket
+/// is non-blocking, so it never parks the executor) when the body is large
+/// enough to be worth a second syscall, else one `sendmsg` of head and body
+/// from the mapping. Whatever the socket does not take at once goes through
+/// the ring.
+async fn send_complete(
+    stream: &mut TcpStream,
+    nonblocking: bool,
+    head: &[u8],
+    obj: &ObjectRef,
+    start: u64,
+    end: u64,
+) -> std::io::Result<()> {
+    if !nonblocking || end - start < SENDFILE_BYTES_MIN {
+        return send_all(stream, &[head, obj.body(start, end)]).await;
+    }
+    send_all_more(stream, head).await?;
+    let fd = stream.as_raw_fd();
+    let mut pos = start;
+    while pos < end {
+        let (file, at) = obj.file_at(pos);
+        let mut off = at as libc::off_t;
+        // SAFETY: `fd` and `file` are open descriptors (the object is alive
+        // while `obj` is); `off` is a valid in/out offset.
+        let n = unsafe { libc::sendfile(fd, file, &mut off, (end - pos) as usize) };
+        if n > 0 {
+            pos += n as u64;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if n == 0 || e.kind() != std::io::ErrorKind::WouldBlock {
+            if n < 0 {
+                return Err(e);
+            }
+            break;
+        }
+        // The socket is full: the rest from the mapping through the ring.
+        break;
+    }
+    if pos < end {
+        stream.write_all(obj.body(pos, end)).await?;
+    }
+    Ok(())
+}
+
+/// Sends `head` with `MSG_MORE` (the body follows at once).
+async fn send_all_more(stream: &mut TcpStream, head: &[u8]) -> std::io::Result<()> {
+    // SAFETY: `head` is a live slice for the duration of the call.
+    let sent = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            head.as_ptr().cast(),
+            head.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE,
+        )
+    };
+    let sent = if sent < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        0
+    } else {
+        sent as usize
+    };
+    if sent < head.len() {
+        stream.write_all(&head[sent..]).await?;
+    }
+    Ok(())
 }
 
 /// Writes `bufs` in order: first with one non-blocking `sendmsg` (head and
