@@ -20,10 +20,11 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
         let p = std::env::temp_dir().join(format!(
             "coral-proxy-{tag}-{}-{}",
             std::process::id(),
-            Instant::now().elapsed().as_nanos()
+            NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
@@ -49,6 +50,26 @@ fn wait_for_port(addr: SocketAddr, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether a TCP socket listens on `addr` (IPv4), from /proc/net/tcp.
+fn listening(addr: SocketAddr) -> bool {
+    let SocketAddr::V4(a) = addr else {
+        return false;
+    };
+    let want = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(a.ip().octets()),
+        a.port()
+    );
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
+        })
 }
 
 /// Waits until the proxy at `addr` answers an HTTP request (any status).
@@ -93,7 +114,7 @@ impl Nginx {
                  http {{\n  access_log {log};\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
                  types {{ text/html html; image/png png; application/octet-stream bin; }}\n\
-                 server {{ listen {addr}; root {root}; }}\n}}\n",
+                 server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
                 d = dir.display(),
                 log = log.display(),
                 root = root.display(),
@@ -184,6 +205,19 @@ impl Node {
 
     fn restart(&mut self) {
         assert!(self.child.is_none());
+        // A killed node's listening sockets can outlive it for a moment (its
+        // io_uring is torn down asynchronously), still in the SO_REUSEPORT
+        // group; connections steered to them would be refused. Wait until
+        // the kernel has closed them.
+        let start = Instant::now();
+        while listening(self.http) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "old listener on {}",
+                self.http
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let child = Command::new(CORAL)
             .args(&self.args)
             .env("RUST_LOG", "warn")
@@ -356,7 +390,13 @@ impl Drop for FaultOrigin {
 
 /// Sends raw bytes to the node and reads until it closes (or 10 s pass).
 fn raw(node: &Node, bytes: &[u8]) -> (String, bool) {
-    let mut s = TcpStream::connect(node.http).unwrap();
+    let (out, closed) = raw_to(node.http, bytes);
+    (String::from_utf8_lossy(&out).to_string(), closed)
+}
+
+/// Sends raw bytes to `addr` and reads until it closes (or 10 s pass).
+fn raw_to(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, bool) {
+    let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(bytes).unwrap();
     let mut out = Vec::new();
@@ -368,7 +408,7 @@ fn raw(node: &Node, bytes: &[u8]) -> (String, bool) {
             Err(_) => break false,
         }
     };
-    (String::from_utf8_lossy(&out).to_string(), closed)
+    (out, closed)
 }
 
 #[test]
@@ -950,7 +990,8 @@ fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
     // A 404 is cached for negative_ttl_secs (2 s here), then asked again.
     let url = coralized("www.origin.test", 8080, "/missing");
     let before = origin.connections();
-    assert_eq!(curl(&node, &url, &[]).status, 404);
+    let first = curl(&node, &url, &[]);
+    assert_eq!(first.status, 404, "{first:?}");
     let again = curl(&node, &url, &[]);
     assert_eq!(again.status, 404);
     assert!(again.header("cache-status").contains("hit"), "{again:?}");
@@ -1000,4 +1041,69 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
     assert_eq!(s.body, b"version");
     assert!(s.header("cache-status").contains("stale"), "{s:?}");
     assert!(origin.connections() > before, "the origin was asked");
+}
+
+#[test]
+fn section_3_2_misses_on_any_core_meet_one_fetch_on_the_owning_core() {
+    let dir = TempDir::new("cores");
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    for i in 0..16 {
+        std::fs::write(root.join(format!("o{i}.bin")), object(20_000 + i, i as u8)).unwrap();
+    }
+    let nginx = Nginx::start(dir.path(), "127.11.14.100:8080".parse().unwrap(), &root);
+    let mut node = Node::start(
+        "127.11.14.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.14.100",
+        ],
+    );
+    // Two cores: the kernel spreads connections over both listeners, and
+    // keys are owned by either.
+    node.kill();
+    let cores = node.args.iter().position(|a| a == "--cores").unwrap() + 1;
+    node.args[cores] = "2".into();
+    node.restart();
+    // 80 concurrent clients, five for each object.
+    let host = format!("www.origin.test.8080.{ALIAS}");
+    let clients: Vec<_> = (0..80)
+        .map(|n| {
+            let (addr, host) = (node.http, host.clone());
+            std::thread::spawn(move || {
+                let i = n % 16;
+                let (resp, _) = raw_to(
+                    addr,
+                    format!("GET /o{i}.bin HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                );
+                (i, resp)
+            })
+        })
+        .collect();
+    for c in clients {
+        let (i, resp) = c.join().unwrap();
+        let body_at = find(&resp, b"\r\n\r\n").map_or(0, |p| p + 4);
+        assert!(
+            resp.starts_with(b"HTTP/1.1 200"),
+            "/o{i}.bin: {}",
+            String::from_utf8_lossy(&resp[..body_at])
+        );
+        assert_eq!(
+            &resp[body_at..],
+            &object(20_000 + i, i as u8)[..],
+            "/o{i}.bin"
+        );
+    }
+    for i in 0..16 {
+        assert_eq!(
+            nginx.requests(&format!("/o{i}.bin")),
+            1,
+            "/o{i}.bin fetched once: {}",
+            std::fs::read_to_string(&nginx.log).unwrap_or_default()
+        );
+    }
 }

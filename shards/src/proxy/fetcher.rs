@@ -88,6 +88,21 @@ impl ProxyCore {
                 return;
             }
         }
+        // The object may have arrived since the asking core looked (a fetch
+        // that ended while the miss was on its way here).
+        if let Some(o) = self.cache.lookup(&key) {
+            let usable = match o.state() {
+                crate::cache::ObjectState::Writing { .. } => true,
+                crate::cache::ObjectState::Complete { .. } => {
+                    unix_now() < o.meta().fresh_until_secs
+                }
+                crate::cache::ObjectState::Failed => false,
+            };
+            if usable {
+                self.answer(waiter, MissAnswer::Ready { peer: false });
+                return;
+            }
+        }
         if job.no_forward {
             // A peer asks: we have no copy and fetch none (it would have
             // been found above).

@@ -43,8 +43,13 @@ pub mod upstream;
 /// Longest a client waits for the owning core's answer to a miss (DSHT
 /// lookups, a claim, peers and the origin's first byte all fit in it).
 const MISS_TIMEOUT: Duration = Duration::from_secs(60);
+/// A stored head's bytes and what they decode to.
+type DecodedHead = (Box<[u8]>, Rc<stored::Stored>);
+
 /// Decoded stored heads kept per core.
 const DECODED_HEADS_MAX: usize = 4096;
+/// Milliseconds a message waits for this core's proxy to start.
+const STARTUP_WAIT_TICKS: u32 = 10_000;
 /// How often pointers are renewed and the policy looked at.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -153,7 +158,7 @@ pub struct ProxyCore {
     stats: ProxyStats,
     /// Decoded stored heads of recently served objects, with the raw bytes
     /// they were decoded from (a hit compares bytes instead of parsing).
-    heads: RefCell<HashMap<Id, (Box<[u8]>, Rc<stored::Stored>)>>,
+    heads: RefCell<HashMap<Id, DecodedHead>>,
 }
 
 /// Seconds since the Unix epoch (HTTP's clock).
@@ -218,8 +223,26 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
 }
 
 /// A message for the proxy from another core.
-pub fn on_core_msg(_shard: &Rc<Shard>, msg: ProxyMsg) {
+pub fn on_core_msg(shard: &Rc<Shard>, msg: ProxyMsg) {
     let Some(pc) = CORE.with(|c| c.borrow().clone()) else {
+        // Another core's proxy started first: hold the message until this
+        // core's has (a miss dropped here would leave its client waiting).
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            for _ in 0..STARTUP_WAIT_TICKS {
+                if CORE.with(|c| c.borrow().is_some()) {
+                    on_core_msg(&shard, msg);
+                    return;
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            if let ProxyMsg::Miss { from, req, .. } = msg {
+                let answer = MissAnswer::Error(503);
+                let _ =
+                    shard.try_send_to_core(from, CoreMsg::Proxy(ProxyMsg::Answer { req, answer }));
+            }
+        })
+        .detach();
         return;
     };
     match msg {
