@@ -17,8 +17,13 @@ mod runtime;
 mod sim;
 mod steer;
 
+#[cfg(not(test))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// Tests count allocations per thread (the cache's hit path makes none).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: cache::tests::CountingAlloc = cache::tests::CountingAlloc;
 
 /// coral — CoralCDN rebuilt: a peer-to-peer CDN on a sloppy hash table.
 #[derive(Parser, Debug)]

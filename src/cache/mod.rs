@@ -5,6 +5,7 @@
 //! in `shards/src/cache/`.
 
 pub mod checksum;
+pub mod policy;
 pub mod record;
 
 /// What the proxy stores beside an object's bytes. Times are whole unix

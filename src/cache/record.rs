@@ -3,7 +3,8 @@
 //! ```text
 //! offset  field              written
 //!   0     magic  "CRLR"       begin
-//!   4     version u16, flags  begin
+//!   4     version u16         begin
+//!   6     flags u16           live: failed, complete, removed
 //!   8     key [20]            begin
 //!  28     head_len u32        begin
 //!  32     alloc_len u64       begin   (bytes reserved for the whole record)
@@ -11,7 +12,8 @@
 //!  48     fresh_until_secs    begin / touch_meta
 //!  56     expected_len u64    begin / touch_meta (u64::MAX: unknown)
 //!  64     meta_check u64      begin / touch_meta (checksum of 40..64)
-//!  72     body_len u64        finish
+//!  72     body_len u64        after every append (readers of an
+//!                             object still arriving read it), final at finish
 //!  80     checksum u64        finish  (key, head_len, head, body_len, body)
 //!  88     commit u64          finish, LAST: COMMIT ^ checksum
 //!  96     head bytes, then body bytes
@@ -40,6 +42,15 @@ pub const MAGIC: u32 = u32::from_le_bytes(*b"CRLR");
 pub const VERSION: u16 = 1;
 /// XORed with the checksum to form the commit word.
 pub const COMMIT: u64 = 0xC0DA_15C0_4417_ED00;
+/// Flag: the writer gave up (never committed).
+pub const FLAG_FAILED: u16 = 1;
+/// Flag: committed (set after the commit word, for readers in memory).
+pub const FLAG_COMPLETE: u16 = 2;
+/// Flag: removed from the cache (`remove`); not restored at restart.
+pub const FLAG_REMOVED: u16 = 4;
+/// Offset of the flags (a u16; with the version, the u32 at offset 4).
+pub const FLAGS_AT: usize = 6;
+
 /// `expected_len` when unknown.
 const LEN_UNKNOWN: u64 = u64::MAX;
 
@@ -71,6 +82,23 @@ pub enum RecordError {
         /// Bytes reserved for it.
         alloc_len: u64,
     },
+    /// Complete, but removed from the cache before the restart.
+    Removed {
+        /// Bytes reserved for it.
+        alloc_len: u64,
+    },
+}
+
+impl RecordError {
+    /// Where the next record may start, if this one's length is known.
+    pub fn skip(&self) -> Option<u64> {
+        match *self {
+            RecordError::Uncommitted { alloc_len }
+            | RecordError::Corrupt { alloc_len }
+            | RecordError::Removed { alloc_len } => Some(alloc_len),
+            RecordError::Truncated | RecordError::NotARecord => None,
+        }
+    }
 }
 
 /// A complete record read back from a segment.
@@ -200,6 +228,10 @@ pub fn read_record(seg: &[u8], verify: bool) -> Result<Record, RecordError> {
     if commit != COMMIT ^ checksum {
         return Err(RecordError::Uncommitted { alloc_len });
     }
+    let flags = u16::from_le_bytes([seg[FLAGS_AT], seg[FLAGS_AT + 1]]);
+    if flags & FLAG_REMOVED != 0 {
+        return Err(RecordError::Removed { alloc_len });
+    }
     let total = (HEADER_BYTES as u64)
         .checked_add(u64::from(head_len))
         .and_then(|n| n.checked_add(body_len));
@@ -313,6 +345,18 @@ mod tests {
         buf[META_AT + 8] ^= 0x40;
         let r = read_record(&buf, true).unwrap();
         assert!(!r.meta_ok);
+    }
+
+    #[test]
+    fn a_removed_record_is_not_restored() {
+        let key = Id([7; 20]);
+        let mut buf = vec![0u8; 4096];
+        let len = write_record(&mut buf, &key, &meta(), b"h", b"body");
+        buf[FLAGS_AT] |= FLAG_REMOVED as u8;
+        assert_eq!(
+            read_record(&buf, true),
+            Err(RecordError::Removed { alloc_len: len })
+        );
     }
 
     #[test]
