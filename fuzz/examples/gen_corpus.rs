@@ -265,8 +265,31 @@ fn main() {
     reply(&mut seq, 7, &nodes.to_bytes());
     seq.extend_from_slice(&[5, 0xd0, 0x07]);
     write(&nh, "bootstrap", &seq);
+    // Cache segments as a restart reads them: complete records, one cut
+    // short before its commit word, one removed.
+    let cr = root.join("cache_record");
+    let meta = coral::cache::ObjectMeta {
+        stored_secs: 1000,
+        fresh_until_secs: 2000,
+        expected_len: Some(5),
+    };
+    let mut seg = vec![0u8; 1024];
+    let mut off = 0;
+    for (i, body) in [&b"hello"[..], b"cut short", b"world"].iter().enumerate() {
+        let key = coral::Id::hash(&[i as u8]);
+        let n = coral::cache::record::write_record(&mut seg[off..], &key, &meta, b"HTTP/1.1 200 OK\r\n\r\n", body);
+        if i == 1 {
+            let at = off + coral::cache::record::COMMIT_AT;
+            seg[at..at + 8].fill(0);
+        }
+        off += n as usize;
+    }
+    write(&cr, "segment", &seg[..off + 64]);
+    let mut removed = seg.clone();
+    removed[coral::cache::record::FLAGS_AT] |= coral::cache::record::FLAG_REMOVED as u8;
+    write(&cr, "removed", &removed[..off]);
     println!(
-        "wrote {} wire_decode seeds and 3 node_handle seeds",
+        "wrote {} wire_decode seeds, 3 node_handle seeds and 2 cache_record seeds",
         msgs.len()
     );
 }

@@ -8,16 +8,23 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod admin;
+pub mod cache;
 mod client;
 mod config;
 mod demo;
 mod hints;
+mod proxy;
 mod runtime;
 mod sim;
 mod steer;
 
+#[cfg(not(test))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// Tests count allocations per thread (the cache's hit path makes none).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: cache::tests::CountingAlloc = cache::tests::CountingAlloc;
 
 /// coral — CoralCDN rebuilt: a peer-to-peer CDN on a sloppy hash table.
 #[derive(Parser, Debug)]
@@ -56,6 +63,8 @@ enum Command {
         /// The short alias zone of Coralized URLs (www.x.com.<ALIAS>).
         #[arg(long)]
         alias: Option<String>,
+        #[command(flatten)]
+        proxy: ProxyArgs,
     },
     /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
@@ -148,6 +157,49 @@ enum Command {
     },
 }
 
+/// CoralProxy's flags for `coral node` (§2.2).
+#[derive(clap::Args, Debug)]
+struct ProxyArgs {
+    /// CoralProxy's HTTP address (default: the DSHT address's IP, port 8090).
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// The disk cache's directory (default: coral-cache/<DSHT IP>-<port>).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// The disk cache's size, e.g. 1GiB, 500MB.
+    #[arg(long)]
+    cache_size: Option<String>,
+    /// Let origins be on loopback, private, link-local ... addresses (labs, tests).
+    #[arg(long)]
+    allow_private_origins: bool,
+    /// A static answer for an origin name, NAME=IP (repeatable; as curl's --resolve).
+    #[arg(long, value_name = "NAME=IP")]
+    resolve: Vec<String>,
+}
+
+impl ProxyArgs {
+    fn apply(self, cfg: &mut config::NodeConfig) -> Result<(), String> {
+        if let Some(a) = self.http {
+            cfg.http = Some(a);
+        }
+        if let Some(d) = self.cache_dir {
+            cfg.proxy.cache_dir = Some(d);
+        }
+        if let Some(s) = self.cache_size {
+            cfg.proxy.cache_size_bytes = config::parse_size(&s)?;
+        }
+        if self.allow_private_origins {
+            cfg.proxy.allow_private_origins = true;
+        }
+        for r in &self.resolve {
+            let (name, ip) = config::parse_resolve(r)?;
+            cfg.proxy.resolve.retain(|(n, _)| *n != name);
+            cfg.proxy.resolve.push((name, ip));
+        }
+        Ok(())
+    }
+}
+
 /// Which node a client command talks to, and how it prints.
 #[derive(clap::Args, Debug)]
 struct NodeArgs {
@@ -188,6 +240,7 @@ fn main() -> ExitCode {
             admin,
             zone,
             alias,
+            proxy,
         } => {
             init_logging();
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
@@ -217,6 +270,9 @@ fn main() -> ExitCode {
                     Ok(a) => cfg.alias = Some(a),
                     Err(e) => return fail(&format!("config: {e}")),
                 }
+            }
+            if let Err(e) = proxy.apply(&mut cfg) {
+                return fail(&format!("config: {e}"));
             }
             if let Err(e) = cfg.validate() {
                 return fail(&format!("config: {e}"));

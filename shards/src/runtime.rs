@@ -92,6 +92,9 @@ pub enum CoreMsg {
     DelegateDone { tag: u64, event: Event },
     /// Core 0's node changed cluster at `level`: follow it.
     Cluster { level: u8, id: Id, created: Time },
+    /// CoralProxy's traffic between cores: misses handed to a key's owning
+    /// core and its answers (`proxy`).
+    Proxy(crate::proxy::ProxyMsg),
 }
 
 /// The state of one core.
@@ -365,6 +368,35 @@ impl Shard {
         json!({"level": level, "nodes": nodes})
     }
 
+    /// Starts a DSHT operation on this core's node (the proxy's fetch path:
+    /// get, claim, put for keys this core owns) and waits for its event;
+    /// `None` if the node dropped it.
+    pub async fn dsht_op(&self, start: impl FnOnce(&mut Node, Time) -> OpId) -> Option<Event> {
+        let now = self.now();
+        let (tx, rx) = local_channel::new_bounded(1);
+        let op = start(&mut self.node.borrow_mut(), now);
+        self.waiting.borrow_mut().insert(op, tx);
+        self.flush().await;
+        rx.recv().await
+    }
+
+    /// Starts a DSHT operation whose outcome nobody waits for (pointer puts).
+    pub async fn dsht_start(&self, start: impl FnOnce(&mut Node, Time) -> OpId) {
+        let now = self.now();
+        let _ = start(&mut self.node.borrow_mut(), now);
+        self.flush().await;
+    }
+
+    /// Sets the services this core's node advertises (HTTP when the proxy runs).
+    pub fn set_services(&self, services: coral::wire::Services) {
+        self.node.borrow_mut().set_services(services);
+    }
+
+    /// Sends `msg` to core `core` without waiting; false if its channel is full.
+    pub fn try_send_to_core(&self, core: usize, msg: CoreMsg) -> bool {
+        self.senders.try_send_to(core, msg).is_ok()
+    }
+
     /// Whether the node is shutting down.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -509,6 +541,24 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
     };
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
+    // The disk cache opens (and recovers) before any executor starts; each
+    // core gets its own handle.
+    let mut caches = crate::cache::open(
+        &crate::cache::CacheConfig {
+            dir: config.cache_dir(),
+            size_bytes: config.proxy.cache_size_bytes,
+        },
+        cores,
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open the cache in {}: {e}",
+            config.cache_dir().display()
+        )
+    })?
+    .into_iter()
+    .map(Some)
+    .collect::<Vec<_>>();
     let stop = Arc::new(AtomicBool::new(false));
     block_stop_signals();
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
@@ -547,6 +597,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
         let stop = stop.clone();
         let clusters = clusters.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
+        let cache = caches[core].take().ok_or("one cache handle per core")?;
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
         // fewer leaves placement to the kernel: several small nodes on one
@@ -566,6 +617,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
                     fd,
                     epoch,
                     clusters,
+                    cache,
                 };
                 core_main(start, config, mesh, stop, hints).await
             })
@@ -577,7 +629,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
             })?;
         handles.push(handle);
     }
-    tracing::info!(addr = %config.dsht, admin = %config.admin, cores, "coral node running");
+    tracing::info!(addr = %config.dsht, admin = %config.admin, http = %config.http_addr(), cores, "coral node running");
     wait_for_stop_signal();
     tracing::info!("stopping");
     stop.store(true, Ordering::Relaxed);
@@ -600,6 +652,8 @@ struct CoreStart {
     epoch: Instant,
     /// The starting cluster id of each non-global level.
     clusters: Vec<Id>,
+    /// This core's handle on the disk cache.
+    cache: crate::cache::CoreCache,
 }
 
 async fn core_main(
@@ -615,6 +669,7 @@ async fn core_main(
         fd,
         epoch,
         clusters,
+        cache,
     } = start;
     let (senders, mut receivers) = mesh
         .join()
@@ -693,6 +748,7 @@ async fn core_main(
     if core == 0 {
         crate::admin::spawn(shard.clone(), config.admin)?;
     }
+    crate::proxy::spawn(shard.clone(), &config, cache)?;
     // Timers, until told to stop.
     while !shard.stopping() {
         if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {
@@ -787,6 +843,7 @@ async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
                 let _ = tx.try_send(json);
             }
         }
+        CoreMsg::Proxy(msg) => crate::proxy::on_core_msg(shard, msg),
     }
 }
 

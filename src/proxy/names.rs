@@ -198,23 +198,37 @@ pub fn origin_of_host(host_header: &str, zones: &Zones) -> Result<Origin, NameEr
     if host.ends_with('.') {
         host.pop();
     }
-    for suffix in zones.suffixes() {
-        let Some(rest) = host.strip_suffix(suffix.as_str()) else {
-            continue;
-        };
-        if rest.is_empty() {
-            return Err(NameError::Empty);
+    // The longest suffix the host is (or ends in, at a label boundary): what precedes it.
+    fn before<'h>(host: &'h str, suffix: &str) -> Option<&'h str> {
+        match host.strip_suffix(suffix)? {
+            "" => Some(""),
+            rest => rest.strip_suffix('.'),
         }
-        let Some(rest) = rest.strip_suffix('.') else {
-            continue;
-        };
-        let origin = origin_of_remainder(rest)?;
-        if zones.covers(&origin.host) {
-            return Err(NameError::Loop);
-        }
-        return Ok(origin);
     }
-    Err(NameError::NotCoralized)
+    let in_zone = before(&host, &zones.zone);
+    let candidates = [
+        (
+            zones.zone.len() + ".http.l2.l1.l0".len(),
+            in_zone.and_then(|r| before(r, "http.l2.l1.l0")),
+        ),
+        (
+            zones.alias.as_ref().map_or(0, String::len),
+            zones.alias.as_deref().and_then(|a| before(&host, a)),
+        ),
+        (zones.zone.len(), in_zone),
+    ];
+    let Some((_, Some(rest))) = candidates
+        .into_iter()
+        .filter(|(_, rest)| rest.is_some())
+        .max_by_key(|(len, _)| *len)
+    else {
+        return Err(NameError::NotCoralized);
+    };
+    let origin = origin_of_remainder(rest)?;
+    if zones.covers(&origin.host) {
+        return Err(NameError::Loop);
+    }
+    Ok(origin)
 }
 
 /// The canonical origin URL of an origin-form target on `origin`:
@@ -231,7 +245,8 @@ pub fn canonical_url(origin: &Origin, target: &str) -> Result<String, NameError>
     url.push_str("http://");
     url.push_str(&origin.host);
     url.push(':');
-    url.push_str(&origin.port.to_string());
+    // Writing to a String cannot fail.
+    let _ = core::fmt::Write::write_fmt(&mut url, format_args!("{}", origin.port));
     url.push_str(target);
     Ok(url)
 }

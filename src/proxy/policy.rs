@@ -394,6 +394,9 @@ pub fn range(req: &RequestHead, body_len: u64) -> RangeAnswer {
 /// [`range`], with `If-Range` (RFC 9110 §13.1.5) checked against the stored response:
 /// a strong `ETag` match or an exact `Last-Modified` date, else the whole body.
 pub fn range_for(req: &RequestHead, stored: &ResponseHead, body_len: u64) -> RangeAnswer {
+    if stored.status != 200 {
+        return RangeAnswer::Full;
+    }
     if let Some(ir) = req.headers.get("if-range") {
         let ir = trim_ows(ir);
         let matches = if ir.starts_with(b"\"") {
@@ -507,7 +510,7 @@ fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
 
 /// Fields the proxy never forwards upstream: a response cannot vary on them.
 fn never_forwarded(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"cookie")
+    name.eq_ignore_ascii_case(b"cookie") || name.eq_ignore_ascii_case(b"accept-encoding")
 }
 
 /// Whether a request matches the one a stored response was fetched for, on every field
@@ -747,14 +750,26 @@ fn allowed_in_304(name: &str) -> bool {
 /// HEAD whatever this says).
 pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut Vec<u8>) -> Framing {
     let len = info.body_len;
-    let (status, reason) = if info.not_modified {
-        (304, "Not Modified")
-    } else {
-        match (info.range, len) {
-            (RangeAnswer::Partial { .. }, Some(_)) => (206, "Partial Content"),
-            (RangeAnswer::Unsatisfiable, Some(_)) => (416, "Range Not Satisfiable"),
-            _ => (stored.status, stored.reason.as_str()),
-        }
+    // Ranges apply to complete 200 responses only (RFC 9110 §14.2), and only when they
+    // lie within the body.
+    let range = match (info.not_modified, stored.status, info.range, len) {
+        (
+            false,
+            200,
+            RangeAnswer::Partial {
+                start,
+                end_inclusive,
+            },
+            Some(total),
+        ) if start <= end_inclusive && end_inclusive < total => info.range,
+        (false, 200, RangeAnswer::Unsatisfiable, Some(_)) => info.range,
+        _ => RangeAnswer::Full,
+    };
+    let (status, reason) = match range {
+        _ if info.not_modified => (304, "Not Modified"),
+        RangeAnswer::Partial { .. } => (206, "Partial Content"),
+        RangeAnswer::Unsatisfiable => (416, "Range Not Satisfiable"),
+        RangeAnswer::Full => (stored.status, stored.reason.as_str()),
     };
     buf.extend_from_slice(b"HTTP/1.1 ");
     write_decimal(buf, u64::from(status));
@@ -795,16 +810,17 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
     info.cache_status.write(buf);
     buf.extend_from_slice(b"\r\n");
     let mut keep_alive = info.keep_alive;
-    let framing = match (status, len) {
-        (304, _) | (204, _) => Framing::Empty,
-        (206, Some(total)) => {
-            let RangeAnswer::Partial {
+    let framing = match (range, status, len) {
+        // RFC 9110 §8.6: no Content-Length in 1xx and 204; 304 left without.
+        (_, s, _) if s < 200 || s == 204 || s == 304 => Framing::Empty,
+        (
+            RangeAnswer::Partial {
                 start,
                 end_inclusive,
-            } = info.range
-            else {
-                return Framing::Empty;
-            };
+            },
+            _,
+            Some(total),
+        ) => {
             buf.extend_from_slice(b"Content-Range: bytes ");
             write_decimal(buf, start);
             buf.push(b'-');
@@ -816,13 +832,13 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
             buf.extend_from_slice(b"\r\n");
             Framing::Length(end_inclusive - start + 1)
         }
-        (416, Some(total)) => {
+        (RangeAnswer::Unsatisfiable, _, Some(total)) => {
             buf.extend_from_slice(b"Content-Range: bytes */");
             write_decimal(buf, total);
             buf.extend_from_slice(b"\r\nContent-Length: 0\r\n");
             Framing::Empty
         }
-        (_, Some(n)) => {
+        (_, _, Some(n)) => {
             buf.extend_from_slice(b"Content-Length: ");
             write_decimal(buf, n);
             buf.extend_from_slice(b"\r\n");
@@ -832,16 +848,16 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
                 Framing::Length(n)
             }
         }
-        (_, None) if info.client_minor_version >= 1 => {
+        (_, _, None) if info.client_minor_version >= 1 => {
             buf.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
             Framing::Chunked
         }
-        (_, None) => {
+        (_, _, None) => {
             keep_alive = false;
             Framing::UntilClose
         }
     };
-    if len.is_some() && !info.not_modified {
+    if (len.is_some() && status == 200) || status == 206 {
         buf.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     }
     if keep_alive {
@@ -854,8 +870,10 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
 
 /// Request fields never sent upstream: hop-by-hop, cookies, the client's own
 /// conditionals and ranges (the cache fetches whole objects and answers those itself),
-/// its cache directives (a reload must not reach a flash-crowded origin), framing, and
-/// the fields we write ourselves.
+/// its cache directives (a reload must not reach a flash-crowded origin), framing, the
+/// fields we write ourselves, and `Accept-Encoding`: origins send the identity coding,
+/// so one stored copy serves every client (no variant per `Accept-Encoding` string) and
+/// HTML stays rewritable (§2.1).
 fn dropped_upstream(name: &str) -> bool {
     is_hop_by_hop(name)
         || is_cookie(name)
@@ -872,6 +890,7 @@ fn dropped_upstream(name: &str) -> bool {
                 | "if-unmodified-since"
                 | "cache-control"
                 | "pragma"
+                | "accept-encoding"
                 | "via"
                 | "cdn-loop"
                 | "user-agent"

@@ -3,7 +3,45 @@
 //! form it comes back through a Coral proxy. Relative links need nothing: they resolve
 //! against the Coralized page URL.
 
+use super::http::{trim_ows, ResponseHead};
 use super::names::{coralized_host, Origin};
+
+/// Rewrites the fields of an origin's response head that hold URLs a browser follows
+/// (`Location`, `Content-Location`) to their Coralized form when
+/// they point at the origin. Returns how many fields changed.
+pub fn head(resp: &mut ResponseHead, origin: &Origin, suffix: &str, proxy_port: u16) -> usize {
+    let mut changed = Vec::new();
+    for (n, v) in resp.headers.iter() {
+        if n != "location" && n != "content-location" {
+            continue;
+        }
+        if let Some(new) = core::str::from_utf8(v)
+            .ok()
+            .and_then(|v| location(v, origin, suffix, proxy_port))
+        {
+            changed.push((n.to_string(), new));
+        }
+    }
+    for (n, new) in &changed {
+        resp.headers.set(n, new.as_bytes());
+    }
+    changed.len()
+}
+
+/// Whether a response body is HTML we can rewrite: `text/html` or XHTML, and not
+/// content-coded (a compressed body is passed through untouched).
+pub fn body_is_rewritable(resp: &ResponseHead) -> bool {
+    let html = resp.headers.get("content-type").is_some_and(|ct| {
+        let mime = trim_ows(ct.split(|&b| b == b';').next().unwrap_or_default());
+        mime.eq_ignore_ascii_case(b"text/html")
+            || mime.eq_ignore_ascii_case(b"application/xhtml+xml")
+    });
+    let coded = resp
+        .headers
+        .list("content-encoding")
+        .any(|c| !c.eq_ignore_ascii_case(b"identity"));
+    html && !coded
+}
 
 /// The Coralized form of a `Location` value that points at `origin` (absolute `http://`
 /// URL with the origin's host and port, or scheme-relative `//host/...`); `None` when it
@@ -68,15 +106,20 @@ fn continues_authority(b: u8) -> bool {
 
 /// Streaming rewriter of absolute links to the origin in an HTML (or CSS, JS) body:
 /// `http://host[:port]` (any case) followed by anything that ends an authority becomes
-/// `http://<Coralized host>[:<proxy port>]`, in attributes and text alike. The input may
+/// `http://<Coralized host>[:<proxy port>]`, in attributes and text alike; a
+/// scheme-relative `//host[:port]` after a quote, `=` or `(` likewise. The input may
 /// be split anywhere: at most a link's length of bytes is held back between calls, and
 /// the output is the same however the input was split.
 #[derive(Clone, Debug)]
 pub struct HtmlRewriter {
     host: Vec<u8>,
     port: u16,
+    /// `http://<Coralized host>[:port]`; from index 5 on, the scheme-relative form.
     replacement: Vec<u8>,
     pending: Vec<u8>,
+    /// The byte before `pending` (or before the next input): a scheme-relative link
+    /// counts only after a quote, `=` or `(`.
+    prev: u8,
 }
 
 impl HtmlRewriter {
@@ -93,6 +136,7 @@ impl HtmlRewriter {
             port: origin.port,
             replacement,
             pending: Vec::new(),
+            prev: 0,
         }
     }
 
@@ -120,35 +164,57 @@ impl HtmlRewriter {
 
     /// Writes the rewritten prefix of `buf` to `out`; returns where the held-back suffix
     /// starts (`buf.len()` when nothing is held back).
-    fn process(&self, buf: &[u8], eof: bool, out: &mut Vec<u8>) -> usize {
+    fn process(&mut self, buf: &[u8], eof: bool, out: &mut Vec<u8>) -> usize {
         let mut i = 0;
         let mut copied = 0;
-        while let Some(p) = buf
-            .get(i..)
-            .and_then(|s| s.iter().position(|&b| b == b'h' || b == b'H'))
-        {
+        let kept = loop {
+            let Some(p) = buf
+                .get(i..)
+                .and_then(|s| s.iter().position(|&b| matches!(b, b'h' | b'H' | b'/')))
+            else {
+                break buf.len();
+            };
             i += p;
-            match self.match_at(buf.get(i..).unwrap_or_default(), eof) {
-                Match::No => i += 1,
-                Match::NeedMore => {
-                    out.extend_from_slice(buf.get(copied..i).unwrap_or_default());
-                    return i;
+            let rest = buf.get(i..).unwrap_or_default();
+            let (found, replacement) = if rest.first() == Some(&b'/') {
+                // A scheme-relative link (`//host/...`) only where a URL starts: after a
+                // quote, `=` or `(`; not in `http://` or a `// comment`.
+                let prev = match i.checked_sub(1) {
+                    Some(k) => buf.get(k).copied().unwrap_or(self.prev),
+                    None => self.prev,
+                };
+                if matches!(prev, b'"' | b'\'' | b'=' | b'(') {
+                    (
+                        self.match_at(rest, eof, b"//"),
+                        self.replacement.get(5..).unwrap_or_default(),
+                    )
+                } else {
+                    (Match::No, &[][..])
                 }
+            } else {
+                (self.match_at(rest, eof, b"http://"), &self.replacement[..])
+            };
+            match found {
+                Match::No => i += 1,
+                Match::NeedMore => break i,
                 Match::Yes(n) => {
                     out.extend_from_slice(buf.get(copied..i).unwrap_or_default());
-                    out.extend_from_slice(&self.replacement);
+                    out.extend_from_slice(replacement);
                     i += n;
                     copied = i;
                 }
             }
+        };
+        out.extend_from_slice(buf.get(copied..kept).unwrap_or_default());
+        if let Some(&b) = kept.checked_sub(1).and_then(|k| buf.get(k)) {
+            self.prev = b;
         }
-        out.extend_from_slice(buf.get(copied..).unwrap_or_default());
-        buf.len()
+        kept
     }
 
-    fn match_at(&self, s: &[u8], eof: bool) -> Match {
+    fn match_at(&self, s: &[u8], eof: bool, scheme: &[u8]) -> Match {
         let out_of_input = if eof { Match::No } else { Match::NeedMore };
-        let want = b"http://".iter().chain(self.host.iter());
+        let want = scheme.iter().chain(self.host.iter());
         let mut j = 0;
         for &w in want {
             match s.get(j) {

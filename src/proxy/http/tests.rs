@@ -174,6 +174,16 @@ const MALFORMED: &[(&str, &[u8], u16)] = &[
         400,
     ),
     (
+        "rfc9110_5_5_del_in_value",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fb\r\n\r\n",
+        400,
+    ),
+    (
+        "rfc9110_5_5_escape_in_value",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX: \x1b[31m\r\n\r\n",
+        400,
+    ),
+    (
         "rfc9110_5_1_space_before_colon",
         b"GET / HTTP/1.1\r\nHost: a\r\nX : y\r\n\r\n",
         400,
@@ -181,6 +191,16 @@ const MALFORMED: &[(&str, &[u8], u16)] = &[
     (
         "rfc9110_5_1_invalid_field_name",
         b"GET / HTTP/1.1\r\nHost: a\r\nX(y): z\r\n\r\n",
+        400,
+    ),
+    (
+        "rfc9110_5_1_non_token_field_name",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX\x80y: z\r\n\r\n",
+        400,
+    ),
+    (
+        "rfc9110_5_1_slash_in_field_name",
+        b"GET / HTTP/1.1\r\nHost: a\r\nX/y: z\r\n\r\n",
         400,
     ),
     (
@@ -497,6 +517,8 @@ fn rfc9112_7_1_bad_chunks_are_rejected() {
         (b"5\r\nhello\n0\r\n\r\n", 400),
         (b"5\r\nhelloX\r\n0\r\n\r\n", 400),
         (b"5\r\nhello\r\r\n", 400),
+        (b"5\r\nhello\rX0\r\n\r\n", 400),
+        (b"5\r\nhello0\r\n\r\n", 400),
         (b"5\rx", 400),
         (b"0\r\n\n", 400),
         (b"0\r\nT: x\n\r\n", 400),
@@ -570,6 +592,60 @@ fn headers_keep_order_and_remove_all_of_a_name() {
     assert_eq!(h.len(), 1);
 }
 
+#[test]
+fn response_head_write_parses_back() {
+    let text = b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nX-A: 1\r\nContent-Length: 3\r\n\r\n";
+    let (h, _) = resp(text, false).unwrap().unwrap();
+    let mut out = Vec::new();
+    h.write(&mut out);
+    assert_eq!(out, b"HTTP/1.1 404 Not Found\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 3\r\n\r\n");
+    assert_eq!(resp(&out, false).unwrap().unwrap().0, h);
+}
+
+#[test]
+fn simple_responses_are_well_framed() {
+    let mut extra = Headers::new();
+    extra.insert("Allow", b"GET, HEAD");
+    let mut out = Vec::new();
+    write_simple_response(405, &extra, b"GET and HEAD only\n", false, false, &mut out);
+    let (h, n) = resp(&out, false).unwrap().unwrap();
+    assert_eq!(
+        (h.status, h.framing, h.keep_alive),
+        (405, Framing::Length(18), false)
+    );
+    assert_eq!(h.headers.get("allow"), Some(&b"GET, HEAD"[..]));
+    assert_eq!(&out[n..], b"GET and HEAD only\n");
+    let mut out = Vec::new();
+    write_simple_response(
+        504,
+        &Headers::new(),
+        b"gateway timeout\n",
+        true,
+        true,
+        &mut out,
+    );
+    let (h, n) = resp(&out, true).unwrap().unwrap();
+    assert_eq!((h.status, h.keep_alive, n), (504, true, out.len()));
+    assert_eq!(h.reason, "Gateway Timeout");
+}
+
+#[test]
+fn find_line_byte_matches_a_bytewise_search() {
+    let mut s = vec![b'a'; 40];
+    assert_eq!(find_line_byte(&s), None);
+    for (pos, b) in [(0, b'\r'), (7, b'\n'), (8, 0u8), (13, b'\r'), (39, b'\n')] {
+        let mut t = s.clone();
+        t[pos] = b;
+        t.insert(3, b'\t');
+        assert_eq!(
+            find_line_byte(&t),
+            Some(if pos >= 3 { pos + 1 } else { pos })
+        );
+    }
+    s[5] = 0x0b;
+    assert_eq!(find_line_byte(&s), None);
+}
+
 fn arb_request() -> impl Strategy<Value = Vec<u8>> {
     let field = prop::sample::select(vec![
         "Accept: */*\r\n",
@@ -607,6 +683,14 @@ proptest! {
         let _ = resp(&bytes, false);
         let mut d = ChunkedDecoder::new(&Limits::default());
         let _ = d.feed(&bytes, &mut Vec::new());
+    }
+
+    #[test]
+    fn prop_find_line_byte_is_a_plain_search(
+        bytes in prop::collection::vec(prop::sample::select(vec![b'a', b'\t', 0x0b, 0, b'\r', b'\n', 0xff]), 0..64),
+    ) {
+        let want = bytes.iter().position(|&b| b == b'\r' || b == b'\n' || b == 0);
+        prop_assert_eq!(find_line_byte(&bytes), want);
     }
 
     #[test]

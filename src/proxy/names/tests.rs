@@ -240,3 +240,50 @@ fn nsdi04_2_1_coralize_round_trips_through_origin_of_host() {
         assert_eq!(origin_of_host(&format!("{c}:8090"), &zones()), Ok(o), "{c}");
     }
 }
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_origin() -> impl Strategy<Value = Origin> {
+        let label = "[a-z0-9_-]{1,12}";
+        let name = (prop::collection::vec(label, 0..4), "[a-z][a-z0-9-]{0,8}").prop_map(
+            |(mut ls, top)| {
+                ls.push(top);
+                ls.join(".")
+            },
+        );
+        let ip = any::<[u8; 4]>().prop_map(|o| std::net::Ipv4Addr::from(o).to_string());
+        (
+            prop_oneof![name, ip],
+            prop_oneof![Just(80u16), 1u16..=65535],
+        )
+            .prop_map(|(host, port)| Origin { host, port })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn prop_coralized_host_names_its_origin(o in arb_origin(), proxy_port in any::<u16>()) {
+            for suffix in ["coral.test", "coralcdn.test", "http.l2.l1.l0.coralcdn.test"] {
+                let c = coralized_host(&o, suffix);
+                prop_assert_eq!(origin_of_host(&c, &zones()), Ok(o.clone()));
+                let upper = format!("{}.:{proxy_port}", c.to_ascii_uppercase());
+                prop_assert_eq!(origin_of_host(&upper, &zones()), Ok(o.clone()));
+            }
+        }
+
+        #[test]
+        fn prop_names_never_panic_and_canonicalize_is_idempotent(s in "\\PC{0,80}") {
+            let _ = origin_of_host(&s, &zones());
+            let _ = coralize(&s, "coral.test", 8090);
+            let url = format!("http://{s}");
+            if let Ok(c) = canonicalize(&url) {
+                prop_assert_eq!(canonicalize(&c), Ok(c.clone()));
+                prop_assert!(c.starts_with("http://"));
+                prop_assert!(!c.contains('#'));
+            }
+        }
+    }
+}

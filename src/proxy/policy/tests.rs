@@ -218,27 +218,31 @@ fn rfc9111_3_only_get_is_stored() {
 
 #[test]
 fn rfc9111_4_1_vary_matches_on_the_named_fields() {
-    let s = ok("Vary: Accept-Encoding, Accept-Language\r\n");
-    let first = req("Accept-Encoding: gzip,  br\r\nAccept-Language: en\r\n");
+    let s = ok("Vary: Accept, Accept-Language\r\n");
+    let first = req("Accept: text/html,  image/*\r\nAccept-Language: en\r\n");
     let kept = vary_request_headers(&s, &first);
     assert_eq!(kept.len(), 2);
     assert!(vary_matches(
         &kept,
         &s,
-        &req("Accept-Encoding: gzip, br\r\nAccept-Language: en\r\nX: y\r\n")
+        &req("Accept: text/html, image/*\r\nAccept-Language: en\r\nX: y\r\n")
     ));
     assert!(!vary_matches(
         &kept,
         &s,
-        &req("Accept-Encoding: gzip\r\nAccept-Language: en\r\n")
+        &req("Accept: text/html\r\nAccept-Language: en\r\n")
     ));
     assert!(!vary_matches(&kept, &s, &req("Accept-Language: en\r\n")));
     // A field the response does not vary on does not matter; Vary: * never matches.
     assert!(vary_matches(&Headers::new(), &ok(""), &first));
     assert!(!vary_matches(&kept, &ok("Vary: *\r\n"), &first));
-    // Cookie never goes upstream, so a response cannot really vary on it.
-    let c = ok("Vary: Cookie\r\n");
-    assert!(vary_matches(&Headers::new(), &c, &req("Cookie: a=b\r\n")));
+    // Cookie and Accept-Encoding never go upstream, so a response cannot vary on them.
+    let c = ok("Vary: Cookie, Accept-Encoding\r\n");
+    assert!(vary_matches(
+        &Headers::new(),
+        &c,
+        &req("Cookie: a=b\r\nAccept-Encoding: br\r\n")
+    ));
 }
 
 #[test]
@@ -581,6 +585,29 @@ fn rfc9110_15_3_7_client_head_of_a_range() {
 }
 
 #[test]
+fn rfc9110_14_2_ranges_apply_to_200_only() {
+    let stored = head_to_store(&resp("HTTP/1.1 404 Not Found", "Content-Length: 100\r\n"));
+    let mut i = info();
+    i.range = RangeAnswer::Partial {
+        start: 10,
+        end_inclusive: 19,
+    };
+    let (h, f) = client(&stored, i);
+    assert_eq!(f, Framing::Length(100));
+    assert!(h.starts_with("HTTP/1.1 404 Not Found\r\n"));
+    assert!(!h.contains("Accept-Ranges"));
+    let r = req("Range: bytes=0-0\r\n");
+    assert_eq!(range_for(&r, &stored, 100), RangeAnswer::Full);
+    assert_eq!(
+        range_for(&r, &ok(""), 100),
+        RangeAnswer::Partial {
+            start: 0,
+            end_inclusive: 0
+        }
+    );
+}
+
+#[test]
 fn rfc9110_15_4_5_client_head_of_not_modified() {
     let stored = head_to_store(&ok(
         "ETag: \"a\"\r\nContent-Type: text/html\r\nCache-Control: max-age=5\r\n",
@@ -598,7 +625,7 @@ fn rfc9110_15_4_5_client_head_of_not_modified() {
 
 #[test]
 fn rfc8586_upstream_request_to_the_origin() {
-    let r = req("Cookie: secret=1\r\nConnection: X-Hop\r\nX-Hop: a\r\nAccept: image/*\r\nUser-Agent: curl/8\r\nRange: bytes=0-1\r\nIf-None-Match: \"c\"\r\nCDN-Loop: other\r\nVia: 1.1 p\r\nCoral-No-Forward: 1\r\nCache-Control: no-cache\r\n");
+    let r = req("Cookie: secret=1\r\nAccept-Encoding: gzip\r\nConnection: X-Hop\r\nX-Hop: a\r\nAccept: image/*\r\nUser-Agent: curl/8\r\nRange: bytes=0-1\r\nIf-None-Match: \"c\"\r\nCDN-Loop: other\r\nVia: 1.1 p\r\nCoral-No-Forward: 1\r\nCache-Control: no-cache\r\n");
     let o = Origin {
         host: "x.com".into(),
         port: 8080,
@@ -672,4 +699,82 @@ fn rfc8586_loop_detected_by_token_or_zone() {
     ));
     assert!(!loop_detected(&req("CDN-Loop: coralx, foo\r\n"), &z));
     assert!(!loop_detected(&req(""), &z));
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_fields() -> impl Strategy<Value = String> {
+        let name = prop::sample::select(vec![
+            "Cache-Control",
+            "Expires",
+            "Date",
+            "Age",
+            "Vary",
+            "ETag",
+            "Last-Modified",
+            "If-None-Match",
+            "If-Modified-Since",
+            "Range",
+            "If-Range",
+            "Connection",
+            "Authorization",
+            "CDN-Loop",
+            "Via",
+            "Set-Cookie",
+            "Accept",
+        ]);
+        let value = "[ -~]{0,40}";
+        prop::collection::vec((name, value), 0..8)
+            .prop_map(|fs| fs.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn prop_policy_never_panics_on_any_fields(
+            rf in arb_fields(),
+            sf in arb_fields(),
+            status in 100u16..600,
+            now in any::<u32>(),
+            len in 0u64..1000,
+        ) {
+            let text = format!("GET /y HTTP/1.1\r\nHost: x.coral.test\r\n{rf}\r\n");
+            let Ok(Some((r, _))) = parse_request_head(text.as_bytes(), &Limits::default()) else {
+                return Ok(());
+            };
+            let text = format!("HTTP/1.1 {status} X\r\n{sf}\r\n");
+            let Ok(Some((s, _))) = parse_response_head(text.as_bytes(), false, &Limits::default()) else {
+                return Ok(());
+            };
+            let now = u64::from(now);
+            if let Storable::Yes(f) = storable(&r, &s, now) {
+                prop_assert!(f.fresh_until_secs >= now);
+                prop_assert!(age_secs(&f, now) == f.initial_age_secs);
+                let _ = is_fresh(&f, now + 1);
+            }
+            let _ = evaluate_conditional(&r, &s);
+            let _ = vary_matches(&vary_request_headers(&s, &r), &s, &r);
+            let stored = head_to_store(&s);
+            for range in [range(&r, len), range_for(&r, &s, len)] {
+                if let RangeAnswer::Partial { start, end_inclusive } = range {
+                    prop_assert!(start <= end_inclusive && end_inclusive < len);
+                }
+                let mut buf = Vec::new();
+                let mut i = info();
+                i.range = range;
+                i.body_len = Some(len);
+                let framing = client_head(&stored, &i, &mut buf);
+                // What we write, we can read back, with the framing we announced.
+                let (back, n) = parse_response_head(&buf, false, &Limits::default()).unwrap().unwrap();
+                prop_assert_eq!(n, buf.len());
+                prop_assert_eq!(back.framing, framing);
+            }
+            let mut buf = Vec::new();
+            upstream_request(&r, &Origin { host: "x.com".into(), port: 80 }, false, &revalidation_headers(&s), &mut buf);
+            prop_assert!(parse_request_head(&buf, &Limits::default()).unwrap().is_some());
+        }
+    }
 }

@@ -74,6 +74,21 @@ fn nsdi04_2_1_absolute_links_in_html_stay_coralized() {
 }
 
 #[test]
+fn nsdi04_2_1_scheme_relative_links_stay_coralized() {
+    let o = origin("www.x.com", 80);
+    let html = b"<script src=\"//www.x.com/a.js\"></script><img src='//WWW.X.COM:80/b'>\
+<a href=//www.x.com>c</a> url(//www.x.com/d.png) // www.x.com comment //www.x.com text \
+\"//www.x.com.evil/\" \"//cdn.other.com/\"";
+    let out = String::from_utf8(rewrite_whole(&o, html)).unwrap();
+    assert_eq!(
+        out,
+        "<script src=\"//www.x.com.coral.test:8090/a.js\"></script><img src='//www.x.com.coral.test:8090/b'>\
+<a href=//www.x.com.coral.test:8090>c</a> url(//www.x.com.coral.test:8090/d.png) // www.x.com comment //www.x.com text \
+\"//www.x.com.evil/\" \"//cdn.other.com/\""
+    );
+}
+
+#[test]
 fn nsdi04_2_1_links_to_an_origin_on_another_port() {
     let o = origin("x.com", 8080);
     let out = rewrite_whole(
@@ -84,6 +99,52 @@ fn nsdi04_2_1_links_to_an_origin_on_another_port() {
         String::from_utf8(out).unwrap(),
         "a http://x.com.8080.coral.test:8090/p b http://x.com/p c http://x.com:80801/"
     );
+}
+
+#[test]
+fn nsdi04_2_1_redirect_heads_are_rewritten() {
+    use crate::proxy::http::{parse_response_head, Limits};
+    let text = b"HTTP/1.1 302 Found\r\nLocation: http://x.com/new\r\nContent-Location: http://y.com/\r\nX: http://x.com/\r\n\r\n";
+    let mut r = parse_response_head(text, false, &Limits::default())
+        .unwrap()
+        .unwrap()
+        .0;
+    assert_eq!(head(&mut r, &origin("x.com", 80), "coral.test", 8090), 1);
+    assert_eq!(
+        r.headers.get("location"),
+        Some(&b"http://x.com.coral.test:8090/new"[..])
+    );
+    assert_eq!(
+        r.headers.get("content-location"),
+        Some(&b"http://y.com/"[..])
+    );
+    assert_eq!(r.headers.get("x"), Some(&b"http://x.com/"[..]));
+}
+
+#[test]
+fn only_uncompressed_html_bodies_are_rewritten() {
+    use crate::proxy::http::{parse_response_head, Limits};
+    let r = |fields: &str| {
+        let text = format!("HTTP/1.1 200 OK\r\n{fields}\r\n");
+        parse_response_head(text.as_bytes(), false, &Limits::default())
+            .unwrap()
+            .unwrap()
+            .0
+    };
+    assert!(body_is_rewritable(&r(
+        "Content-Type: text/html; charset=utf-8\r\n"
+    )));
+    assert!(body_is_rewritable(&r(
+        "Content-Type: TEXT/HTML\r\nContent-Encoding: identity\r\n"
+    )));
+    assert!(body_is_rewritable(&r(
+        "Content-Type: application/xhtml+xml\r\n"
+    )));
+    assert!(!body_is_rewritable(&r(
+        "Content-Type: text/html\r\nContent-Encoding: gzip\r\n"
+    )));
+    assert!(!body_is_rewritable(&r("Content-Type: image/png\r\n")));
+    assert!(!body_is_rewritable(&r("")));
 }
 
 fn html_piece() -> impl Strategy<Value = Vec<u8>> {
@@ -102,6 +163,10 @@ fn html_piece() -> impl Strategy<Value = Vec<u8>> {
             b" ",
             b"\xff\x00",
             b"x.com",
+            b"\"//www.x.com/",
+            b"//www.x.com",
+            b"/",
+            b"=",
         ]),
         0..20,
     )
