@@ -796,6 +796,28 @@ impl Node {
         &self.stats
     }
 
+    /// The services this node advertises.
+    pub fn services(&self) -> Services {
+        self.services
+    }
+
+    /// Pings `addr` to verify it is alive (dnssrv returns only proxies
+    /// verified first-hand, §3.1). An answer refreshes its routing entries;
+    /// like a hint ping, the measurement does not count toward judging our
+    /// clusters (the node was chosen, not sampled).
+    pub fn verify_alive(&mut self, now: Time, addr: SocketAddr) {
+        if addr != self.addr {
+            self.send_request(
+                now,
+                addr,
+                None,
+                self.route_hint,
+                Body::Ping,
+                Purpose::HintPing,
+            );
+        }
+    }
+
     /// Sets the services this node advertises in every header.
     pub fn set_services(&mut self, services: Services) {
         self.services = services;

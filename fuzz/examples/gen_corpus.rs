@@ -288,8 +288,100 @@ fn main() {
     let mut removed = seg.clone();
     removed[coral::cache::record::FLAGS_AT] |= coral::cache::record::FLAG_REMOVED as u8;
     write(&cr, "removed", &removed[..off]);
+    let dns = dns_seeds();
+    for (name, bytes) in &dns {
+        write(&root.join("dns_answer"), name, bytes);
+    }
     println!(
-        "wrote {} wire_decode seeds, 3 node_handle seeds and 2 cache_record seeds",
-        msgs.len()
+        "wrote {} wire_decode seeds, 3 node_handle seeds, 2 cache_record seeds and {} dns_answer seeds",
+        msgs.len(),
+        dns.len()
     );
+}
+
+/// A `dns_answer` input: the client byte, then a query (flags, name, type,
+/// and an OPT record with `edns = Some((version, options))`).
+fn dns_query(
+    who: u8,
+    flags: u16,
+    name: &str,
+    qtype: u16,
+    edns: Option<(u8, &[(u16, &[u8])])>,
+) -> Vec<u8> {
+    let mut b = vec![who, 0x12, 0x34];
+    b.extend_from_slice(&flags.to_be_bytes());
+    b.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
+    for l in name.split('.').filter(|l| !l.is_empty()) {
+        b.push(l.len() as u8);
+        b.extend_from_slice(l.as_bytes());
+    }
+    b.push(0);
+    b.extend_from_slice(&qtype.to_be_bytes());
+    b.extend_from_slice(&[0, 1]);
+    if let Some((version, options)) = edns {
+        let mut rdata = Vec::new();
+        for (code, data) in options {
+            rdata.extend_from_slice(&code.to_be_bytes());
+            rdata.extend_from_slice(&(data.len() as u16).to_be_bytes());
+            rdata.extend_from_slice(data);
+        }
+        b.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, version, 0, 0]);
+        b.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        b.extend_from_slice(&rdata);
+    }
+    b
+}
+
+/// One query per kind of name and per protocol rule dnssrv answers.
+fn dns_seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let long = format!("{0}.{0}.{0}.{1}.coral.test", "a".repeat(63), "b".repeat(33));
+    let ecs: &[u8] = &[0, 1, 24, 0, 10, 0, 2];
+    vec![
+        (
+            "proxy_a",
+            dns_query(1, 0x0100, "www.x.com.http.L2.L1.L0.coralcdn.test", 1, None),
+        ),
+        (
+            "proxy_aaaa",
+            dns_query(
+                1,
+                0x0100,
+                "a.http.L2.L1.L0.coralcdn.test",
+                28,
+                Some((0, &[])),
+            ),
+        ),
+        (
+            "alias_ecs",
+            dns_query(2, 0x0100, "wWw.X.cOm.coral.test", 1, Some((0, &[(8, ecs)]))),
+        ),
+        ("alias_long", dns_query(1, 0x0100, &long, 1, None)),
+        (
+            "apex_ns",
+            dns_query(1, 0x0100, "coralcdn.test", 2, Some((0, &[(65001, b"x")]))),
+        ),
+        (
+            "apex_soa",
+            dns_query(1, 0x0100, "L1.L0.coralcdn.test", 6, None),
+        ),
+        (
+            "empty_non_terminal",
+            dns_query(1, 0x0100, "L0.coralcdn.test", 1, None),
+        ),
+        (
+            "ns_host",
+            dns_query(1, 0x0100, "ns-0a000004.L2.L1.L0.coralcdn.test", 1, None),
+        ),
+        (
+            "nxdomain",
+            dns_query(1, 0x0100, "nothing.coralcdn.test", 1, None),
+        ),
+        ("refused", dns_query(1, 0x0100, "example.org", 1, None)),
+        (
+            "badvers",
+            dns_query(1, 0x0100, "coral.test", 39, Some((1, &[]))),
+        ),
+        ("any", dns_query(1, 0x0100, "coral.test", 255, None)),
+        ("notimp", dns_query(1, 0x2800, "coral.test", 1, None)),
+    ]
 }

@@ -17,6 +17,7 @@ zone = "coralcdn.test"     # the zone dnssrv serves: proxies are *.http.L2.L1.L0
 alias = "coral.test"       # the short alias (a DNAME to http.L2.L1.L0.<zone>): www.x.com.<alias>
 # http = "127.0.0.1:8090"  # CoralProxy's HTTP address (one SO_REUSEPORT listener per core, §2.2);
                            # default: the DSHT address's IP, port 8090 (the pointers it stores name it)
+dns = "127.0.0.1:7053"     # dnssrv's UDP and TCP address (53 in production; SO_REUSEPORT)
 
 [dht]
 level_thresholds_ms = [0, 60, 20]  # level 0 is unbounded (written 0 here)
@@ -68,14 +69,19 @@ pub struct FileConfig {
     pub zone: Option<String>,
     /// The short alias zone of Coralized URLs (the paper's `nyud.net`).
     pub alias: Option<String>,
+    /// dnssrv's UDP and TCP address.
+    pub dns: Option<SocketAddr>,
+    /// The HTTP proxy's address: the node advertises the HTTP service.
+    pub http: Option<SocketAddr>,
+    /// dnssrv's limits.
+    #[serde(default)]
+    pub dnssrv: crate::dns::DnsSection,
     /// DSHT parameters.
     #[serde(default)]
     pub dht: DhtSection,
     /// Clustering parameters.
     #[serde(default)]
     pub clusters: ClustersSection,
-    /// CoralProxy's HTTP address.
-    pub http: Option<SocketAddr>,
     /// CoralProxy and its cache.
     #[serde(default)]
     pub proxy: ProxySection,
@@ -252,10 +258,15 @@ pub struct NodeConfig {
     /// The alias zone, lower case, no trailing dot (a DNAME to
     /// `http.L2.L1.L0.<zone>`).
     pub alias: Option<String>,
+    /// dnssrv's UDP and TCP address (none: no DNS server).
+    pub dns: Option<SocketAddr>,
+    /// dnssrv's limits.
+    pub dnssrv: crate::dns::DnsSection,
     /// The DSHT's parameters.
     pub dht: coral::Config,
     /// CoralProxy's HTTP address; `None`: the DSHT address's IP, port 8090
-    /// ([`NodeConfig::http_addr`]).
+    /// ([`NodeConfig::http_addr`]). dnssrv advertises the HTTP service when
+    /// it is set.
     pub http: Option<SocketAddr>,
     /// CoralProxy and its cache.
     pub proxy: ProxyConfig,
@@ -285,8 +296,10 @@ impl NodeConfig {
             cores: 0,
             zone: String::new(),
             alias: None,
-            dht: coral::Config::default(),
+            dns: None,
             http: None,
+            dnssrv: crate::dns::DnsSection::default(),
+            dht: coral::Config::default(),
             proxy: ProxyConfig::default(),
         };
         cfg.overlay(f)?;
@@ -314,6 +327,15 @@ impl NodeConfig {
         }
         if let Some(a) = &f.alias {
             self.alias = Some(dns_name("alias", a)?);
+        }
+        if let Some(a) = f.dns {
+            self.dns = Some(a);
+        }
+        if let Some(a) = f.http {
+            self.http = Some(a);
+        }
+        if f.dnssrv != crate::dns::DnsSection::default() {
+            self.dnssrv = f.dnssrv.clone();
         }
         let d = &f.dht;
         if let Some(t) = &d.level_thresholds_ms {
@@ -353,9 +375,6 @@ impl NodeConfig {
         }
         if let Some(p) = c.leave_percent {
             self.dht.cluster_leave_percent = p;
-        }
-        if let Some(a) = f.http {
-            self.http = Some(a);
         }
         let p = &f.proxy;
         if let Some(d) = &p.cache_dir {
@@ -444,6 +463,7 @@ impl NodeConfig {
             return Err("cores: at most 1024".into());
         }
         dns_name("zone", &self.zone)?;
+        self.dnssrv.validate()?;
         if let Some(a) = &self.alias {
             dns_name("alias", a)?;
             if *a == self.zone {

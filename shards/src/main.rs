@@ -12,6 +12,7 @@ pub mod cache;
 mod client;
 mod config;
 mod demo;
+mod dns;
 mod hints;
 mod proxy;
 mod runtime;
@@ -65,6 +66,9 @@ enum Command {
         alias: Option<String>,
         #[command(flatten)]
         proxy: ProxyArgs,
+        /// UDP and TCP address of dnssrv, the DNS redirector.
+        #[arg(long)]
+        dns: Option<SocketAddr>,
     },
     /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
@@ -241,6 +245,7 @@ fn main() -> ExitCode {
             zone,
             alias,
             proxy,
+            dns,
         } => {
             init_logging();
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
@@ -258,6 +263,9 @@ fn main() -> ExitCode {
             }
             if let Some(a) = admin {
                 cfg.admin = a;
+            }
+            if let Some(a) = dns {
+                cfg.dns = Some(a);
             }
             if let Some(z) = zone {
                 match config::dns_name("zone", &z) {

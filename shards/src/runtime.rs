@@ -131,7 +131,7 @@ impl Shard {
     /// loopback or a NIC almost never blocks, and a syscall is cheaper than
     /// a round trip through the ring. Only a send that would block waits on
     /// the ring.
-    async fn flush(&self) {
+    pub async fn flush(&self) {
         let mut deferred: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
         let mut events = Vec::new();
         let mut learned = Vec::new();
@@ -397,6 +397,11 @@ impl Shard {
         self.senders.try_send_to(core, msg).is_ok()
     }
 
+    /// This core's node (dnssrv reads its snapshot from it).
+    pub fn node(&self) -> std::cell::RefMut<'_, Node> {
+        self.node.borrow_mut()
+    }
+
     /// Whether the node is shutting down.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
@@ -559,6 +564,14 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
     .into_iter()
     .map(Some)
     .collect::<Vec<_>>();
+    let mut dns_fds: Vec<Option<crate::dns::DnsFds>> = match config.dns {
+        Some(a) => crate::dns::bind_group(a, cores)
+            .map_err(|e| format!("cannot bind the DNS address {a}: {e}"))?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => Vec::new(),
+    };
     let stop = Arc::new(AtomicBool::new(false));
     block_stop_signals();
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
@@ -598,6 +611,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
         let clusters = clusters.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
         let cache = caches[core].take().ok_or("one cache handle per core")?;
+        let dns = dns_fds.get_mut(core).and_then(Option::take);
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
         // fewer leaves placement to the kernel: several small nodes on one
@@ -618,6 +632,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
                     epoch,
                     clusters,
                     cache,
+                    dns,
                 };
                 core_main(start, config, mesh, stop, hints).await
             })
@@ -629,7 +644,7 @@ pub fn run(config: NodeConfig) -> Result<(), String> {
             })?;
         handles.push(handle);
     }
-    tracing::info!(addr = %config.dsht, admin = %config.admin, http = %config.http_addr(), cores, "coral node running");
+    tracing::info!(addr = %config.dsht, admin = %config.admin, http = %config.http_addr(), dns = ?config.dns, cores, "coral node running");
     wait_for_stop_signal();
     tracing::info!("stopping");
     stop.store(true, Ordering::Relaxed);
@@ -654,6 +669,8 @@ struct CoreStart {
     clusters: Vec<Id>,
     /// This core's handle on the disk cache.
     cache: crate::cache::CoreCache,
+    /// dnssrv's sockets for this core, if it serves DNS.
+    dns: Option<crate::dns::DnsFds>,
 }
 
 async fn core_main(
@@ -670,6 +687,7 @@ async fn core_main(
         epoch,
         clusters,
         cache,
+        dns,
     } = start;
     let (senders, mut receivers) = mesh
         .join()
@@ -749,6 +767,9 @@ async fn core_main(
         crate::admin::spawn(shard.clone(), config.admin)?;
     }
     crate::proxy::spawn(shard.clone(), &config, cache)?;
+    if let Some(fds) = dns {
+        crate::dns::spawn(shard.clone(), fds, &config)?;
+    }
     // Timers, until told to stop.
     while !shard.stopping() {
         if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {

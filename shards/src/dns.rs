@@ -1,0 +1,620 @@
+//! dnssrv's runtime (NSDI 2004 §3.1): UDP and TCP on every core. The
+//! answers come from the core crate's sans-IO `coral::dns::Dnssrv`; this
+//! file only moves datagrams and TCP frames, and carries out what the
+//! answer function asks for off the hot path (client RTT probes, proxy
+//! verification pings).
+//!
+//! - **Sockets.** Each core binds its own UDP socket and TCP listener on
+//!   the `dns` address with SO_REUSEPORT; the kernel spreads queries and
+//!   connections over the cores.
+//! - **Snapshot.** Each core refreshes its [`View`] from its own `Node`
+//!   every `VIEW_REFRESH`: answering reads the snapshot, never the routing
+//!   tables.
+//! - **TCP** (RFC 7766): two-octet length framing, any number of pipelined
+//!   queries per connection answered in order, at most
+//!   `tcp_connections_max` connections per core, closed after `tcp_idle_ms`
+//!   without a query; the accept loop backs off on errors.
+//! - **Probes.** A thread per core measures a client's RTT with one UDP
+//!   datagram to a closed port (the port-unreachable answer times the round
+//!   trip); `coral::dns` bounds how many are asked for (per destination,
+//!   per /24 and per second), so coral is no probe reflector.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket as StdUdpSocket};
+use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
+use std::rc::Rc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use coral::dns::{DnsConfig, Dnssrv, FollowUp, Transport, View};
+use coral::wire::Services;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream, UdpSocket};
+use serde::Deserialize;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::config::NodeConfig;
+use crate::runtime::Shard;
+
+/// How often a core re-reads its snapshot from its node.
+const VIEW_REFRESH: Duration = Duration::from_millis(200);
+/// Largest query datagram read.
+const UDP_QUERY_BYTES_MAX: usize = 4096;
+/// Datagrams read without waiting after each awaited one (then the
+/// executor's other tasks get their turn).
+const RECV_BATCH_MAX: usize = 256;
+/// How long an RTT probe waits for its answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// The closed port RTT probes go to (traceroute's).
+const PROBE_PORT: u16 = 33434;
+/// Verification pings sent for one level at a time.
+const VERIFY_PINGS_MAX: usize = 8;
+/// Probes queued per core before new ones are dropped.
+const PROBES_QUEUED_MAX: usize = 64;
+/// Longest and shortest back-off of the TCP accept loop after an error.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// `[dnssrv]`: dnssrv's limits (each optional; `coral::dns::DnsConfig` has
+/// the defaults).
+#[derive(Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DnsSection {
+    /// A records per answer (1–16; default 4).
+    pub answers_max: Option<usize>,
+    /// Name servers per delegation (1–8; default 3).
+    pub nameservers_max: Option<usize>,
+    /// A proxy is live if it answered one of our RPCs this recently (300).
+    pub live_secs: Option<u64>,
+    /// Largest UDP answer with EDNS (512–4096; default 1232).
+    pub udp_payload_bytes: Option<u16>,
+    /// The level of a client not measured yet (0–2; default 0).
+    pub default_level: Option<u8>,
+    /// UDP responses a second per client /24 or /56 (0: off; default 100).
+    pub rrl_responses_per_sec: Option<u32>,
+    /// Over the limit every n-th response is sent truncated (default 2).
+    pub rrl_slip: Option<u32>,
+    /// A client address is probed at most once this often (600).
+    pub probe_interval_secs: Option<u64>,
+    /// Probes per /24 per interval (4).
+    pub probes_per_prefix: Option<u32>,
+    /// Probes a second per core (20; 0: never probe).
+    pub probes_per_sec: Option<u32>,
+    /// Client networks remembered per core (65536).
+    pub clients_max: Option<usize>,
+    /// How long a measured RTT is used (3600).
+    pub client_rtt_secs: Option<u64>,
+    /// TCP connections per core (256).
+    pub tcp_connections_max: Option<usize>,
+    /// A TCP connection with no query this long is closed (10000).
+    pub tcp_idle_ms: Option<u64>,
+    /// This node's proxy is non-recursive: it serves only clients on its
+    /// local network, and dnssrv (on every node) gives its address only to
+    /// those (§3.1). Advertised as the non-recursive service bit.
+    pub non_recursive: Option<bool>,
+    /// Known RTTs of client networks instead of measured ones, by address
+    /// (its /24 or /56): `{ "192.0.2.0" = 15 }`. For resolvers whose
+    /// distance is known, and for tests, which place clients at a level.
+    #[serde(default)]
+    pub client_rtt_ms: BTreeMap<String, u32>,
+}
+
+impl DnsSection {
+    /// dnssrv's configuration for a node configured as `cfg`.
+    pub fn dns_config(&self, cfg: &NodeConfig) -> DnsConfig {
+        let d = DnsConfig::default();
+        DnsConfig {
+            zone: cfg.zone.clone(),
+            alias: cfg.alias.clone(),
+            level_thresholds_ms: cfg.dht.level_thresholds_ms.clone(),
+            answers_max: self.answers_max.unwrap_or(d.answers_max),
+            nameservers_max: self.nameservers_max.unwrap_or(d.nameservers_max),
+            live_secs: self.live_secs.unwrap_or(d.live_secs),
+            udp_payload_bytes: self.udp_payload_bytes.unwrap_or(d.udp_payload_bytes),
+            default_level: self.default_level.unwrap_or(d.default_level),
+            rrl_responses_per_sec: self
+                .rrl_responses_per_sec
+                .unwrap_or(d.rrl_responses_per_sec),
+            rrl_slip: self.rrl_slip.unwrap_or(d.rrl_slip),
+            probe_interval_secs: self.probe_interval_secs.unwrap_or(d.probe_interval_secs),
+            probes_per_prefix: self.probes_per_prefix.unwrap_or(d.probes_per_prefix),
+            probes_per_sec: self.probes_per_sec.unwrap_or(d.probes_per_sec),
+            clients_max: self.clients_max.unwrap_or(d.clients_max),
+            client_rtt_secs: self.client_rtt_secs.unwrap_or(d.client_rtt_secs),
+            serial: d.serial,
+        }
+    }
+
+    /// Checks every limit against its bound.
+    pub fn validate(&self) -> Result<(), String> {
+        let bad = |what: &str, range: &str| Err(format!("[dnssrv] {what} must be {range}"));
+        if self
+            .answers_max
+            .is_some_and(|n| !(1..=coral::dns::ANSWERS_MAX).contains(&n))
+        {
+            return bad("answers_max", "1-16");
+        }
+        if self
+            .nameservers_max
+            .is_some_and(|n| !(1..=coral::dns::NAMESERVERS_MAX).contains(&n))
+        {
+            return bad("nameservers_max", "1-8");
+        }
+        if self
+            .udp_payload_bytes
+            .is_some_and(|n| !(512..=4096).contains(&n))
+        {
+            return bad("udp_payload_bytes", "512-4096");
+        }
+        if self.default_level.is_some_and(|l| l > 2) {
+            return bad("default_level", "0-2");
+        }
+        if self.tcp_connections_max == Some(0) || self.tcp_idle_ms == Some(0) {
+            return bad("tcp_connections_max and tcp_idle_ms", "above 0");
+        }
+        if self.clients_max == Some(0) {
+            return bad("clients_max", "above 0");
+        }
+        for ip in self.client_rtt_ms.keys() {
+            if ip.parse::<IpAddr>().is_err() {
+                return Err(format!(
+                    "[dnssrv] client_rtt_ms: {ip:?} is not an IP address"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One core's sockets.
+pub struct DnsFds {
+    udp: RawFd,
+    tcp: RawFd,
+}
+
+/// Binds `cores` UDP sockets and TCP listeners on `addr`, each in one
+/// SO_REUSEPORT group, before the executors start (so a bad address fails
+/// the start with a clear error).
+pub fn bind_group(addr: SocketAddr, cores: usize) -> io::Result<Vec<DnsFds>> {
+    let mut out = Vec::with_capacity(cores);
+    for _ in 0..cores {
+        let u = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        u.set_reuse_port(true)?;
+        u.set_nonblocking(true)?;
+        let _ = u.set_recv_buffer_size(4 << 20);
+        u.bind(&addr.into())?;
+        let t = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        t.set_reuse_port(true)?;
+        t.set_reuse_address(true)?;
+        t.set_nonblocking(true)?;
+        t.bind(&addr.into())?;
+        t.listen(1024)?;
+        out.push(DnsFds {
+            udp: u.into_raw_fd(),
+            tcp: t.into_raw_fd(),
+        });
+    }
+    Ok(out)
+}
+
+/// The services a node with this config advertises for dnssrv: DNS, the
+/// HTTP proxy when an `http` address is configured, and non-recursive when
+/// `[dnssrv] non_recursive` says so.
+pub fn services(cfg: &NodeConfig) -> Services {
+    let mut s = Services::DNS;
+    if cfg.http.is_some() {
+        s = s.with(Services::HTTP);
+    }
+    if cfg.dnssrv.non_recursive == Some(true) {
+        s = s.with(Services::NON_RECURSIVE);
+    }
+    s
+}
+
+/// One core's dnssrv.
+struct Core {
+    shard: Rc<Shard>,
+    srv: RefCell<Dnssrv>,
+    view: RefCell<View>,
+    probe_tx: mpsc::SyncSender<IpAddr>,
+    rtt_rx: mpsc::Receiver<(IpAddr, Duration)>,
+    tcp_open: Cell<usize>,
+    tcp_connections_max: usize,
+    tcp_idle: Duration,
+}
+
+/// Starts dnssrv on this core: UDP, TCP, and its upkeep task.
+pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), String> {
+    let dcfg = cfg.dnssrv.dns_config(cfg);
+    let mut srv = Dnssrv::new(dcfg);
+    let now = shard.now();
+    for (ip, ms) in &cfg.dnssrv.client_rtt_ms {
+        if let Ok(ip) = ip.parse() {
+            srv.pin_rtt(ip, coral::Duration::from_millis(u64::from(*ms)), now);
+        }
+    }
+    let services = {
+        let mut node = shard.node();
+        let s = node.services().with(services(cfg));
+        node.set_services(s);
+        s
+    };
+    let view = View::from_node(&shard.node(), services);
+    let (probe_tx, probe_rx) = mpsc::sync_channel::<IpAddr>(PROBES_QUEUED_MAX);
+    let (rtt_tx, rtt_rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("coral-dns-probe-{}", shard.core))
+        .spawn(move || {
+            while let Ok(ip) = probe_rx.recv() {
+                if let Some(rtt) = measure_rtt(ip, PROBE_TIMEOUT) {
+                    if rtt_tx.send((ip, rtt)).is_err() {
+                        break;
+                    }
+                }
+            }
+        })
+        .map_err(|e| format!("cannot start the DNS probe thread: {e}"))?;
+    // SAFETY: `fds.udp` and `fds.tcp` were made by `bind_group` for this
+    // core alone; ownership passes to the glommio sockets, which close them.
+    let udp = unsafe { UdpSocket::from_raw_fd(fds.udp) };
+    // SAFETY: as above.
+    let listener = unsafe { TcpListener::from_raw_fd(fds.tcp) };
+    // SAFETY: a second handle on the UDP descriptor for direct non-blocking
+    // syscalls; ManuallyDrop keeps it from closing what `udp` owns.
+    let raw = std::mem::ManuallyDrop::new(unsafe { Socket::from_raw_fd(fds.udp) });
+    let core = Rc::new(Core {
+        shard,
+        srv: RefCell::new(srv),
+        view: RefCell::new(view),
+        probe_tx,
+        rtt_rx,
+        tcp_open: Cell::new(0),
+        tcp_connections_max: cfg.dnssrv.tcp_connections_max.unwrap_or(256),
+        tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms.unwrap_or(10_000)),
+    });
+    glommio::spawn_local(udp_loop(core.clone(), udp, raw)).detach();
+    glommio::spawn_local(accept_loop(core.clone(), listener)).detach();
+    glommio::spawn_local(upkeep(core, services)).detach();
+    Ok(())
+}
+
+impl Core {
+    fn answer(&self, query: &[u8], from: SocketAddr, t: Transport, out: &mut Vec<u8>) -> bool {
+        let now = self.shard.now();
+        let view = self.view.borrow();
+        self.srv
+            .borrow_mut()
+            .answer(now, query, from, t, &view, out)
+    }
+}
+
+/// Datagrams moved per recvmmsg / sendmmsg call.
+const MMSG_BATCH: usize = 32;
+
+/// Queries over UDP: await one datagram through the ring, then read what
+/// else is queued in batches (`recvmmsg`, without waiting) and send the
+/// batch's answers with one `sendmmsg`, as Knot and NSD do: two system
+/// calls per batch instead of two per query.
+async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<Socket>) {
+    let mut first = vec![0u8; UDP_QUERY_BYTES_MAX];
+    let mut rx = RecvBatch::new();
+    let mut tx = SendBatch::new();
+    loop {
+        match udp.recv_from(&mut first).await {
+            Ok((n, from)) => {
+                let q = first.get(..n).unwrap_or(&[]);
+                tx.answer(&core, q, from);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "dns recv failed");
+                glommio::timer::sleep(ACCEPT_BACKOFF_MIN).await;
+                continue;
+            }
+        }
+        for _ in 0..RECV_BATCH_MAX / MMSG_BATCH {
+            let n = rx.recv(&raw);
+            for i in 0..n {
+                if tx.len == MMSG_BATCH {
+                    tx.send(&udp, &raw).await;
+                }
+                if let Some((q, from)) = rx.get(i) {
+                    tx.answer(&core, q, from);
+                }
+            }
+            tx.send(&udp, &raw).await;
+            // Queries that came while this batch was answered are read
+            // at once; only an empty socket sends us back to the ring.
+            if n == 0 {
+                break;
+            }
+        }
+        tx.send(&udp, &raw).await;
+    }
+}
+
+/// Receive buffers for one `recvmmsg`.
+struct RecvBatch {
+    bufs: Vec<Vec<u8>>,
+    addrs: Vec<libc::sockaddr_storage>,
+    lens: [(usize, libc::socklen_t); MMSG_BATCH],
+}
+
+impl RecvBatch {
+    fn new() -> RecvBatch {
+        RecvBatch {
+            bufs: (0..MMSG_BATCH)
+                .map(|_| vec![0u8; UDP_QUERY_BYTES_MAX])
+                .collect(),
+            // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+            addrs: (0..MMSG_BATCH)
+                .map(|_| unsafe { std::mem::zeroed() })
+                .collect(),
+            lens: [(0, 0); MMSG_BATCH],
+        }
+    }
+
+    /// Reads up to `MMSG_BATCH` queued datagrams without waiting.
+    fn recv(&mut self, sock: &Socket) -> usize {
+        use std::os::fd::AsRawFd;
+        let mut iovs: [libc::iovec; MMSG_BATCH] = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MMSG_BATCH];
+        // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
+        let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+        for ((iov, hdr), (buf, addr)) in iovs
+            .iter_mut()
+            .zip(hdrs.iter_mut())
+            .zip(self.bufs.iter_mut().zip(self.addrs.iter_mut()))
+        {
+            iov.iov_base = buf.as_mut_ptr().cast();
+            iov.iov_len = buf.len();
+            hdr.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
+            hdr.msg_hdr.msg_namelen =
+                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            hdr.msg_hdr.msg_iov = iov;
+            hdr.msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: every header points at a live iovec, buffer and address of
+        // `self` (or of `iovs`, alive across the call), with their true
+        // lengths; the kernel writes at most that much.
+        let n = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                MMSG_BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let n = if n < 0 { 0 } else { n as usize };
+        for (l, h) in self.lens.iter_mut().zip(hdrs.iter()).take(n) {
+            *l = (h.msg_len as usize, h.msg_hdr.msg_namelen);
+        }
+        n
+    }
+
+    /// Datagram `i` of the last `recv` and its sender.
+    fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+        let &(len, namelen) = self.lens.get(i)?;
+        let storage = *self.addrs.get(i)?;
+        // SAFETY: the kernel filled `storage` with an address of `namelen`
+        // octets for datagram `i`.
+        let addr = unsafe { socket2::SockAddr::new(storage, namelen) };
+        Some((self.bufs.get(i)?.get(..len)?, addr.as_socket()?))
+    }
+}
+
+/// Answers waiting for one `sendmmsg`.
+struct SendBatch {
+    outs: Vec<Vec<u8>>,
+    to: Vec<socket2::SockAddr>,
+    len: usize,
+}
+
+impl SendBatch {
+    fn new() -> SendBatch {
+        SendBatch {
+            outs: (0..MMSG_BATCH).map(|_| Vec::with_capacity(1232)).collect(),
+            to: Vec::with_capacity(MMSG_BATCH),
+            len: 0,
+        }
+    }
+
+    /// Answers `q` into the next slot (callers send before it fills).
+    fn answer(&mut self, core: &Core, q: &[u8], from: SocketAddr) {
+        let Some(out) = self.outs.get_mut(self.len) else {
+            return;
+        };
+        if core.answer(q, from, Transport::Udp, out) {
+            self.to.push(from.into());
+            self.len += 1;
+        }
+    }
+
+    async fn send(&mut self, udp: &UdpSocket, sock: &Socket) {
+        use std::os::fd::AsRawFd;
+        if self.len == 0 {
+            return;
+        }
+        let mut iovs: [libc::iovec; MMSG_BATCH] = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MMSG_BATCH];
+        // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
+        let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
+        for ((iov, hdr), (out, to)) in iovs
+            .iter_mut()
+            .zip(hdrs.iter_mut())
+            .zip(self.outs.iter_mut().zip(self.to.iter()))
+        {
+            iov.iov_base = out.as_mut_ptr().cast();
+            iov.iov_len = out.len();
+            hdr.msg_hdr.msg_name = to.as_ptr() as *mut libc::c_void;
+            hdr.msg_hdr.msg_namelen = to.len();
+            hdr.msg_hdr.msg_iov = iov;
+            hdr.msg_hdr.msg_iovlen = 1;
+        }
+        let mut done = 0;
+        while done < self.len {
+            // SAFETY: headers `done..len` point at live answers and
+            // addresses of `self` (and at `iovs`), with their true lengths;
+            // the kernel only reads them.
+            let n = unsafe {
+                libc::sendmmsg(
+                    sock.as_raw_fd(),
+                    hdrs.as_mut_ptr().add(done),
+                    (self.len - done) as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                done += n as usize;
+                continue;
+            }
+            // Would block (or failed): this one through the ring, then on.
+            if let (Some(out), Some(to)) = (self.outs.get(done), self.to.get(done)) {
+                if let Some(to) = to.as_socket() {
+                    let _ = udp.send_to(out, to).await;
+                }
+            }
+            done += 1;
+        }
+        self.len = 0;
+        self.to.clear();
+    }
+}
+
+/// Accepts TCP connections up to the cap; on an error (descriptors
+/// exhausted, say) it waits, doubling the wait up to a second.
+async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                s
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "dns accept failed");
+                glommio::timer::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        if core.tcp_open.get() >= core.tcp_connections_max {
+            drop(stream);
+            continue;
+        }
+        core.tcp_open.set(core.tcp_open.get() + 1);
+        let c = core.clone();
+        glommio::spawn_local(async move {
+            let _ = serve_tcp(&c, stream).await;
+            c.tcp_open.set(c.tcp_open.get().saturating_sub(1));
+        })
+        .detach();
+    }
+}
+
+/// One TCP connection: length-framed queries, answered in order.
+async fn serve_tcp(core: &Core, mut stream: TcpStream) -> io::Result<()> {
+    stream.set_read_timeout(Some(core.tcp_idle))?;
+    let _ = stream.set_nodelay(true);
+    let from = stream.peer_addr()?;
+    let mut query = Vec::with_capacity(512);
+    let mut out = Vec::with_capacity(2048);
+    let mut frame = Vec::with_capacity(2048);
+    loop {
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).await?;
+        query.resize(usize::from(u16::from_be_bytes(len)), 0);
+        stream.read_exact(&mut query).await?;
+        if !core.answer(&query, from, Transport::Tcp, &mut out) {
+            // Nothing to say to this one (a response, a runt): the stream
+            // can no longer be trusted to be in step.
+            return Ok(());
+        }
+        frame.clear();
+        frame.extend_from_slice(&(out.len().min(usize::from(u16::MAX)) as u16).to_be_bytes());
+        frame.extend_from_slice(&out);
+        stream.write_all(&frame).await?;
+    }
+}
+
+/// Refreshes the snapshot and carries out the answer function's follow-ups.
+async fn upkeep(core: Rc<Core>, services: Services) {
+    loop {
+        glommio::timer::sleep(VIEW_REFRESH).await;
+        if core.shard.stopping() {
+            return;
+        }
+        let now = core.shard.now();
+        *core.view.borrow_mut() = View::from_node(&core.shard.node(), services);
+        while let Ok((ip, rtt)) = core.rtt_rx.try_recv() {
+            tracing::debug!(%ip, rtt_us = rtt.as_micros() as u64, "client measured");
+            core.srv.borrow_mut().on_rtt(
+                ip,
+                coral::Duration::from_micros(rtt.as_micros() as u64),
+                now,
+            );
+        }
+        let mut pinged = false;
+        loop {
+            let f = core.srv.borrow_mut().poll_followup();
+            match f {
+                None => break,
+                Some(FollowUp::Probe(ip)) => {
+                    // A full queue drops the probe; the client stays at the
+                    // default level until a later query asks again.
+                    let _ = core.probe_tx.try_send(ip);
+                }
+                Some(FollowUp::Verify(level)) => {
+                    // Ping the level's proxies not verified lately (at most
+                    // VERIFY_PINGS_MAX); answers refresh their entries.
+                    let live = coral::Duration::from_secs(core.srv.borrow().config().live_secs);
+                    let mut node = core.shard.node();
+                    let stale: Vec<SocketAddr> = node
+                        .routing_table(level)
+                        .map(|t| {
+                            t.with_services(Services::HTTP)
+                                .filter(|e| now.saturating_since(e.last_seen) > live)
+                                .map(|e| e.contact.addr)
+                                .take(VERIFY_PINGS_MAX)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    for addr in stale {
+                        node.verify_alive(now, addr);
+                    }
+                    pinged = true;
+                }
+            }
+        }
+        if pinged {
+            core.shard.flush().await;
+        }
+    }
+}
+
+/// The round trip to `ip`: one UDP datagram to a closed port, timed until
+/// the ICMP port-unreachable comes back (a connected UDP socket reports it
+/// as a refused receive). `None` if nothing answers in time.
+fn measure_rtt(ip: IpAddr, timeout: Duration) -> Option<Duration> {
+    let bind: SocketAddr = match ip {
+        IpAddr::V4(_) => "0.0.0.0:0".parse().ok()?,
+        IpAddr::V6(_) => "[::]:0".parse().ok()?,
+    };
+    let s = StdUdpSocket::bind(bind).ok()?;
+    s.connect(SocketAddr::new(ip, PROBE_PORT)).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    let start = Instant::now();
+    s.send(b"coral dnssrv rtt probe").ok()?;
+    let mut buf = [0u8; 64];
+    match s.recv(&mut buf) {
+        Ok(_) => Some(start.elapsed()),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Some(start.elapsed()),
+        Err(_) => None,
+    }
+}

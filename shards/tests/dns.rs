@@ -1,0 +1,506 @@
+//! dnssrv (NSDI 2004 §3.1) on a running `coral node`, queried by real
+//! clients (kdig, dig, a real recursive resolver: unbound) on 127.13.x.y.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+const DNS_PORT: u16 = 5300;
+
+/// A directory of its own under the system's temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let p =
+            std::env::temp_dir().join(format!("coral-dns-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process, killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One `coral node --cores 1` serving DNS on `ip:port`.
+struct Node {
+    _proc: Proc,
+    dns: SocketAddr,
+    _dir: TempDir,
+}
+
+impl Node {
+    fn start(ip: &str, port: u16, extra_config: &str) -> Node {
+        let dir = TempDir::new(ip);
+        let config = dir.0.join("coral.toml");
+        std::fs::write(&config, format!("http = \"{ip}:8080\"\n{extra_config}")).unwrap();
+        let child = Command::new(CORAL)
+            .args(["node", "--cores", "1"])
+            .args(["--dsht", &format!("{ip}:7000")])
+            .args(["--admin", &format!("{ip}:7080")])
+            .args(["--dns", &format!("{ip}:{port}")])
+            .args(["--config", config.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start coral node");
+        let node = Node {
+            _proc: Proc(child),
+            dns: format!("{ip}:{port}").parse().unwrap(),
+            _dir: dir,
+        };
+        // Ready when it answers a query.
+        let start = Instant::now();
+        let q = query(1, "coralcdn.test", 6, false);
+        loop {
+            if udp_exchange(node.dns, &q, Duration::from_millis(200)).is_some() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "node at {ip} did not answer DNS"
+            );
+        }
+        node
+    }
+
+    fn kdig(&self, args: &[&str]) -> String {
+        kdig(self.dns, args)
+    }
+}
+
+fn kdig(server: SocketAddr, args: &[&str]) -> String {
+    let out = Command::new("kdig")
+        .arg(format!("@{}", server.ip()))
+        .args(["-p", &server.port().to_string()])
+        .args(["+retry=3", "+timeout=2"])
+        .args(args)
+        .output()
+        .expect("run kdig (knot-dnsutils)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A query in wire form: id, name, type, with or without an OPT record.
+fn query(id: u16, name: &str, qtype: u16, edns: bool) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)]);
+    for l in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    if edns {
+        q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+    }
+    q
+}
+
+fn udp_exchange(server: SocketAddr, q: &[u8], wait: Duration) -> Option<Vec<u8>> {
+    let s = UdpSocket::bind("127.13.0.200:0").ok()?;
+    s.set_read_timeout(Some(wait)).ok()?;
+    s.send_to(q, server).ok()?;
+    let mut buf = [0u8; 4096];
+    let (n, _) = s.recv_from(&mut buf).ok()?;
+    Some(buf[..n].to_vec())
+}
+
+fn rcode(answer: &[u8]) -> u8 {
+    answer[3] & 0x0f
+}
+
+/// The records of one section as kdig prints them: (owner, ttl, type, data).
+fn records(out: &str, section: &str) -> Vec<(String, u32, String, String)> {
+    let mut v = Vec::new();
+    let mut inside = false;
+    for line in out.lines() {
+        if line.starts_with(";;") {
+            inside = line.contains(&format!("{section} SECTION"));
+            continue;
+        }
+        if !inside || line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() >= 5 {
+            v.push((
+                f[0].to_string(),
+                f[1].parse().unwrap_or(0),
+                f[3].to_string(),
+                f[4].to_string(),
+            ));
+        }
+    }
+    v
+}
+
+fn status(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.split("status: ").nth(1))
+        .map(|s| s.split(';').next().unwrap_or("").trim().to_string())
+        .unwrap_or_default()
+}
+
+fn flags(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(";; Flags: "))
+        .map(|s| s.split(';').next().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
+    // Clients in 127.13.2/24 are 100 ms away (level 0), 127.13.3/24 40 ms
+    // (level 1 within 60 ms), 127.13.4/24 5 ms (level 2 within 20 ms).
+    let node = Node::start(
+        "127.13.1.1",
+        DNS_PORT,
+        "[dnssrv]\nclient_rtt_ms = { \"127.13.2.0\" = 100, \"127.13.3.0\" = 40, \"127.13.4.0\" = 5 }\n",
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    for (client, ttl, zone) in [
+        ("127.13.2.1", 30, "L0.coralcdn.test."),
+        ("127.13.3.1", 30, "L1.L0.coralcdn.test."),
+        ("127.13.4.1", 60, "L2.L1.L0.coralcdn.test."),
+    ] {
+        let out = node.kdig(&["-b", client, name, "A"]);
+        assert_eq!(status(&out), "NOERROR", "{out}");
+        assert!(flags(&out).contains("aa"), "{out}");
+        assert!(!flags(&out).contains("ra"), "{out}");
+        let answer = records(&out, "ANSWER");
+        assert_eq!(answer.len(), 1, "{out}");
+        assert_eq!(
+            (answer[0].1, answer[0].2.as_str(), answer[0].3.as_str()),
+            (ttl, "A", "127.13.1.1")
+        );
+        let auth = records(&out, "AUTHORITY");
+        assert_eq!(auth.len(), 1, "{out}");
+        let ns_name = format!("ns-7f0d0101.{zone}");
+        assert!(auth[0].0.eq_ignore_ascii_case(zone), "{out}");
+        assert_eq!((auth[0].1, auth[0].2.as_str()), (3600, "NS"));
+        assert!(auth[0].3.eq_ignore_ascii_case(&ns_name), "{out}");
+        let glue = records(&out, "ADDITIONAL");
+        assert!(
+            glue.iter().any(|g| g.0.eq_ignore_ascii_case(&ns_name)
+                && g.1 == 3600
+                && g.2 == "A"
+                && g.3 == "127.13.1.1"),
+            "{out}"
+        );
+    }
+    // RFC 7871: a far resolver (level 0) asking for a client subnet that is
+    // near (level 2) gets level 2's answer, scoped to the subnet's /24.
+    let out = node.kdig(&["-b", "127.13.2.1", "+subnet=127.13.4.0/24", name, "A"]);
+    assert_eq!(records(&out, "ANSWER")[0].1, 60, "{out}");
+    assert!(out.contains("CLIENT-SUBNET: 127.13.4.0/24/24"), "{out}");
+    // A client not measured yet starts at level 0 and is measured in the
+    // background (loopback: well within level 2's 20 ms).
+    let out = node.kdig(&["-b", "127.13.5.1", name, "A"]);
+    assert_eq!(records(&out, "ANSWER")[0].1, 30, "{out}");
+    let start = Instant::now();
+    loop {
+        let out = node.kdig(&["-b", "127.13.5.1", name, "A"]);
+        if records(&out, "ANSWER").first().is_some_and(|a| a.1 == 60) {
+            let auth = records(&out, "AUTHORITY");
+            assert!(
+                auth[0].0.eq_ignore_ascii_case("L2.L1.L0.coralcdn.test."),
+                "{out}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never measured: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn rfc6672_alias_dname_nodata_refused_badvers_and_case() {
+    let node = Node::start("127.13.1.2", DNS_PORT, "");
+    // DNAME, the synthesized CNAME, then the proxy.
+    let out = node.kdig(&["www.x.com.coral.test", "A"]);
+    let answer = records(&out, "ANSWER");
+    assert_eq!(answer.len(), 3, "{out}");
+    assert_eq!(
+        (
+            answer[0].0.as_str(),
+            answer[0].2.as_str(),
+            answer[0].3.as_str()
+        ),
+        ("coral.test.", "DNAME", "http.L2.L1.L0.coralcdn.test.")
+    );
+    assert_eq!(answer[1].2, "CNAME");
+    assert!(answer[1]
+        .3
+        .eq_ignore_ascii_case("www.x.com.http.L2.L1.L0.coralcdn.test."));
+    assert_eq!(
+        (answer[2].2.as_str(), answer[2].3.as_str()),
+        ("A", "127.13.1.2")
+    );
+    // RFC 8020: a name with names under it is NODATA with the SOA.
+    for name in ["L1.L0.coralcdn.test", "L0.coralcdn.test"] {
+        let out = node.kdig(&[name, "A"]);
+        assert_eq!(status(&out), "NOERROR", "{out}");
+        assert!(records(&out, "ANSWER").is_empty(), "{out}");
+        let auth = records(&out, "AUTHORITY");
+        assert_eq!(auth[0].2, "SOA", "{out}");
+        assert!(auth[0].0.eq_ignore_ascii_case(&format!("{name}.")));
+    }
+    // A name that does not exist: NXDOMAIN with the SOA.
+    let out = node.kdig(&["nothing.coralcdn.test", "A"]);
+    assert_eq!(status(&out), "NXDOMAIN", "{out}");
+    assert_eq!(records(&out, "AUTHORITY")[0].2, "SOA");
+    // Outside the zones.
+    assert_eq!(status(&node.kdig(&["example.org", "A"])), "REFUSED");
+    // EDNS version 1.
+    let out = node.kdig(&["+edns=1", "www.x.com.coral.test", "A"]);
+    assert_eq!(status(&out), "BADVERS", "{out}");
+    // Letter case: dig sends the name as typed; the question and the
+    // synthesized CNAME keep it.
+    let out = Command::new("dig")
+        .args(["@127.13.1.2", "-p", &DNS_PORT.to_string(), "+norecurse"])
+        .args(["wWw.X.cOm.coral.test", "A"])
+        .output()
+        .expect("run dig");
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains(";wWw.X.cOm.coral.test."), "{out}");
+    assert!(
+        out.contains("wWw.X.cOm.http.L2.L1.L0.coralcdn.test."),
+        "{out}"
+    );
+    // The same through the raw wire: byte for byte.
+    let q = query(7, "wWw.X.cOm.coral.test", 1, false);
+    let a = udp_exchange(node.dns, &q, Duration::from_secs(5)).unwrap();
+    assert_eq!(&a[12..12 + 22], &q[12..12 + 22]);
+}
+
+#[test]
+fn rfc7766_tc_over_udp_and_the_whole_answer_over_pipelined_tcp() {
+    let node = Node::start("127.13.1.3", DNS_PORT, "");
+    // A long alias name: DNAME, CNAME and A exceed 512 octets without EDNS.
+    let name = format!("{0}.{0}.{0}.{1}.coral.test", "a".repeat(63), "b".repeat(33));
+    let out = node.kdig(&["+noedns", "+ignore", &name, "A"]);
+    assert!(flags(&out).contains("tc"), "{out}");
+    assert!(records(&out, "ANSWER").is_empty(), "{out}");
+    let out = node.kdig(&["+tcp", &name, "A"]);
+    assert!(!flags(&out).contains("tc"), "{out}");
+    assert_eq!(records(&out, "ANSWER").len(), 3, "{out}");
+    // Pipelined: three queries in one write, three answers in order.
+    let mut s = TcpStream::connect(node.dns).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut batch = Vec::new();
+    for (id, n) in [
+        (11u16, "a.coral.test"),
+        (12, &name[..]),
+        (13, "example.org"),
+    ] {
+        let q = query(id, n, 1, false);
+        batch.extend_from_slice(&(q.len() as u16).to_be_bytes());
+        batch.extend_from_slice(&q);
+    }
+    s.write_all(&batch).unwrap();
+    for (id, rc) in [(11u16, 0u8), (12, 0), (13, 5)] {
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len).unwrap();
+        let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
+        s.read_exact(&mut a).unwrap();
+        assert_eq!(u16::from_be_bytes([a[0], a[1]]), id);
+        assert_eq!(rcode(&a), rc);
+        assert_eq!(a[2] & 0x02, 0, "no TC over TCP");
+    }
+}
+
+#[test]
+fn malformed_packets_get_formerr_or_silence_and_the_next_query_is_answered() {
+    let node = Node::start("127.13.1.4", DNS_PORT, "");
+    let good = query(42, "www.x.com.coral.test", 1, true);
+    let header = |id: u8, qd: u8, ar: u8| vec![0, id, 1, 0, 0, qd, 0, 0, 0, 0, 0, ar];
+    // A compression loop: the name points at itself.
+    let mut looped = header(1, 1, 0);
+    looped.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+    // A label of 64 octets.
+    let mut label64 = header(2, 1, 0);
+    label64.push(64);
+    label64.extend_from_slice(&[b'a'; 64]);
+    label64.extend_from_slice(&[0, 0, 1, 0, 1]);
+    // Lying counts: two questions announced, one there; an additional
+    // record announced, none there.
+    let mut lying = query(3, "www.x.com.coral.test", 1, false);
+    lying[5] = 2;
+    let mut lying_ar = query(4, "www.x.com.coral.test", 1, false);
+    lying_ar[11] = 1;
+    for (bad, id) in [(&looped, 1u8), (&label64, 2), (&lying, 3), (&lying_ar, 4)] {
+        let a = udp_exchange(node.dns, bad, Duration::from_secs(5)).expect("an answer");
+        assert_eq!(a[1], id);
+        assert_eq!(rcode(&a), 1, "FORMERR");
+        let a = udp_exchange(node.dns, &good, Duration::from_secs(5)).expect("still answering");
+        assert_eq!(rcode(&a), 0);
+    }
+    // A bare `hello` is not a DNS message: silence, and the server goes on.
+    assert!(udp_exchange(node.dns, b"hello", Duration::from_millis(300)).is_none());
+    let a = udp_exchange(node.dns, &good, Duration::from_secs(5)).expect("still answering");
+    assert_eq!(rcode(&a), 0);
+    // Over TCP too.
+    let mut s = TcpStream::connect(node.dns).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&(looped.len() as u16).to_be_bytes()).unwrap();
+    s.write_all(&looped).unwrap();
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len).unwrap();
+    let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
+    s.read_exact(&mut a).unwrap();
+    assert_eq!(rcode(&a), 1);
+}
+
+fn port_53_free(ip: &str) -> bool {
+    UdpSocket::bind(format!("{ip}:53")).is_ok()
+}
+
+#[test]
+fn unbound_resolves_the_alias_through_dname_and_cname_to_the_proxy() {
+    // Port 53 where the test may bind it, so the name servers' glue (which
+    // carries no port) is reachable too.
+    let ip = "127.13.7.1";
+    let port = if port_53_free(ip) { 53 } else { DNS_PORT };
+    let _node = Node::start(ip, port, "");
+    // unbound answers the special-use `test.` itself (RFC 6761) unless told not to.
+    let dir = TempDir::new("unbound");
+    let conf = dir.0.join("unbound.conf");
+    let d = dir.0.display();
+    std::fs::write(
+        &conf,
+        format!(
+            "server:\n  interface: 127.13.7.53\n  port: 5301\n  do-not-query-localhost: no\n  \
+             chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  \
+             use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  do-ip6: no\n  \
+             access-control: 127.0.0.0/8 allow\n  verbosity: 1\n  \
+             local-zone: \"test.\" nodefault\n\
+             stub-zone:\n  name: \"coralcdn.test\"\n  stub-addr: {ip}@{port}\n\
+             stub-zone:\n  name: \"coral.test\"\n  stub-addr: {ip}@{port}\n"
+        ),
+    )
+    .unwrap();
+    let _unbound = Proc(
+        Command::new("/usr/sbin/unbound")
+            .args(["-d", "-c", conf.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start unbound"),
+    );
+    let resolver: SocketAddr = "127.13.7.53:5301".parse().unwrap();
+    let start = Instant::now();
+    while udp_exchange(
+        resolver,
+        &query(1, "coralcdn.test", 6, false),
+        Duration::from_millis(300),
+    )
+    .is_none()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "unbound did not start"
+        );
+    }
+    let out = kdig(resolver, &["www.x.com.coral.test", "A"]);
+    assert_eq!(status(&out), "NOERROR", "{out}");
+    assert!(flags(&out).contains("ra"), "a recursive answer: {out}");
+    let answer = records(&out, "ANSWER");
+    assert!(answer.iter().any(|r| r.2 == "DNAME"), "{out}");
+    assert!(answer.iter().any(|r| r.2 == "CNAME"), "{out}");
+    assert!(
+        answer.iter().any(|r| r.2 == "A" && r.3 == ip),
+        "the proxy's address through the resolver: {out}"
+    );
+    // A second Coralized name resolves through the same resolver's cache
+    // of the DNAME.
+    let out = kdig(resolver, &["img.y.org.coral.test", "A"]);
+    assert!(
+        records(&out, "ANSWER")
+            .iter()
+            .any(|r| r.2 == "A" && r.3 == ip),
+        "{out}"
+    );
+}
+
+#[test]
+fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
+    let node = Node::start(
+        "127.13.1.5",
+        DNS_PORT,
+        "[dnssrv]\ntcp_connections_max = 2\ntcp_idle_ms = 500\n",
+    );
+    let ask = |s: &mut TcpStream, id: u16| -> std::io::Result<u16> {
+        let q = query(id, "a.coral.test", 1, false);
+        s.write_all(&(q.len() as u16).to_be_bytes())?;
+        s.write_all(&q)?;
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len)?;
+        let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
+        s.read_exact(&mut a)?;
+        Ok(u16::from_be_bytes([a[0], a[1]]))
+    };
+    let open = || {
+        let s = TcpStream::connect(node.dns).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let (mut a, mut b) = (open(), open());
+    assert_eq!(ask(&mut a, 1).unwrap(), 1);
+    assert_eq!(ask(&mut b, 2).unwrap(), 2);
+    // A third while two are open: closed at once, unanswered.
+    let mut c = open();
+    assert!(ask(&mut c, 3).is_err());
+    // An idle connection is closed after tcp_idle_ms (the read sees the
+    // end of the stream), which makes room for a new one.
+    let mut buf = [0u8; 1];
+    assert_eq!(a.read(&mut buf).unwrap(), 0);
+    assert_eq!(b.read(&mut buf).unwrap(), 0);
+    let start = Instant::now();
+    loop {
+        let mut d = open();
+        if ask(&mut d, 4).is_ok_and(|id| id == 4) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no room after the idle ones closed"
+        );
+    }
+}
+
+#[test]
+fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
+    let node = Node::start("127.13.1.6", DNS_PORT, "[dnssrv]\nnon_recursive = true\n");
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let near = node.kdig(&["-b", "127.13.1.77", name, "A"]);
+    assert_eq!(records(&near, "ANSWER")[0].3, "127.13.1.6", "{near}");
+    let far = node.kdig(&["-b", "127.13.6.77", name, "A"]);
+    assert_eq!(status(&far), "NOERROR", "{far}");
+    assert!(records(&far, "ANSWER").is_empty(), "{far}");
+    assert_eq!(records(&far, "AUTHORITY")[0].2, "SOA", "{far}");
+}

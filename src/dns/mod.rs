@@ -1,0 +1,1473 @@
+//! dnssrv, the authoritative DNS redirector (NSDI 2004 §3.1), sans-IO.
+//!
+//! [`Dnssrv::answer`] takes one query (bytes, the client's address, `now`,
+//! the transport) and a [`View`] of what the node knows, and writes the
+//! answer bytes, or nothing. What it wants done off the hot path (measure a
+//! client, verify a level's proxies) it queues as [`FollowUp`]s. No clock,
+//! socket or thread: the runtime (`shards/src/dns.rs`) moves the bytes.
+//!
+//! # The names (zone Z, alias A)
+//!
+//! | name                               | what it holds                                   |
+//! |------------------------------------|-------------------------------------------------|
+//! | `Z`, `L0.Z`, `L1.L0.Z`, `L2.L1.L0.Z` | zone apexes we serve: SOA, NS (+ glue); no A |
+//! | `ns-<hex IP>.<apex>`               | a name server: A (8 hex digits) or AAAA (32)    |
+//! | `http.L2.L1.L0.Z` and every name under it | A/AAAA of live proxies near the client   |
+//! | `A`                                | SOA, NS (named under Z), DNAME → `http.L2.L1.L0.Z` |
+//! | every name under `A`               | the DNAME, the synthesized CNAME, then the proxies |
+//! | anything else under Z              | NXDOMAIN (SOA of the closest apex)              |
+//! | anything else                      | REFUSED                                         |
+//!
+//! `L1.L0.Z` queried for A is NODATA with the SOA, never NXDOMAIN (RFC 8020:
+//! it has names under it).
+//!
+//! # Locality and resolver locking
+//!
+//! The client (the resolver, or the EDNS Client Subnet when one is sent) is
+//! put at level 2 if its network's RTT is within level 2's threshold, else
+//! level 1 if within level 1's, else 0; a network not yet measured is at
+//! level [`DnsConfig::default_level`] (0: no cluster is assumed) and a probe
+//! is asked for ([`FollowUp::Probe`], bounded per destination, per /24 and
+//! per second). A records come from that level's cluster (TTL 30 s at levels
+//! 0–1, 60 s at level 2); the authority section delegates the zone of that
+//! level (`L0.Z`, `L1.L0.Z` or `L2.L1.L0.Z`) to name servers of the same
+//! cluster, with glue, for an hour, so a resolver keeps asking the nearest
+//! dnssrv instances (§3.1). Name servers are named by their address
+//! (`ns-7f0d0101.L2.L1.L0.Z` is 127.13.1.1), so every node can answer for
+//! every name server's glue without any state.
+
+mod limits;
+mod view;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use domain::base::iana::{Class, Opcode, OptRcode, Rcode, Rtype};
+use domain::base::message_builder::{AdditionalBuilder, AnswerBuilder, MessageBuilder, PushError};
+use domain::base::name::{Name, ParsedName};
+use domain::base::opt::{ClientSubnet, Opt, OptRecord, UnknownOptData};
+use domain::base::wire::Composer;
+use domain::base::{Message, Question, Serial, Ttl};
+use domain::dep::octseq::{OctetsBuilder, Truncate};
+use domain::rdata::{Aaaa, Cname, Dname, Ns, Soa, A};
+
+pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
+pub use view::{LevelView, Peer, View};
+
+use crate::node::Level;
+use crate::time::{Duration, Time};
+
+/// Levels the names have: `L0`, `L1`, `L2`.
+pub const LEVELS: usize = 3;
+/// Most A records in one answer.
+pub const ANSWERS_MAX: usize = 16;
+/// Most name servers in one delegation.
+pub const NAMESERVERS_MAX: usize = 8;
+/// Plain DNS over UDP without EDNS (RFC 1035).
+const UDP_PLAIN_BYTES: usize = 512;
+/// A DNS message over TCP.
+const TCP_MESSAGE_BYTES: usize = 65_535;
+/// Time-to-live of A records for clients at levels 0 and 1 (§3.1).
+pub const A_TTL_SECS_NEAR: u32 = 30;
+/// Time-to-live of A records for clients at level 2.
+pub const A_TTL_SECS_LEVEL2: u32 = 60;
+/// Time-to-live of NS records and their glue: resolvers lock onto a cluster's
+/// name servers for an hour (§3.1).
+pub const NS_TTL_SECS: u32 = 3600;
+/// Time-to-live of the SOA, the DNAME and its synthesized CNAME.
+pub const ZONE_TTL_SECS: u32 = 3600;
+/// Negative answers are cached this long (the SOA minimum, RFC 2308).
+pub const NEGATIVE_TTL_SECS: u32 = 30;
+/// EDNS option code of Client Subnet (RFC 7871).
+const OPT_CLIENT_SUBNET: u16 = 8;
+/// How often a level with no live proxy may ask for verification pings.
+const VERIFY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// dnssrv's parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsConfig {
+    /// The zone, lower case, no trailing dot (e.g. `coralcdn.test`).
+    pub zone: String,
+    /// The alias zone (DNAME to `http.L2.L1.L0.<zone>`).
+    pub alias: Option<String>,
+    /// RTT threshold per level in ms (level 0: `u32::MAX`), as the DSHT's.
+    pub level_thresholds_ms: Vec<u32>,
+    /// A records per answer (at most [`ANSWERS_MAX`]).
+    pub answers_max: usize,
+    /// Name servers per delegation (at most [`NAMESERVERS_MAX`]).
+    pub nameservers_max: usize,
+    /// A proxy is live if it answered one of our RPCs this recently.
+    pub live_secs: u64,
+    /// Largest UDP answer with EDNS (RFC 8906 / DNS flag day 2020: 1232).
+    pub udp_payload_bytes: u16,
+    /// The level of a client not measured yet.
+    pub default_level: Level,
+    /// Responses a second per client prefix over UDP (0: no limit).
+    pub rrl_responses_per_sec: u32,
+    /// Over the limit, every `rrl_slip`-th response is sent truncated.
+    pub rrl_slip: u32,
+    /// A destination is probed at most once this often.
+    pub probe_interval_secs: u64,
+    /// Probes per /24 (/56) per `probe_interval_secs`.
+    pub probes_per_prefix: u32,
+    /// Probes a second in all.
+    pub probes_per_sec: u32,
+    /// Client networks remembered.
+    pub clients_max: usize,
+    /// How long a client network's measured RTT is used.
+    pub client_rtt_secs: u64,
+    /// The zones' SOA serial.
+    pub serial: u32,
+}
+
+impl Default for DnsConfig {
+    fn default() -> DnsConfig {
+        DnsConfig {
+            zone: "coralcdn.test".into(),
+            alias: Some("coral.test".into()),
+            level_thresholds_ms: vec![u32::MAX, 60, 20],
+            answers_max: 4,
+            nameservers_max: 3,
+            live_secs: 300,
+            udp_payload_bytes: 1232,
+            default_level: 0,
+            rrl_responses_per_sec: 100,
+            rrl_slip: 2,
+            probe_interval_secs: 600,
+            probes_per_prefix: 4,
+            probes_per_sec: 20,
+            clients_max: 65_536,
+            client_rtt_secs: 3600,
+            serial: 1,
+        }
+    }
+}
+
+/// How the query came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// UDP: size-limited, truncated answers, rate-limited.
+    Udp,
+    /// TCP: the whole answer.
+    Tcp,
+}
+
+/// Work the runtime should do off the hot path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowUp {
+    /// Measure the RTT to this address, then call [`Dnssrv::on_rtt`].
+    Probe(IpAddr),
+    /// No proxy of this level was live: ping its proxies.
+    Verify(Level),
+}
+
+/// What dnssrv counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Queries handed to `answer`.
+    pub queries: u64,
+    /// Answers with proxies in them.
+    pub proxied: u64,
+    /// FORMERR answers.
+    pub formerr: u64,
+    /// REFUSED answers.
+    pub refused: u64,
+    /// NOTIMP answers.
+    pub notimp: u64,
+    /// BADVERS answers.
+    pub badvers: u64,
+    /// NXDOMAIN answers.
+    pub nxdomain: u64,
+    /// UDP answers truncated for size.
+    pub truncated: u64,
+    /// Datagrams not answered (responses, runts, rate-limited).
+    pub dropped: u64,
+    /// Rate-limited responses sent truncated.
+    pub slipped: u64,
+}
+
+/// The zone apexes we serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Apex {
+    Z,
+    L0,
+    L1,
+    L2,
+    Alias,
+}
+
+impl Apex {
+    /// The level whose cluster's name servers the apex's NS set names.
+    fn level(self) -> usize {
+        match self {
+            Apex::Z | Apex::L0 | Apex::Alias => 0,
+            Apex::L1 => 1,
+            Apex::L2 => 2,
+        }
+    }
+
+    fn for_level(level: usize) -> Apex {
+        match level {
+            0 => Apex::L0,
+            1 => Apex::L1,
+            _ => Apex::L2,
+        }
+    }
+}
+
+/// Where a query name falls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Outside,
+    Apex(Apex),
+    NsHost(Apex, IpAddr),
+    Proxy,
+    /// Under the alias; `n` labels precede it.
+    BelowAlias(usize),
+    NxDomain(Apex),
+}
+
+/// What the query said about EDNS.
+#[derive(Clone, Copy, Debug, Default)]
+struct Edns {
+    present: bool,
+    udp: u16,
+    version: u8,
+    dnssec_ok: bool,
+    ecs: Option<Ecs>,
+}
+
+/// An EDNS Client Subnet option (RFC 7871).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ecs {
+    addr: IpAddr,
+    source: u8,
+}
+
+/// Why a query is answered with an error before its name is looked at.
+enum Bad {
+    /// Answered with this code, without the question.
+    Rcode(Rcode),
+}
+
+/// Names the compressor remembers per message.
+const COMPRESS_NAMES_MAX: usize = 24;
+
+/// The answer buffer: a plain `Vec` the builder appends to, reused across
+/// queries (domain's own `Vec` builder needs its `std` feature), and name
+/// compression (RFC 1035 §4.1.4) over flat copies of the names written.
+///
+/// domain's `StaticCompressor` compares label by label through generic
+/// iterators, for every suffix against every name: a quarter of the CPU
+/// time of an answer. Here each name is flattened once and each of its
+/// suffixes compared as bytes (ASCII case folded) with the tails of the
+/// names already written; the longest match becomes a pointer.
+struct Wire {
+    buf: Vec<u8>,
+    /// Boxed: the builders move the target by value at every section.
+    c: Box<Compress>,
+}
+
+/// What the compressor remembers of the names written.
+#[derive(Debug)]
+struct Compress {
+    /// Flat (uncompressed) copies of the names written, back to back.
+    arena: Vec<u8>,
+    /// (offset in the message, offset in the arena, flat length, octets
+    /// written literally: positions below it may be pointed at).
+    names: [(u16, u16, u8, u8); COMPRESS_NAMES_MAX],
+    count: usize,
+}
+
+impl Compress {
+    fn new() -> Box<Compress> {
+        Box::new(Compress {
+            arena: Vec::with_capacity(512),
+            names: [(0, 0, 0, 0); COMPRESS_NAMES_MAX],
+            count: 0,
+        })
+    }
+
+    /// Where the message already holds `suffix` (flat), if anywhere.
+    fn find(&self, suffix: &[u8]) -> Option<u16> {
+        for &(msg_off, arena_off, len, literal) in &self.names[..self.count] {
+            let (len, literal) = (usize::from(len), usize::from(literal));
+            if len < suffix.len() {
+                continue;
+            }
+            let at = len - suffix.len();
+            if at >= literal {
+                continue;
+            }
+            let start = usize::from(arena_off);
+            let Some(tail) = self.arena.get(start + at..start + len) else {
+                continue;
+            };
+            if !tail.eq_ignore_ascii_case(suffix) {
+                continue;
+            }
+            // `at` must be a label boundary of the remembered name.
+            let mut p = 0;
+            while p < at {
+                p += 1 + usize::from(*self.arena.get(start + p)?);
+            }
+            if p == at {
+                return Some(msg_off + at as u16);
+            }
+        }
+        None
+    }
+}
+
+impl Wire {
+    fn new(mut buf: Vec<u8>, mut c: Box<Compress>) -> Wire {
+        buf.clear();
+        c.arena.clear();
+        c.count = 0;
+        Wire { buf, c }
+    }
+}
+
+impl OctetsBuilder for Wire {
+    type AppendError = Infallible;
+    fn append_slice(&mut self, slice: &[u8]) -> Result<(), Infallible> {
+        self.buf.extend_from_slice(slice);
+        Ok(())
+    }
+}
+
+impl Truncate for Wire {
+    fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len);
+        let c = &mut self.c;
+        while c.count > 0 && usize::from(c.names[c.count - 1].0) >= len {
+            c.count -= 1;
+        }
+    }
+}
+
+impl AsRef<[u8]> for Wire {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl AsMut<[u8]> for Wire {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl Composer for Wire {
+    fn append_compressed_name<N: domain::base::ToName + ?Sized>(
+        &mut self,
+        name: &N,
+    ) -> Result<(), Infallible> {
+        // The name as flat octets: as it is when it has them (the query
+        // name, copied flat once per query), else label by label.
+        let mut local = [0u8; 256];
+        let flat: &[u8] = match name.as_flat_slice() {
+            Some(f) => f,
+            None => {
+                let mut len = 0;
+                for label in name.iter_labels() {
+                    let l = label.as_slice();
+                    let Some(dst) = local.get_mut(len..len + 1 + l.len()) else {
+                        break;
+                    };
+                    dst[0] = l.len() as u8;
+                    dst[1..].copy_from_slice(l);
+                    len += 1 + l.len();
+                    if l.is_empty() {
+                        break;
+                    }
+                }
+                &local[..len]
+            }
+        };
+        let len = flat.len();
+        let mut bounds = [0u8; 128];
+        let mut labels = 0;
+        let mut p = 0;
+        while p < len {
+            let Some(b) = bounds.get_mut(labels) else {
+                break;
+            };
+            *b = p as u8;
+            labels += 1;
+            p += 1 + usize::from(flat[p]);
+        }
+        // The root label is never pointed at.
+        let named = labels.saturating_sub(1);
+        let start = self.buf.len();
+        let mut literal = len;
+        let mut pointer = None;
+        for &b in &bounds[..named] {
+            if let Some(p) = self.c.find(&flat[usize::from(b)..len]) {
+                literal = usize::from(b);
+                pointer = Some(p);
+                break;
+            }
+        }
+        self.buf.extend_from_slice(&flat[..literal]);
+        if let Some(p) = pointer {
+            self.buf.extend_from_slice(&(p | 0xc000).to_be_bytes());
+        }
+        let c = &mut self.c;
+        if literal > 0 && start < 0x3fff && c.count < COMPRESS_NAMES_MAX {
+            let arena_off = c.arena.len();
+            if arena_off + len <= usize::from(u16::MAX) {
+                c.arena.extend_from_slice(&flat[..len]);
+                c.names[c.count] = (
+                    start as u16,
+                    arena_off as u16,
+                    len as u8,
+                    literal.min(255) as u8,
+                );
+                c.count += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn can_compress(&self) -> bool {
+        true
+    }
+}
+
+type Target = Wire;
+
+/// A domain name built on the stack.
+struct NameBuf {
+    b: [u8; 255],
+    len: usize,
+}
+
+impl NameBuf {
+    fn new() -> NameBuf {
+        NameBuf {
+            b: [0; 255],
+            len: 0,
+        }
+    }
+
+    /// Appends a label; false if it does not fit (the name stays as it was).
+    fn push(&mut self, label: &[u8]) -> bool {
+        let n = label.len();
+        if n == 0 || n > 63 || self.len + n + 2 > 255 {
+            return false;
+        }
+        let Some(dst) = self.b.get_mut(self.len..self.len + 1 + n) else {
+            return false;
+        };
+        dst[0] = n as u8;
+        dst[1..].copy_from_slice(label);
+        self.len += 1 + n;
+        true
+    }
+
+    fn push_all(&mut self, labels: &[Vec<u8>]) -> bool {
+        labels.iter().all(|l| self.push(l))
+    }
+
+    /// Appends labels already in wire form (without the root).
+    fn push_flat(&mut self, flat: &[u8]) -> bool {
+        let Some(dst) = self.b.get_mut(self.len..self.len + flat.len()) else {
+            return false;
+        };
+        if self.len + flat.len() + 1 > 255 {
+            return false;
+        }
+        dst.copy_from_slice(flat);
+        self.len += flat.len();
+        true
+    }
+
+    /// The name, with its root label.
+    fn name(&mut self) -> Option<&Name<[u8]>> {
+        *self.b.get_mut(self.len)? = 0;
+        Name::from_slice(self.b.get(..self.len + 1)?).ok()
+    }
+}
+
+/// dnssrv: one per core.
+#[derive(Debug)]
+pub struct Dnssrv {
+    cfg: DnsConfig,
+    zone: Vec<Vec<u8>>,
+    alias: Option<Vec<Vec<u8>>>,
+    clients: Clients,
+    probes: ProbeLimiter,
+    rrl: RateLimiter,
+    followups: VecDeque<FollowUp>,
+    verify_asked: [Option<Time>; LEVELS],
+    counters: Counters,
+    /// The compressor's state, kept between answers.
+    compress: Option<Box<Compress>>,
+    /// The apexes' names in wire form, without the root: Z, L0, L1, L2, A.
+    apex_flat: Vec<Vec<u8>>,
+}
+
+fn labels_of(name: &str) -> Vec<Vec<u8>> {
+    name.split('.')
+        .filter(|l| !l.is_empty())
+        .map(|l| l.to_ascii_lowercase().into_bytes())
+        .collect()
+}
+
+/// Whether `labels` ends with `suffix` (letter case ignored).
+fn ends_with(labels: &[&[u8]], suffix: &[Vec<u8>]) -> bool {
+    labels.len() >= suffix.len()
+        && labels[labels.len() - suffix.len()..]
+            .iter()
+            .zip(suffix)
+            .all(|(a, b)| a.eq_ignore_ascii_case(b))
+}
+
+/// Decodes `ns-<8 or 32 hex digits>` into the address it names.
+fn ns_host(label: &[u8]) -> Option<IpAddr> {
+    let hex = label
+        .get(..3)
+        .filter(|p| p.eq_ignore_ascii_case(b"ns-"))
+        .and(label.get(3..))?;
+    let mut v: u128 = 0;
+    for &c in hex {
+        v = (v << 4) | u128::from((c as char).to_digit(16)?);
+    }
+    match hex.len() {
+        8 => Some(IpAddr::V4(Ipv4Addr::from(v as u32))),
+        32 => Some(IpAddr::V6(Ipv6Addr::from(v))),
+        _ => None,
+    }
+}
+
+/// Writes the `ns-<hex>` label for `ip`.
+fn ns_label(ip: IpAddr, out: &mut [u8; 35]) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out[..3].copy_from_slice(b"ns-");
+    let (v, digits) = match ip {
+        IpAddr::V4(a) => (u128::from(u32::from(a)), 8),
+        IpAddr::V6(a) => (u128::from(a), 32),
+    };
+    for i in 0..digits {
+        out[3 + i] = HEX[((v >> (4 * (digits - 1 - i))) & 0xf) as usize];
+    }
+    &out[..3 + digits]
+}
+
+/// Bits two addresses share from the left (0 across families).
+fn common_prefix(a: IpAddr, b: IpAddr) -> u32 {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) ^ u32::from(b)).leading_zeros(),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a) ^ u128::from(b)).leading_zeros(),
+        _ => 0,
+    }
+}
+
+/// Whether `client` is on `proxy`'s local network (/24, /64).
+fn same_local_net(client: IpAddr, proxy: IpAddr) -> bool {
+    match client {
+        IpAddr::V4(_) => common_prefix(client, proxy) >= 24,
+        IpAddr::V6(_) => common_prefix(client, proxy) >= 64,
+    }
+}
+
+/// Up to `N` peers, best first.
+struct Best<const N: usize> {
+    items: [(u32, u64, IpAddr); N],
+    len: usize,
+    cap: usize,
+}
+
+impl<const N: usize> Best<N> {
+    fn new(cap: usize) -> Self {
+        Best {
+            items: [(0, 0, IpAddr::V4(Ipv4Addr::UNSPECIFIED)); N],
+            len: 0,
+            cap: cap.min(N),
+        }
+    }
+
+    /// Offers a peer: more shared prefix bits with the target first, then
+    /// lower RTT. Duplicates (several levels name one node) are skipped.
+    fn offer(&mut self, prefix: u32, rtt_us: u64, addr: IpAddr) {
+        if self.cap == 0 || self.items[..self.len].iter().any(|i| i.2 == addr) {
+            return;
+        }
+        let key = (std::cmp::Reverse(prefix), rtt_us);
+        let mut at = self.len;
+        while at > 0 {
+            let p = self.items[at - 1];
+            if (std::cmp::Reverse(p.0), p.1) <= key {
+                break;
+            }
+            at -= 1;
+        }
+        if at >= self.cap {
+            return;
+        }
+        let end = self.len.min(self.cap - 1);
+        self.items.copy_within(at..end, at + 1);
+        self.items[at] = (prefix, rtt_us, addr);
+        self.len = (self.len + 1).min(self.cap);
+    }
+
+    fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.items[..self.len].iter().map(|i| i.2)
+    }
+}
+
+/// Record data for an IPv4 address (domain without `std` has its own
+/// address types).
+fn a4(a: Ipv4Addr) -> A {
+    A::new(a.octets().into())
+}
+
+/// Record data for an IPv6 address.
+fn a6(a: Ipv6Addr) -> Aaaa {
+    Aaaa::new(a.octets().into())
+}
+
+fn net_ip(ip: IpAddr) -> domain::base::net::IpAddr {
+    match ip {
+        IpAddr::V4(a) => a.octets().into(),
+        IpAddr::V6(a) => a.octets().into(),
+    }
+}
+
+/// The record type of an address.
+fn family_rtype(ip: IpAddr) -> Rtype {
+    match ip {
+        IpAddr::V4(_) => Rtype::A,
+        IpAddr::V6(_) => Rtype::AAAA,
+    }
+}
+
+impl Dnssrv {
+    /// dnssrv with `cfg`; the zone and alias must be domain names.
+    pub fn new(cfg: DnsConfig) -> Dnssrv {
+        let zone = labels_of(&cfg.zone);
+        let alias = cfg.alias.as_deref().map(labels_of);
+        let mut srv = Dnssrv {
+            clients: Clients::new(cfg.clients_max, Duration::from_secs(cfg.client_rtt_secs)),
+            probes: ProbeLimiter::new(
+                cfg.clients_max,
+                Duration::from_secs(cfg.probe_interval_secs),
+                cfg.probes_per_prefix,
+                cfg.probes_per_sec,
+            ),
+            rrl: RateLimiter::new(cfg.rrl_responses_per_sec, cfg.rrl_slip),
+            zone,
+            alias,
+            followups: VecDeque::new(),
+            verify_asked: [None; LEVELS],
+            counters: Counters::default(),
+            compress: None,
+            apex_flat: Vec::new(),
+            cfg,
+        };
+        srv.apex_flat = [Apex::Z, Apex::L0, Apex::L1, Apex::L2, Apex::Alias]
+            .iter()
+            .map(|&a| {
+                let mut nb = NameBuf::new();
+                srv.apex_name_slow(a, &mut nb);
+                nb.b[..nb.len].to_vec()
+            })
+            .collect();
+        srv
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DnsConfig {
+        &self.cfg
+    }
+
+    /// What was counted.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The next piece of work for the runtime.
+    pub fn poll_followup(&mut self) -> Option<FollowUp> {
+        self.followups.pop_front()
+    }
+
+    /// A probe measured `rtt` to `ip`: its network (/24, /56) is at the
+    /// level that RTT puts it in.
+    pub fn on_rtt(&mut self, ip: IpAddr, rtt: Duration, now: Time) {
+        self.clients.insert(prefix_key(ip, 24, 56), rtt, now, false);
+    }
+
+    /// Fixes the RTT of `ip`'s network (/24, /56) instead of measuring it:
+    /// for clients whose distance is known (the `[dns] client_rtt_ms`
+    /// config; tests place clients at a level with it).
+    pub fn pin_rtt(&mut self, ip: IpAddr, rtt: Duration, now: Time) {
+        self.clients.insert(prefix_key(ip, 24, 56), rtt, now, true);
+    }
+
+    /// The level a client at `rtt` is in: the highest whose threshold it is
+    /// within.
+    pub fn level_for(&self, rtt: Duration) -> Level {
+        let levels = self.cfg.level_thresholds_ms.len().min(LEVELS);
+        let ms = rtt.as_micros() / 1000;
+        (1..levels)
+            .rev()
+            .find(|&l| {
+                self.cfg
+                    .level_thresholds_ms
+                    .get(l)
+                    .is_some_and(|&t| ms <= u64::from(t))
+            })
+            .unwrap_or(0) as Level
+    }
+
+    /// Answers one query. `out` receives the answer; false means send
+    /// nothing (a response, a runt, or rate-limited).
+    pub fn answer(
+        &mut self,
+        now: Time,
+        query: &[u8],
+        client: SocketAddr,
+        transport: Transport,
+        view: &View,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        self.counters.queries += 1;
+        // A runt or a response is never answered (no reflection, no loops),
+        // nor what response rate limiting drops; `out` keeps its buffer.
+        let Ok(msg) = Message::from_octets(query) else {
+            self.counters.dropped += 1;
+            return false;
+        };
+        if msg.header().qr() {
+            self.counters.dropped += 1;
+            return false;
+        }
+        let rrl = match transport {
+            Transport::Udp => self.rrl.check(client.ip(), now),
+            Transport::Tcp => Rrl::Send,
+        };
+        if rrl == Rrl::Drop {
+            self.counters.dropped += 1;
+            return false;
+        }
+        let buf = std::mem::take(out);
+        match self.respond(now, &msg, rrl, client, transport, view, buf) {
+            Some(b) => {
+                *out = b;
+                true
+            }
+            None => {
+                self.counters.dropped += 1;
+                false
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn respond(
+        &mut self,
+        now: Time,
+        msg: &Message<&[u8]>,
+        rrl: Rrl,
+        client: SocketAddr,
+        transport: Transport,
+        view: &View,
+        buf: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        let head = msg.header();
+        let c = self.compress.take().unwrap_or_else(Compress::new);
+        let Ok(mut b) = MessageBuilder::from_target(Wire::new(buf, c));
+        {
+            let h = b.header_mut();
+            h.set_id(head.id());
+            h.set_qr(true);
+            h.set_opcode(head.opcode());
+            h.set_rd(head.rd());
+            h.set_cd(head.cd());
+        }
+        if head.opcode() != Opcode::QUERY {
+            self.counters.notimp += 1;
+            b.header_mut().set_rcode(Rcode::NOTIMP);
+            return Some(self.done(b.finish()));
+        }
+        let counts = msg.header_counts();
+        let parsed = if counts.qdcount() != 1 || counts.ancount() != 0 || counts.nscount() != 0 {
+            Err(Bad::Rcode(Rcode::FORMERR))
+        } else {
+            parse(msg, msg.as_slice().len())
+        };
+        let (question, edns) = match parsed {
+            Ok(p) => p,
+            Err(Bad::Rcode(rcode)) => {
+                self.counters.formerr += 1;
+                b.header_mut().set_rcode(rcode);
+                return Some(self.done(b.finish()));
+            }
+        };
+        let limit = match transport {
+            Transport::Tcp => TCP_MESSAGE_BYTES,
+            Transport::Udp if edns.present => {
+                usize::from(edns.udp.min(self.cfg.udp_payload_bytes)).max(UDP_PLAIN_BYTES)
+            }
+            Transport::Udp => UDP_PLAIN_BYTES,
+        };
+        // The query name, flat, once: classified, echoed and pointed at
+        // from it (letter case as sent).
+        let mut flat = [0u8; 256];
+        let mut flen = 0;
+        for l in question.qname().iter() {
+            let l = l.as_slice();
+            let dst = flat.get_mut(flen..flen + 1 + l.len())?;
+            dst[0] = l.len() as u8;
+            dst[1..].copy_from_slice(l);
+            flen += 1 + l.len();
+            if l.is_empty() {
+                break;
+            }
+        }
+        let qname = Name::from_slice(flat.get(..flen)?).ok()?;
+        let mut qb = b.question();
+        qb.push(Question::new(qname, question.qtype(), question.qclass()))
+            .ok()?;
+        let mut b = qb;
+        if edns.version > 0 {
+            self.counters.badvers += 1;
+            let add = b.additional();
+            return self.finish(add, &edns, Some(OptRcode::BADVERS), 0);
+        }
+        if rrl == Rrl::Slip {
+            self.counters.slipped += 1;
+            b.header_mut().set_tc(true);
+            return self.finish(b.additional(), &edns, None, 0);
+        }
+        let qtype = question.qtype();
+        if question.qclass() != Class::IN || matches!(qtype, Rtype::AXFR | Rtype::IXFR) {
+            self.counters.refused += 1;
+            b.header_mut().set_rcode(Rcode::REFUSED);
+            return self.finish(b.additional(), &edns, None, 0);
+        }
+        if qtype == Rtype::OPT {
+            self.counters.formerr += 1;
+            b.header_mut().set_rcode(Rcode::FORMERR);
+            return self.finish(b.additional(), &edns, None, 0);
+        }
+        let mut labels: [&[u8]; 128] = [&[]; 128];
+        let mut n = 0;
+        let mut p = 0;
+        while let Some(&l) = flat.get(p).filter(|&&l| l != 0) {
+            *labels.get_mut(n)? = flat.get(p + 1..p + 1 + usize::from(l))?;
+            n += 1;
+            p += 1 + usize::from(l);
+        }
+        let labels = &labels[..n];
+        let place = self.classify(labels);
+        if place == Place::Outside {
+            self.counters.refused += 1;
+            b.header_mut().set_rcode(Rcode::REFUSED);
+            return self.finish(b.additional(), &edns, None, 0);
+        }
+        b.header_mut().set_aa(true);
+        // The cap leaves room for the OPT record (11 octets, plus an echoed
+        // Client Subnet option of at most 4 + 4 + 16).
+        let opt_room = if edns.present { 11 + 24 } else { 0 };
+        b.set_push_limit(limit.saturating_sub(opt_room));
+        let ctx = Ctx {
+            now,
+            client: client.ip(),
+            qname,
+            qtype,
+            labels,
+            view,
+            edns,
+        };
+        let (add, scope, res) = self.build(&ctx, place, b.answer());
+        let mut add = match res {
+            Ok(()) => add,
+            Err(_) => {
+                // Too big for this transport: the question alone with TC
+                // (RFC 1035 §4.2.1; the client retries over TCP).
+                self.counters.truncated += 1;
+                let mut ans = add.answer();
+                ans.rewind();
+                ans.header_mut().set_tc(true);
+                ans.additional()
+            }
+        };
+        add.as_builder_mut().set_push_limit(limit);
+        self.finish(add, &edns, None, scope)
+    }
+
+    /// Appends the OPT record (if the query had one) and hands out the bytes.
+    fn finish(
+        &mut self,
+        mut add: AdditionalBuilder<Target>,
+        edns: &Edns,
+        rcode: Option<OptRcode>,
+        scope: u8,
+    ) -> Option<Vec<u8>> {
+        if edns.present {
+            let udp = self.cfg.udp_payload_bytes;
+            let r = add.opt(|ob| {
+                ob.set_udp_payload_size(udp);
+                ob.set_dnssec_ok(edns.dnssec_ok);
+                if let Some(r) = rcode {
+                    ob.set_rcode(r);
+                }
+                if let Some(ecs) = edns.ecs {
+                    ob.push(&ClientSubnet::new(ecs.source, scope, net_ip(ecs.addr)))?;
+                }
+                Ok(())
+            });
+            if r.is_err() {
+                // Cannot happen within the limits; answer without options
+                // rather than not at all.
+                add.rewind();
+            }
+        }
+        Some(self.done(add.finish()))
+    }
+
+    /// The answer's bytes; the compressor's state is kept for the next.
+    fn done(&mut self, w: Wire) -> Vec<u8> {
+        self.compress = Some(w.c);
+        w.buf
+    }
+
+    fn classify(&self, labels: &[&[u8]]) -> Place {
+        let zone_len = self.zone.len();
+        let alias_len = self.alias.as_ref().map_or(0, Vec::len);
+        let in_zone = ends_with(labels, &self.zone);
+        let in_alias = self.alias.as_ref().is_some_and(|a| ends_with(labels, a));
+        if in_alias && (!in_zone || alias_len > zone_len) {
+            let rel = labels.len() - alias_len;
+            return if rel == 0 {
+                Place::Apex(Apex::Alias)
+            } else {
+                Place::BelowAlias(rel)
+            };
+        }
+        if !in_zone {
+            return Place::Outside;
+        }
+        let rel = &labels[..labels.len() - zone_len];
+        let mut i = rel.len();
+        let mut apex = Apex::Z;
+        loop {
+            if i == 0 {
+                return Place::Apex(apex);
+            }
+            let next = rel[i - 1];
+            let (want, then): (&[u8], Option<Apex>) = match apex {
+                Apex::Z => (b"l0", Some(Apex::L0)),
+                Apex::L0 => (b"l1", Some(Apex::L1)),
+                Apex::L1 => (b"l2", Some(Apex::L2)),
+                _ => (b"http", None),
+            };
+            if next.eq_ignore_ascii_case(want) {
+                match then {
+                    Some(a) => {
+                        apex = a;
+                        i -= 1;
+                        continue;
+                    }
+                    None => return Place::Proxy,
+                }
+            }
+            if i == 1 {
+                if let Some(ip) = ns_host(next) {
+                    return Place::NsHost(apex, ip);
+                }
+            }
+            return Place::NxDomain(apex);
+        }
+    }
+
+    /// Where the client is: its level and the Client Subnet scope the
+    /// answer holds for.
+    fn locate(&mut self, now: Time, client: IpAddr, ecs: Option<Ecs>) -> (Level, u8) {
+        let (ip, scope) = match ecs {
+            Some(e) if e.source > 0 => {
+                let bits = match e.addr {
+                    IpAddr::V4(_) => 24,
+                    IpAddr::V6(_) => 56,
+                };
+                (e.addr, e.source.min(bits))
+            }
+            _ => (client, 0),
+        };
+        match self.clients.rtt(prefix_key(ip, 24, 56), now) {
+            Some(rtt) => (self.level_for(rtt), scope),
+            None => {
+                if self.probes.allow(ip, now) {
+                    self.followups.push_back(FollowUp::Probe(ip));
+                }
+                (self.cfg.default_level, scope)
+            }
+        }
+    }
+
+    /// The live proxies nearest `target` at `level`, falling back to lower
+    /// levels (larger clusters) when a level has none.
+    fn pick_proxies(
+        &mut self,
+        ctx: &Ctx,
+        level: usize,
+        target: IpAddr,
+        want: Rtype,
+    ) -> Best<ANSWERS_MAX> {
+        let live = Duration::from_secs(self.cfg.live_secs);
+        let mut best = Best::new(self.cfg.answers_max);
+        for l in (0..=level).rev() {
+            if let Some(lv) = ctx.view.levels.get(l) {
+                for p in &lv.proxies {
+                    if family_rtype(p.addr) != want
+                        || ctx.now.saturating_since(p.verified) > live
+                        || (p.non_recursive && !same_local_net(ctx.client, p.addr))
+                    {
+                        continue;
+                    }
+                    best.offer(
+                        common_prefix(target, p.addr),
+                        p.rtt.map_or(u64::MAX, |d| d.as_micros()),
+                        p.addr,
+                    );
+                }
+            }
+            if ctx.view.me_http
+                && family_rtype(ctx.view.me) == want
+                && (!ctx.view.me_non_recursive || same_local_net(ctx.client, ctx.view.me))
+            {
+                best.offer(common_prefix(target, ctx.view.me), 0, ctx.view.me);
+            }
+            if best.len > 0 {
+                break;
+            }
+            if l < LEVELS {
+                let due = self.verify_asked[l]
+                    .is_none_or(|t| ctx.now.saturating_since(t) >= VERIFY_INTERVAL);
+                if due
+                    && ctx
+                        .view
+                        .levels
+                        .get(l)
+                        .is_some_and(|lv| !lv.proxies.is_empty())
+                {
+                    self.verify_asked[l] = Some(ctx.now);
+                    self.followups.push_back(FollowUp::Verify(l as Level));
+                }
+            }
+        }
+        best
+    }
+
+    /// The name servers of `level`'s cluster nearest `target` (this node
+    /// always among the candidates: it is answering).
+    fn pick_nameservers(&self, ctx: &Ctx, level: usize, target: IpAddr) -> Best<NAMESERVERS_MAX> {
+        let live = Duration::from_secs(self.cfg.live_secs);
+        let mut best = Best::new(self.cfg.nameservers_max);
+        best.offer(common_prefix(target, ctx.view.me), 0, ctx.view.me);
+        if let Some(lv) = ctx.view.levels.get(level) {
+            for p in &lv.nameservers {
+                if ctx.now.saturating_since(p.verified) <= live {
+                    best.offer(
+                        common_prefix(target, p.addr),
+                        p.rtt.map_or(u64::MAX, |d| d.as_micros()),
+                        p.addr,
+                    );
+                }
+            }
+        }
+        best
+    }
+
+    /// Writes the apex's name (from its wire form, made once).
+    fn apex_name(&self, apex: Apex, nb: &mut NameBuf) -> bool {
+        let i = match apex {
+            Apex::Z => 0,
+            Apex::L0 => 1,
+            Apex::L1 => 2,
+            Apex::L2 => 3,
+            Apex::Alias => 4,
+        };
+        match self.apex_flat.get(i) {
+            Some(f) if apex != Apex::Alias || self.alias.is_some() => nb.push_flat(f),
+            _ => false,
+        }
+    }
+
+    /// Builds the apex's name label by label.
+    fn apex_name_slow(&self, apex: Apex, nb: &mut NameBuf) -> bool {
+        let ok = match apex {
+            Apex::Z => true,
+            Apex::L0 => nb.push(b"L0"),
+            Apex::L1 => nb.push(b"L1") && nb.push(b"L0"),
+            Apex::L2 => nb.push(b"L2") && nb.push(b"L1") && nb.push(b"L0"),
+            Apex::Alias => {
+                return self.alias.as_ref().is_some_and(|a| nb.push_all(a));
+            }
+        };
+        ok && nb.push_all(&self.zone)
+    }
+
+    /// Writes `ns-<hex>.<apex>`; the alias's name servers live in Z.
+    fn ns_name(&self, apex: Apex, ip: IpAddr, nb: &mut NameBuf) -> bool {
+        let mut l = [0u8; 35];
+        let apex = if apex == Apex::Alias { Apex::Z } else { apex };
+        nb.push(ns_label(ip, &mut l)) && self.apex_name(apex, nb)
+    }
+
+    fn push_soa(
+        &self,
+        view: &View,
+        apex: Apex,
+        ttl: u32,
+        push: impl FnOnce(&Name<[u8]>, Ttl, Soa<&Name<[u8]>>) -> Result<(), PushError>,
+    ) -> Result<(), PushError> {
+        let (mut owner, mut mname, mut rname) = (NameBuf::new(), NameBuf::new(), NameBuf::new());
+        let ok = self.apex_name(apex, &mut owner)
+            && self.ns_name(Apex::Z, view.me, &mut mname)
+            && rname.push(b"hostmaster")
+            && rname.push_all(&self.zone);
+        let (Some(owner), Some(mname), Some(rname), true) =
+            (owner.name(), mname.name(), rname.name(), ok)
+        else {
+            return Err(PushError::ShortBuf);
+        };
+        let soa = Soa::new(
+            mname,
+            rname,
+            Serial(self.cfg.serial),
+            Ttl::from_secs(3600),
+            Ttl::from_secs(600),
+            Ttl::from_secs(604_800),
+            Ttl::from_secs(NEGATIVE_TTL_SECS),
+        );
+        push(owner, Ttl::from_secs(ttl), soa)
+    }
+
+    /// A negative answer: the SOA of `apex` in the authority section.
+    fn negative(
+        &mut self,
+        ctx: &Ctx,
+        apex: Apex,
+        rcode: Rcode,
+        ans: AnswerBuilder<Target>,
+    ) -> (AdditionalBuilder<Target>, Result<(), PushError>) {
+        if rcode == Rcode::NXDOMAIN {
+            self.counters.nxdomain += 1;
+        }
+        let mut auth = ans.authority();
+        auth.header_mut().set_rcode(rcode);
+        let r = self.push_soa(ctx.view, apex, NEGATIVE_TTL_SECS, |o, t, s| {
+            auth.push((o, t, s))
+        });
+        (auth.additional(), r)
+    }
+
+    /// The NS set of `apex` (name servers of its level's cluster) into the
+    /// authority (`in_answer` false) or answer section, then their glue.
+    fn delegation(
+        &self,
+        ctx: &Ctx,
+        apex: Apex,
+        in_answer: bool,
+        mut ans: AnswerBuilder<Target>,
+    ) -> (AdditionalBuilder<Target>, Result<(), PushError>) {
+        let level = apex.level().min(ctx.view.levels.len().saturating_sub(1));
+        let servers = self.pick_nameservers(ctx, level, ctx.client);
+        let mut owner = NameBuf::new();
+        if !self.apex_name(apex, &mut owner) {
+            return (ans.additional(), Err(PushError::ShortBuf));
+        }
+        let Some(owner) = owner.name() else {
+            return (ans.additional(), Err(PushError::ShortBuf));
+        };
+        let ttl = Ttl::from_secs(NS_TTL_SECS);
+        let push_ns = |ip: IpAddr, f: &mut PushName<'_>| {
+            let mut nb = NameBuf::new();
+            if !self.ns_name(apex, ip, &mut nb) {
+                return Err(PushError::ShortBuf);
+            }
+            match nb.name() {
+                Some(n) => f(n),
+                None => Err(PushError::ShortBuf),
+            }
+        };
+        let mut add = if in_answer {
+            for ip in servers.addrs() {
+                if let Err(e) = push_ns(ip, &mut |n| ans.push((owner, ttl, Ns::new(n)))) {
+                    return (ans.additional(), Err(e));
+                }
+            }
+            ans.additional()
+        } else {
+            let mut auth = ans.authority();
+            for ip in servers.addrs() {
+                if let Err(e) = push_ns(ip, &mut |n| auth.push((owner, ttl, Ns::new(n)))) {
+                    return (auth.additional(), Err(e));
+                }
+            }
+            auth.additional()
+        };
+        for ip in servers.addrs() {
+            let r = push_ns(ip, &mut |n| match ip {
+                IpAddr::V4(a) => add.push((n, ttl, a4(a))),
+                IpAddr::V6(a) => add.push((n, ttl, a6(a))),
+            });
+            if let Err(e) = r {
+                return (add, Err(e));
+            }
+        }
+        (add, Ok(()))
+    }
+
+    /// Builds the answer for a name in our zones. Returns the builder at the
+    /// additional section, the Client Subnet scope, and whether it all fit.
+    fn build(
+        &mut self,
+        ctx: &Ctx,
+        place: Place,
+        mut ans: AnswerBuilder<Target>,
+    ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
+        let qtype = ctx.qtype;
+        match place {
+            Place::Outside => (ans.additional(), 0, Ok(())),
+            Place::Apex(apex) => {
+                let (add, r) = match qtype {
+                    Rtype::SOA | Rtype::ANY => {
+                        let r = self
+                            .push_soa(ctx.view, apex, ZONE_TTL_SECS, |o, t, s| ans.push((o, t, s)));
+                        (ans.additional(), r)
+                    }
+                    Rtype::NS => self.delegation(ctx, apex, true, ans),
+                    Rtype::DNAME if apex == Apex::Alias => {
+                        let r = self.push_dname(ctx, &mut ans);
+                        (ans.additional(), r)
+                    }
+                    _ => self.negative(ctx, apex, Rcode::NOERROR, ans),
+                };
+                (add, 0, r)
+            }
+            Place::NsHost(apex, ip) => {
+                let (add, r) = if qtype == family_rtype(ip) || qtype == Rtype::ANY {
+                    let ttl = Ttl::from_secs(NS_TTL_SECS);
+                    let r = match ip {
+                        IpAddr::V4(a) => ans.push((ctx.qname, ttl, a4(a))),
+                        IpAddr::V6(a) => ans.push((ctx.qname, ttl, a6(a))),
+                    };
+                    (ans.additional(), r)
+                } else {
+                    self.negative(ctx, apex, Rcode::NOERROR, ans)
+                };
+                (add, 0, r)
+            }
+            Place::NxDomain(apex) => {
+                let (add, r) = self.negative(ctx, apex, Rcode::NXDOMAIN, ans);
+                (add, 0, r)
+            }
+            Place::Proxy => self.proxies(ctx, None, ans),
+            Place::BelowAlias(prefix) => {
+                if let Err(e) = self.push_dname(ctx, &mut ans) {
+                    return (ans.additional(), 0, Err(e));
+                }
+                // The synthesized CNAME (RFC 6672 §2.2): the query name with
+                // the alias replaced by http.L2.L1.L0.Z, letter case kept.
+                let mut target = NameBuf::new();
+                let fits = ctx.labels[..prefix].iter().all(|l| target.push(l))
+                    && target.push(b"http")
+                    && self.apex_name(Apex::L2, &mut target);
+                if !fits {
+                    // Too long a name: YXDOMAIN, with the DNAME.
+                    ans.header_mut().set_rcode(Rcode::YXDOMAIN);
+                    return (ans.additional(), 0, Ok(()));
+                }
+                let Some(tname) = target.name() else {
+                    return (ans.additional(), 0, Err(PushError::ShortBuf));
+                };
+                let r = ans.push((ctx.qname, Ttl::from_secs(ZONE_TTL_SECS), Cname::new(tname)));
+                if r.is_err() || matches!(qtype, Rtype::CNAME | Rtype::DNAME | Rtype::ANY) {
+                    return (ans.additional(), 0, r);
+                }
+                self.proxies(ctx, Some(tname), ans)
+            }
+        }
+    }
+
+    fn push_dname(&self, ctx: &Ctx, ans: &mut AnswerBuilder<Target>) -> Result<(), PushError> {
+        let (mut owner, mut target) = (NameBuf::new(), NameBuf::new());
+        let ok = self.apex_name(Apex::Alias, &mut owner)
+            && target.push(b"http")
+            && self.apex_name(Apex::L2, &mut target);
+        let _ = ctx;
+        match (ok, owner.name(), target.name()) {
+            (true, Some(o), Some(t)) => ans.push((o, Ttl::from_secs(ZONE_TTL_SECS), Dname::new(t))),
+            _ => Err(PushError::ShortBuf),
+        }
+    }
+
+    /// The proxies for `owner` (the query name, or a CNAME's target), and
+    /// the delegation that locks the resolver onto the client's cluster.
+    fn proxies(
+        &mut self,
+        ctx: &Ctx,
+        owner: Option<&Name<[u8]>>,
+        mut ans: AnswerBuilder<Target>,
+    ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
+        let want = match ctx.qtype {
+            Rtype::A | Rtype::ANY => Rtype::A,
+            Rtype::AAAA => Rtype::AAAA,
+            _ => {
+                let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
+                return (add, 0, r);
+            }
+        };
+        let (level, scope) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
+        let level = (level as usize).min(ctx.view.levels.len().saturating_sub(1));
+        let target = match ctx.edns.ecs {
+            Some(e) if e.source > 0 => e.addr,
+            _ => ctx.client,
+        };
+        let best = self.pick_proxies(ctx, level, target, want);
+        if best.len == 0 {
+            let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
+            return (add, scope, r);
+        }
+        self.counters.proxied += 1;
+        let ttl = Ttl::from_secs(if level >= 2 {
+            A_TTL_SECS_LEVEL2
+        } else {
+            A_TTL_SECS_NEAR
+        });
+        for ip in best.addrs() {
+            let r = match (ip, owner) {
+                (IpAddr::V4(a), Some(o)) => ans.push((o, ttl, a4(a))),
+                (IpAddr::V4(a), None) => ans.push((ctx.qname, ttl, a4(a))),
+                (IpAddr::V6(a), Some(o)) => ans.push((o, ttl, a6(a))),
+                (IpAddr::V6(a), None) => ans.push((ctx.qname, ttl, a6(a))),
+            };
+            if let Err(e) = r {
+                return (ans.additional(), scope, Err(e));
+            }
+        }
+        // The lock (§3.1): the zone of the client's level, delegated to
+        // its cluster's name servers. If it does not fit, the answer goes
+        // without it rather than truncated.
+        let (add, r) = self.delegation(ctx, Apex::for_level(level), false, ans);
+        match r {
+            Ok(()) => (add, scope, Ok(())),
+            Err(_) => {
+                let mut auth = add.authority();
+                auth.rewind();
+                (auth.additional(), scope, Ok(()))
+            }
+        }
+    }
+}
+
+/// Pushes one name (a record's owner or data) into a section.
+type PushName<'a> = dyn FnMut(&Name<[u8]>) -> Result<(), PushError> + 'a;
+
+/// A parsed question.
+type ParsedQuestion<'q> = Question<ParsedName<&'q [u8]>>;
+
+/// What one query's answer is built from.
+struct Ctx<'a> {
+    now: Time,
+    client: IpAddr,
+    qname: &'a Name<[u8]>,
+    qtype: Rtype,
+    labels: &'a [&'a [u8]],
+    view: &'a View,
+    edns: Edns,
+}
+
+/// Parses the question and the EDNS record, checking the whole message.
+fn parse<'q>(msg: &'q Message<&'q [u8]>, len: usize) -> Result<(ParsedQuestion<'q>, Edns), Bad> {
+    let formerr = Bad::Rcode(Rcode::FORMERR);
+    let mut qs = msg.question();
+    let question = match qs.next() {
+        Some(Ok(q)) => q,
+        _ => return Err(formerr),
+    };
+    let answer = qs.answer().map_err(|_| Bad::Rcode(Rcode::FORMERR))?;
+    let authority = answer
+        .next_section()
+        .map_err(|_| Bad::Rcode(Rcode::FORMERR))?
+        .ok_or(Bad::Rcode(Rcode::FORMERR))?;
+    let mut additional = authority
+        .next_section()
+        .map_err(|_| Bad::Rcode(Rcode::FORMERR))?
+        .ok_or(Bad::Rcode(Rcode::FORMERR))?;
+    let mut edns = Edns::default();
+    for rec in additional.by_ref() {
+        let rec = rec.map_err(|_| Bad::Rcode(Rcode::FORMERR))?;
+        if rec.rtype() != Rtype::OPT {
+            continue;
+        }
+        // One OPT, owned by the root (RFC 6891 §6.1.1).
+        if edns.present || !rec.owner().is_root() {
+            return Err(Bad::Rcode(Rcode::FORMERR));
+        }
+        let opt = match rec.to_record::<Opt<&[u8]>>() {
+            Ok(Some(r)) => OptRecord::from_record(r),
+            _ => return Err(Bad::Rcode(Rcode::FORMERR)),
+        };
+        edns.present = true;
+        edns.udp = opt.udp_payload_size();
+        edns.version = opt.version();
+        edns.dnssec_ok = opt.dnssec_ok();
+        for o in opt.opt().iter::<UnknownOptData<&[u8]>>() {
+            let o = o.map_err(|_| Bad::Rcode(Rcode::FORMERR))?;
+            if o.code().to_int() == OPT_CLIENT_SUBNET {
+                if edns.ecs.is_some() {
+                    return Err(Bad::Rcode(Rcode::FORMERR));
+                }
+                edns.ecs = Some(parse_ecs(o.as_slice()).ok_or(Bad::Rcode(Rcode::FORMERR))?);
+            }
+            // Other options are ignored and not echoed (RFC 6891 §6.1.2).
+        }
+    }
+    // Octets beyond what the counts announce: a malformed message.
+    if additional.pos() != len {
+        return Err(Bad::Rcode(Rcode::FORMERR));
+    }
+    Ok((question, edns))
+}
+
+/// An EDNS Client Subnet option, checked as RFC 7871 §7.1.2 asks: a known
+/// family, a source prefix that fits it, exactly the octets it needs, no
+/// bits set beyond it, and a zero scope.
+fn parse_ecs(data: &[u8]) -> Option<Ecs> {
+    let (&[f0, f1, source, scope], addr) = data.split_first_chunk::<4>()?;
+    let family = u16::from_be_bytes([f0, f1]);
+    let max = match family {
+        1 => 32,
+        2 => 128,
+        _ => return None,
+    };
+    if source > max || scope != 0 || addr.len() != usize::from(source).div_ceil(8) {
+        return None;
+    }
+    let mut full = [0u8; 16];
+    full.get_mut(..addr.len())?.copy_from_slice(addr);
+    let v = u128::from_be_bytes(full);
+    let keep = if source == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(source))
+    };
+    if v & !keep != 0 {
+        return None;
+    }
+    let addr = if family == 1 {
+        IpAddr::V4(Ipv4Addr::from((v >> 96) as u32))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(v))
+    };
+    Some(Ecs { addr, source })
+}
+
+#[cfg(test)]
+mod tests;

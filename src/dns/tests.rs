@@ -1,0 +1,613 @@
+//! dnssrv's rules, one test per RFC rule or paper rule.
+
+use super::*;
+use domain::base::iana::Rtype;
+use domain::base::ParsedRecord;
+use proptest::prelude::*;
+
+const NOW: Time = Time(1_000_000_000);
+
+fn me() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 13, 0, 1))
+}
+
+fn client() -> SocketAddr {
+    "127.13.9.9:5353".parse().unwrap()
+}
+
+fn srv() -> Dnssrv {
+    Dnssrv::new(DnsConfig {
+        rrl_responses_per_sec: 0,
+        ..DnsConfig::default()
+    })
+}
+
+fn peer(ip: &str, verified: Time) -> Peer {
+    Peer {
+        addr: ip.parse().unwrap(),
+        verified,
+        rtt: Some(Duration::from_millis(1)),
+        non_recursive: false,
+    }
+}
+
+/// EDNS in a test query: (version, options as (code, data)).
+type TestEdns<'a> = Option<(u8, &'a [(u16, &'a [u8])])>;
+
+/// A query as a stub resolver sends it.
+fn query(name: &str, qtype: Rtype, edns: TestEdns<'_>) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    q[11] = u8::from(edns.is_some());
+    for l in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_int().to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    if let Some((version, options)) = edns {
+        let mut rdata = Vec::new();
+        for (code, data) in options {
+            rdata.extend_from_slice(&code.to_be_bytes());
+            rdata.extend_from_slice(&(data.len() as u16).to_be_bytes());
+            rdata.extend_from_slice(data);
+        }
+        q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, version, 0, 0]);
+        q.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        q.extend_from_slice(&rdata);
+    }
+    q
+}
+
+struct Reply {
+    bytes: Vec<u8>,
+}
+
+impl Reply {
+    fn msg(&self) -> Message<&[u8]> {
+        Message::from_octets(&self.bytes[..]).unwrap()
+    }
+    fn rcode(&self) -> Rcode {
+        self.msg().header().rcode()
+    }
+    fn section(&self, which: usize) -> Vec<(String, Rtype, u32, String)> {
+        let msg = self.msg();
+        let mut sec = msg.answer().unwrap();
+        for _ in 0..which {
+            sec = sec.next_section().unwrap().unwrap();
+        }
+        sec.map(|r| {
+            let r: ParsedRecord<'_, &[u8]> = r.unwrap();
+            let data = match r.rtype() {
+                Rtype::A => r
+                    .to_record::<A>()
+                    .unwrap()
+                    .unwrap()
+                    .data()
+                    .addr()
+                    .to_string(),
+                Rtype::NS => r
+                    .to_record::<Ns<ParsedName<&[u8]>>>()
+                    .unwrap()
+                    .unwrap()
+                    .data()
+                    .nsdname()
+                    .to_string(),
+                Rtype::CNAME => r
+                    .to_record::<Cname<ParsedName<&[u8]>>>()
+                    .unwrap()
+                    .unwrap()
+                    .data()
+                    .cname()
+                    .to_string(),
+                Rtype::DNAME => r
+                    .to_record::<Dname<ParsedName<&[u8]>>>()
+                    .unwrap()
+                    .unwrap()
+                    .data()
+                    .dname()
+                    .to_string(),
+                _ => String::new(),
+            };
+            (r.owner().to_string(), r.rtype(), r.ttl().as_secs(), data)
+        })
+        .collect()
+    }
+    fn answer(&self) -> Vec<(String, Rtype, u32, String)> {
+        self.section(0)
+    }
+    fn authority(&self) -> Vec<(String, Rtype, u32, String)> {
+        self.section(1)
+    }
+    fn additional(&self) -> Vec<(String, Rtype, u32, String)> {
+        self.section(2)
+    }
+}
+
+fn ask_via(
+    s: &mut Dnssrv,
+    view: &View,
+    q: &[u8],
+    from: SocketAddr,
+    transport: Transport,
+) -> Option<Reply> {
+    let mut out = Vec::new();
+    s.answer(NOW, q, from, transport, view, &mut out)
+        .then_some(Reply { bytes: out })
+}
+
+fn ask(s: &mut Dnssrv, view: &View, q: &[u8]) -> Reply {
+    ask_via(s, view, q, client(), Transport::Udp).expect("an answer")
+}
+
+fn alone() -> View {
+    View::alone(me(), true, 3)
+}
+
+#[test]
+fn rfc8020_empty_non_terminal_is_nodata_with_soa() {
+    let mut s = srv();
+    for name in [
+        "L0.coralcdn.test",
+        "l1.L0.coralcdn.test",
+        "L2.L1.L0.coralcdn.test",
+    ] {
+        let r = ask(&mut s, &alone(), &query(name, Rtype::A, None));
+        assert_eq!(r.rcode(), Rcode::NOERROR, "{name}");
+        assert!(r.answer().is_empty());
+        let auth = r.authority();
+        assert_eq!(auth.len(), 1);
+        assert_eq!(auth[0].1, Rtype::SOA);
+        assert!(auth[0].0.eq_ignore_ascii_case(name));
+        assert_eq!(auth[0].2, NEGATIVE_TTL_SECS);
+        assert!(r.msg().header().aa());
+    }
+}
+
+#[test]
+fn rfc8020_names_that_do_not_exist_are_nxdomain_with_soa() {
+    let mut s = srv();
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query("nothing.coralcdn.test", Rtype::A, None),
+    );
+    assert_eq!(r.rcode(), Rcode::NXDOMAIN);
+    assert_eq!(r.authority()[0].1, Rtype::SOA);
+    assert_eq!(r.authority()[0].0, "coralcdn.test");
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query("x.L1.L0.coralcdn.test", Rtype::A, None),
+    );
+    assert_eq!(r.rcode(), Rcode::NXDOMAIN);
+    assert_eq!(r.authority()[0].0, "L1.L0.coralcdn.test");
+}
+
+#[test]
+fn nsdi2004_3_1_every_name_under_http_maps_to_proxies() {
+    let mut s = srv();
+    for name in [
+        "http.L2.L1.L0.coralcdn.test",
+        "com.http.L2.L1.L0.coralcdn.test",
+        "www.example.com.http.L2.L1.L0.coralcdn.test",
+    ] {
+        let r = ask(&mut s, &alone(), &query(name, Rtype::A, None));
+        assert_eq!(r.rcode(), Rcode::NOERROR);
+        let a = r.answer();
+        assert_eq!(a.len(), 1, "{name}");
+        assert_eq!(a[0].3, "127.13.0.1");
+        assert_eq!(a[0].2, A_TTL_SECS_NEAR);
+    }
+}
+
+#[test]
+fn rfc6672_alias_answers_dname_and_synthesized_cname() {
+    let mut s = srv();
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query("www.x.com.coral.test", Rtype::A, None),
+    );
+    assert_eq!(r.rcode(), Rcode::NOERROR);
+    let a = r.answer();
+    assert_eq!(a.len(), 3, "{a:?}");
+    assert_eq!(
+        (a[0].0.as_str(), a[0].1, a[0].3.as_str()),
+        ("coral.test", Rtype::DNAME, "http.L2.L1.L0.coralcdn.test")
+    );
+    assert_eq!(
+        (a[1].0.as_str(), a[1].1, a[1].3.as_str()),
+        (
+            "www.x.com.coral.test",
+            Rtype::CNAME,
+            "www.x.com.http.L2.L1.L0.coralcdn.test"
+        )
+    );
+    assert_eq!(a[1].2, a[0].2, "the CNAME has the DNAME's TTL");
+    assert_eq!(a[2].0, "www.x.com.http.L2.L1.L0.coralcdn.test");
+    assert_eq!((a[2].1, a[2].3.as_str()), (Rtype::A, "127.13.0.1"));
+    // The apex itself owns the DNAME and is not redirected.
+    let r = ask(&mut s, &alone(), &query("coral.test", Rtype::DNAME, None));
+    assert_eq!(r.answer()[0].1, Rtype::DNAME);
+    let r = ask(&mut s, &alone(), &query("coral.test", Rtype::A, None));
+    assert!(r.answer().is_empty());
+    assert_eq!(r.authority()[0].1, Rtype::SOA);
+}
+
+#[test]
+fn rfc6672_synthesis_too_long_is_yxdomain() {
+    let mut s = srv();
+    let long = format!("{0}.{0}.{0}.{1}.coral.test", "a".repeat(63), "b".repeat(50));
+    let r = ask(&mut s, &alone(), &query(&long, Rtype::A, None));
+    assert_eq!(r.rcode(), Rcode::YXDOMAIN);
+    assert_eq!(r.answer().len(), 1);
+    assert_eq!(r.answer()[0].1, Rtype::DNAME);
+}
+
+#[test]
+fn rfc6891_badvers_for_edns_version_1() {
+    let mut s = srv();
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, Some((1, &[]))),
+    );
+    let msg = r.msg();
+    assert_eq!(msg.opt_rcode(), OptRcode::BADVERS);
+    assert!(r.answer().is_empty());
+    assert_eq!(msg.opt().unwrap().version(), 0);
+}
+
+#[test]
+fn rfc6891_unknown_options_are_ignored_and_not_echoed() {
+    let mut s = srv();
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query(
+            "www.http.L2.L1.L0.coralcdn.test",
+            Rtype::A,
+            Some((0, &[(65001, b"hello"), (10, &[1, 2, 3, 4, 5, 6, 7, 8])])),
+        ),
+    );
+    assert_eq!(r.rcode(), Rcode::NOERROR);
+    assert_eq!(r.answer().len(), 1);
+    let msg = r.msg();
+    let opt = msg.opt().unwrap();
+    assert_eq!(opt.udp_payload_size(), 1232);
+    assert!(opt.opt().is_empty(), "no option echoed");
+}
+
+#[test]
+fn rfc1035_refused_outside_the_zone() {
+    let mut s = srv();
+    let r = ask(&mut s, &alone(), &query("example.org", Rtype::A, None));
+    assert_eq!(r.rcode(), Rcode::REFUSED);
+    assert!(!r.msg().header().aa());
+    assert!(!r.msg().header().ra());
+}
+
+#[test]
+fn rfc1035_notimp_for_unknown_opcodes() {
+    let mut s = srv();
+    let mut q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    q[2] = 0x10 << 1 >> 1 | (3 << 3); // opcode 3 (unassigned)
+    let r = ask(&mut s, &alone(), &q);
+    assert_eq!(r.rcode(), Rcode::NOTIMP);
+}
+
+#[test]
+fn rfc1035_formerr_for_malformed_queries_and_silence_for_runts() {
+    let mut s = srv();
+    let v = alone();
+    let good = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    // A compression loop in the question.
+    let mut looped = good[..12].to_vec();
+    looped.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1]);
+    // A 64-octet label (the 0x40 label type).
+    let mut label64 = good[..12].to_vec();
+    label64.push(64);
+    label64.extend_from_slice(&[b'a'; 64]);
+    label64.extend_from_slice(&[0, 0, 1, 0, 1]);
+    // Lying counts: two questions announced, one present.
+    let mut lying = good.clone();
+    lying[5] = 2;
+    // An additional record announced, none present.
+    let mut lying_ar = good.clone();
+    lying_ar[11] = 1;
+    // Bytes after the last record.
+    let mut trailing = good.clone();
+    trailing.extend_from_slice(b"junk");
+    for bad in [&looped, &label64, &lying, &lying_ar, &trailing] {
+        let r = ask(&mut s, &v, bad);
+        assert_eq!(r.rcode(), Rcode::FORMERR);
+        assert_eq!(r.msg().header().id(), 0x1234);
+    }
+    assert!(ask_via(&mut s, &v, b"hello", client(), Transport::Udp).is_none());
+    // A response is never answered.
+    let mut resp = good.clone();
+    resp[2] |= 0x80;
+    assert!(ask_via(&mut s, &v, &resp, client(), Transport::Udp).is_none());
+    // And the next query is answered.
+    assert_eq!(ask(&mut s, &v, &good).answer().len(), 1);
+}
+
+#[test]
+fn rfc1035_question_echoed_with_its_letter_case() {
+    let mut s = srv();
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query("wWw.X.cOm.coral.test", Rtype::A, None),
+    );
+    let msg = r.msg();
+    let q = msg.question().next().unwrap().unwrap();
+    let mut echoed = Vec::new();
+    for l in q.qname().iter() {
+        echoed.extend_from_slice(l.as_slice());
+        echoed.push(b'.');
+    }
+    assert_eq!(echoed, b"wWw.X.cOm.coral.test..");
+    assert_eq!(r.answer()[1].3, "wWw.X.cOm.http.L2.L1.L0.coralcdn.test");
+    assert!(msg.header().aa());
+    assert!(!msg.header().ra());
+}
+
+#[test]
+fn rfc8482_any_is_answered_minimally() {
+    let mut s = srv();
+    let r = ask(&mut s, &alone(), &query("coralcdn.test", Rtype::ANY, None));
+    assert_eq!(r.answer().len(), 1);
+    assert_eq!(r.answer()[0].1, Rtype::SOA);
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query("a.http.L2.L1.L0.coralcdn.test", Rtype::ANY, None),
+    );
+    assert!(r.answer().iter().all(|a| a.1 == Rtype::A));
+}
+
+#[test]
+fn rfc1035_apex_has_soa_and_ns_with_glue() {
+    let mut s = srv();
+    let r = ask(&mut s, &alone(), &query("coralcdn.test", Rtype::NS, None));
+    assert_eq!(
+        r.answer(),
+        vec![(
+            "coralcdn.test".into(),
+            Rtype::NS,
+            NS_TTL_SECS,
+            "ns-7f0d0001.coralcdn.test".into()
+        )]
+    );
+    let glue = r.additional();
+    assert_eq!(glue[0].0, "ns-7f0d0001.coralcdn.test");
+    assert_eq!(glue[0].3, "127.13.0.1");
+    let r = ask(
+        &mut s,
+        &alone(),
+        &query("NS-7F0D0001.L1.L0.coralcdn.test", Rtype::A, None),
+    );
+    assert_eq!(r.answer()[0].3, "127.13.0.1");
+}
+
+#[test]
+fn rfc1035_tc_when_the_answer_does_not_fit_and_all_of_it_over_tcp() {
+    let mut s = srv();
+    let name = format!("{0}.{0}.{0}.{1}.coral.test", "a".repeat(63), "b".repeat(33));
+    let q = query(&name, Rtype::A, None);
+    let udp = ask(&mut s, &alone(), &q);
+    assert!(udp.bytes.len() <= 512);
+    assert!(udp.msg().header().tc());
+    assert!(udp.answer().is_empty());
+    let tcp = ask_via(&mut s, &alone(), &q, client(), Transport::Tcp).unwrap();
+    assert!(!tcp.msg().header().tc());
+    assert!(tcp.bytes.len() > 512);
+    assert_eq!(tcp.answer().len(), 3);
+    // With EDNS the same answer fits in 1232 octets.
+    let q = query(&name, Rtype::A, Some((0, &[])));
+    let edns = ask(&mut s, &alone(), &q);
+    assert!(!edns.msg().header().tc());
+}
+
+fn view_with_levels() -> View {
+    let mut v = alone();
+    v.me_http = false;
+    v.levels[0].proxies.push(peer("127.13.0.10", NOW));
+    v.levels[1].proxies.push(peer("127.13.1.10", NOW));
+    v.levels[2].proxies.push(peer("127.13.2.10", NOW));
+    for (l, ip) in [(0, "127.13.0.20"), (1, "127.13.1.20"), (2, "127.13.2.20")] {
+        v.levels[l].nameservers.push(peer(ip, NOW));
+    }
+    v
+}
+
+#[test]
+fn nsdi2004_3_1_client_level_sets_the_proxies_ttl_and_locked_zone() {
+    let v = view_with_levels();
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let mut s = srv();
+    // Not measured: level 0, and a probe is asked for.
+    let r = ask(&mut s, &v, &q);
+    assert_eq!(r.answer()[0].2, A_TTL_SECS_NEAR);
+    assert_eq!(r.answer()[0].3, "127.13.0.10");
+    assert!(r
+        .authority()
+        .iter()
+        .all(|a| a.0 == "L0.coralcdn.test" && a.2 == NS_TTL_SECS));
+    assert_eq!(s.poll_followup(), Some(FollowUp::Probe(client().ip())));
+    // Within level 1's threshold (60 ms).
+    s.on_rtt(client().ip(), Duration::from_millis(40), NOW);
+    let r = ask(&mut s, &v, &q);
+    assert_eq!(r.answer()[0].3, "127.13.1.10");
+    assert_eq!(r.answer()[0].2, A_TTL_SECS_NEAR);
+    assert!(r.authority().iter().all(|a| a.0 == "L1.L0.coralcdn.test"));
+    let ns: Vec<_> = r.authority().iter().map(|a| a.3.clone()).collect();
+    assert!(
+        ns.contains(&"ns-7f0d0114.L1.L0.coralcdn.test".to_string()),
+        "{ns:?}"
+    );
+    assert!(r
+        .additional()
+        .iter()
+        .any(|g| g.0 == "ns-7f0d0114.L1.L0.coralcdn.test" && g.3 == "127.13.1.20"));
+    // Within level 2's (20 ms).
+    s.pin_rtt(client().ip(), Duration::from_millis(3), NOW);
+    let r = ask(&mut s, &v, &q);
+    assert_eq!(r.answer()[0].3, "127.13.2.10");
+    assert_eq!(r.answer()[0].2, A_TTL_SECS_LEVEL2);
+    assert!(r
+        .authority()
+        .iter()
+        .all(|a| a.0 == "L2.L1.L0.coralcdn.test"));
+}
+
+#[test]
+fn nsdi2004_3_1_only_proxies_verified_alive_recently() {
+    let mut v = view_with_levels();
+    let stale = Time(NOW.0 - 400_000_000);
+    v.levels[2].proxies[0].verified = stale;
+    let mut s = srv();
+    s.pin_rtt(client().ip(), Duration::from_millis(3), NOW);
+    let r = ask(
+        &mut s,
+        &v,
+        &query("x.http.L2.L1.L0.coralcdn.test", Rtype::A, None),
+    );
+    // Level 2 has none live: its proxies are to be verified, and the answer
+    // falls back to level 1's.
+    assert_eq!(r.answer()[0].3, "127.13.1.10");
+    assert_eq!(s.poll_followup(), Some(FollowUp::Verify(2)));
+    // Nothing live anywhere and no proxy here: NODATA, never a dead proxy.
+    for l in 0..3 {
+        v.levels[l].proxies[0].verified = stale;
+    }
+    let r = ask(
+        &mut s,
+        &v,
+        &query("x.http.L2.L1.L0.coralcdn.test", Rtype::A, None),
+    );
+    assert!(r.answer().is_empty());
+    assert_eq!(r.authority()[0].1, Rtype::SOA);
+}
+
+#[test]
+fn nsdi2004_3_1_non_recursive_proxies_only_to_local_clients() {
+    let mut v = alone();
+    v.me_http = false;
+    let mut p = peer("127.13.0.10", NOW);
+    p.non_recursive = true;
+    v.levels[0].proxies.push(p);
+    let mut s = srv();
+    let q = query("x.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let far: SocketAddr = "127.99.0.1:53".parse().unwrap();
+    let near: SocketAddr = "127.13.0.99:53".parse().unwrap();
+    let r = ask_via(&mut s, &v, &q, far, Transport::Udp).unwrap();
+    assert!(r.answer().is_empty());
+    let r = ask_via(&mut s, &v, &q, near, Transport::Udp).unwrap();
+    assert_eq!(r.answer()[0].3, "127.13.0.10");
+}
+
+#[test]
+fn rfc7871_client_subnet_locates_the_client_and_sets_the_scope() {
+    let v = view_with_levels();
+    let mut s = srv();
+    // The resolver is far; the client subnet 127.13.2.0/24 is near.
+    s.pin_rtt("127.13.2.0".parse().unwrap(), Duration::from_millis(2), NOW);
+    let ecs: &[u8] = &[0, 1, 24, 0, 127, 13, 2];
+    let q = query(
+        "x.http.L2.L1.L0.coralcdn.test",
+        Rtype::A,
+        Some((0, &[(8, ecs)])),
+    );
+    let r = ask(&mut s, &v, &q);
+    assert_eq!(r.answer()[0].3, "127.13.2.10");
+    let msg = r.msg();
+    let opt = msg.opt().unwrap();
+    let echoed = opt.opt().client_subnet().unwrap();
+    assert_eq!(echoed.source_prefix_len(), 24);
+    assert_eq!(echoed.scope_prefix_len(), 24);
+    // Bits set beyond the source prefix: FORMERR (RFC 7871 §7.1.2).
+    let bad: &[u8] = &[0, 1, 16, 0, 127, 13, 2];
+    let r = ask(
+        &mut s,
+        &v,
+        &query(
+            "x.http.L2.L1.L0.coralcdn.test",
+            Rtype::A,
+            Some((0, &[(8, bad)])),
+        ),
+    );
+    assert_eq!(r.rcode(), Rcode::FORMERR);
+}
+
+#[test]
+fn rrl_over_the_limit_drops_and_slips_truncated_answers() {
+    let mut s = Dnssrv::new(DnsConfig {
+        rrl_responses_per_sec: 3,
+        rrl_slip: 2,
+        ..DnsConfig::default()
+    });
+    let q = query("x.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let v = alone();
+    let mut sent = 0;
+    let mut slipped = 0;
+    for _ in 0..10 {
+        if let Some(r) = ask_via(&mut s, &v, &q, client(), Transport::Udp) {
+            if r.msg().header().tc() {
+                slipped += 1;
+            } else {
+                sent += 1;
+            }
+        }
+    }
+    assert_eq!(sent, 3);
+    assert!(slipped >= 3);
+    // TCP is not limited.
+    assert!(
+        ask_via(&mut s, &v, &q, client(), Transport::Tcp).is_some_and(|r| !r.msg().header().tc())
+    );
+}
+
+proptest! {
+    #[test]
+    fn answer_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let mut s = srv();
+        let v = view_with_levels();
+        let mut out = Vec::new();
+        let _ = s.answer(NOW, &bytes, client(), Transport::Udp, &v, &mut out);
+        prop_assert!(out.len() <= 1232);
+    }
+
+    #[test]
+    fn answer_never_panics_on_mutated_queries(
+        flips in proptest::collection::vec((0usize..80, any::<u8>()), 1..6),
+        name in "[a-zA-Z0-9]{1,20}(\\.[a-z]{1,10}){0,3}",
+    ) {
+        let mut s = srv();
+        let v = view_with_levels();
+        let mut q = query(&format!("{name}.coral.test"), Rtype::A, Some((0, &[(8, &[0, 1, 24, 0, 1, 2, 3])])));
+        for (i, b) in flips {
+            if let Some(x) = q.get_mut(i) { *x = b; }
+        }
+        let mut out = Vec::new();
+        for t in [Transport::Udp, Transport::Tcp] {
+            let _ = s.answer(NOW, &q, client(), t, &v, &mut out);
+        }
+    }
+}
+
+#[test]
+fn rfc1035_names_are_compressed_against_the_question() {
+    let mut s = srv();
+    let name = "x.http.L2.L1.L0.coralcdn.test";
+    let r = ask(&mut s, &alone(), &query(name, Rtype::A, None));
+    let answer_at = 12 + name.len() + 2 + 4;
+    // The A record's owner is a pointer to the question's name at 12.
+    assert_eq!(&r.bytes[answer_at..answer_at + 2], &[0xc0, 12]);
+    // And the delegation's owner L0.coralcdn.test points into it too: the
+    // whole answer stays small.
+    assert!(r.bytes.len() < 130, "{} octets", r.bytes.len());
+    assert_eq!(r.authority()[0].0, "L0.coralcdn.test");
+}
