@@ -41,9 +41,10 @@ pub enum Source {
     PeerL0 = 3,
     /// A peer, level not said.
     Peer = 4,
-    /// The origin.
+    /// Went forward from the proxy (`fwd=…` without `detail=peer`): to the
+    /// origin, or joined the proxy's own fetch from it on the key's core.
     Origin = 5,
-    /// Joined a fetch already under way on the proxy (`collapsed`).
+    /// Joined a fetch already under way on the proxy (`hit; collapsed`).
     InFlight = 6,
     /// No usable answer: error status, wrong bytes, timeout, DNS failure.
     Failed = 7,
@@ -53,7 +54,14 @@ pub enum Source {
 pub const SOURCES: usize = 8;
 /// Column names of the sources, in order.
 pub const SOURCE_NAMES: [&str; SOURCES] = [
-    "local", "peer_l2", "peer_l1", "peer_l0", "peer", "origin", "in_flight", "failed",
+    "local",
+    "peer_l2",
+    "peer_l1",
+    "peer_l0",
+    "peer",
+    "origin",
+    "in_flight",
+    "failed",
 ];
 
 impl Source {
@@ -74,6 +82,9 @@ impl Source {
             return Source::Origin;
         };
         let params: Vec<&str> = entry.split(';').skip(1).map(str::trim).collect();
+        if params.contains(&"collapsed") {
+            return Source::InFlight;
+        }
         if params.contains(&"hit") {
             return Source::Local;
         }
@@ -88,9 +99,6 @@ impl Source {
                 Some(b'0') => Source::PeerL0,
                 _ => Source::Peer,
             };
-        }
-        if params.contains(&"collapsed") {
-            return Source::InFlight;
         }
         Source::Origin
     }
@@ -161,6 +169,8 @@ pub struct Client {
     pub proxy_port: u16,
     /// Its random stream.
     pub seed: u64,
+    /// Pause after each page's images, as a reader would.
+    pub think: Duration,
 }
 
 /// Runs one client until `deadline` or `stop`; returns its latencies in
@@ -192,7 +202,8 @@ pub fn run_client(
                     Ok((addrs, ttl)) if !addrs.is_empty() => {
                         stats.dns_answers.fetch_add(1, Ordering::Relaxed);
                         proxies = addrs;
-                        proxies_until = Instant::now() + Duration::from_secs(ttl.max(DNS_TTL_MIN_SECS));
+                        proxies_until =
+                            Instant::now() + Duration::from_secs(ttl.max(DNS_TTL_MIN_SECS));
                     }
                     _ => {
                         stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -237,6 +248,11 @@ pub fn run_client(
                 }
             }
         }
+        // Read the page before the next; wake early when the demo ends.
+        let until = Instant::now() + c.think;
+        while Instant::now() < until && live(stop) {
+            std::thread::sleep(Duration::from_millis(50).min(c.think));
+        }
     }
     latencies
 }
@@ -278,7 +294,9 @@ fn exchange(
     stream: &mut TcpStream,
     request: &[u8],
 ) -> Result<(u16, Vec<u8>, Option<String>, bool), String> {
-    stream.write_all(request).map_err(|e| format!("send: {e}"))?;
+    stream
+        .write_all(request)
+        .map_err(|e| format!("send: {e}"))?;
     let limits = http::Limits::default();
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
@@ -294,17 +312,19 @@ fn exchange(
         }
         buf.extend_from_slice(&chunk[..n]);
     };
-    let cache_status = head
-        .headers
-        .get_str("cache-status")
-        .map(str::to_string);
+    let cache_status = head.headers.get_str("cache-status").map(str::to_string);
     let mut rest = buf.split_off(head_len);
     let body = match head.framing {
         Framing::Empty => Vec::new(),
         Framing::Length(n) => {
-            let n = usize::try_from(n).ok().filter(|&n| n <= BODY_BYTES_MAX).ok_or("body too large")?;
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|&n| n <= BODY_BYTES_MAX)
+                .ok_or("body too large")?;
             while rest.len() < n {
-                let got = stream.read(&mut chunk).map_err(|e| format!("read body: {e}"))?;
+                let got = stream
+                    .read(&mut chunk)
+                    .map_err(|e| format!("read body: {e}"))?;
                 if got == 0 {
                     return Err(format!("closed after {} of {n} body bytes", rest.len()));
                 }
@@ -328,7 +348,9 @@ fn exchange(
                 if body.len() > BODY_BYTES_MAX {
                     return Err("body too large".into());
                 }
-                let got = stream.read(&mut chunk).map_err(|e| format!("read body: {e}"))?;
+                let got = stream
+                    .read(&mut chunk)
+                    .map_err(|e| format!("read body: {e}"))?;
                 if got == 0 {
                     return Err("closed inside a chunked body".into());
                 }
@@ -362,7 +384,8 @@ pub fn resolve_a(server: SocketAddr, name: &str, id: u16) -> Result<(Vec<Ipv4Add
     let mut answer = vec![0u8; DNS_ANSWER_BYTES_MAX];
     let mut last = String::from("no attempt");
     for _ in 0..DNS_ATTEMPTS {
-        sock.send_to(&query, server).map_err(|e| format!("send: {e}"))?;
+        sock.send_to(&query, server)
+            .map_err(|e| format!("send: {e}"))?;
         let deadline = Instant::now() + Duration::from_millis(DNS_TIMEOUT_MS);
         while Instant::now() < deadline {
             match sock.recv_from(&mut answer) {
@@ -403,7 +426,8 @@ pub fn a_query(name: &str, id: u16) -> Result<Vec<u8>, String> {
 /// when the datagram answers another query; an error for a failed answer.
 pub fn parse_a_answer(datagram: &[u8], id: u16) -> Result<Option<(Vec<Ipv4Addr>, u64)>, String> {
     use domain::base::iana::Rcode;
-    let msg = domain::base::Message::from_octets(datagram).map_err(|e| format!("DNS answer: {e}"))?;
+    let msg =
+        domain::base::Message::from_octets(datagram).map_err(|e| format!("DNS answer: {e}"))?;
     let header = msg.header();
     if header.id() != id || !header.qr() {
         return Ok(None);
@@ -432,14 +456,20 @@ mod tests {
     #[test]
     fn rfc9211_cache_status_names_the_source() {
         assert_eq!(Source::of_cache_status(Some("coral; hit")), Source::Local);
-        assert_eq!(Source::of_cache_status(Some("coral; fwd=uri-miss; stored")), Source::Origin);
+        assert_eq!(
+            Source::of_cache_status(Some("coral; fwd=uri-miss; stored")),
+            Source::Origin
+        );
         assert_eq!(
             Source::of_cache_status(Some("coral; fwd=uri-miss; stored; detail=peer-l2")),
             Source::PeerL2
         );
-        assert_eq!(Source::of_cache_status(Some("coral; fwd=uri-miss; detail=peer")), Source::Peer);
         assert_eq!(
-            Source::of_cache_status(Some("coral; fwd=uri-miss; collapsed")),
+            Source::of_cache_status(Some("coral; fwd=uri-miss; detail=peer")),
+            Source::Peer
+        );
+        assert_eq!(
+            Source::of_cache_status(Some("coral; hit; collapsed")),
             Source::InFlight
         );
         // The entry nearest the client (last) decides: the peer's own hit does not.
@@ -447,7 +477,10 @@ mod tests {
             Source::of_cache_status(Some("coral; hit, coral; fwd=uri-miss; detail=peer-l0")),
             Source::PeerL0
         );
-        assert_eq!(Source::of_cache_status(Some("othercache; hit")), Source::Origin);
+        assert_eq!(
+            Source::of_cache_status(Some("othercache; hit")),
+            Source::Origin
+        );
     }
 
     #[test]
@@ -456,7 +489,10 @@ mod tests {
         let msg = domain::base::Message::from_octets(&q[..]).unwrap();
         assert_eq!(msg.header().id(), 0x1234);
         let question = msg.first_question().unwrap();
-        assert_eq!(question.qname().to_string(), "origin.demo.test.8080.coral.test");
+        assert_eq!(
+            question.qname().to_string(),
+            "origin.demo.test.8080.coral.test"
+        );
         assert!(a_query("a..b", 1).is_err());
         // A query is not an answer; garbage is an error, not a panic.
         assert!(parse_a_answer(&q, 0x1234).unwrap().is_none());

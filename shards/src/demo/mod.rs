@@ -80,6 +80,9 @@ pub struct DemoArgs {
     /// over five minutes).
     #[arg(long)]
     interval: Option<u64>,
+    /// Each client's pause after a page's three images, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    think_ms: u64,
     /// Seed of the clients' random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -89,6 +92,10 @@ pub struct DemoArgs {
     /// Write the per-interval chart (requests/minute by source) as SVG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Only write the origin's site (pages and images) into DIR and exit
+    /// (the lab's nginx serves it).
+    #[arg(long, value_name = "DIR")]
+    write_site: Option<PathBuf>,
 }
 
 /// Set by SIGINT, SIGTERM or SIGHUP.
@@ -103,7 +110,10 @@ fn install_signal_handlers() {
         // SAFETY: the handler only stores to an atomic, which is
         // async-signal-safe; the function pointer lives for the whole program.
         unsafe {
-            libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
         }
     }
 }
@@ -145,7 +155,13 @@ impl Drop for TempDir {
 
 /// Runs the demo.
 pub fn run(a: DemoArgs) -> ExitCode {
-    if a.nodes == 0 || a.nodes > NODES_MAX || a.clients == 0 || a.clients > CLIENTS_MAX || a.seconds == 0 || a.objects == 0 {
+    if a.nodes == 0
+        || a.nodes > NODES_MAX
+        || a.clients == 0
+        || a.clients > CLIENTS_MAX
+        || a.seconds == 0
+        || a.objects == 0
+    {
         eprintln!("coral demo: need 1 ≤ --nodes ≤ {NODES_MAX}, 1 ≤ --clients ≤ {CLIENTS_MAX}, --seconds ≥ 1, --objects ≥ 1");
         return ExitCode::from(2);
     }
@@ -159,8 +175,30 @@ pub fn run(a: DemoArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let ip = |last: u8| Ipv4Addr::new(n0, n1, n2, last);
+    if let Some(dir) = &a.write_site {
+        let site = Site::new(a.objects);
+        for o in site.pages.iter().chain(site.images.iter()) {
+            let path = dir.join(o.path.trim_start_matches('/'));
+            if let Err(e) =
+                std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &o.body))
+            {
+                eprintln!("coral demo: cannot write {}: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        }
+        println!(
+            "wrote {} pages and {} images to {}",
+            site.pages.len(),
+            site.images.len(),
+            dir.display()
+        );
+        return ExitCode::SUCCESS;
+    }
     install_signal_handlers();
-    let interval_secs = a.interval.unwrap_or(if a.seconds > 300 { 60 } else { 10 }).max(1);
+    let interval_secs = a
+        .interval
+        .unwrap_or(if a.seconds > 300 { 60 } else { 10 })
+        .max(1);
     let interval = Duration::from_secs(interval_secs);
     let intervals = a.seconds.div_ceil(interval_secs) as usize;
     let say = |line: &str| {
@@ -208,7 +246,13 @@ pub fn run(a: DemoArgs) -> ExitCode {
         temp.0.display()
     ));
 
-    let origin = match origin::Origin::start(origin_addr, site.clone(), a.origin_kbit, interval, intervals) {
+    let origin = match origin::Origin::start(
+        origin_addr,
+        site.clone(),
+        a.origin_kbit,
+        interval,
+        intervals,
+    ) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("coral demo: origin cannot listen on {origin_addr}: {e}");
@@ -237,14 +281,22 @@ pub fn run(a: DemoArgs) -> ExitCode {
     let stats = Arc::new(CrowdStats::new(interval, intervals));
     let start = Instant::now();
     let deadline = start + Duration::from_secs(a.seconds);
-    let requested: Arc<Vec<AtomicBool>> = Arc::new((0..site.images.len()).map(|_| AtomicBool::new(false)).collect());
+    let requested: Arc<Vec<AtomicBool>> = Arc::new(
+        (0..site.images.len())
+            .map(|_| AtomicBool::new(false))
+            .collect(),
+    );
     let mut threads = Vec::new();
     for i in 0..a.clients {
         let c = crowd::Client {
             dns_server: SocketAddr::from((ip((i % a.nodes) as u8 + 1), DNS_PORT)),
             coralized_host: coralized_host.clone(),
             proxy_port: HTTP_PORT,
-            seed: a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(i as u64),
+            seed: a
+                .seed
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(i as u64),
+            think: Duration::from_millis(a.think_ms),
         };
         let (site, stats, requested) = (site.clone(), stats.clone(), requested.clone());
         let spawned = std::thread::Builder::new()
@@ -265,7 +317,17 @@ pub fn run(a: DemoArgs) -> ExitCode {
         std::thread::sleep(Duration::from_millis(100));
         if Instant::now() >= next_progress {
             next_progress += Duration::from_secs(PROGRESS_EVERY_SECS);
-            eprintln!("{}", progress_line(start, &stats, &origin.stats, origin_bytes_before, origin_fetches_before, site.images.len()));
+            eprintln!(
+                "{}",
+                progress_line(
+                    start,
+                    &stats,
+                    &origin.stats,
+                    origin_bytes_before,
+                    origin_fetches_before,
+                    site.images.len()
+                )
+            );
         }
     }
     let interrupted = STOP.load(Ordering::SeqCst);
@@ -278,7 +340,19 @@ pub fn run(a: DemoArgs) -> ExitCode {
     let elapsed = start.elapsed().as_secs_f64();
     drop(nodes);
     origin_guard(origin, |o| {
-        report(&a, &site, &stats, o, origin_bytes_before, origin_fetches_before, &requested, &mut latencies, elapsed, interval_secs, interrupted)
+        report(
+            &a,
+            &site,
+            &stats,
+            o,
+            origin_bytes_before,
+            origin_fetches_before,
+            &requested,
+            &mut latencies,
+            elapsed,
+            interval_secs,
+            interrupted,
+        )
     })
 }
 
@@ -297,12 +371,15 @@ fn start_nodes(
     temp: &Path,
 ) -> Result<Nodes, String> {
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
-    let mut nodes = Nodes { children: Vec::new() };
+    let mut nodes = Nodes {
+        children: Vec::new(),
+    };
     for i in 1..=a.nodes {
         let me = ip(i as u8);
         let dir = temp.join(format!("node{i}"));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let log = std::fs::File::create(temp.join(format!("node{i}.log"))).map_err(|e| format!("node log: {e}"))?;
+        let log = std::fs::File::create(temp.join(format!("node{i}.log")))
+            .map_err(|e| format!("node log: {e}"))?;
         let mut cmd = Command::new(&exe);
         cmd.arg("node")
             .args(["--dsht", &format!("{me}:{DSHT_PORT}")])
@@ -314,7 +391,10 @@ fn start_nodes(
             .arg("--allow-private-origins")
             .args(["--resolve", &format!("{ORIGIN_NAME}={}", origin_addr.ip())])
             .args(["--cores", "1"])
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -330,7 +410,9 @@ fn start_nodes(
                 Ok(())
             });
         }
-        nodes.children.push(cmd.spawn().map_err(|e| format!("start node {i}: {e}"))?);
+        nodes
+            .children
+            .push(cmd.spawn().map_err(|e| format!("start node {i}: {e}"))?);
     }
     Ok(nodes)
 }
@@ -357,12 +439,25 @@ fn wait_ready(
                 // try_wait needs &mut; a node that exited has a log to show.
                 exited(c)
             }) {
-                return Err(format!("node {i} exited ({status}); its log:\n{}", log_tail(&temp.join(format!("node{i}.log")))));
+                return Err(format!(
+                    "node {i} exited ({status}); its log:\n{}",
+                    log_tail(&temp.join(format!("node{i}.log")))
+                ));
             }
-            let admin_ok = TcpStream::connect_timeout(&SocketAddr::from((me, ADMIN_PORT)), Duration::from_millis(200)).is_ok();
-            let http_ok = admin_ok && TcpStream::connect_timeout(&SocketAddr::from((me, HTTP_PORT)), Duration::from_millis(200)).is_ok();
+            let admin_ok = TcpStream::connect_timeout(
+                &SocketAddr::from((me, ADMIN_PORT)),
+                Duration::from_millis(200),
+            )
+            .is_ok();
+            let http_ok = admin_ok
+                && TcpStream::connect_timeout(
+                    &SocketAddr::from((me, HTTP_PORT)),
+                    Duration::from_millis(200),
+                )
+                .is_ok();
             id = id.wrapping_add(1);
-            let dns_ok = http_ok && crowd::resolve_a(SocketAddr::from((me, DNS_PORT)), coralized_host, id).is_ok();
+            let dns_ok = http_ok
+                && crowd::resolve_a(SocketAddr::from((me, DNS_PORT)), coralized_host, id).is_ok();
             if dns_ok {
                 break;
             }
@@ -380,7 +475,10 @@ fn wait_ready(
     let join_deadline = Instant::now() + Duration::from_secs(JOIN_TIMEOUT_SECS);
     for i in 1..=a.nodes {
         let admin = SocketAddr::from((ip(i as u8), ADMIN_PORT));
-        while level0_contacts(admin) < want && Instant::now() < join_deadline && !STOP.load(Ordering::SeqCst) {
+        while level0_contacts(admin) < want
+            && Instant::now() < join_deadline
+            && !STOP.load(Ordering::SeqCst)
+        {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -394,7 +492,14 @@ fn exited(c: &Child) -> Option<String> {
     // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid(2).
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     // SAFETY: waitid(2) on our own child; WNOWAIT leaves it for Child::wait.
-    let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
     // SAFETY: si_pid is set by waitid when a child changed state.
     (r == 0 && unsafe { info.si_pid() } != 0).then(|| {
         // SAFETY: as above.
@@ -415,7 +520,9 @@ fn level0_contacts(admin: SocketAddr) -> u64 {
         return 0;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /levels HTTP/1.0\r\nHost: demo\r\n\r\n").is_err() {
+    if s.write_all(b"GET /levels HTTP/1.0\r\nHost: demo\r\n\r\n")
+        .is_err()
+    {
         return 0;
     }
     let mut out = Vec::new();
@@ -442,9 +549,11 @@ fn progress_line(
     let secs = start.elapsed().as_secs_f64().max(1e-3);
     let sent = origin.bytes_sent.load(Ordering::Relaxed) - origin_bytes_before;
     let got = stats.bytes_received.load(Ordering::Relaxed);
-    let peer: u64 = t[Source::PeerL2 as usize..=Source::Peer as usize].iter().sum();
+    let peer: u64 = t[Source::PeerL2 as usize..=Source::Peer as usize]
+        .iter()
+        .sum();
     format!(
-        "  [{:>4.0} s] requests {:>6}  ok {:>6}  origin fetches {:>3} for {objects} objects | local {:>6}  peer {:>4}  origin {:>3}  in-flight {:>3}  failed {:>3} | origin sent {:>4.0} kbit/s, clients got {:>6.1} Mbit/s",
+        "  [{:>4.0} s] requests {:>6}  ok {:>6}  origin fetches {:>3} for {objects} objects | local {:>6}  peer {:>4}  forwarded {:>3}  in-flight {:>3}  failed {:>3} | origin sent {:>4.0} kbit/s, clients got {:>6.1} Mbit/s",
         secs,
         stats.requests.load(Ordering::Relaxed),
         stats.ok.load(Ordering::Relaxed),
@@ -487,8 +596,16 @@ fn report(
     let requests = stats.requests.load(Ordering::Relaxed);
     let ok = stats.ok.load(Ordering::Relaxed);
     let origin_fetches = origin.stats.image_fetches_total() - origin_fetches_before;
-    let per_object: Vec<u64> = origin.stats.image_fetches.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-    let unique = requested.iter().filter(|r| r.load(Ordering::Relaxed)).count() as u64;
+    let per_object: Vec<u64> = origin
+        .stats
+        .image_fetches
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect();
+    let unique = requested
+        .iter()
+        .filter(|r| r.load(Ordering::Relaxed))
+        .count() as u64;
     let origin_bytes = origin.stats.bytes_sent.load(Ordering::Relaxed) - origin_bytes_before;
     let client_bytes = stats.bytes_received.load(Ordering::Relaxed);
     let totals = stats.totals();
@@ -497,7 +614,8 @@ fn report(
         .iter()
         .map(|r| std::array::from_fn(|s| r[s].load(Ordering::Relaxed)))
         .collect();
-    let origin_rows: Vec<u64> = origin.stats.fetches_by_interval[..used.min(origin.stats.fetches_by_interval.len())]
+    let origin_rows: Vec<u64> = origin.stats.fetches_by_interval
+        [..used.min(origin.stats.fetches_by_interval.len())]
         .iter()
         .map(|c| c.load(Ordering::Relaxed))
         .collect();
@@ -530,7 +648,12 @@ fn report(
         let line = |label: &str, f: &dyn Fn(usize) -> u64| plot::Line {
             label: label.to_string(),
             points: (0..rows.len())
-                .map(|i| (((i + 1) as u64 * interval_secs) as f64 / 60.0, f(i) as f64 * per_min))
+                .map(|i| {
+                    (
+                        ((i + 1) as u64 * interval_secs) as f64 / 60.0,
+                        f(i) as f64 * per_min,
+                    )
+                })
                 .collect(),
         };
         let svg = plot::chart(
@@ -586,7 +709,11 @@ fn report(
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
         println!();
-        println!("Flash crowd on a {} kbit/s origin (cf. NSDI 2004 §6.1, Fig. 4){}", a.origin_kbit, if interrupted { " — interrupted" } else { "" });
+        println!(
+            "Flash crowd on a {} kbit/s origin (cf. NSDI 2004 §6.1, Fig. 4){}",
+            a.origin_kbit,
+            if interrupted { " — interrupted" } else { "" }
+        );
         println!("  requests          {requests} in {elapsed:.1} s; answered 200 with the right bytes: {ok}; failed: {}", totals[Source::Failed as usize]);
         println!("  origin fetches    {origin_fetches} for {unique} unique objects (the paper: 15 for 12); per object {per_object:?}");
         println!(
@@ -597,16 +724,40 @@ fn report(
             client_bytes as f64 / (origin_bytes.max(1)) as f64
         );
         println!("  latency           p50 {p50:.1} ms, p90 {p90:.1} ms, p99 {p99:.1} ms, max {max:.1} ms ({} answers)", latencies.len());
-        println!("  DNS               {} queries to dnssrv, {} answered with proxies", stats.dns_queries.load(Ordering::Relaxed), stats.dns_answers.load(Ordering::Relaxed));
+        println!(
+            "  DNS               {} queries to dnssrv, {} answered with proxies",
+            stats.dns_queries.load(Ordering::Relaxed),
+            stats.dns_answers.load(Ordering::Relaxed)
+        );
         println!();
-        println!("  where clients' answers came from, per {interval_secs} s (Cache-Status; origin fetches counted at the origin):");
-        println!("  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8}", "time", "requests", "local", "peer L2", "peer L1", "peer L0", "peer L?", "origin", "in-flight", "failed", "@origin");
+        println!("  where clients' answers came from, per {interval_secs} s, as the proxy's Cache-Status says (local: hit; peer: detail=peer;\n  fwd: the proxy went to the origin or joined its own fetch from it; in-flight: hit while still arriving; @origin: fetches counted at the origin):");
+        println!(
+            "  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8}",
+            "time",
+            "requests",
+            "local",
+            "peer L2",
+            "peer L1",
+            "peer L0",
+            "peer L?",
+            "fwd",
+            "in-flight",
+            "failed",
+            "@origin"
+        );
         for (i, r) in rows.iter().enumerate() {
             println!(
                 "  {:>6} s {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8}",
                 (i as u64 + 1) * interval_secs,
                 r.iter().sum::<u64>(),
-                r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
                 origin_rows.get(i).copied().unwrap_or(0)
             );
         }
@@ -614,7 +765,14 @@ fn report(
             "  {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8}",
             "total",
             totals.iter().sum::<u64>(),
-            totals[0], totals[1], totals[2], totals[3], totals[4], totals[5], totals[6], totals[7],
+            totals[0],
+            totals[1],
+            totals[2],
+            totals[3],
+            totals[4],
+            totals[5],
+            totals[6],
+            totals[7],
             origin_fetches
         );
         if let Some(p) = &a.plot {

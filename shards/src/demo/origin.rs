@@ -157,7 +157,13 @@ impl Origin {
 }
 
 /// Serves requests on one connection until it closes, errs or idles out.
-fn serve(mut conn: TcpStream, site: &Site, stats: &OriginStats, uplink: &Uplink, stop: &AtomicBool) {
+fn serve(
+    mut conn: TcpStream,
+    site: &Site,
+    stats: &OriginStats,
+    uplink: &Uplink,
+    stop: &AtomicBool,
+) {
     let _ = conn.set_read_timeout(Some(Duration::from_millis(IDLE_TIMEOUT_MS)));
     let _ = conn.set_nodelay(true);
     let limits = http::Limits::default();
@@ -195,7 +201,8 @@ fn serve(mut conn: TcpStream, site: &Site, stats: &OriginStats, uplink: &Uplink,
             Some(o) => ("200 OK", o.content_type, &o.body),
             None => ("404 Not Found", "text/plain", b"not found\n"),
         };
-        let response_head = format!(
+        let response_head =
+            format!(
             "HTTP/1.1 {status}\r\nServer: coral-demo-origin\r\nContent-Type: {content_type}\r\n\
              Content-Length: {}\r\nCache-Control: public, max-age=3600\r\n\
              Last-Modified: Tue, 30 Mar 2004 00:00:00 GMT\r\n{}\r\n",
@@ -234,7 +241,12 @@ fn serve(mut conn: TcpStream, site: &Site, stats: &OriginStats, uplink: &Uplink,
 }
 
 /// Writes `bytes` through the uplink.
-fn send(conn: &mut TcpStream, bytes: &[u8], stats: &OriginStats, uplink: &Uplink) -> std::io::Result<()> {
+fn send(
+    conn: &mut TcpStream,
+    bytes: &[u8],
+    stats: &OriginStats,
+    uplink: &Uplink,
+) -> std::io::Result<()> {
     for slice in bytes.chunks(SEND_SLICE_BYTES) {
         uplink.take(slice.len());
         conn.write_all(slice)?;
@@ -266,7 +278,11 @@ mod tests {
                 let site = site.clone();
                 std::thread::spawn(move || {
                     let mut c = TcpStream::connect(addr).unwrap();
-                    write!(c, "GET /img{k}.bmp HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n").unwrap();
+                    write!(
+                        c,
+                        "GET /img{k}.bmp HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n"
+                    )
+                    .unwrap();
                     let mut all = Vec::new();
                     c.read_to_end(&mut all).unwrap();
                     let body_at = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
@@ -285,6 +301,9 @@ mod tests {
             "origin sent {bytes} bytes in {elapsed:.2} s: {:.0} kbit/s (limit 384)",
             bytes as f64 * 8.0 / 1000.0 / elapsed
         );
-        assert!(bytes as f64 <= bound, "{bytes} bytes in {elapsed} s exceeds 384 kbit/s");
+        assert!(
+            bytes as f64 <= bound,
+            "{bytes} bytes in {elapsed} s exceeds 384 kbit/s"
+        );
     }
 }

@@ -93,7 +93,13 @@ pub fn chart(title: &str, lines: &[Line]) -> String {
     ));
     // x ticks every whole minute, or every quarter minute for short runs.
     s.push_str("<g class=\"x axis\">\n");
-    let step = if x_max <= 2.0 { 0.25 } else if x_max <= 10.0 { 1.0 } else { 5.0 };
+    let step = if x_max <= 2.0 {
+        0.25
+    } else if x_max <= 10.0 {
+        1.0
+    } else {
+        5.0
+    };
     let bottom = MARGIN_TOP + PLOT_HEIGHT;
     let mut t = 0.0;
     while t <= x_max + 1e-9 {
@@ -104,7 +110,11 @@ pub fn chart(title: &str, lines: &[Line]) -> String {
             num(bottom),
             num(bottom + 5.0),
             num(bottom + 18.0),
-            if step < 1.0 { format!("{t:.2}") } else { num(t) },
+            if step < 1.0 {
+                format!("{t:.2}")
+            } else {
+                num(t)
+            },
             x = num(x)
         ));
         t += step;
