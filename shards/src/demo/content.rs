@@ -112,7 +112,7 @@ fn bmp(k: u64) -> Vec<u8> {
     out.extend_from_slice(&2835u32.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
-    let mut rng = Rng::new(0xC0_4A1D_E30 ^ k);
+    let mut rng = Rng::new(0x0C04_A1DE ^ k);
     let hue = [(k * 97) % 256, (k * 57 + 80) % 256, (k * 23 + 160) % 256];
     for y in 0..IMAGE_HEIGHT_PX {
         for x in 0..IMAGE_WIDTH_PX {

@@ -73,11 +73,10 @@ impl Source {
         let Some(value) = value else {
             return Source::Origin;
         };
-        let Some(entry) = value
-            .split(',')
-            .map(str::trim)
-            .filter(|e| e.split(';').next().map(str::trim) == Some(coral::proxy::policy::CDN_TOKEN))
-            .last()
+        let Some(entry) =
+            value.split(',').map(str::trim).rev().find(|e| {
+                e.split(';').next().map(str::trim) == Some(coral::proxy::policy::CDN_TOKEN)
+            })
         else {
             return Source::Origin;
         };
