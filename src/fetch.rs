@@ -185,6 +185,18 @@ impl FetchPolicy {
         matches!(self.objects.get(key), Some(o) if !matches!(o.state, State::Complete { .. }))
     }
 
+    /// Forgets the object `key`: it left the cache (evicted, or stale and
+    /// about to be fetched again), so its pointer is no longer renewed and
+    /// the next request for it starts over at the DSHT.
+    pub fn forget(&mut self, key: &Key) {
+        self.objects.remove(key);
+    }
+
+    /// Whether `key`'s object is complete or being fetched here.
+    pub fn tracks(&self, key: &Key) -> bool {
+        self.objects.contains_key(key)
+    }
+
     fn pointer(&self) -> Value {
         Value::from_addr(self.me)
     }
@@ -424,6 +436,25 @@ mod tests {
 
     fn peer(n: u8) -> SocketAddr {
         SocketAddr::from(([10, 0, 0, n], 8090))
+    }
+
+    #[test]
+    fn a_forgotten_object_is_looked_up_again_and_its_pointer_not_renewed_section_3_2() {
+        let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        let k = Id::from_url("http://x.com/evicted.jpg");
+        let mut out = Vec::new();
+        p.request(Time::ZERO, k, &mut out);
+        p.on_get(Time::ZERO, k, &[], None, &mut out);
+        p.on_claim(Time::ZERO, k, true, &[], &mut out);
+        p.on_fetched(Time::ZERO, k, true, &mut out);
+        assert!(p.is_cached(&k));
+        p.forget(&k);
+        assert!(!p.tracks(&k));
+        out.clear();
+        p.tick(Time::ZERO + Duration::from_secs(7200), &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        p.request(Time::ZERO, k, &mut out);
+        assert_eq!(out, vec![Action::DshtGet { key: k }]);
     }
 
     #[test]

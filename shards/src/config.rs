@@ -17,6 +17,8 @@ cores = 0                  # 0: every core in the process's CPU mask
 zone = "coralcdn.test"     # the zone dnssrv serves: proxies are *.http.L2.L1.L0.<zone> (§3.1)
 alias = "coral.test"       # the short alias (a DNAME to http.L2.L1.L0.<zone>): www.x.com.<alias>
 log = "info"               # log filter (tracing EnvFilter syntax; RUST_LOG overrides; SIGHUP reloads)
+# http = "127.0.0.1:8090"  # CoralProxy's HTTP address (one SO_REUSEPORT listener per core, §2.2);
+                           # default: the DSHT address's IP, port 8090 (the pointers it stores name it)
 dns = "127.0.0.1:7053"     # dnssrv's UDP and TCP address (53 in production; SO_REUSEPORT)
 
 [dht]
@@ -31,7 +33,24 @@ rpc_timeout_ms = 2000
 eval_secs = 300            # reconsider each level's cluster this often
 join_percent = 80          # acceptable: this share of members within the threshold
 leave_percent = 50         # leave when this share of accesses misses it
+
+[proxy]                    # CoralProxy (§2.2, §3.2) and its disk cache
+# cache_dir = "coral-cache" # default: coral-cache/<DSHT IP>-<port> under the working directory
+cache_size = "1GiB"
+allow_private_origins = false   # true: origins on loopback/private addresses (labs, tests)
+resolve = []               # static answers for origin names, "NAME=IP" (like curl --resolve)
+connect_timeout_ms = 5000
+first_byte_timeout_ms = 15000
+idle_timeout_ms = 15000    # origin or peer silent this long mid-response: the fetch fails
+client_idle_timeout_ms = 30000
+object_bytes_max = 50000000     # 50 MB, enforced while streaming (origins omit Content-Length)
+connections_max = 10000    # client connections per core
+negative_ttl_secs = 60     # longest an error answer (404, 410 ...) is cached
+resolve_ttl_secs = 60      # how long a resolved origin address is reused
 "#;
+
+/// CoralProxy's port when `http` is not set (the paper's 8090).
+pub const DEFAULT_HTTP_PORT: u16 = 8090;
 
 /// The file's shape.
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -70,6 +89,9 @@ pub struct FileConfig {
     /// Clustering parameters.
     #[serde(default)]
     pub clusters: ClustersSection,
+    /// CoralProxy and its cache.
+    #[serde(default)]
+    pub proxy: ProxySection,
     /// Limits for the open Internet (SECURITY.md).
     #[serde(default)]
     pub limits: LimitsSection,
@@ -95,6 +117,126 @@ pub struct LimitsSection {
     pub rate_window_secs: Option<u32>,
     pub rate_block_secs: Option<u32>,
     pub rate_sources_max: Option<usize>,
+}
+
+/// `[proxy]`: CoralProxy and its disk cache (§2.2, §3.2).
+#[derive(Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySection {
+    /// Directory of the disk cache.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Size of the disk cache, e.g. "1GiB".
+    pub cache_size: Option<String>,
+    /// Whether origins may be on loopback, private, link-local ... addresses.
+    pub allow_private_origins: Option<bool>,
+    /// Static answers for origin names, "NAME=IP".
+    pub resolve: Option<Vec<String>>,
+    /// Origin/peer connect timeout.
+    pub connect_timeout_ms: Option<u64>,
+    /// Origin/peer time to the response head.
+    pub first_byte_timeout_ms: Option<u64>,
+    /// Origin/peer silence mid-response.
+    pub idle_timeout_ms: Option<u64>,
+    /// Client keep-alive idle time.
+    pub client_idle_timeout_ms: Option<u64>,
+    /// Largest object fetched.
+    pub object_bytes_max: Option<u64>,
+    /// Client connections per core.
+    pub connections_max: Option<usize>,
+    /// Longest an error answer is cached.
+    pub negative_ttl_secs: Option<u64>,
+    /// How long a resolved origin address is reused.
+    pub resolve_ttl_secs: Option<u64>,
+}
+
+/// CoralProxy's resolved settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyConfig {
+    /// Directory of the disk cache; `None`: `coral-cache/<DSHT IP>-<port>`
+    /// ([`NodeConfig::cache_dir`]), so that nodes sharing a working
+    /// directory never share a cache.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// Size of the disk cache in bytes.
+    pub cache_size_bytes: u64,
+    /// Whether origins may be on non-global addresses.
+    pub allow_private_origins: bool,
+    /// Static answers for origin names (lower case, no trailing dot).
+    pub resolve: Vec<(String, std::net::IpAddr)>,
+    /// Origin/peer connect timeout.
+    pub connect_timeout_ms: u64,
+    /// Origin/peer time from the request to the response head.
+    pub first_byte_timeout_ms: u64,
+    /// Origin/peer silence mid-response.
+    pub idle_timeout_ms: u64,
+    /// Client keep-alive idle time (and time to send a request head).
+    pub client_idle_timeout_ms: u64,
+    /// Largest object fetched, enforced while streaming.
+    pub object_bytes_max: u64,
+    /// Client connections per core.
+    pub connections_max: usize,
+    /// Longest an error answer is cached.
+    pub negative_ttl_secs: u64,
+    /// How long a resolved origin address is reused.
+    pub resolve_ttl_secs: u64,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            cache_dir: None,
+            cache_size_bytes: 1 << 30,
+            allow_private_origins: false,
+            resolve: Vec::new(),
+            connect_timeout_ms: 5000,
+            first_byte_timeout_ms: 15000,
+            idle_timeout_ms: 15000,
+            client_idle_timeout_ms: 30000,
+            object_bytes_max: 50_000_000,
+            connections_max: 10000,
+            negative_ttl_secs: 60,
+            resolve_ttl_secs: 60,
+        }
+    }
+}
+
+/// Parses a size: bytes, or a number with K/M/G/T (powers of 1000) or
+/// KiB/MiB/GiB/TiB (powers of 1024), e.g. `1GiB`, `500MB`, `65536`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| {
+        format!("size {s:?}: expected a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)")
+    })?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "t" | "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        u => return Err(format!("size {s:?}: unknown unit {u:?}")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// Parses a static answer `NAME=IP` (as curl's `--resolve`, without the port).
+pub fn parse_resolve(s: &str) -> Result<(String, std::net::IpAddr), String> {
+    let (name, ip) = s
+        .split_once('=')
+        .ok_or_else(|| format!("resolve {s:?}: expected NAME=IP"))?;
+    let name = dns_name("resolve name", name)?;
+    let ip = ip
+        .trim()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| format!("resolve {s:?}: {ip:?} is not an IP address"))?;
+    Ok((name, ip))
 }
 
 /// `[clusters]`: self-organizing clusters (§4.4).
@@ -155,13 +297,16 @@ pub struct NodeConfig {
     pub alias: Option<String>,
     /// dnssrv's UDP and TCP address (none: no DNS server).
     pub dns: Option<SocketAddr>,
-    /// The HTTP proxy's address, if this node runs one (it then advertises
-    /// the HTTP service, and dnssrv hands out its IP).
-    pub http: Option<SocketAddr>,
     /// dnssrv's limits.
     pub dnssrv: crate::dns::DnsSection,
     /// The DSHT's parameters.
     pub dht: coral::Config,
+    /// CoralProxy's HTTP address; `None`: the DSHT address's IP, port 8090
+    /// ([`NodeConfig::http_addr`]). dnssrv advertises the HTTP service when
+    /// it is set.
+    pub http: Option<SocketAddr>,
+    /// CoralProxy and its cache.
+    pub proxy: ProxyConfig,
 }
 
 impl NodeConfig {
@@ -193,6 +338,7 @@ impl NodeConfig {
             http: None,
             dnssrv: crate::dns::DnsSection::default(),
             dht: coral::Config::default(),
+            proxy: ProxyConfig::default(),
         };
         cfg.overlay(f)?;
         Ok(cfg)
@@ -310,6 +456,43 @@ impl NodeConfig {
         if let Some(p) = c.leave_percent {
             self.dht.cluster_leave_percent = p;
         }
+        let p = &f.proxy;
+        if let Some(d) = &p.cache_dir {
+            self.proxy.cache_dir = Some(d.clone());
+        }
+        if let Some(s) = &p.cache_size {
+            self.proxy.cache_size_bytes = parse_size(s)?;
+        }
+        if let Some(a) = p.allow_private_origins {
+            self.proxy.allow_private_origins = a;
+        }
+        if let Some(r) = &p.resolve {
+            self.proxy.resolve = r
+                .iter()
+                .map(|s| parse_resolve(s))
+                .collect::<Result<_, _>>()?;
+        }
+        let set = |dst: &mut u64, v: Option<u64>| {
+            if let Some(v) = v {
+                *dst = v;
+            }
+        };
+        set(&mut self.proxy.connect_timeout_ms, p.connect_timeout_ms);
+        set(
+            &mut self.proxy.first_byte_timeout_ms,
+            p.first_byte_timeout_ms,
+        );
+        set(&mut self.proxy.idle_timeout_ms, p.idle_timeout_ms);
+        set(
+            &mut self.proxy.client_idle_timeout_ms,
+            p.client_idle_timeout_ms,
+        );
+        set(&mut self.proxy.object_bytes_max, p.object_bytes_max);
+        set(&mut self.proxy.negative_ttl_secs, p.negative_ttl_secs);
+        set(&mut self.proxy.resolve_ttl_secs, p.resolve_ttl_secs);
+        if let Some(c) = p.connections_max {
+            self.proxy.connections_max = c;
+        }
         dht_key(&self.dht, "[clusters] leave_percent")?;
         self.validate_values()
     }
@@ -317,6 +500,24 @@ impl NodeConfig {
     /// The address the node id derives from: what peers see.
     pub fn id_addr(&self) -> SocketAddr {
         self.public_addr.unwrap_or(self.dsht)
+    }
+
+    /// CoralProxy's HTTP address: `http`, or the DSHT address's IP, port 8090.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http
+            .unwrap_or_else(|| SocketAddr::new(self.dsht.ip(), DEFAULT_HTTP_PORT))
+    }
+
+    /// The disk cache's directory: `proxy.cache_dir`, or
+    /// `coral-cache/<DSHT IP>-<port>` under the working directory.
+    pub fn cache_dir(&self) -> std::path::PathBuf {
+        self.proxy.cache_dir.clone().unwrap_or_else(|| {
+            std::path::Path::new("coral-cache").join(format!(
+                "{}-{}",
+                self.dsht.ip(),
+                self.dsht.port()
+            ))
+        })
     }
 
     /// Checks everything, including what depends on how the node is
@@ -349,6 +550,22 @@ impl NodeConfig {
                 "admin = \"{}\": must be loopback: it has no authentication",
                 self.admin
             ));
+        }
+        let p = &self.proxy;
+        for (name, v) in [
+            ("connect_timeout_ms", p.connect_timeout_ms),
+            ("first_byte_timeout_ms", p.first_byte_timeout_ms),
+            ("idle_timeout_ms", p.idle_timeout_ms),
+            ("client_idle_timeout_ms", p.client_idle_timeout_ms),
+            ("object_bytes_max", p.object_bytes_max),
+            ("connections_max", p.connections_max as u64),
+        ] {
+            if v == 0 {
+                return Err(format!("proxy.{name} must be positive"));
+            }
+        }
+        if p.cache_size_bytes < 1 << 20 {
+            return Err("proxy.cache_size: at least 1MiB".into());
         }
         if self.cores > 1024 {
             return Err(format!("cores = {}: at most 1024", self.cores));
@@ -654,6 +871,46 @@ mod tests {
         assert!(c.overlay(&f).is_err());
         let f: FileConfig = toml::from_str("zone = \"bad_label.test\"").unwrap();
         assert!(c.overlay(&f).unwrap_err().contains("zone"));
+    }
+
+    #[test]
+    fn proxy_defaults_serve_on_loopback_8090_with_a_1gib_cache() {
+        let c = NodeConfig::load(None).unwrap();
+        assert_eq!(c.http_addr(), "127.0.0.1:8090".parse().unwrap());
+        assert_eq!(
+            c.cache_dir(),
+            std::path::Path::new("coral-cache/127.0.0.1-7000")
+        );
+        assert_eq!(c.proxy, ProxyConfig::default());
+        assert_eq!(c.proxy.cache_size_bytes, 1 << 30);
+        assert!(!c.proxy.allow_private_origins);
+    }
+
+    #[test]
+    fn proxy_section_sizes_and_static_answers_parse() {
+        let mut c = NodeConfig::load(None).unwrap();
+        let f: FileConfig = toml::from_str(
+            "http = \"127.11.0.1:8090\"\n[proxy]\ncache_size = \"512MiB\"\nresolve = [\"Origin.Example.=127.11.9.9\"]\nallow_private_origins = true",
+        )
+        .unwrap();
+        c.overlay(&f).unwrap();
+        assert_eq!(c.http_addr(), "127.11.0.1:8090".parse().unwrap());
+        assert_eq!(c.proxy.cache_size_bytes, 512 << 20);
+        assert_eq!(
+            c.proxy.resolve,
+            vec![("origin.example".to_string(), "127.11.9.9".parse().unwrap())]
+        );
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("100MB").unwrap(), 100_000_000);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("1 parsec").is_err());
+        assert!(parse_size("99999999999999TiB").is_err());
+        assert!(parse_resolve("x.com").is_err());
+        assert!(parse_resolve("x.com=nope").is_err());
+        let f: FileConfig = toml::from_str("[proxy]\nconnect_timeout_ms = 0").unwrap();
+        assert!(c.overlay(&f).unwrap_err().contains("connect_timeout_ms"));
+        let f: FileConfig = toml::from_str("[proxy]\ncache_size = \"1KiB\"").unwrap();
+        assert!(c.overlay(&f).is_err());
     }
 
     #[test]

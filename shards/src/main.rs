@@ -12,11 +12,13 @@ mod admin;
 pub mod cache;
 mod client;
 mod config;
+mod demo;
 mod dns;
 mod hints;
 mod lifecycle;
 mod logging;
 mod metrics;
+mod proxy;
 mod runtime;
 mod sim;
 mod steer;
@@ -73,6 +75,8 @@ enum Command {
         /// The short alias zone of Coralized URLs (www.x.com.<ALIAS>).
         #[arg(long)]
         alias: Option<String>,
+        #[command(flatten)]
+        proxy: ProxyArgs,
         /// UDP and TCP address of dnssrv, the DNS redirector.
         #[arg(long)]
         dns: Option<SocketAddr>,
@@ -164,11 +168,58 @@ enum Command {
         /// The TOML file.
         file: PathBuf,
     },
+    /// The flash crowd of §6.1 on real sockets: an origin on a 384 kbit/s
+    /// line, coral nodes (DSHT, dnssrv, proxy) and a crowd of clients, all on
+    /// loopback; a report like Fig. 4.
+    Demo(demo::DemoArgs),
     /// Run one of the paper's experiments in the deterministic simulator.
     Sim {
         #[command(subcommand)]
         experiment: sim::Experiment,
     },
+}
+
+/// CoralProxy's flags for `coral node` (§2.2).
+#[derive(clap::Args, Debug)]
+struct ProxyArgs {
+    /// CoralProxy's HTTP address (default: the DSHT address's IP, port 8090).
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// The disk cache's directory (default: coral-cache/<DSHT IP>-<port>).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// The disk cache's size, e.g. 1GiB, 500MB.
+    #[arg(long)]
+    cache_size: Option<String>,
+    /// Let origins be on loopback, private, link-local ... addresses (labs, tests).
+    #[arg(long)]
+    allow_private_origins: bool,
+    /// A static answer for an origin name, NAME=IP (repeatable; as curl's --resolve).
+    #[arg(long, value_name = "NAME=IP")]
+    resolve: Vec<String>,
+}
+
+impl ProxyArgs {
+    fn apply(self, cfg: &mut config::NodeConfig) -> Result<(), String> {
+        if let Some(a) = self.http {
+            cfg.http = Some(a);
+        }
+        if let Some(d) = self.cache_dir {
+            cfg.proxy.cache_dir = Some(d);
+        }
+        if let Some(s) = self.cache_size {
+            cfg.proxy.cache_size_bytes = config::parse_size(&s)?;
+        }
+        if self.allow_private_origins {
+            cfg.proxy.allow_private_origins = true;
+        }
+        for r in &self.resolve {
+            let (name, ip) = config::parse_resolve(r)?;
+            cfg.proxy.resolve.retain(|(n, _)| *n != name);
+            cfg.proxy.resolve.push((name, ip));
+        }
+        Ok(())
+    }
 }
 
 /// Which node a client command talks to, and how it prints.
@@ -236,6 +287,7 @@ fn main() -> ExitCode {
             admin,
             zone,
             alias,
+            proxy,
             dns,
         } => {
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
@@ -278,6 +330,9 @@ fn main() -> ExitCode {
                     Ok(a) => cfg.alias = Some(a),
                     Err(e) => return fail(&format!("config: {e}")),
                 }
+            }
+            if let Err(e) = proxy.apply(&mut cfg) {
+                return fail(&format!("config: {e}"));
             }
             if let Err(e) = cfg.validate() {
                 let e = match &config {
@@ -425,6 +480,7 @@ fn main() -> ExitCode {
             }
             Err(e) => fail_with(EXIT_CONFIG, &e),
         },
+        Command::Demo(args) => demo::run(args),
         Command::Sim { experiment } => sim::run(experiment),
     }
 }

@@ -104,6 +104,9 @@ pub enum CoreMsg {
     /// its old cluster removes it there, and core 0, which kept it, never
     /// announces it again) gets them back.
     Table { level: u8, contacts: Vec<Contact> },
+    /// CoralProxy's traffic between cores: misses handed to a key's owning
+    /// core and its answers (`proxy`).
+    Proxy(crate::proxy::ProxyMsg),
 }
 
 /// The state of one core.
@@ -397,6 +400,35 @@ impl Shard {
         self.node.borrow().config().levels()
     }
 
+    /// Starts a DSHT operation on this core's node (the proxy's fetch path:
+    /// get, claim, put for keys this core owns) and waits for its event;
+    /// `None` if the node dropped it.
+    pub async fn dsht_op(&self, start: impl FnOnce(&mut Node, Time) -> OpId) -> Option<Event> {
+        let now = self.now();
+        let (tx, rx) = local_channel::new_bounded(1);
+        let op = start(&mut self.node.borrow_mut(), now);
+        self.waiting.borrow_mut().insert(op, tx);
+        self.flush().await;
+        rx.recv().await
+    }
+
+    /// Starts a DSHT operation whose outcome nobody waits for (pointer puts).
+    pub async fn dsht_start(&self, start: impl FnOnce(&mut Node, Time) -> OpId) {
+        let now = self.now();
+        let _ = start(&mut self.node.borrow_mut(), now);
+        self.flush().await;
+    }
+
+    /// Sets the services this core's node advertises (HTTP when the proxy runs).
+    pub fn set_services(&self, services: coral::wire::Services) {
+        self.node.borrow_mut().set_services(services);
+    }
+
+    /// Sends `msg` to core `core` without waiting; false if its channel is full.
+    pub fn try_send_to_core(&self, core: usize, msg: CoreMsg) -> bool {
+        self.senders.try_send_to(core, msg).is_ok()
+    }
+
     /// This core's node (dnssrv reads its snapshot from it).
     pub fn node(&self) -> std::cell::RefMut<'_, Node> {
         self.node.borrow_mut()
@@ -565,6 +597,24 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
     lifecycle::check_addresses_free(config.dsht, config.admin)?;
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
+    // The disk cache opens (and recovers) before any executor starts; each
+    // core gets its own handle.
+    let mut caches = crate::cache::open(
+        &crate::cache::CacheConfig {
+            dir: config.cache_dir(),
+            size_bytes: config.proxy.cache_size_bytes,
+        },
+        cores,
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open the cache in {}: {e}",
+            config.cache_dir().display()
+        )
+    })?
+    .into_iter()
+    .map(Some)
+    .collect::<Vec<_>>();
     let mut dns_fds: Vec<Option<crate::dns::DnsFds>> = match config.dns {
         Some(a) => crate::dns::bind_group(a, cores)
             .map_err(|e| format!("cannot bind the DNS address {a}: {e}"))?
@@ -618,6 +668,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
         let hints = if core == 0 { hints_rx.take() } else { None };
         let control = if core == 0 { control_rx.take() } else { None };
         let ready = ready_tx.clone();
+        let cache = caches[core].take().ok_or("one cache handle per core")?;
         let dns = dns_fds.get_mut(core).and_then(Option::take);
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
@@ -640,6 +691,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
                     clusters,
                     ready: ready.clone(),
                     control,
+                    cache,
                     dns,
                 };
                 let r = core_main(start, config, mesh, stop, hints).await;
@@ -676,7 +728,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
             }
         }
     }
-    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, dns = ?config.dns, cores, "coral node running");
+    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, http = %config.http_addr(), dns = ?config.dns, cores, "coral node running");
     lifecycle::set_ready(true);
     let why = loop {
         match lifecycle::wait_signal() {
@@ -719,6 +771,8 @@ struct CoreStart {
     ready: std::sync::mpsc::Sender<Result<usize, String>>,
     /// Reloads for core 0 (SIGHUP).
     control: Option<std::sync::mpsc::Receiver<Control>>,
+    /// This core's handle on the disk cache.
+    cache: crate::cache::CoreCache,
     /// dnssrv's sockets for this core, if it serves DNS.
     dns: Option<crate::dns::DnsFds>,
 }
@@ -738,6 +792,7 @@ async fn core_main(
         clusters,
         ready,
         control,
+        cache,
         dns,
     } = start;
     let (senders, mut receivers) = mesh
@@ -818,6 +873,7 @@ async fn core_main(
     if core == 0 {
         crate::admin::spawn(shard.clone(), config.admin)?;
     }
+    crate::proxy::spawn(shard.clone(), &config, cache)?;
     if let Some(fds) = dns {
         crate::dns::spawn(shard.clone(), fds, &config)?;
     }
@@ -977,6 +1033,7 @@ async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
                 let _ = tx.try_send(json);
             }
         }
+        CoreMsg::Proxy(msg) => crate::proxy::on_core_msg(shard, msg),
     }
 }
 

@@ -7,9 +7,11 @@
 //! - [`names`]: Coralized host names ↔ origins, canonical URLs and cache keys.
 //! - [`policy`]: what may be stored, for how long, what a client gets, what the origin is asked.
 //! - [`rewrite`]: `Location` headers and absolute links in HTML stay Coralized.
+//! - [`origin_addr`]: which origin addresses are refused (the SSRF guard).
 
 pub mod date;
 pub mod http;
 pub mod names;
+pub mod origin_addr;
 pub mod policy;
 pub mod rewrite;

@@ -1,0 +1,519 @@
+//! The owning core's side of a miss: `coral::fetch::FetchPolicy` driven with
+//! the DSHT, peers, the origin and the cache (§3.2).
+//!
+//! One policy per core, for the keys the core owns, so every request for one
+//! object on this node meets the same policy: one fetch per object per node
+//! (collapsed forwarding). The fetch writes into the cache; when the object
+//! begins to exist every waiter is answered and streams it from the cache
+//! as it arrives (cut-through), the cache being the one buffer they share.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use coral::fetch::{Action, FetchPolicy};
+use coral::node::Event;
+use coral::proxy::http::{Framing, Headers};
+use coral::proxy::policy::{self, Storable};
+use coral::proxy::rewrite;
+use coral::Id;
+use glommio::channels::local_channel::LocalSender;
+
+use super::upstream::{self, UpstreamError};
+use super::{stored, unix_now, Job, MissAnswer, ProxyCore};
+use crate::cache::ObjectMeta;
+
+/// Someone waiting for a miss's answer.
+pub enum Waiter {
+    /// A client on this core.
+    Local(LocalSender<MissAnswer>),
+    /// Request `req` of core `core`.
+    Remote {
+        /// The core.
+        core: usize,
+        /// Its request number.
+        req: u64,
+    },
+}
+
+struct JobState {
+    job: Job,
+    waiters: Vec<Waiter>,
+    /// The object is being written: new waiters are answered at once.
+    writing: bool,
+    /// From a peer (for Cache-Status).
+    peer: bool,
+    /// What waiters get if the fetch fails.
+    error: u16,
+}
+
+/// The owning core's fetch state.
+pub struct Fetcher {
+    policy: RefCell<FetchPolicy>,
+    jobs: RefCell<HashMap<Id, JobState>>,
+}
+
+impl Fetcher {
+    pub fn new(policy: FetchPolicy) -> Fetcher {
+        Fetcher {
+            policy: RefCell::new(policy),
+            jobs: RefCell::new(HashMap::new()),
+        }
+    }
+}
+
+/// How a fetch ended, for the policy.
+enum Outcome {
+    /// The object is in the cache (new, revalidated, or stale kept).
+    Ok,
+    /// Failed: the next source, if any, is tried.
+    Failed,
+}
+
+impl ProxyCore {
+    /// A miss for a key this core owns.
+    pub(super) fn fetch_request(self: &Rc<Self>, job: Job, waiter: Waiter) {
+        let key = job.key;
+        {
+            let mut jobs = self.fetch.jobs.borrow_mut();
+            if let Some(js) = jobs.get_mut(&key) {
+                if js.writing {
+                    let peer = js.peer;
+                    drop(jobs);
+                    self.answer(waiter, MissAnswer::Ready { peer });
+                } else {
+                    js.waiters.push(waiter);
+                }
+                return;
+            }
+        }
+        // The object may have arrived since the asking core looked (a fetch
+        // that ended while the miss was on its way here).
+        if let Some(o) = self.cache.lookup(&key) {
+            let usable = match o.state() {
+                crate::cache::ObjectState::Writing { .. } => true,
+                crate::cache::ObjectState::Complete { .. } => {
+                    unix_now() < o.meta().fresh_until_secs
+                }
+                crate::cache::ObjectState::Failed => false,
+            };
+            if usable {
+                self.answer(waiter, MissAnswer::Ready { peer: false });
+                return;
+            }
+        }
+        if job.no_forward {
+            // A peer asks: we have no copy and fetch none (it would have
+            // been found above).
+            self.answer(waiter, MissAnswer::Error(504));
+            return;
+        }
+        let now = self.shard.now();
+        let mut out = Vec::new();
+        {
+            let mut policy = self.fetch.policy.borrow_mut();
+            // Complete in the policy but missing or stale in the cache:
+            // start over at the DSHT.
+            policy.forget(&key);
+            policy.request(now, key, &mut out);
+        }
+        self.fetch.jobs.borrow_mut().insert(
+            key,
+            JobState {
+                job,
+                waiters: vec![waiter],
+                writing: false,
+                peer: false,
+                error: 502,
+            },
+        );
+        self.run(out);
+    }
+
+    /// Carries out the policy's actions.
+    fn run(self: &Rc<Self>, actions: Vec<Action>) {
+        for a in actions {
+            match a {
+                Action::Serve { key, first, .. } => {
+                    let peer = !matches!(first, coral::fetch::Served::Origin);
+                    self.finish_job(&key, MissAnswer::Ready { peer });
+                }
+                Action::Fail { key, .. } => {
+                    let status = self.fetch.jobs.borrow().get(&key).map_or(502, |j| j.error);
+                    self.finish_job(&key, MissAnswer::Error(status));
+                }
+                Action::DshtGet { key } => {
+                    let pc = self.clone();
+                    glommio::spawn_local(async move {
+                        let ev = pc.shard.dsht_op(|n, now| n.get(now, key, None)).await;
+                        let (values, level) = match ev {
+                            Some(Event::GetDone { values, level, .. }) => (values, level),
+                            _ => (Vec::new(), None),
+                        };
+                        let mut out = Vec::new();
+                        let now = pc.shard.now();
+                        pc.fetch
+                            .policy
+                            .borrow_mut()
+                            .on_get(now, key, &values, level, &mut out);
+                        pc.run(out);
+                    })
+                    .detach();
+                }
+                Action::DshtClaim {
+                    key,
+                    value,
+                    ttl_secs,
+                } => {
+                    let pc = self.clone();
+                    glommio::spawn_local(async move {
+                        let ev = pc
+                            .shard
+                            .dsht_op(|n, now| n.claim(now, key, value, ttl_secs))
+                            .await;
+                        let (claimed, values) = match ev {
+                            Some(Event::ClaimDone {
+                                claimed, values, ..
+                            }) => (claimed, values),
+                            // No answer: go to the origin (as without claims).
+                            _ => (true, Vec::new()),
+                        };
+                        let mut out = Vec::new();
+                        let now = pc.shard.now();
+                        pc.fetch
+                            .policy
+                            .borrow_mut()
+                            .on_claim(now, key, claimed, &values, &mut out);
+                        pc.run(out);
+                    })
+                    .detach();
+                }
+                Action::DshtPut {
+                    key,
+                    value,
+                    ttl_secs,
+                } => {
+                    let pc = self.clone();
+                    glommio::spawn_local(async move {
+                        pc.shard
+                            .dsht_start(|n, now| n.put(now, key, value, ttl_secs, None))
+                            .await;
+                    })
+                    .detach();
+                }
+                Action::FetchPeer { key, addr } => {
+                    self.stats
+                        .peer_fetches
+                        .set(self.stats.peer_fetches.get() + 1);
+                    self.spawn_fetch(key, Some(addr));
+                }
+                Action::FetchOrigin { key } => {
+                    self.stats
+                        .origin_fetches
+                        .set(self.stats.origin_fetches.get() + 1);
+                    self.spawn_fetch(key, None);
+                }
+            }
+        }
+    }
+
+    fn spawn_fetch(self: &Rc<Self>, key: Id, peer: Option<SocketAddr>) {
+        let pc = self.clone();
+        glommio::spawn_local(async move {
+            let outcome = pc.fetch_from(key, peer).await;
+            if let Some(js) = pc.fetch.jobs.borrow_mut().get_mut(&key) {
+                js.writing = false;
+            }
+            let mut out = Vec::new();
+            let now = pc.shard.now();
+            pc.fetch.policy.borrow_mut().on_fetched(
+                now,
+                key,
+                matches!(outcome, Outcome::Ok),
+                &mut out,
+            );
+            pc.run(out);
+        })
+        .detach();
+    }
+
+    /// Answers every waiter of `key` and forgets the job.
+    fn finish_job(&self, key: &Id, answer: MissAnswer) {
+        let Some(js) = self.fetch.jobs.borrow_mut().remove(key) else {
+            return;
+        };
+        for w in js.waiters {
+            self.answer(w, answer);
+        }
+    }
+
+    /// Answers the waiters so far without forgetting the job.
+    fn answer_waiters(&self, key: &Id, answer: MissAnswer) {
+        let waiters = match self.fetch.jobs.borrow_mut().get_mut(key) {
+            Some(js) => std::mem::take(&mut js.waiters),
+            None => return,
+        };
+        for w in waiters {
+            self.answer(w, answer);
+        }
+    }
+
+    fn set_error(&self, key: &Id, status: u16) {
+        if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(key) {
+            js.error = status;
+        }
+    }
+
+    /// Fetches `key` from `peer` (or the origin) into the cache.
+    async fn fetch_from(self: &Rc<Self>, key: Id, peer: Option<SocketAddr>) -> Outcome {
+        let Some(job) = self.fetch.jobs.borrow().get(&key).map(|j| j.job.clone()) else {
+            return Outcome::Failed;
+        };
+        let now = unix_now();
+        // A stale complete copy: revalidate it with the origin, and keep it
+        // if the origin fails.
+        let old = self.cache.lookup(&key).and_then(|o| {
+            matches!(o.state(), crate::cache::ObjectState::Complete { .. })
+                .then(|| stored::decode(o.head(), &self.limits).map(|s| (o.meta(), s)))
+                .flatten()
+        });
+        let addr = match peer {
+            Some(a) => a,
+            None => match self
+                .resolver
+                .resolve(&job.origin.host, job.origin.port)
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::info!(host = %job.origin.host, error = %e, "origin not fetched");
+                    let status = match e {
+                        super::resolve::ResolveError::Refused(..) => 403,
+                        super::resolve::ResolveError::Timeout => 504,
+                        super::resolve::ResolveError::NotFound => 502,
+                    };
+                    self.set_error(&key, status);
+                    return Outcome::Failed;
+                }
+            },
+        };
+        let mut extra = Headers::new();
+        if let (None, Some((_, s))) = (peer, &old) {
+            extra = policy::revalidation_headers(&s.head);
+        }
+        let mut req = Vec::with_capacity(1024);
+        policy::upstream_request(&job.request, &job.origin, peer.is_some(), &extra, &mut req);
+        let no_pool = upstream::Pool::default();
+        let pool = if peer.is_some() { &no_pool } else { &self.pool };
+        let mut resp =
+            match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
+                    self.set_error(
+                        &key,
+                        if matches!(e, UpstreamError::FirstByteTimeout) {
+                            504
+                        } else {
+                            502
+                        },
+                    );
+                    return self.stale_or_failed(&key, peer, old.as_ref());
+                }
+            };
+        let status = resp.head.status;
+        // Revalidated: the stored body stands, with new freshness.
+        if status == 304 && peer.is_none() {
+            if let Some((meta, s)) = &old {
+                let fresh_head = policy::freshen(&s.head, &resp.head);
+                let fresh_until = match policy::storable(&job.request, &fresh_head, now) {
+                    Storable::Yes(f) => f.fresh_until_secs,
+                    Storable::No(_) => now,
+                };
+                self.cache.touch_meta(
+                    &key,
+                    ObjectMeta {
+                        stored_secs: now,
+                        fresh_until_secs: fresh_until,
+                        expected_len: meta.expected_len,
+                    },
+                );
+                resp.release(&self.pool);
+                return Outcome::Ok;
+            }
+        }
+        if peer.is_some() && (status >= 500 || status == 304) {
+            // 504: the peer has no copy after all.
+            return Outcome::Failed;
+        }
+        if status >= 500 {
+            self.set_error(&key, status);
+            if old.is_some() {
+                return self.stale_or_failed(&key, peer, old.as_ref());
+            }
+        }
+        let fresh = match policy::storable(&job.request, &resp.head, now) {
+            Storable::Yes(f) => f,
+            Storable::No(why) => {
+                tracing::debug!(%key, why, "not stored");
+                if status >= 500 {
+                    return Outcome::Failed;
+                }
+                if peer.is_some() {
+                    return Outcome::Failed;
+                }
+                // Each waiter fetches it for itself.
+                self.answer_waiters(&key, MissAnswer::Uncacheable);
+                return Outcome::Failed;
+            }
+        };
+        let mut fresh = fresh;
+        if status >= 400 {
+            // Negative answers are cached briefly.
+            fresh.fresh_until_secs = fresh
+                .fresh_until_secs
+                .min(now.saturating_add(self.cfg.negative_ttl_secs));
+        }
+        if let Framing::Length(n) = resp.head.framing {
+            if n > self.cfg.object_bytes_max {
+                self.set_error(&key, 502);
+                tracing::info!(%key, bytes = n, "object larger than object_bytes_max");
+                return Outcome::Failed;
+            }
+        }
+        let mut head = policy::head_to_store(&resp.head);
+        if let Some(loc) = head.headers.get_str("location").map(str::to_string) {
+            if let Some(new) = rewrite::location(&loc, &job.origin, &self.suffix, self.http.port())
+            {
+                head.headers.set("location", new.as_bytes());
+            }
+        }
+        let html = head
+            .headers
+            .get("content-type")
+            .is_some_and(|v| v.len() >= 9 && v[..9].eq_ignore_ascii_case(b"text/html"));
+        let mut rewriter =
+            html.then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
+        let vary_req = policy::vary_request_headers(&resp.head, &job.request);
+        let mut head_bytes = Vec::with_capacity(1024);
+        stored::encode(&head, &fresh, &vary_req, &mut head_bytes);
+        let expected_len = match resp.head.framing {
+            Framing::Length(n) if rewriter.is_none() => Some(n),
+            Framing::Empty => Some(0),
+            _ => None,
+        };
+        let meta = ObjectMeta {
+            stored_secs: now,
+            fresh_until_secs: fresh.fresh_until_secs,
+            expected_len,
+        };
+        let mut writer = match self.cache.begin(key, meta, &head_bytes) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "cache refused the object");
+                self.set_error(&key, 503);
+                return Outcome::Failed;
+            }
+        };
+        if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(&key) {
+            js.writing = true;
+            js.peer = peer.is_some();
+        }
+        self.answer_waiters(
+            &key,
+            MissAnswer::Ready {
+                peer: peer.is_some(),
+            },
+        );
+        let mut chunk = Vec::with_capacity(64 << 10);
+        let mut rewritten = Vec::new();
+        let mut total: u64 = 0;
+        loop {
+            chunk.clear();
+            match resp.next(&mut chunk).await {
+                Ok(more) => {
+                    let data: &[u8] = match rewriter.as_mut() {
+                        Some(r) => {
+                            rewritten.clear();
+                            r.feed(&chunk, &mut rewritten);
+                            if !more {
+                                r.finish(&mut rewritten);
+                            }
+                            &rewritten
+                        }
+                        None => &chunk,
+                    };
+                    total += data.len() as u64;
+                    if total > self.cfg.object_bytes_max {
+                        tracing::info!(%key, "object larger than object_bytes_max: dropped");
+                        writer.abort();
+                        self.set_error(&key, 502);
+                        return Outcome::Failed;
+                    }
+                    if !data.is_empty() {
+                        if let Err(e) = writer.append(data) {
+                            tracing::info!(%key, error = %e, "cache append failed");
+                            writer.abort();
+                            return Outcome::Failed;
+                        }
+                    }
+                    if !more {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(%key, %addr, error = %e, "transfer failed: object dropped");
+                    writer.abort();
+                    return self.stale_or_failed(&key, peer, old.as_ref());
+                }
+            }
+        }
+        if let Err(e) = writer.finish() {
+            tracing::info!(%key, error = %e, "cache finish failed");
+            return Outcome::Failed;
+        }
+        if peer.is_none() {
+            resp.release(&self.pool);
+        }
+        Outcome::Ok
+    }
+
+    /// After an origin failure: a stale copy that may be served keeps the
+    /// object (its waiters get it); otherwise the fetch failed.
+    fn stale_or_failed(
+        &self,
+        key: &Id,
+        peer: Option<SocketAddr>,
+        old: Option<&(ObjectMeta, stored::Stored)>,
+    ) -> Outcome {
+        if peer.is_none() {
+            if let Some((_, s)) = old {
+                if !s.must_revalidate {
+                    self.answer_waiters(key, MissAnswer::Stale);
+                    return Outcome::Ok;
+                }
+            }
+        }
+        Outcome::Failed
+    }
+
+    /// Renews pointers (and drops from the policy what left the cache).
+    pub(super) fn tick(self: &Rc<Self>) {
+        let now = self.shard.now();
+        let mut out = Vec::new();
+        self.fetch.policy.borrow_mut().tick(now, &mut out);
+        let mut keep = Vec::with_capacity(out.len());
+        for a in out {
+            if let Action::DshtPut { key, .. } = &a {
+                let pending = self.fetch.jobs.borrow().contains_key(key);
+                if !pending && self.cache.lookup(key).is_none() {
+                    self.fetch.policy.borrow_mut().forget(key);
+                    continue;
+                }
+            }
+            keep.push(a);
+        }
+        self.run(keep);
+    }
+}

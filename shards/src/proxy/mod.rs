@@ -1,0 +1,322 @@
+//! CoralProxy on every core (NSDI 2004 §2.2, §3.2).
+//!
+//! Each core runs an HTTP listener on the proxy address (one socket per core
+//! in a SO_REUSEPORT group; the kernel spreads connections). A request is
+//! parsed and named by the core crate (`coral::proxy`), then:
+//!
+//! - **Hit.** `CoreCache::lookup` on the core that took the connection (no
+//!   lock, no hop): a fresh complete object is sent from the cache's mapping;
+//!   one still being written is streamed as its bytes arrive (cut-through).
+//! - **Miss or stale.** The request goes to the key's *owning* core
+//!   (`steer::shard_of_key`) over the mesh (`ProxyMsg::Miss`). That core
+//!   alone runs the fetch policy for its keys (`coral::fetch::FetchPolicy`):
+//!   DSHT get → peers (with `Coral-No-Forward: 1`) → claim → origin, one
+//!   fetch per object however many wait (collapsed forwarding). The fetch
+//!   writes into the cache; as soon as the object exists every waiter is
+//!   told (`ProxyMsg::Answer`) and streams it from the cache on its own core.
+//!
+//! Pointers (§3.2): 20 s to this proxy while fetching, renewed; 1 h once
+//! complete, renewed while the object stays cached.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime};
+
+use coral::fetch::{FetchConfig, FetchPolicy};
+use coral::proxy::http::{Limits, RequestHead};
+use coral::proxy::names::{Origin, Zones};
+use coral::Id;
+use glommio::channels::local_channel;
+
+use crate::cache::CoreCache;
+use crate::config::{NodeConfig, ProxyConfig};
+use crate::runtime::{CoreMsg, Shard};
+
+mod fetcher;
+pub mod resolve;
+mod server;
+mod stored;
+pub mod upstream;
+
+/// Longest a client waits for the owning core's answer to a miss (DSHT
+/// lookups, a claim, peers and the origin's first byte all fit in it).
+const MISS_TIMEOUT: Duration = Duration::from_secs(60);
+/// A stored head's bytes and what they decode to.
+type DecodedHead = (Box<[u8]>, Rc<stored::Stored>);
+
+/// Decoded stored heads kept per core.
+const DECODED_HEADS_MAX: usize = 4096;
+/// Milliseconds a message waits for this core's proxy to start.
+const STARTUP_WAIT_TICKS: u32 = 10_000;
+/// How often pointers are renewed and the policy looked at.
+const TICK: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// This core's proxy (each executor is one thread).
+    static CORE: RefCell<Option<Rc<ProxyCore>>> = const { RefCell::new(None) };
+}
+
+/// A miss handed to the key's owning core.
+#[derive(Clone)]
+pub struct Job {
+    /// SHA-1 of the canonical URL.
+    pub key: Id,
+    /// The origin named by the Coralized host.
+    pub origin: Origin,
+    /// The client's request, as a GET (what the origin or a peer is asked).
+    pub request: RequestHead,
+    /// A peer's request (`Coral-No-Forward`): answer only from the cache or
+    /// a fetch already under way.
+    pub no_forward: bool,
+}
+
+/// The owning core's answer to a miss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissAnswer {
+    /// The object is in the cache (complete or arriving): serve it.
+    /// `peer`: it came (or comes) from a peer proxy.
+    Ready {
+        /// Fetched from a peer, not the origin.
+        peer: bool,
+    },
+    /// The origin failed; the stale copy in the cache may be served.
+    Stale,
+    /// The origin's answer may not be stored: fetch it for this client alone.
+    Uncacheable,
+    /// Answer the client with this status.
+    Error(u16),
+}
+
+/// CoralProxy's messages between cores.
+pub enum ProxyMsg {
+    /// Core `from` asks the owning core for `job`; answer as request `req`.
+    Miss {
+        /// The asking core.
+        from: usize,
+        /// Its request number.
+        req: u64,
+        /// What to fetch.
+        job: Box<Job>,
+    },
+    /// The answer to request `req`.
+    Answer {
+        /// The request number.
+        req: u64,
+        /// The answer.
+        answer: MissAnswer,
+    },
+}
+
+impl std::fmt::Debug for ProxyMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProxyMsg::Miss { from, req, job } => {
+                write!(f, "Miss {{ from: {from}, req: {req}, key: {} }}", job.key)
+            }
+            ProxyMsg::Answer { req, answer } => write!(f, "Answer {{ req: {req}, {answer:?} }}"),
+        }
+    }
+}
+
+/// Counters of one core's proxy.
+#[derive(Default)]
+pub struct ProxyStats {
+    /// Requests answered from a fresh complete object.
+    pub hits: Cell<u64>,
+    /// Requests that went to the owning core.
+    pub misses: Cell<u64>,
+    /// Fetches from origins started on this core.
+    pub origin_fetches: Cell<u64>,
+    /// Fetches from peers started on this core.
+    pub peer_fetches: Cell<u64>,
+    /// Malformed requests (answered 4xx, connection closed).
+    pub bad_requests: Cell<u64>,
+}
+
+/// One core's proxy.
+pub struct ProxyCore {
+    shard: Rc<Shard>,
+    core: usize,
+    cores: usize,
+    cache: CoreCache,
+    zones: Zones,
+    /// The suffix Location headers and links are rewritten with.
+    suffix: String,
+    http: SocketAddr,
+    node_name: String,
+    cfg: ProxyConfig,
+    limits: Limits,
+    resolver: resolve::Resolver,
+    pool: upstream::Pool,
+    timeouts: upstream::Timeouts,
+    connections: Cell<usize>,
+    next_req: Cell<u64>,
+    replies: RefCell<HashMap<u64, local_channel::LocalSender<MissAnswer>>>,
+    fetch: fetcher::Fetcher,
+    stats: ProxyStats,
+    /// Decoded stored heads of recently served objects, with the raw bytes
+    /// they were decoded from (a hit compares bytes instead of parsing).
+    heads: RefCell<HashMap<Id, DecodedHead>>,
+}
+
+/// Seconds since the Unix epoch (HTTP's clock).
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Starts the proxy on this core: its listener, its fetch policy and its
+/// pointer-renewal timer.
+pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<(), String> {
+    let cfg = config.proxy.clone();
+    let zones = Zones {
+        zone: config.zone.clone(),
+        alias: config.alias.clone(),
+    };
+    let suffix = config.alias.clone().unwrap_or_else(|| config.zone.clone());
+    let policy = FetchPolicy::new(FetchConfig::default(), config.http_addr());
+    let pc = Rc::new(ProxyCore {
+        core: shard.core,
+        cores: shard.cores,
+        shard: shard.clone(),
+        cache,
+        zones,
+        suffix,
+        http: config.http_addr(),
+        node_name: format!("{}", config.http_addr()),
+        resolver: resolve::Resolver::new(
+            &cfg.resolve,
+            Duration::from_secs(cfg.resolve_ttl_secs),
+            cfg.allow_private_origins,
+        ),
+        timeouts: upstream::Timeouts {
+            connect: Duration::from_millis(cfg.connect_timeout_ms),
+            first_byte: Duration::from_millis(cfg.first_byte_timeout_ms),
+            idle: Duration::from_millis(cfg.idle_timeout_ms),
+        },
+        cfg,
+        limits: Limits::default(),
+        pool: upstream::Pool::default(),
+        connections: Cell::new(0),
+        next_req: Cell::new(0),
+        replies: RefCell::new(HashMap::new()),
+        fetch: fetcher::Fetcher::new(policy),
+        stats: ProxyStats::default(),
+        heads: RefCell::new(HashMap::new()),
+    });
+    let listener = glommio::net::TcpListener::bind(config.http_addr())
+        .map_err(|e| format!("cannot bind the HTTP address {}: {e}", config.http_addr()))?;
+    shard.set_services(coral::wire::Services::HTTP);
+    CORE.with(|c| *c.borrow_mut() = Some(pc.clone()));
+    glommio::spawn_local(server::accept_loop(pc.clone(), listener)).detach();
+    glommio::spawn_local(async move {
+        while !pc.shard.stopping() {
+            glommio::timer::sleep(TICK).await;
+            pc.tick();
+        }
+    })
+    .detach();
+    Ok(())
+}
+
+/// A message for the proxy from another core.
+pub fn on_core_msg(shard: &Rc<Shard>, msg: ProxyMsg) {
+    let Some(pc) = CORE.with(|c| c.borrow().clone()) else {
+        // Another core's proxy started first: hold the message until this
+        // core's has (a miss dropped here would leave its client waiting).
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            for _ in 0..STARTUP_WAIT_TICKS {
+                if CORE.with(|c| c.borrow().is_some()) {
+                    on_core_msg(&shard, msg);
+                    return;
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+            if let ProxyMsg::Miss { from, req, .. } = msg {
+                let answer = MissAnswer::Error(503);
+                let _ =
+                    shard.try_send_to_core(from, CoreMsg::Proxy(ProxyMsg::Answer { req, answer }));
+            }
+        })
+        .detach();
+        return;
+    };
+    match msg {
+        ProxyMsg::Miss { from, req, job } => {
+            pc.fetch_request(*job, fetcher::Waiter::Remote { core: from, req });
+        }
+        ProxyMsg::Answer { req, answer } => {
+            if let Some(tx) = pc.replies.borrow_mut().remove(&req) {
+                let _ = tx.try_send(answer);
+            }
+        }
+    }
+}
+
+impl ProxyCore {
+    /// The decoded stored head of `obj` (cached per core while its bytes
+    /// stay the same); `None` if it is not a head this proxy wrote.
+    fn stored_head(&self, key: &Id, obj: &crate::cache::ObjectRef) -> Option<Rc<stored::Stored>> {
+        if let Some((raw, st)) = self.heads.borrow().get(key) {
+            if **raw == *obj.head() {
+                return Some(st.clone());
+            }
+        }
+        let st = Rc::new(stored::decode(obj.head(), &self.limits)?);
+        let mut heads = self.heads.borrow_mut();
+        if heads.len() >= DECODED_HEADS_MAX {
+            heads.clear();
+        }
+        heads.insert(*key, (obj.head().into(), st.clone()));
+        Some(st)
+    }
+
+    /// Hands a miss to the owning core and waits for its answer.
+    async fn miss(self: &Rc<Self>, job: Job) -> MissAnswer {
+        self.stats.misses.set(self.stats.misses.get() + 1);
+        let owner = crate::steer::shard_of_key(&job.key, self.cores);
+        let (tx, rx) = local_channel::new_bounded(1);
+        let req = self.next_req.get() + 1;
+        self.next_req.set(req);
+        if owner == self.core {
+            self.fetch_request(job, fetcher::Waiter::Local(tx));
+        } else {
+            self.replies.borrow_mut().insert(req, tx);
+            let msg = CoreMsg::Proxy(ProxyMsg::Miss {
+                from: self.core,
+                req,
+                job: Box::new(job),
+            });
+            if !self.shard.try_send_to_core(owner, msg) {
+                self.replies.borrow_mut().remove(&req);
+                return MissAnswer::Error(503);
+            }
+        }
+        let answer = glommio::future::timeout(MISS_TIMEOUT, rx.recv()).await;
+        self.replies.borrow_mut().remove(&req);
+        match answer {
+            Ok(Some(a)) => a,
+            Ok(None) => MissAnswer::Error(502),
+            Err(_) => MissAnswer::Error(504),
+        }
+    }
+
+    /// Sends `answer` to a waiter.
+    fn answer(&self, w: fetcher::Waiter, answer: MissAnswer) {
+        match w {
+            fetcher::Waiter::Local(tx) => {
+                let _ = tx.try_send(answer);
+            }
+            fetcher::Waiter::Remote { core, req } => {
+                let msg = CoreMsg::Proxy(ProxyMsg::Answer { req, answer });
+                if !self.shard.try_send_to_core(core, msg) {
+                    tracing::warn!(core, "proxy answer dropped: mesh channel full");
+                }
+            }
+        }
+    }
+}

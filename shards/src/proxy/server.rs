@@ -1,0 +1,839 @@
+//! Client connections: keep-alive, pipelining (answers in order), strict
+//! parsing (`coral::proxy::http`), hits served from the cache's mapping.
+
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::time::Duration;
+
+use coral::proxy::http::{self, Framing, HttpError, Method, RequestHead};
+use coral::proxy::names;
+use coral::proxy::policy::{
+    self, CacheStatus, ClientHeadInfo, Conditional, Forward, Freshness, RangeAnswer,
+};
+use coral::proxy::rewrite;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+
+use super::stored::Stored;
+use super::{unix_now, Job, MissAnswer, ProxyCore};
+use crate::cache::{ObjectRef, ObjectState};
+
+/// Bytes read from a client at once.
+const READ_BYTES: usize = 16 << 10;
+/// Largest request body drained (a GET with a body); more closes.
+const REQUEST_BODY_BYTES_MAX: u64 = 1 << 20;
+/// Bytes of a body sent per write.
+const SEND_CHUNK_BYTES: u64 = 256 << 10;
+/// Bodies at least this large go out with `sendfile` (below, one `sendmsg`
+/// of head and body is cheaper).
+const SENDFILE_BYTES_MIN: u64 = 16 << 10;
+/// Slices one `send_all` takes in one `sendmsg` (the rest go through the ring).
+const IOV_MAX: usize = 4;
+/// Longest pause after an accept error (EMFILE, ENFILE, ENOBUFS).
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+fn bad_request(reason: &'static str) -> HttpError {
+    HttpError {
+        status: 400,
+        reason,
+    }
+}
+
+/// Accepts connections until the node stops; backs off on errors and
+/// closes connections over `connections_max` at once.
+pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
+    let mut backoff = Duration::from_millis(5);
+    while !pc.shard.stopping() {
+        match listener.accept().await {
+            Ok(stream) => {
+                backoff = Duration::from_millis(5);
+                if pc.connections.get() >= pc.cfg.connections_max {
+                    drop(stream);
+                    continue;
+                }
+                pc.connections.set(pc.connections.get() + 1);
+                let pc2 = pc.clone();
+                glommio::spawn_local(async move {
+                    let _ = stream.set_nodelay(true);
+                    Conn::new(&pc2, stream).run().await;
+                    pc2.connections.set(pc2.connections.get() - 1);
+                })
+                .detach();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed; backing off");
+                glommio::timer::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+struct Conn<'a> {
+    pc: &'a Rc<ProxyCore>,
+    stream: TcpStream,
+    inb: InBuf,
+    out: Vec<u8>,
+    /// The socket is `O_NONBLOCK` (glommio makes it so): direct `sendfile`
+    /// and `sendmsg` calls never park the executor.
+    nonblocking: bool,
+}
+
+/// A connection's input: one buffer, allocated (and zeroed) once, read into
+/// at `end` and parsed from `start`.
+struct InBuf {
+    data: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl InBuf {
+    fn new(size: usize) -> InBuf {
+        InBuf {
+            data: vec![0; size].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    fn filled(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads more; false on EOF, error, idle timeout, or a full buffer.
+    async fn fill(&mut self, stream: &mut TcpStream) -> bool {
+        if self.end == self.data.len() {
+            if self.start == 0 {
+                return false;
+            }
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        match stream.read(&mut self.data[self.end..]).await {
+            Ok(n) if n > 0 => {
+                self.end += n;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether the connection goes on after an answer.
+enum Next {
+    KeepAlive,
+    Close,
+}
+
+impl<'a> Conn<'a> {
+    fn new(pc: &'a Rc<ProxyCore>, stream: TcpStream) -> Conn<'a> {
+        Conn {
+            pc,
+            inb: InBuf::new(pc.limits.head_bytes_max + READ_BYTES),
+            out: Vec::with_capacity(1024),
+            nonblocking: is_nonblocking(stream.as_raw_fd()),
+            stream,
+        }
+    }
+
+    async fn run(mut self) {
+        let idle = Duration::from_millis(self.pc.cfg.client_idle_timeout_ms);
+        let _ = self.stream.set_read_timeout(Some(idle));
+        loop {
+            let parsed = if self.inb.filled().is_empty() {
+                Ok(None)
+            } else {
+                http::parse_request_head(self.inb.filled(), &self.pc.limits)
+            };
+            match parsed {
+                Ok(Some((req, len))) => {
+                    self.inb.consume(len);
+                    match self.handle(req).await {
+                        Next::KeepAlive => continue,
+                        Next::Close => break,
+                    }
+                }
+                Ok(None) => {
+                    if self.inb.filled().len() >= self.pc.limits.head_bytes_max {
+                        self.bad(HttpError {
+                            status: 431,
+                            reason: "request head too large",
+                        })
+                        .await;
+                        break;
+                    }
+                    if !self.read_more().await {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    self.bad(e).await;
+                    break;
+                }
+            }
+        }
+        let _ = self.stream.close().await;
+    }
+
+    /// Reads more bytes; false on EOF, error or idle timeout.
+    async fn read_more(&mut self) -> bool {
+        self.inb.fill(&mut self.stream).await
+    }
+
+    /// A malformed request: its status and a closed connection.
+    async fn bad(&mut self, e: HttpError) {
+        let pc = self.pc;
+        pc.stats.bad_requests.set(pc.stats.bad_requests.get() + 1);
+        self.error(e.status, e.reason, false, None).await;
+    }
+
+    /// Writes a short error answer.
+    async fn error(&mut self, status: u16, why: &str, keep_alive: bool, allow: Option<&str>) {
+        let body = format!("{status} {}: {why}\n", http::status_reason(status));
+        let mut head = format!(
+            "HTTP/1.1 {status} {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nCache-Control: no-store\r\n",
+            http::status_reason(status),
+            body.len()
+        );
+        if let Some(a) = allow {
+            head.push_str(&format!("Allow: {a}\r\n"));
+        }
+        head.push_str(if keep_alive {
+            "Connection: keep-alive\r\n\r\n"
+        } else {
+            "Connection: close\r\n\r\n"
+        });
+        head.push_str(&body);
+        let _ = self.stream.write_all(head.as_bytes()).await;
+    }
+
+    /// Reads and discards a request body, per its framing.
+    async fn drain_body(&mut self, framing: Framing) -> Result<(), HttpError> {
+        let too_large = HttpError {
+            status: 413,
+            reason: "request body too large",
+        };
+        match framing {
+            Framing::Empty | Framing::UntilClose => Ok(()),
+            Framing::Length(n) => {
+                if n > REQUEST_BODY_BYTES_MAX {
+                    return Err(too_large);
+                }
+                let mut left = n as usize;
+                loop {
+                    let take = left.min(self.inb.filled().len());
+                    self.inb.consume(take);
+                    left -= take;
+                    if left == 0 {
+                        return Ok(());
+                    }
+                    if !self.read_more().await {
+                        return Err(bad_request("request body cut short"));
+                    }
+                }
+            }
+            Framing::Chunked => {
+                let mut dec = http::ChunkedDecoder::new(&self.pc.limits);
+                let mut sink = Vec::new();
+                let mut total = 0u64;
+                loop {
+                    let (used, done) = dec.feed(self.inb.filled(), &mut sink)?;
+                    self.inb.consume(used);
+                    total += sink.len() as u64;
+                    sink.clear();
+                    if total > REQUEST_BODY_BYTES_MAX {
+                        return Err(too_large);
+                    }
+                    if done {
+                        return Ok(());
+                    }
+                    if !self.read_more().await {
+                        return Err(bad_request("request body cut short"));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, req: RequestHead) -> Next {
+        let pc = self.pc;
+        if !matches!(req.method, Method::Get | Method::Head) {
+            // The body is not read: the connection closes.
+            self.error(405, "only GET and HEAD", false, Some("GET, HEAD"))
+                .await;
+            return Next::Close;
+        }
+        if let Err(e) = self.drain_body(req.framing).await {
+            self.bad(e).await;
+            return Next::Close;
+        }
+        let ka = req.keep_alive;
+        let next = if ka { Next::KeepAlive } else { Next::Close };
+        let no_forward = policy::no_forward(&req);
+        // A peer names the object by its canonical URL, in absolute form
+        // (`policy::upstream_request`); everyone else by a Coralized host.
+        let peer_url = if no_forward && http::split_absolute(&req.target).is_some() {
+            match names::parse_http_url(&req.target) {
+                Ok(ou) => Some(ou),
+                Err(e) => {
+                    self.error(400, &format!("bad URL: {e}"), false, None).await;
+                    return Next::Close;
+                }
+            }
+        } else {
+            None
+        };
+        let (origin, url) = match peer_url {
+            Some((origin, path)) => match names::canonical_url(&origin, &path) {
+                Ok(u) => (origin, u),
+                Err(e) => {
+                    self.error(400, &format!("bad URL: {e}"), false, None).await;
+                    return Next::Close;
+                }
+            },
+            None => {
+                let Some(host) = req.host() else {
+                    self.bad(bad_request("no Host")).await;
+                    return Next::Close;
+                };
+                let origin = match names::origin_of_host(host, &pc.zones) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        // Not a Coralized name (absolute-form for another host
+                        // included): coral is not an open proxy.
+                        self.error(403, &format!("not a Coralized name: {e}"), ka, None)
+                            .await;
+                        return next;
+                    }
+                };
+                if !no_forward && policy::loop_detected(&req, &pc.zones) {
+                    self.error(403, "request loop (CDN-Loop names this CDN)", ka, None)
+                        .await;
+                    return next;
+                }
+                let Some(path) = req.path() else {
+                    self.bad(bad_request("bad request target")).await;
+                    return Next::Close;
+                };
+                match names::canonical_url(&origin, path) {
+                    Ok(u) => (origin, u),
+                    Err(e) => {
+                        self.error(400, &format!("bad URL: {e}"), false, None).await;
+                        return Next::Close;
+                    }
+                }
+            }
+        };
+        let key = names::cache_key(&url);
+        if !no_forward && !policy::request_is_cacheable(&req) {
+            return self.pass_through(&req, &origin, Forward::Bypass).await;
+        }
+        let mut get = req.clone();
+        get.method = Method::Get;
+        let job = Job {
+            key,
+            origin: origin.clone(),
+            request: get,
+            no_forward,
+        };
+        let mut asked = false;
+        let mut peer = false;
+        loop {
+            let now = unix_now();
+            let obj = pc.cache.lookup(&key);
+            let found = obj.and_then(|o| pc.stored_head(&key, &o).map(|s| (o, s)));
+            if let Some((obj, st)) = found {
+                if !policy::vary_matches(&st.vary_req, &st.head, &req) {
+                    if no_forward {
+                        self.error(504, "no matching copy here", ka, None).await;
+                        return next;
+                    }
+                    return self.pass_through(&req, &origin, Forward::VaryMiss).await;
+                }
+                let meta = obj.meta();
+                let fresh = now < meta.fresh_until_secs;
+                match obj.state() {
+                    ObjectState::Writing { .. } => {
+                        let mut cs = if asked {
+                            CacheStatus::forward(Forward::UriMiss, true)
+                        } else {
+                            CacheStatus::hit()
+                        };
+                        cs.collapsed = !asked;
+                        cs.detail = peer.then_some("peer");
+                        return self.serve(&req, &obj, &st, cs).await;
+                    }
+                    ObjectState::Complete { .. } if fresh || asked => {
+                        let mut cs = if asked {
+                            CacheStatus::forward(
+                                if fresh {
+                                    Forward::UriMiss
+                                } else {
+                                    Forward::Stale
+                                },
+                                fresh,
+                            )
+                        } else {
+                            pc.stats.hits.set(pc.stats.hits.get() + 1);
+                            CacheStatus::hit()
+                        };
+                        if asked && !fresh {
+                            cs.detail = Some("stale-on-error");
+                        } else if peer {
+                            cs.detail = Some("peer");
+                        }
+                        return self.serve(&req, &obj, &st, cs).await;
+                    }
+                    ObjectState::Complete { .. } if no_forward => {
+                        self.error(504, "stale here", ka, None).await;
+                        return next;
+                    }
+                    _ => {}
+                }
+            } else if asked {
+                self.error(502, "the object could not be fetched", ka, None)
+                    .await;
+                return next;
+            }
+            if asked {
+                self.error(502, "the object could not be fetched", ka, None)
+                    .await;
+                return next;
+            }
+            asked = true;
+            match pc.miss(job.clone()).await {
+                MissAnswer::Ready { peer: p } => peer = p,
+                MissAnswer::Stale => {}
+                MissAnswer::Uncacheable => {
+                    return self.pass_through(&req, &origin, Forward::UriMiss).await
+                }
+                MissAnswer::Error(status) => {
+                    let why = match status {
+                        403 => "the origin's address is not allowed",
+                        504 => "no answer in time",
+                        _ => "the origin failed",
+                    };
+                    self.error(status, why, ka, None).await;
+                    return next;
+                }
+            }
+        }
+    }
+
+    /// Sends a cached object (complete, or arriving: cut-through).
+    async fn serve(
+        &mut self,
+        req: &RequestHead,
+        obj: &ObjectRef,
+        st: &Stored,
+        mut cache_status: CacheStatus,
+    ) -> Next {
+        let pc = self.pc;
+        let now = unix_now();
+        let meta = obj.meta();
+        let fresh = Freshness {
+            date_secs: meta.stored_secs,
+            fresh_until_secs: meta.fresh_until_secs,
+            response_secs: meta.stored_secs,
+            initial_age_secs: st.initial_age_secs,
+            must_revalidate: st.must_revalidate,
+        };
+        cache_status.ttl = Some(meta.fresh_until_secs as i64 - now as i64);
+        let body_len = match obj.state() {
+            ObjectState::Complete { len } => Some(len),
+            ObjectState::Writing { .. } => meta.expected_len,
+            ObjectState::Failed => {
+                self.error(502, "the transfer failed", false, None).await;
+                return Next::Close;
+            }
+        };
+        let not_modified = st.head.status == 200
+            && policy::evaluate_conditional(req, &st.head) == Conditional::NotModified;
+        let range = match (body_len, obj.state(), req.method == Method::Get) {
+            (Some(len), ObjectState::Complete { .. }, true) if st.head.status == 200 => {
+                policy::range_for(req, &st.head, len)
+            }
+            _ => RangeAnswer::Full,
+        };
+        let info = ClientHeadInfo {
+            node_name: &pc.node_name,
+            age_secs: policy::age_secs(&fresh, now),
+            cache_status,
+            range,
+            body_len,
+            keep_alive: req.keep_alive,
+            not_modified,
+            client_minor_version: req.minor_version,
+        };
+        self.out.clear();
+        let framing = policy::client_head(&st.head, &info, &mut self.out);
+        let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
+        let next = if ka { Next::KeepAlive } else { Next::Close };
+        if req.method == Method::Head || framing == Framing::Empty {
+            let out = std::mem::take(&mut self.out);
+            let ok = send_all(&mut self.stream, &[&out]).await.is_ok();
+            self.out = out;
+            return if ok { next } else { Next::Close };
+        }
+        let (start, end) = match range {
+            RangeAnswer::Partial {
+                start,
+                end_inclusive,
+            } => (start, end_inclusive + 1),
+            _ => (0, body_len.unwrap_or(u64::MAX)),
+        };
+        let chunked = framing == Framing::Chunked;
+        if let (ObjectState::Complete { len }, false) = (obj.state(), chunked) {
+            if end <= len {
+                obj.ensure_resident(start, end).await;
+                let out = std::mem::take(&mut self.out);
+                let r =
+                    send_complete(&mut self.stream, self.nonblocking, &out, obj, start, end).await;
+                self.out = out;
+                return if r.is_ok() { next } else { Next::Close };
+            }
+        }
+        let mut head = Some(std::mem::take(&mut self.out));
+        let mut pos = start;
+        let mut frame = Vec::new();
+        let result: Result<(), ()> = async {
+            loop {
+                if pos >= end {
+                    break;
+                }
+                let want = end.min(pos + SEND_CHUNK_BYTES);
+                obj.ensure_resident(pos, want).await;
+                let data = obj.body(pos, want);
+                if data.is_empty() {
+                    match obj.state() {
+                        ObjectState::Complete { len } if pos >= len => break,
+                        ObjectState::Complete { .. } | ObjectState::Failed => return Err(()),
+                        ObjectState::Writing { .. } => {
+                            // Send what we have (the head) before waiting.
+                            if let Some(h) = head.take() {
+                                send_all(&mut self.stream, &[&h]).await.map_err(|_| ())?;
+                                self.out = h;
+                            }
+                            obj.wait_beyond(pos).await;
+                            continue;
+                        }
+                    }
+                }
+                let n = data.len() as u64;
+                let h: &[u8] = head.as_deref().unwrap_or(&[]);
+                if chunked {
+                    frame.clear();
+                    frame.extend_from_slice(h);
+                    http::write_chunk(&mut frame, data);
+                    send_all(&mut self.stream, &[&frame])
+                        .await
+                        .map_err(|_| ())?;
+                } else {
+                    send_all(&mut self.stream, &[h, data])
+                        .await
+                        .map_err(|_| ())?;
+                }
+                if let Some(h) = head.take() {
+                    self.out = h;
+                }
+                pos += n;
+            }
+            let mut tail = head.take().unwrap_or_default();
+            if chunked {
+                http::write_last_chunk(&mut tail);
+            }
+            if !tail.is_empty() {
+                send_all(&mut self.stream, &[&tail]).await.map_err(|_| ())?;
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => next,
+            // A transfer that failed mid-way: close, so the client sees it
+            // was cut short (never a short body that looks complete).
+            Err(()) => Next::Close,
+        }
+    }
+
+    /// Fetches for this client alone, without storing (uncacheable requests
+    /// and answers, other Vary variants).
+    async fn pass_through(
+        &mut self,
+        req: &RequestHead,
+        origin: &names::Origin,
+        why: Forward,
+    ) -> Next {
+        let pc = self.pc;
+        let addr = match pc.resolver.resolve(&origin.host, origin.port).await {
+            Ok(a) => a,
+            Err(e) => {
+                let status = match e {
+                    super::resolve::ResolveError::Refused(..) => 403,
+                    super::resolve::ResolveError::Timeout => 504,
+                    super::resolve::ResolveError::NotFound => 502,
+                };
+                self.error(status, &e.to_string(), req.keep_alive, None)
+                    .await;
+                return if req.keep_alive {
+                    Next::KeepAlive
+                } else {
+                    Next::Close
+                };
+            }
+        };
+        let mut up = Vec::with_capacity(1024);
+        policy::upstream_request(req, origin, false, &http::Headers::new(), &mut up);
+        let is_head = req.method == Method::Head;
+        let mut resp = match super::upstream::send(
+            &pc.pool,
+            addr,
+            &up,
+            is_head,
+            pc.timeouts,
+            &pc.limits,
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.error(502, &e.to_string(), false, None).await;
+                return Next::Close;
+            }
+        };
+        let mut head = policy::head_to_store(&resp.head);
+        if let Some(loc) = head.headers.get_str("location").map(str::to_string) {
+            if let Some(new) = rewrite::location(&loc, origin, &pc.suffix, pc.http.port()) {
+                head.headers.set("location", new.as_bytes());
+            }
+        }
+        let html = head
+            .headers
+            .get("content-type")
+            .is_some_and(|v| v.len() >= 9 && v[..9].eq_ignore_ascii_case(b"text/html"));
+        let mut rewriter =
+            html.then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
+        let body_len = match resp.head.framing {
+            Framing::Length(n) if rewriter.is_none() => Some(n),
+            Framing::Empty => Some(0),
+            _ => None,
+        };
+        let info = ClientHeadInfo {
+            node_name: &pc.node_name,
+            age_secs: 0,
+            cache_status: CacheStatus::forward(why, false),
+            range: RangeAnswer::Full,
+            body_len,
+            keep_alive: req.keep_alive,
+            not_modified: false,
+            client_minor_version: req.minor_version,
+        };
+        let mut out = Vec::with_capacity(1024);
+        let framing = policy::client_head(&head, &info, &mut out);
+        let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
+        if is_head || framing == Framing::Empty {
+            if send_all(&mut self.stream, &[&out]).await.is_err() {
+                return Next::Close;
+            }
+            resp.release(&pc.pool);
+            return if ka { Next::KeepAlive } else { Next::Close };
+        }
+        let chunked = framing == Framing::Chunked;
+        let mut chunk = Vec::with_capacity(64 << 10);
+        let mut rewritten = Vec::new();
+        let mut total = 0u64;
+        loop {
+            chunk.clear();
+            let more = match resp.next(&mut chunk).await {
+                Ok(m) => m,
+                Err(_) => return Next::Close,
+            };
+            let data: &[u8] = match rewriter.as_mut() {
+                Some(r) => {
+                    rewritten.clear();
+                    r.feed(&chunk, &mut rewritten);
+                    if !more {
+                        r.finish(&mut rewritten);
+                    }
+                    &rewritten
+                }
+                None => &chunk,
+            };
+            total += data.len() as u64;
+            if total > pc.cfg.object_bytes_max {
+                return Next::Close;
+            }
+            if chunked {
+                if !data.is_empty() {
+                    http::write_chunk(&mut out, data);
+                }
+                if !more {
+                    http::write_last_chunk(&mut out);
+                }
+                if send_all(&mut self.stream, &[&out]).await.is_err() {
+                    return Next::Close;
+                }
+            } else if send_all(&mut self.stream, &[&out, data]).await.is_err() {
+                return Next::Close;
+            }
+            out.clear();
+            if !more {
+                break;
+            }
+        }
+        resp.release(&pc.pool);
+        if ka {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        }
+    }
+}
+
+/// Puts `fd` in non-blocking mode (reads and writes through the ring are
+/// unaffected; direct `sendfile` must not block); whether it is.
+fn is_nonblocking(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we hold; no memory is passed.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            return false;
+        }
+        flags & libc::O_NONBLOCK != 0
+            || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    }
+}
+
+/// Sends `head` and then the complete object's bytes `[start, end)`: with
+/// `sendfile` from the cache's file (no copy through user space; the socket
+/// is non-blocking, so it never parks the executor) when the body is large
+/// enough to be worth a second syscall, else one `sendmsg` of head and body
+/// from the mapping. Whatever the socket does not take at once goes through
+/// the ring.
+async fn send_complete(
+    stream: &mut TcpStream,
+    nonblocking: bool,
+    head: &[u8],
+    obj: &ObjectRef,
+    start: u64,
+    end: u64,
+) -> std::io::Result<()> {
+    if !nonblocking || end - start < SENDFILE_BYTES_MIN {
+        return send_all(stream, &[head, obj.body(start, end)]).await;
+    }
+    send_all_more(stream, head).await?;
+    let fd = stream.as_raw_fd();
+    let mut pos = start;
+    while pos < end {
+        let (file, at) = obj.file_at(pos);
+        let mut off = at as libc::off_t;
+        // SAFETY: `fd` and `file` are open descriptors (the object is alive
+        // while `obj` is); `off` is a valid in/out offset.
+        let n = unsafe { libc::sendfile(fd, file, &mut off, (end - pos) as usize) };
+        if n > 0 {
+            pos += n as u64;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if n == 0 || e.kind() != std::io::ErrorKind::WouldBlock {
+            if n < 0 {
+                return Err(e);
+            }
+            break;
+        }
+        // The socket is full: the rest from the mapping through the ring.
+        break;
+    }
+    if pos < end {
+        stream.write_all(obj.body(pos, end)).await?;
+    }
+    Ok(())
+}
+
+/// Sends `head` with `MSG_MORE` (the body follows at once).
+async fn send_all_more(stream: &mut TcpStream, head: &[u8]) -> std::io::Result<()> {
+    // SAFETY: `head` is a live slice for the duration of the call.
+    let sent = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            head.as_ptr().cast(),
+            head.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE,
+        )
+    };
+    let sent = if sent < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        0
+    } else {
+        sent as usize
+    };
+    if sent < head.len() {
+        stream.write_all(&head[sent..]).await?;
+    }
+    Ok(())
+}
+
+/// Writes `bufs` in order: first with one non-blocking `sendmsg` (head and
+/// body straight from the cache's mapping, no copy), then whatever is left
+/// through the ring.
+async fn send_all(stream: &mut TcpStream, bufs: &[&[u8]]) -> std::io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if total == 0 {
+        return Ok(());
+    }
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iov = [empty; IOV_MAX];
+    let mut n_iov = 0;
+    for b in bufs.iter().filter(|b| !b.is_empty()).take(IOV_MAX) {
+        iov[n_iov] = libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        };
+        n_iov += 1;
+    }
+    // SAFETY: a zeroed msghdr is valid; it points at `iov`, whose entries
+    // point at the live slices in `bufs`, for the duration of the call.
+    let sent = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n_iov as _;
+        libc::sendmsg(
+            stream.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    let mut skip = if sent < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        0
+    } else {
+        sent as usize
+    };
+    for b in bufs {
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        stream.write_all(&b[skip..]).await?;
+        skip = 0;
+    }
+    Ok(())
+}

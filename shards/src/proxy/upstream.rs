@@ -1,0 +1,318 @@
+//! The client side of the proxy: requests to origins and to peer proxies.
+//!
+//! A connection is opened to exactly the address the resolver checked,
+//! with a connect timeout; the response head must arrive within the
+//! first-byte timeout, and each later read within the idle timeout. Bodies
+//! are read per their framing (length, chunked, until close). A connection
+//! goes back to the per-core pool only after its response was read to the
+//! end and both sides allow keep-alive.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use coral::proxy::http::{self, ChunkedDecoder, Framing, HttpError, Limits, ResponseHead};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+
+/// Idle origin connections kept per core.
+const POOL_CONNECTIONS_MAX: usize = 64;
+/// Idle origin connections kept per address.
+const POOL_PER_ADDR_MAX: usize = 8;
+/// How long an idle origin connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(10);
+/// Bytes read from an upstream at once.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// Why a fetch from an origin or peer failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamError {
+    /// Could not connect (refused, unreachable, timed out).
+    Connect(String),
+    /// No response head within the first-byte timeout.
+    FirstByteTimeout,
+    /// Silence longer than the idle timeout mid-response.
+    IdleTimeout,
+    /// The connection closed before the response ended.
+    Truncated,
+    /// The response broke HTTP's rules.
+    Malformed(HttpError),
+    /// Reading or writing failed.
+    Io(String),
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Connect(e) => write!(f, "connect: {e}"),
+            UpstreamError::FirstByteTimeout => {
+                f.write_str("no response within the first-byte timeout")
+            }
+            UpstreamError::IdleTimeout => f.write_str("response stalled past the idle timeout"),
+            UpstreamError::Truncated => f.write_str("response cut short"),
+            UpstreamError::Malformed(e) => write!(f, "malformed response: {e}"),
+            UpstreamError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Timeouts of one fetch.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// To connect.
+    pub connect: Duration,
+    /// From the request to the response head.
+    pub first_byte: Duration,
+    /// Between reads of the body.
+    pub idle: Duration,
+}
+
+/// One core's idle origin connections, by address.
+#[derive(Default)]
+pub struct Pool {
+    idle: RefCell<HashMap<SocketAddr, Vec<(Instant, TcpStream)>>>,
+}
+
+impl Pool {
+    fn take(&self, addr: SocketAddr) -> Option<TcpStream> {
+        let mut idle = self.idle.borrow_mut();
+        let list = idle.get_mut(&addr)?;
+        while let Some((at, s)) = list.pop() {
+            if at.elapsed() < POOL_IDLE {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    fn put(&self, addr: SocketAddr, s: TcpStream) {
+        let mut idle = self.idle.borrow_mut();
+        let total: usize = idle.values().map(Vec::len).sum();
+        if total >= POOL_CONNECTIONS_MAX {
+            idle.retain(|_, l| {
+                l.retain(|(at, _)| at.elapsed() < POOL_IDLE);
+                !l.is_empty()
+            });
+            if idle.values().map(Vec::len).sum::<usize>() >= POOL_CONNECTIONS_MAX {
+                return;
+            }
+        }
+        let list = idle.entry(addr).or_default();
+        if list.len() < POOL_PER_ADDR_MAX {
+            list.push((Instant::now(), s));
+        }
+    }
+}
+
+/// A response being read from an origin or peer.
+pub struct Response {
+    /// The response head.
+    pub head: ResponseHead,
+    stream: Option<TcpStream>,
+    addr: SocketAddr,
+    /// Bytes read past the head not yet handed out.
+    buf: Vec<u8>,
+    body: Body,
+    idle: Duration,
+    /// Body bytes handed out so far.
+    pub received: u64,
+    reusable: bool,
+}
+
+enum Body {
+    Length(u64),
+    Chunked(Box<ChunkedDecoder>),
+    UntilClose,
+    Done,
+}
+
+/// Sends `request` (a complete head, no body) to `addr` and reads the
+/// response head. `pooled`: try an idle connection first (origins only).
+pub async fn send(
+    pool: &Pool,
+    addr: SocketAddr,
+    request: &[u8],
+    request_was_head: bool,
+    timeouts: Timeouts,
+    limits: &Limits,
+) -> Result<Response, UpstreamError> {
+    // A pooled connection may have been closed by the origin meanwhile: one
+    // retry on a fresh connection if nothing came back on it.
+    if let Some(s) = pool.take(addr) {
+        match exchange(s, addr, request, request_was_head, timeouts, limits).await {
+            Ok(r) => return Ok(r),
+            Err(UpstreamError::Truncated | UpstreamError::Io(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let s = TcpStream::connect_timeout(addr, timeouts.connect)
+        .await
+        .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+    let _ = s.set_nodelay(true);
+    exchange(s, addr, request, request_was_head, timeouts, limits).await
+}
+
+async fn exchange(
+    mut s: TcpStream,
+    addr: SocketAddr,
+    request: &[u8],
+    request_was_head: bool,
+    timeouts: Timeouts,
+    limits: &Limits,
+) -> Result<Response, UpstreamError> {
+    s.write_all(request)
+        .await
+        .map_err(|e| UpstreamError::Io(e.to_string()))?;
+    let deadline = Instant::now() + timeouts.first_byte;
+    let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        if !buf.is_empty() {
+            match http::parse_response_head(&buf, request_was_head, limits) {
+                Ok(None) => {}
+                Err(e) => return Err(UpstreamError::Malformed(e)),
+                Ok(Some((head, len))) => {
+                    buf.drain(..len);
+                    // 1xx answers (100 Continue, 103 Early Hints) precede the real one.
+                    if (100..200).contains(&head.status) {
+                        continue;
+                    }
+                    let body = match head.framing {
+                        Framing::Empty | Framing::Length(0) => Body::Done,
+                        Framing::Length(n) => Body::Length(n),
+                        Framing::Chunked => Body::Chunked(Box::new(ChunkedDecoder::new(limits))),
+                        Framing::UntilClose => Body::UntilClose,
+                    };
+                    let reusable = head.keep_alive && !matches!(head.framing, Framing::UntilClose);
+                    let _ = s.set_read_timeout(Some(timeouts.idle));
+                    return Ok(Response {
+                        head,
+                        stream: Some(s),
+                        addr,
+                        buf,
+                        body,
+                        idle: timeouts.idle,
+                        received: 0,
+                        reusable,
+                    });
+                }
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(UpstreamError::FirstByteTimeout);
+        }
+        let _ = s.set_read_timeout(Some(left));
+        let n = read_some(&mut s, &mut buf).await.map_err(|e| {
+            if is_timeout(&e) {
+                UpstreamError::FirstByteTimeout
+            } else {
+                UpstreamError::Io(e.to_string())
+            }
+        })?;
+        if n == 0 {
+            return Err(UpstreamError::Truncated);
+        }
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    )
+}
+
+async fn read_some(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let at = buf.len();
+    buf.resize(at + READ_CHUNK_BYTES, 0);
+    let r = s.read(&mut buf[at..]).await;
+    buf.truncate(at + *r.as_ref().unwrap_or(&0));
+    r
+}
+
+impl Response {
+    /// Appends the next piece of the body to `out` (decoded from chunked).
+    /// `Ok(false)`: the body is complete.
+    pub async fn next(&mut self, out: &mut Vec<u8>) -> Result<bool, UpstreamError> {
+        loop {
+            match &mut self.body {
+                Body::Done => return Ok(false),
+                Body::Length(left) => {
+                    if !self.buf.is_empty() {
+                        let take = (*left).min(self.buf.len() as u64) as usize;
+                        out.extend_from_slice(&self.buf[..take]);
+                        self.buf.drain(..take);
+                        *left -= take as u64;
+                        self.received += take as u64;
+                        if *left == 0 {
+                            self.body = Body::Done;
+                        }
+                        return Ok(true);
+                    }
+                }
+                Body::Chunked(dec) => {
+                    if !self.buf.is_empty() {
+                        let before = out.len();
+                        let (used, done) =
+                            dec.feed(&self.buf, out).map_err(UpstreamError::Malformed)?;
+                        self.buf.drain(..used);
+                        self.received += (out.len() - before) as u64;
+                        if done {
+                            self.body = Body::Done;
+                            return Ok(out.len() > before);
+                        }
+                        if out.len() > before {
+                            return Ok(true);
+                        }
+                        if used > 0 {
+                            continue;
+                        }
+                    }
+                }
+                Body::UntilClose => {
+                    if !self.buf.is_empty() {
+                        out.extend_from_slice(&self.buf);
+                        self.received += self.buf.len() as u64;
+                        self.buf.clear();
+                        return Ok(true);
+                    }
+                }
+            }
+            let Some(s) = self.stream.as_mut() else {
+                return Err(UpstreamError::Truncated);
+            };
+            let n = read_some(s, &mut self.buf).await.map_err(|e| {
+                if is_timeout(&e) {
+                    UpstreamError::IdleTimeout
+                } else {
+                    UpstreamError::Io(e.to_string())
+                }
+            })?;
+            if n == 0 {
+                self.stream = None;
+                if matches!(self.body, Body::UntilClose) {
+                    self.body = Body::Done;
+                    return Ok(false);
+                }
+                return Err(UpstreamError::Truncated);
+            }
+        }
+    }
+
+    /// Whether the whole body has been read.
+    pub fn complete(&self) -> bool {
+        matches!(self.body, Body::Done)
+    }
+
+    /// Returns the connection to `pool` if the response was read to its end
+    /// and both sides allow keep-alive; otherwise it closes.
+    pub fn release(mut self, pool: &Pool) {
+        if self.reusable && self.complete() && self.buf.is_empty() {
+            if let Some(s) = self.stream.take() {
+                let _ = s.set_read_timeout(Some(self.idle));
+                pool.put(self.addr, s);
+            }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! `coral demo` and the lab (deploy/lab/lab.sh): §6.1's flash crowd on real
+//! sockets, with real DNS (dnssrv, unbound), real proxies and a real browser.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+
+/// Pids of processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+/// The scratch directory the demo announced.
+fn scratch_of(text: &str) -> Option<PathBuf> {
+    text.lines()
+        .find_map(|l| l.trim_start().strip_prefix("scratch"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(PathBuf::from)
+}
+
+/// A per-test directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("coral-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// §6.1: a flash crowd on a 384 kbit/s origin. Every request is answered 200
+/// with the right bytes, the origin sees one fetch per object across all the
+/// proxies, and the demo leaves no node process and no scratch files behind.
+#[test]
+fn nsdi2004_6_1_demo_flash_crowd_fetches_each_object_once_from_the_origin() {
+    let dir = TempDir::new("demo");
+    let plot = dir.0.join("fig4.svg");
+    let out = Command::new(CORAL)
+        .args(["demo", "--nodes", "3", "--clients", "8", "--seconds", "15"])
+        .args(["--think-ms", "300", "--net", "127.17.1", "--json", "--plot"])
+        .arg(&plot)
+        .output()
+        .expect("run coral demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "coral demo failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    let requests = v["requests"].as_u64().unwrap();
+    assert!(requests > 0, "{v}");
+    assert_eq!(
+        v["ok"].as_u64(),
+        Some(requests),
+        "every answer 200 with the right bytes: {v}"
+    );
+    assert_eq!(
+        v["origin_fetches"], v["unique_objects"],
+        "one origin fetch per object across the network: {v}"
+    );
+    assert!(v["unique_objects"].as_u64().unwrap() >= 1);
+    assert!(!v["per_minute"].as_array().unwrap().is_empty());
+    // Clients got far more than the origin sent.
+    assert!(
+        v["client_bytes_received"].as_u64() > v["origin_bytes_sent"].as_u64(),
+        "{v}"
+    );
+    let svg = std::fs::read_to_string(&plot).expect("the plot");
+    assert!(svg.starts_with("<svg") && svg.contains("origin server"));
+    let left = processes_with("--dsht 127.17.1.");
+    assert!(left.is_empty(), "nodes left behind: {left:?}");
+    let scratch = scratch_of(&stderr).expect("the demo names its scratch directory");
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
+}
+
+/// Ctrl-C: the demo stops its nodes, removes its scratch directory and exits.
+#[test]
+fn demo_interrupted_leaves_nothing_behind() {
+    let mut child = Command::new(CORAL)
+        .args(["demo", "--nodes", "2", "--clients", "2", "--seconds", "300"])
+        .args(["--net", "127.17.2", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start coral demo");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut scratch = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(s) = scratch_of(&line) {
+            scratch = Some(s);
+        }
+        if line.contains("ready") {
+            break;
+        }
+    }
+    let scratch = scratch.expect("scratch line");
+    assert!(scratch.exists());
+    assert!(
+        !processes_with("--dsht 127.17.2.").is_empty(),
+        "nodes running"
+    );
+    // SIGINT, as a terminal's Ctrl-C sends.
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let start = Instant::now();
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "demo ignored SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for _ in lines {}
+    assert_eq!(code.code(), Some(130));
+    let left = processes_with("--dsht 127.17.2.");
+    assert!(left.is_empty(), "nodes left behind: {left:?}");
+    assert!(!scratch.exists(), "{} left behind", scratch.display());
+}
+
+/// Whether this machine lets us create network namespaces.
+fn namespaces_work() -> Result<(), String> {
+    let name = format!("cdemo-probe-{}", std::process::id());
+    let add = Command::new("ip").args(["netns", "add", &name]).output();
+    match add {
+        Ok(o) if o.status.success() => {
+            let _ = Command::new("ip").args(["netns", "del", &name]).status();
+            Ok(())
+        }
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+        Err(e) => Err(format!("ip: {e}")),
+    }
+}
+
+/// Runs lab.sh with our binary and state directory.
+fn lab(state: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/lab/lab.sh"))
+        .args(args)
+        .env("CORAL", CORAL)
+        .env("CORAL_LAB_STATE", state)
+        .output()
+        .expect("run lab.sh")
+}
+
+/// Takes the lab down when dropped.
+struct Lab(PathBuf);
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = lab(&self.0, &["down"]);
+    }
+}
+
+/// The lab: clients in their own namespaces resolve a Coralized name through
+/// unbound (stub zones to the nodes' dnssrv) and fetch through coral from an
+/// origin behind a 384 kbit/s tbf; every byte checked, one origin fetch per
+/// image; headless Chromium loads a page with all its images through coral
+/// (none straight from the origin); `down` leaves no namespace behind.
+#[test]
+fn lab_clients_fetch_through_unbound_and_coral_and_down_leaves_nothing() {
+    if let Err(why) = namespaces_work() {
+        eprintln!("SKIPPED: network namespaces cannot be created here ({why})");
+        return;
+    }
+    let state = std::env::temp_dir().join(format!("coral-test-lab-{}", std::process::id()));
+    let guard = Lab(state.clone());
+    let up = lab(&state, &["up", "3", "2"]);
+    assert!(
+        up.status.success(),
+        "lab up: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let run = lab(&state, &["run", "1"]);
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "lab run: {text}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        text.contains("24 fetches, 24 with the right bytes, 0 wrong; origin served 12 image fetches for 12 images, 0 requests straight from clients"),
+        "{text}"
+    );
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lab");
+    std::fs::create_dir_all(&shots).unwrap();
+    let png = shots.join("chromium-page0.png");
+    let _ = std::fs::remove_file(&png);
+    let browser = lab(&state, &["browser", png.to_str().unwrap()]);
+    assert!(
+        browser.status.success(),
+        "browser: {}",
+        String::from_utf8_lossy(&browser.stderr)
+    );
+    let png_bytes = std::fs::read(&png).unwrap();
+    assert!(png_bytes.starts_with(b"\x89PNG"));
+    let access = std::fs::read_to_string(state.join("nginx-access.log")).unwrap();
+    // The browser's page came through a proxy (the node's address, coral's
+    // User-Agent marker), its images from coral's caches: nothing from a client.
+    assert!(
+        access.lines().any(|l| l.contains("GET /page0.html")
+            && l.contains("HeadlessChrome")
+            && l.contains("CoralWebPrx")),
+        "{access}"
+    );
+    let from_client = |l: &&str| {
+        l.split(['.', ' '])
+            .nth(3)
+            .and_then(|o| o.parse::<u8>().ok())
+            .is_some_and(|o| (101..200).contains(&o))
+    };
+    let direct: Vec<&str> = access.lines().filter(from_client).collect();
+    assert!(
+        direct.is_empty(),
+        "clients reached the origin directly: {direct:?}"
+    );
+    eprintln!("lab screenshot: {}", png.display());
+    drop(guard);
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    assert!(!ns.contains("coral-lab-"), "namespaces left: {ns}");
+    assert!(!state.exists());
+    assert!(processes_with(&format!("--cache-dir {}", state.display())).is_empty());
+}

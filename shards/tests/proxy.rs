@@ -1,0 +1,1109 @@
+//! CoralProxy end to end (NSDI 2004 §2.2, §3.2): `coral node` processes on
+//! 127.11.x.y, nginx (Debian's) as the origin for the normal paths, a small
+//! origin of our own for faults, curl as the client.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+/// The alias zone Coralized names end with in these tests (the default).
+const ALIAS: &str = "coral.test";
+
+/// A per-test directory under the system's temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "coral-proxy-{tag}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn wait_for_port(addr: SocketAddr, what: &str) {
+    let start = Instant::now();
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what} at {addr} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a TCP socket listens on `addr` (IPv4), from /proc/net/tcp.
+fn listening(addr: SocketAddr) -> bool {
+    let SocketAddr::V4(a) = addr else {
+        return false;
+    };
+    let want = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(a.ip().octets()),
+        a.port()
+    );
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
+        })
+}
+
+/// Waits until the proxy at `addr` answers an HTTP request (any status).
+fn wait_for_http(addr: SocketAddr) {
+    let start = Instant::now();
+    loop {
+        if let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut b = [0u8; 12];
+            if s.write_all(b"GET / HTTP/1.1\r\nHost: ready.invalid\r\nConnection: close\r\n\r\n")
+                .is_ok()
+                && s.read_exact(&mut b).is_ok()
+                && b.starts_with(b"HTTP/1.1 ")
+            {
+                return;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "coral node's proxy at {addr} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// nginx serving `root` on `addr`, killed when dropped.
+struct Nginx {
+    child: Child,
+    log: PathBuf,
+    addr: SocketAddr,
+}
+
+impl Nginx {
+    fn start(dir: &Path, addr: SocketAddr, root: &Path) -> Nginx {
+        let conf = dir.join("nginx.conf");
+        let log = dir.join("access.log");
+        std::fs::write(
+            &conf,
+            format!(
+                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{ worker_connections 1024; }}\n\
+                 http {{\n  access_log {log};\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+                 fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+                 types {{ text/html html; image/png png; application/octet-stream bin; }}\n\
+                 server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
+                d = dir.display(),
+                log = log.display(),
+                root = root.display(),
+            ),
+        )
+        .unwrap();
+        let child = Command::new("/usr/sbin/nginx")
+            .args(["-p", dir.to_str().unwrap(), "-c", conf.to_str().unwrap()])
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx (Debian's package) is needed for this test");
+        wait_for_port(addr, "nginx");
+        Nginx { child, log, addr }
+    }
+
+    /// Requests nginx has logged for `path`.
+    fn requests(&self, path: &str) -> usize {
+        let needle = format!("GET {path} ");
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .count()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its workers (SIGKILL would orphan them,
+        // still listening).
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `coral node` process, killed when dropped.
+struct Node {
+    child: Option<Child>,
+    ip: String,
+    http: SocketAddr,
+    args: Vec<String>,
+}
+
+impl Node {
+    /// A node on `ip` (DSHT :7000, admin :7080, proxy :8090) with its cache in `cache`.
+    fn start(ip: &str, cache: &Path, bootstrap: Option<&str>, extra: &[&str]) -> Node {
+        let mut args: Vec<String> = vec![
+            "node".into(),
+            "--cores".into(),
+            "1".into(),
+            "--dsht".into(),
+            format!("{ip}:7000"),
+            "--admin".into(),
+            format!("{ip}:7080"),
+            "--http".into(),
+            format!("{ip}:8090"),
+            "--cache-dir".into(),
+            cache.to_str().unwrap().into(),
+            "--cache-size".into(),
+            "64MiB".into(),
+        ];
+        if let Some(b) = bootstrap {
+            args.push("--bootstrap".into());
+            args.push(format!("{b}:7000"));
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut n = Node {
+            child: None,
+            ip: ip.to_string(),
+            http: format!("{ip}:8090").parse().unwrap(),
+            args,
+        };
+        n.restart();
+        n
+    }
+
+    fn restart(&mut self) {
+        assert!(self.child.is_none());
+        // A killed node's listening sockets can outlive it for a moment (its
+        // io_uring is torn down asynchronously), still in the SO_REUSEPORT
+        // group; connections steered to them would be refused. Wait until
+        // the kernel has closed them.
+        let start = Instant::now();
+        while listening(self.http) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "old listener on {}",
+                self.http
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let child = Command::new(CORAL)
+            .args(&self.args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start coral node");
+        self.child = Some(child);
+        wait_for_http(self.http);
+    }
+
+    /// `kill -9`.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// An answer as curl saw it.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+    curl_ok: bool,
+    curl_err: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map_or("", String::as_str)
+    }
+}
+
+/// `curl` for `url` with its host sent to `node`; `args` go before the URL.
+fn curl(node: &Node, url: &str, args: &[&str]) -> Answer {
+    let host = url
+        .trim_start_matches("http://")
+        .split(['/', ':'])
+        .next()
+        .unwrap()
+        .to_string();
+    let tmp = TempDir::new("curl");
+    let hdr = tmp.path().join("h");
+    let body = tmp.path().join("b");
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "60", "-D"])
+        .arg(&hdr)
+        .arg("-o")
+        .arg(&body)
+        .args(["--resolve", &format!("{host}:8090:{}", node.ip)])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    let head = std::fs::read_to_string(&hdr).unwrap_or_default();
+    // The last head (after any 1xx).
+    let last = head
+        .split("\r\n\r\n")
+        .filter(|b| !b.trim().is_empty())
+        .last()
+        .unwrap_or("");
+    let mut lines = last.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: std::fs::read(&body).unwrap_or_default(),
+        curl_ok: out.status.success(),
+        curl_err: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
+
+/// The Coralized URL of `path` on the origin `host:port`.
+fn coralized(host: &str, port: u16, path: &str) -> String {
+    format!("http://{host}.{port}.{ALIAS}:8090{path}")
+}
+
+/// Deterministic bytes for test objects.
+fn object(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_be_bytes()[0] ^ seed)
+        .collect()
+}
+
+/// A web root with some objects.
+fn web_root(dir: &Path) -> PathBuf {
+    let root = dir.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.bin"), object(41_000, 1)).unwrap();
+    std::fs::write(root.join("b.bin"), object(4096, 2)).unwrap();
+    std::fs::write(root.join("c.bin"), object(300_000, 3)).unwrap();
+    root
+}
+
+/// An origin of our own for faults: one request per connection, answered by
+/// `handler(request head, stream)`; counts connections.
+struct FaultOrigin {
+    connections: Arc<AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FaultOrigin {
+    fn start<F>(addr: &str, handler: F) -> FaultOrigin
+    where
+        F: Fn(usize, &str, &mut TcpStream) + Send + Sync + 'static,
+    {
+        let listener = TcpListener::bind(addr).expect("bind fault origin");
+        listener.set_nonblocking(true).unwrap();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, s) = (connections.clone(), stop.clone());
+        let handler = Arc::new(handler);
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        let n = c.fetch_add(1, Ordering::SeqCst);
+                        let h = handler.clone();
+                        std::thread::spawn(move || {
+                            stream.set_nonblocking(false).unwrap();
+                            stream
+                                .set_read_timeout(Some(Duration::from_secs(10)))
+                                .unwrap();
+                            let mut buf = Vec::new();
+                            let mut b = [0u8; 4096];
+                            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                                match stream.read(&mut b) {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(k) => buf.extend_from_slice(&b[..k]),
+                                }
+                            }
+                            let head = String::from_utf8_lossy(&buf).to_string();
+                            h(n, &head, &mut stream);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        FaultOrigin { connections, stop }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Sends raw bytes to the node and reads until it closes (or 10 s pass).
+fn raw(node: &Node, bytes: &[u8]) -> (String, bool) {
+    let (out, closed) = raw_to(node.http, bytes);
+    (String::from_utf8_lossy(&out).to_string(), closed)
+}
+
+/// Sends raw bytes to `addr` and reads until it closes (or 10 s pass).
+fn raw_to(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, bool) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let mut b = [0u8; 4096];
+    let closed = loop {
+        match s.read(&mut b) {
+            Ok(0) => break true,
+            Ok(k) => out.extend_from_slice(&b[..k]),
+            Err(_) => break false,
+        }
+    };
+    (out, closed)
+}
+
+#[test]
+fn section_2_2_first_request_from_the_origin_second_from_the_cache() {
+    let dir = TempDir::new("first");
+    let root = web_root(dir.path());
+    let nginx = Nginx::start(dir.path(), "127.11.1.100:8080".parse().unwrap(), &root);
+    let node = Node::start(
+        "127.11.1.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.1.100",
+        ],
+    );
+    let url = coralized("www.origin.test", 8080, "/a.bin");
+    let first = curl(&node, &url, &[]);
+    assert!(first.curl_ok, "{}", first.curl_err);
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(first.body, object(41_000, 1));
+    assert!(
+        first.header("cache-status").contains("fwd=uri-miss"),
+        "{first:?}"
+    );
+    let second = curl(&node, &url, &[]);
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body, object(41_000, 1));
+    assert!(second.header("cache-status").contains("hit"), "{second:?}");
+    assert_eq!(nginx.requests("/a.bin"), 1);
+    // HEAD from the cache: the head alone, with the length.
+    let head = curl(&node, &url, &["-I"]);
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length"), "41000");
+    // (curl -I writes the head where the body would go.)
+    assert!(head.body.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    assert!(head.body.len() < 2000, "no body after a HEAD");
+    // A Range from the full cached object.
+    let part = curl(&node, &url, &["-r", "100-199"]);
+    assert_eq!(part.status, 206);
+    assert_eq!(part.body, object(41_000, 1)[100..200].to_vec());
+    assert_eq!(nginx.requests("/a.bin"), 1, "served from the cache");
+    assert_eq!(nginx.addr.port(), 8080);
+}
+
+/// Three nodes on 127.11.`net`.1-3, the first the others' bootstrap, all
+/// resolving `www.origin.test` to `origin_ip`.
+fn three_nodes(dir: &Path, net: u8, origin_ip: &str, extra: &[&str]) -> Vec<Node> {
+    let resolve = format!("www.origin.test={origin_ip}");
+    let mut args = vec!["--allow-private-origins", "--resolve", &resolve];
+    args.extend_from_slice(extra);
+    let first = format!("127.11.{net}.1");
+    let mut nodes = vec![Node::start(&first, &dir.join("cache1"), None, &args)];
+    for i in 2..=3 {
+        nodes.push(Node::start(
+            &format!("127.11.{net}.{i}"),
+            &dir.join(format!("cache{i}")),
+            Some(&first),
+            &args,
+        ));
+    }
+    // Wait until every node knows the others (the DSHT routes through them).
+    for n in &nodes {
+        let admin = format!("{}:7080", n.ip);
+        let start = Instant::now();
+        loop {
+            let out = Command::new(CORAL)
+                .args(["levels", "--node", &admin, "--json"])
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            if v["levels"][0]["contacts"].as_u64().unwrap_or(0) >= 2 {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "node {} did not join",
+                n.ip
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    nodes
+}
+
+#[test]
+fn section_3_2_another_node_gets_the_object_from_a_peer_not_the_origin() {
+    let dir = TempDir::new("peer");
+    let root = web_root(dir.path());
+    let nginx = Nginx::start(dir.path(), "127.11.2.100:8080".parse().unwrap(), &root);
+    let nodes = three_nodes(dir.path(), 2, "127.11.2.100", &[]);
+    let url = coralized("www.origin.test", 8080, "/c.bin");
+    let a = curl(&nodes[0], &url, &[]);
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.body, object(300_000, 3));
+    for n in &nodes[1..] {
+        let b = curl(n, &url, &[]);
+        assert_eq!(b.status, 200, "{b:?}");
+        assert_eq!(b.body, object(300_000, 3));
+        assert!(b.header("cache-status").contains("detail=peer"), "{b:?}");
+    }
+    assert_eq!(
+        nginx.requests("/c.bin"),
+        1,
+        "one origin fetch for three nodes"
+    );
+    // Each node serves its own copy now.
+    let again = curl(&nodes[2], &url, &[]);
+    assert!(again.header("cache-status").contains("hit"), "{again:?}");
+}
+
+#[test]
+fn section_3_2_flash_crowd_of_200_clients_on_three_nodes_makes_one_origin_request() {
+    let dir = TempDir::new("crowd");
+    let body = object(200_000, 7);
+    let served = body.clone();
+    // A slow origin: the head, then the body over about a second, so the
+    // crowd arrives while the one fetch is under way.
+    let origin = FaultOrigin::start("127.11.3.100:8080", move |_, _, s| {
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=600\r\nConnection: close\r\n\r\n",
+            served.len()
+        );
+        for part in served.chunks(20_000) {
+            let _ = s.write_all(part);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let nodes = three_nodes(dir.path(), 3, "127.11.3.100", &[]);
+    let url = coralized("www.origin.test", 8080, "/crowd.bin");
+    let mut curls = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let per = if i == 0 { 66 } else { 67 };
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--max-time", "60", "-Z", "--parallel-max", "100"])
+            .args([
+                "--resolve",
+                &format!("www.origin.test.8080.{ALIAS}:8090:{}", n.ip),
+            ])
+            .args(["-w", "%{http_code} %{size_download}\\n"]);
+        for _ in 0..per {
+            cmd.args([&url, "-o", "/dev/null"]);
+        }
+        curls.push(cmd.stdout(Stdio::piped()).spawn().unwrap());
+    }
+    let mut ok = 0;
+    for c in curls {
+        let out = c.wait_with_output().unwrap();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            assert_eq!(line, format!("200 {}", body.len()), "a client got {line}");
+            ok += 1;
+        }
+    }
+    assert_eq!(ok, 200);
+    assert_eq!(origin.connections(), 1, "exactly one origin request");
+}
+
+#[test]
+fn post_gets_405_with_allow_and_reaches_no_origin() {
+    let dir = TempDir::new("post");
+    let origin = FaultOrigin::start("127.11.4.100:8080", |_, _, s| {
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    });
+    let node = Node::start(
+        "127.11.4.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.4.100",
+        ],
+    );
+    let url = coralized("www.origin.test", 8080, "/form");
+    let a = curl(&node, &url, &["-X", "POST", "-d", "x=1"]);
+    assert_eq!(a.status, 405);
+    assert_eq!(a.header("allow"), "GET, HEAD");
+    let a = curl(&node, &url, &["-X", "PUT", "-d", "x=1"]);
+    assert_eq!(a.status, 405);
+    // CONNECT (authority-form) is refused too: not an open proxy.
+    let (resp, closed) = raw(
+        &node,
+        b"CONNECT www.example.com:443 HTTP/1.1\r\nHost: www.example.com:443\r\n\r\n",
+    );
+    assert!(resp.starts_with("HTTP/1.1 4"), "{resp}");
+    assert!(closed);
+    // An absolute-form request for a host outside the zone.
+    let (resp, _) = raw(
+        &node,
+        b"GET http://127.11.4.100:8080/form HTTP/1.1\r\nHost: 127.11.4.100:8080\r\nConnection: close\r\n\r\n",
+    );
+    assert!(resp.starts_with("HTTP/1.1 403"), "{resp}");
+    assert_eq!(origin.connections(), 0);
+}
+
+#[test]
+fn ssrf_loopback_origin_gets_403_without_allow_private_origins_and_is_never_connected_to() {
+    let dir = TempDir::new("ssrf");
+    let origin = FaultOrigin::start("127.11.5.100:8080", |_, _, s| {
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret");
+    });
+    let node = Node::start(
+        "127.11.5.1",
+        &dir.path().join("cache"),
+        None,
+        &["--resolve", "internal.origin.test=127.11.5.100"],
+    );
+    for url in [
+        coralized("127.11.5.100", 8080, "/"),
+        format!("http://127.0.0.1.{ALIAS}:8090/"),
+        coralized("internal.origin.test", 8080, "/"),
+        // 169.254.169.254 (metadata) and the IPv4-mapped form of loopback.
+        format!("http://169.254.169.254.{ALIAS}:8090/latest/meta-data/"),
+    ] {
+        let a = curl(&node, &url, &[]);
+        assert_eq!(a.status, 403, "{url}: {a:?}");
+        assert!(!String::from_utf8_lossy(&a.body).contains("secret"));
+    }
+    assert_eq!(
+        origin.connections(),
+        0,
+        "the refused address was never connected to"
+    );
+}
+
+#[test]
+fn malformed_requests_get_400_and_close_reach_no_origin_and_change_no_cache_entry() {
+    let dir = TempDir::new("malformed");
+    let origin = FaultOrigin::start("127.11.6.100:8080", |n, _, s| {
+        let body = format!("object version {n}");
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=600\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let node = Node::start(
+        "127.11.6.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.6.100",
+        ],
+    );
+    let url = coralized("www.origin.test", 8080, "/x");
+    let good = curl(&node, &url, &[]);
+    assert_eq!(good.body, b"object version 0");
+    assert_eq!(origin.connections(), 1);
+    let host = format!("www.origin.test.8080.{ALIAS}");
+    let cases: Vec<(&str, String)> = vec![
+        ("CL and TE", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")),
+        ("duplicate CL", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")),
+        ("bad chunk size", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")),
+        ("bare LF", format!("GET /x HTTP/1.1\nHost: {host}\n\n")),
+        ("obs-fold", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\r\n b\r\n\r\n")),
+        ("NUL", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\0b\r\n\r\n")),
+        ("lone CR", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\rb\r\n\r\n")),
+        ("two Host", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nHost: other.{ALIAS}\r\n\r\n")),
+        ("long line", format!("GET /{} HTTP/1.1\r\nHost: {host}\r\n\r\n", "a".repeat(20_000))),
+        ("many headers", format!("GET /x HTTP/1.1\r\nHost: {host}\r\n{}\r\n", "X-A: b\r\n".repeat(200))),
+        ("no Host in 1.1", "GET /x HTTP/1.1\r\n\r\n".to_string()),
+        ("TE not chunked", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: gzip\r\n\r\n")),
+    ];
+    for (what, bytes) in &cases {
+        let (resp, closed) = raw(&node, bytes.as_bytes());
+        let status: u16 = resp
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            (400..=431).contains(&status) || status == 501,
+            "{what}: {resp}"
+        );
+        assert!(closed, "{what}: the connection stays open");
+    }
+    assert_eq!(
+        origin.connections(),
+        1,
+        "no malformed request reached the origin"
+    );
+    // The cached object is unchanged, and the next good request is served.
+    let after = curl(&node, &url, &[]);
+    assert_eq!(after.status, 200);
+    assert_eq!(after.body, b"object version 0");
+    assert!(after.header("cache-status").contains("hit"), "{after:?}");
+    // A good request after a malformed one on the same kind of connection.
+    let (resp, _) = raw(
+        &node,
+        format!("GET /x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.ends_with("object version 0"));
+}
+
+#[test]
+fn keep_alive_and_pipelined_requests_are_answered_in_order() {
+    let dir = TempDir::new("pipeline");
+    let root = web_root(dir.path());
+    let _nginx = Nginx::start(dir.path(), "127.11.7.100:8080".parse().unwrap(), &root);
+    let node = Node::start(
+        "127.11.7.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.7.100",
+        ],
+    );
+    let host = format!("www.origin.test.8080.{ALIAS}");
+    // Three requests in one write, the last closing; a GET with a body too.
+    let req = format!(
+        "GET /b.bin HTTP/1.1\r\nHost: {host}\r\n\r\n\
+         GET /a.bin HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\n\r\nxyz\
+         HEAD /b.bin HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    );
+    let mut s = TcpStream::connect(node.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let b = object(4096, 2);
+    let a = object(41_000, 1);
+    let first_end = find(&out, b"\r\n\r\n").unwrap() + 4;
+    assert!(out.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(&out[first_end..first_end + 4096], &b[..]);
+    let rest = &out[first_end + 4096..];
+    let second_end = find(rest, b"\r\n\r\n").unwrap() + 4;
+    assert!(rest.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(&rest[second_end..second_end + 41_000], &a[..]);
+    let third = &rest[second_end + 41_000..];
+    assert!(
+        third.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(third)
+    );
+    assert!(third.ends_with(b"\r\n\r\n"), "HEAD has no body");
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[test]
+fn a_restarted_node_serves_its_cached_objects_without_asking_the_origin() {
+    let dir = TempDir::new("restart");
+    let root = web_root(dir.path());
+    let nginx = Nginx::start(dir.path(), "127.11.8.100:8080".parse().unwrap(), &root);
+    let mut node = Node::start(
+        "127.11.8.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.8.100",
+        ],
+    );
+    for p in ["/a.bin", "/b.bin", "/c.bin"] {
+        let a = curl(&node, &coralized("www.origin.test", 8080, p), &[]);
+        assert_eq!(a.status, 200);
+    }
+    node.kill();
+    node.restart();
+    for (p, want) in [
+        ("/a.bin", object(41_000, 1)),
+        ("/b.bin", object(4096, 2)),
+        ("/c.bin", object(300_000, 3)),
+    ] {
+        let a = curl(&node, &coralized("www.origin.test", 8080, p), &[]);
+        assert_eq!(a.status, 200, "{p}: {a:?}");
+        assert_eq!(a.body, want, "{p}");
+        assert!(a.header("cache-status").contains("hit"), "{p}: {a:?}");
+        assert_eq!(
+            nginx.requests(p),
+            1,
+            "{p} came from the cache after the restart"
+        );
+    }
+}
+
+#[test]
+fn kill_9_in_the_middle_of_a_download_leaves_no_object_served_truncated() {
+    let dir = TempDir::new("kill9");
+    let body = object(400_000, 9);
+    let served = body.clone();
+    let started = Arc::new(AtomicUsize::new(0));
+    let s2 = started.clone();
+    // The first fetch trickles (and is cut short by the node's death); later
+    // ones are answered at once.
+    let origin = FaultOrigin::start("127.11.9.100:8080", move |n, _, s| {
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=600\r\nConnection: close\r\n\r\n",
+            served.len()
+        );
+        if n == 0 {
+            for part in served.chunks(10_000) {
+                if s.write_all(part).is_err() {
+                    return;
+                }
+                s2.fetch_add(part.len(), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        } else {
+            let _ = s.write_all(&served);
+        }
+    });
+    let mut node = Node::start(
+        "127.11.9.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.9.100",
+        ],
+    );
+    let url = coralized("www.origin.test", 8080, "/big.bin");
+    let ip = node.ip.clone();
+    let client = std::thread::spawn(move || {
+        Command::new("curl")
+            .args(["-sS", "--max-time", "60", "-o", "/dev/null"])
+            .args([
+                "--resolve",
+                &format!("www.origin.test.8080.{ALIAS}:8090:{ip}"),
+            ])
+            .arg(&url)
+            .output()
+            .unwrap()
+    });
+    let start = Instant::now();
+    while started.load(Ordering::SeqCst) < 100_000 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the download did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    node.kill();
+    let out = client.join().unwrap();
+    assert!(
+        !out.status.success(),
+        "the client saw the transfer cut short"
+    );
+    node.restart();
+    let a = curl(&node, &coralized("www.origin.test", 8080, "/big.bin"), &[]);
+    assert_eq!(a.status, 200);
+    assert_eq!(a.body.len(), body.len(), "never a truncated object");
+    assert_eq!(a.body, body);
+    assert!(a.header("cache-status").contains("fwd=uri-miss"), "{a:?}");
+    assert_eq!(origin.connections(), 2, "fetched again after the crash");
+}
+
+/// A node whose origin `www.origin.test` is the fault origin on `origin_ip`,
+/// with short timeouts (config file) so that faults show quickly.
+fn fault_node(dir: &Path, ip: &str, origin_ip: &str) -> Node {
+    let conf = dir.join("coral.toml");
+    std::fs::write(
+        &conf,
+        "[proxy]\nfirst_byte_timeout_ms = 1500\nidle_timeout_ms = 1500\nobject_bytes_max = 1000000\nnegative_ttl_secs = 2\n",
+    )
+    .unwrap();
+    Node::start(
+        ip,
+        &dir.join("cache"),
+        None,
+        &[
+            "--config",
+            conf.to_str().unwrap(),
+            "--allow-private-origins",
+            "--resolve",
+            &format!("www.origin.test={origin_ip}"),
+        ],
+    )
+}
+
+#[test]
+fn faulty_origins_truncating_lying_slow_oversized_are_never_cached_as_complete() {
+    let dir = TempDir::new("faults");
+    let origin = FaultOrigin::start("127.11.10.100:8080", |_, head, s| {
+        let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+        match path.as_str() {
+            // Claims 1000 bytes, sends 10 and closes.
+            "/truncated" => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: max-age=600\r\n\r\n0123456789");
+            }
+            // Chunked, cut off before the last chunk.
+            "/chunked-cut" => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nCache-Control: max-age=600\r\n\r\n5\r\nhello\r\n");
+            }
+            // Two Content-Lengths that disagree.
+            "/lying" => {
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+                );
+            }
+            // No head within the first-byte timeout.
+            "/slow" => std::thread::sleep(Duration::from_secs(4)),
+            // Larger than object_bytes_max, without a length.
+            "/huge" => {
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nConnection: close\r\n\r\n",
+                );
+                let block = vec![b'x'; 100_000];
+                for _ in 0..15 {
+                    if s.write_all(&block).is_err() {
+                        return;
+                    }
+                }
+            }
+            _ => {
+                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+            }
+        }
+    });
+    let node = fault_node(dir.path(), "127.11.10.1", "127.11.10.100");
+    for (path, want_status) in [
+        ("/truncated", None),
+        ("/chunked-cut", None),
+        ("/lying", Some(502)),
+        ("/slow", Some(504)),
+        ("/huge", None),
+    ] {
+        let url = coralized("www.origin.test", 8080, path);
+        let before = origin.connections();
+        let a = curl(&node, &url, &[]);
+        if let Some(s) = want_status {
+            assert_eq!(a.status, s, "{path}: {a:?}");
+        } else {
+            // Cut-through: the head went out before the fault; the client
+            // sees the transfer cut short, never a complete-looking answer.
+            assert!(!a.curl_ok || a.status >= 500, "{path}: {a:?}");
+        }
+        // Nothing truncated was kept: the next request goes to the origin again.
+        let b = curl(&node, &url, &[]);
+        assert!(!b.curl_ok || b.status >= 500, "{path} second: {b:?}");
+        assert!(origin.connections() >= before + 2, "{path} was not cached");
+    }
+}
+
+#[test]
+fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
+    let dir = TempDir::new("redirect");
+    let origin = FaultOrigin::start("127.11.11.100:8080", |_, head, s| {
+        let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+        match path.as_str() {
+            "/moved" => {
+                let _ = s.write_all(b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://www.origin.test:8080/new\r\nContent-Length: 0\r\n\r\n");
+            }
+            "/cookie" => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nSet-Cookie: session=secret\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nok");
+            }
+            _ => {
+                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope");
+            }
+        }
+    });
+    let node = fault_node(dir.path(), "127.11.11.1", "127.11.11.100");
+    let a = curl(&node, &coralized("www.origin.test", 8080, "/moved"), &[]);
+    assert_eq!(a.status, 301);
+    assert_eq!(
+        a.header("location"),
+        format!("http://www.origin.test.8080.{ALIAS}:8090/new")
+    );
+    // Set-Cookie never reaches a client: every Coralized site shares one domain.
+    let c = curl(
+        &node,
+        &coralized("www.origin.test", 8080, "/cookie"),
+        &["-b", "id=1"],
+    );
+    assert_eq!(c.status, 200);
+    assert_eq!(c.header("set-cookie"), "");
+    // A 404 is cached for negative_ttl_secs (2 s here), then asked again.
+    let url = coralized("www.origin.test", 8080, "/missing");
+    let before = origin.connections();
+    let first = curl(&node, &url, &[]);
+    assert_eq!(first.status, 404, "{first:?}");
+    let again = curl(&node, &url, &[]);
+    assert_eq!(again.status, 404);
+    assert!(again.header("cache-status").contains("hit"), "{again:?}");
+    assert_eq!(origin.connections(), before + 1);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(curl(&node, &url, &[]).status, 404);
+    assert_eq!(origin.connections(), before + 2, "asked again once stale");
+}
+
+#[test]
+fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
+    let dir = TempDir::new("stale");
+    let mode = Arc::new(AtomicUsize::new(0));
+    let m2 = mode.clone();
+    let origin = FaultOrigin::start("127.11.12.100:8080", move |_, head, s| {
+        let conditional = head.to_ascii_lowercase().contains("if-none-match: \"v1\"");
+        match m2.load(Ordering::SeqCst) {
+            0 => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\nContent-Length: 7\r\n\r\nversion");
+            }
+            1 if conditional => {
+                let _ = s.write_all(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\n\r\n");
+            }
+            _ => {
+                let _ = s.write_all(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy",
+                );
+            }
+        }
+    });
+    let node = fault_node(dir.path(), "127.11.12.1", "127.11.12.100");
+    let url = coralized("www.origin.test", 8080, "/v");
+    assert_eq!(curl(&node, &url, &[]).body, b"version");
+    // A client's own conditional request is answered here.
+    let nm = curl(&node, &url, &["-H", "If-None-Match: \"v1\""]);
+    assert_eq!(nm.status, 304, "{nm:?}");
+    std::thread::sleep(Duration::from_millis(2100));
+    mode.store(1, Ordering::SeqCst);
+    let r = curl(&node, &url, &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"version", "revalidated with a 304");
+    std::thread::sleep(Duration::from_millis(2100));
+    mode.store(2, Ordering::SeqCst);
+    let before = origin.connections();
+    let s = curl(&node, &url, &[]);
+    assert_eq!(s.status, 200, "the stale copy, not the origin's 503: {s:?}");
+    assert_eq!(s.body, b"version");
+    assert!(s.header("cache-status").contains("stale"), "{s:?}");
+    assert!(origin.connections() > before, "the origin was asked");
+}
+
+#[test]
+fn section_3_2_misses_on_any_core_meet_one_fetch_on_the_owning_core() {
+    let dir = TempDir::new("cores");
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    for i in 0..16 {
+        std::fs::write(root.join(format!("o{i}.bin")), object(20_000 + i, i as u8)).unwrap();
+    }
+    let nginx = Nginx::start(dir.path(), "127.11.14.100:8080".parse().unwrap(), &root);
+    let mut node = Node::start(
+        "127.11.14.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.14.100",
+        ],
+    );
+    // Two cores: the kernel spreads connections over both listeners, and
+    // keys are owned by either.
+    node.kill();
+    let cores = node.args.iter().position(|a| a == "--cores").unwrap() + 1;
+    node.args[cores] = "2".into();
+    node.restart();
+    // 80 concurrent clients, five for each object.
+    let host = format!("www.origin.test.8080.{ALIAS}");
+    let clients: Vec<_> = (0..80)
+        .map(|n| {
+            let (addr, host) = (node.http, host.clone());
+            std::thread::spawn(move || {
+                let i = n % 16;
+                let (resp, _) = raw_to(
+                    addr,
+                    format!("GET /o{i}.bin HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                );
+                (i, resp)
+            })
+        })
+        .collect();
+    for c in clients {
+        let (i, resp) = c.join().unwrap();
+        let body_at = find(&resp, b"\r\n\r\n").map_or(0, |p| p + 4);
+        assert!(
+            resp.starts_with(b"HTTP/1.1 200"),
+            "/o{i}.bin: {}",
+            String::from_utf8_lossy(&resp[..body_at])
+        );
+        assert_eq!(
+            &resp[body_at..],
+            &object(20_000 + i, i as u8)[..],
+            "/o{i}.bin"
+        );
+    }
+    for i in 0..16 {
+        assert_eq!(
+            nginx.requests(&format!("/o{i}.bin")),
+            1,
+            "/o{i}.bin fetched once: {}",
+            std::fs::read_to_string(&nginx.log).unwrap_or_default()
+        );
+    }
+}
