@@ -793,6 +793,29 @@ fn a_restarted_node_serves_its_cached_objects_without_asking_the_origin() {
             "{p} came from the cache after the restart"
         );
     }
+    // Its pointers are back in the DSHT (§3.2): others can fetch from it.
+    let admin = format!("{}:7080", node.ip);
+    let start = Instant::now();
+    loop {
+        let out = Command::new(CORAL)
+            .args([
+                "get",
+                "url:http://www.origin.test:8080/c.bin",
+                "--node",
+                &admin,
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains(&node.http.to_string()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no pointer after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
