@@ -491,6 +491,7 @@ mod tests {
         let c = NodeConfig::load(Some(Path::new(path))).unwrap();
         assert_eq!(c.bootstrap.len(), 1);
         assert_eq!(c.dht.level_thresholds_ms, vec![u32::MAX, 60, 20]);
+        assert_eq!(c.proxy.cache_size_bytes, 8 << 30);
     }
 
     #[test]
