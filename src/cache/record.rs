@@ -7,7 +7,9 @@
 //!   6     flags u16           live: failed, complete, removed
 //!   8     key [20]            begin
 //!  28     head_len u32        begin
-//!  32     alloc_len u64       begin   (bytes reserved for the whole record)
+//!  32     alloc_len u64       begin   (bytes reserved for the whole record;
+//!                             finish shrinks it for an object whose length
+//!                             was not announced)
 //!  40     stored_secs u64     begin / touch_meta
 //!  48     fresh_until_secs    begin / touch_meta
 //!  56     expected_len u64    begin / touch_meta (u64::MAX: unknown)
@@ -54,6 +56,8 @@ pub const FLAGS_AT: usize = 6;
 /// `expected_len` when unknown.
 const LEN_UNKNOWN: u64 = u64::MAX;
 
+/// Offset of the reserved length field.
+pub const ALLOC_LEN_AT: usize = 32;
 /// Offset of the body length field.
 pub const BODY_LEN_AT: usize = 72;
 /// Offset of the checksum field.
@@ -179,7 +183,7 @@ pub fn encode_header(
     h[4..6].copy_from_slice(&VERSION.to_le_bytes());
     h[8..28].copy_from_slice(&key.0);
     h[28..32].copy_from_slice(&head_len.to_le_bytes());
-    put_u64(&mut h, 32, alloc_len);
+    put_u64(&mut h, ALLOC_LEN_AT, alloc_len);
     h[META_AT..META_AT + META_BYTES].copy_from_slice(&encode_meta(meta));
     h
 }
@@ -214,7 +218,7 @@ pub fn read_record(seg: &[u8], verify: bool) -> Result<Record, RecordError> {
     key.copy_from_slice(&seg[8..28]);
     let key = Id(key);
     let head_len = get_u32(seg, 28);
-    let alloc_len = get_u64(seg, 32);
+    let alloc_len = get_u64(seg, ALLOC_LEN_AT);
     if alloc_len < HEADER_BYTES as u64
         || alloc_len % RECORD_ALIGN != 0
         || alloc_len > seg.len() as u64

@@ -553,8 +553,11 @@ fn restore(caches: &[CoreCache], dir: &Path) -> Result<(), CacheError> {
                 return Err(CacheError::Full);
             };
             let map = MmapOptions::new().len(len as usize).map_raw(&file)?;
+            // A file of the packing size is a packing segment (cleanable);
+            // any other size held one object (solo).
+            let packing = len == shared.segment_bytes;
             c.local
-                .publish_segment(&mut own, id, map, file, path.clone(), len, true);
+                .publish_segment(&mut own, id, map, file, path.clone(), len, packing);
             let seg = own.segs.get_mut(&id).expect("just published");
             seg.sealed = true;
             seg.used = len;
@@ -1113,6 +1116,9 @@ impl Local {
 
     /// Space for a record of `rec` bytes in the active packing segment.
     fn alloc_packing(&self, own: &mut Owner, rec: u64) -> Result<(u32, u32), CacheError> {
+        if rec > self.shared().segment_bytes {
+            return Err(CacheError::TooLarge);
+        }
         if let Some(a) = own.active {
             let s = own.segs.get_mut(&a).ok_or(CacheError::Full)?;
             if s.used + rec <= s.accounted {
@@ -1272,7 +1278,8 @@ impl Local {
         }
         // SAFETY: the record lies inside its live segment.
         let src = unsafe { src_base.add(hd.off as usize) };
-        if !resident(src, hd.alloc as usize) {
+        // Only small objects are packed; a cold one is not read in here.
+        if u64::from(hd.alloc) > shared.segment_bytes / 4 || !resident(src, hd.alloc as usize) {
             return false;
         }
         let need = self.packing_need(own, u64::from(hd.alloc));
@@ -1683,9 +1690,20 @@ impl ObjectWriter {
         }
         let sum = record::content_checksum_finish(self.checksum.clone(), self.len);
         let (checksum, commit) = record::commit_words(sum);
+        let final_len = record::record_len(self.head_len, self.len);
         // SAFETY: header words of this writer's record; the checksum word is
         // read by no one before the commit word exists.
         unsafe {
+            if self.solo && !self.known {
+                // The record was sized for the largest object; the file is
+                // cut to its real length below, so its header must say so
+                // (a restart checks the record fits its file).
+                std::ptr::copy_nonoverlapping(
+                    final_len.to_le_bytes().as_ptr(),
+                    self.rec.add(record::ALLOC_LEN_AT),
+                    8,
+                );
+            }
             std::ptr::copy_nonoverlapping(
                 checksum.to_le_bytes().as_ptr(),
                 self.rec.add(record::CHECKSUM_AT),
@@ -1699,7 +1717,6 @@ impl ObjectWriter {
         let cache = self.cache.clone();
         let shared = cache.shared();
         let part = &shared.parts[cache.core];
-        let final_len = record::record_len(self.head_len, self.len);
         let mut own = cache.own();
         if let Some(s) = own.segs.get_mut(&self.seg) {
             s.writers -= 1;
@@ -1740,9 +1757,25 @@ impl ObjectWriter {
             .and_then(|(o, _)| part.find(&self.key, o.handle).map(|j| (o.handle, j)))
         {
             Some((old, j)) => {
+                let o = part.get(j);
                 part.update_and_remove(i, &e, j);
                 // The old copy's entry is gone with the same change that
-                // made this one complete; now forget its handle.
+                // made this one complete; now forget its handle, and mark its
+                // record removed so a restart cannot bring it back (only if
+                // its header is in memory: no fault on the executor; else the
+                // restart keeps the newer `stored_secs`).
+                let base = shared.segs[o.seg as usize].ptr.load(Ordering::Acquire);
+                if !base.is_null() {
+                    // SAFETY: the old record lies in its segment, still
+                    // mapped (its entry's `live` count is dropped below).
+                    let rec = unsafe { base.add(o.off as usize) };
+                    if resident(rec, HEADER_BYTES) {
+                        // SAFETY: as above; the flags word is atomic.
+                        unsafe {
+                            flags_word(rec).fetch_or(flag(record::FLAG_REMOVED), Ordering::Release);
+                        }
+                    }
+                }
                 own.policy.remove(old);
                 cache.drop_handle(&mut own, old, true);
             }

@@ -144,6 +144,15 @@ fn restart_keeps_complete_objects_and_drops_unfinished_ones() {
         let caches = open(&config(&dir.0, 1 << 24), 2).unwrap();
         store(&caches, key(1), &pattern(1, 10_000));
         store(&caches, key(2), &pattern(2, 70_000));
+        // Unannounced length, large enough to keep its own file.
+        let k4 = key(4);
+        let mut w = caches[caches[0].owner_of(&k4)]
+            .begin(k4, meta(None), b"h")
+            .unwrap();
+        for chunk in pattern(4, 400_000).chunks(7000) {
+            w.append(chunk).unwrap();
+        }
+        w.finish().unwrap();
         let k3 = key(3);
         let mut w = caches[caches[0].owner_of(&k3)]
             .begin(k3, meta(None), b"h")
@@ -161,6 +170,10 @@ fn restart_keeps_complete_objects_and_drops_unfinished_ones() {
         body_of(&caches[0].lookup(&key(2)).unwrap()),
         pattern(2, 70_000)
     );
+    assert_eq!(
+        body_of(&caches[0].lookup(&key(4)).unwrap()),
+        pattern(4, 400_000)
+    );
     assert!(caches[0].lookup(&key(3)).is_none());
 }
 
@@ -175,6 +188,11 @@ fn an_older_copy_stays_visible_until_the_new_one_finishes() {
     w.finish().unwrap();
     assert_eq!(body_of(&caches[0].lookup(&key(1)).unwrap()), b"new");
     assert_eq!(caches[0].stats().objects, 1);
+    // After a restart the new copy is the one found, whatever the order of
+    // the records in the files.
+    drop(caches);
+    let caches = open(&config(&dir.0, 1 << 24), 1).unwrap();
+    assert_eq!(body_of(&caches[0].lookup(&key(1)).unwrap()), b"new");
 }
 
 #[test]
@@ -810,4 +828,48 @@ fn ensure_resident_reads_a_cold_range_in_before_the_executor_touches_it() {
     }
     assert!(warm, "still not resident after ensure_resident");
     assert!(intact);
+}
+
+#[test]
+fn after_a_restart_restored_segments_are_cleaned_and_evicted_like_new_ones() {
+    let dir = TempDir::new("restart-churn");
+    let size = 4 << 20;
+    let len_of = |n: u32| {
+        if n % 10 == 0 {
+            300_000
+        } else {
+            1000 + (n as usize * 53) % 9000
+        }
+    };
+    {
+        let caches = open(&config(&dir.0, size), 1).unwrap();
+        for n in 0..300 {
+            if n % 20 == 5 {
+                // Unannounced length.
+                let mut w = caches[0].begin(key(n), meta(None), b"h").unwrap();
+                w.append(&pattern(n, len_of(n))).unwrap();
+                w.finish().unwrap();
+            } else {
+                store(&caches, key(n), &pattern(n, len_of(n)));
+            }
+        }
+    }
+    let caches = open(&config(&dir.0, size), 1).unwrap();
+    let c = &caches[0];
+    let restored = c.stats().objects;
+    assert!(restored > 20, "{:?}", c.stats());
+    for n in 300..1500 {
+        store(&caches, key(n), &pattern(n, len_of(n)));
+        assert!(c.stats().bytes <= size, "{:?}", c.stats());
+    }
+    let mut present = 0;
+    for n in 0..1500 {
+        if let Some(r) = c.lookup(&key(n)) {
+            assert_eq!(body_of(&r), pattern(n, len_of(n)), "object {n}");
+            present += 1;
+        }
+    }
+    assert_eq!(present, c.stats().objects);
+    // The restored files were freed as their objects left.
+    assert!(seg_files(&dir.0) < 300, "{} files", seg_files(&dir.0));
 }
