@@ -192,6 +192,27 @@ impl FetchPolicy {
         self.objects.remove(key);
     }
 
+    /// Takes over an object already complete in the cache (found there after
+    /// a restart): its 1 h pointer is put now and renewed as any other's.
+    pub fn adopt(&mut self, now: Time, key: Key, out: &mut Vec<Action>) {
+        if self.objects.contains_key(&key) || self.objects.len() >= self.config.objects_max {
+            return;
+        }
+        let renew_at = now + self.renew_complete();
+        self.objects.insert(
+            key,
+            Object {
+                state: State::Complete { renew_at },
+                waiters: 0,
+            },
+        );
+        out.push(Action::DshtPut {
+            key,
+            value: self.pointer(),
+            ttl_secs: self.config.complete_pointer_ttl_secs,
+        });
+    }
+
     /// Whether `key`'s object is complete or being fetched here.
     pub fn tracks(&self, key: &Key) -> bool {
         self.objects.contains_key(key)
@@ -436,6 +457,37 @@ mod tests {
 
     fn peer(n: u8) -> SocketAddr {
         SocketAddr::from(([10, 0, 0, n], 8090))
+    }
+
+    #[test]
+    fn an_adopted_object_gets_its_1_h_pointer_and_is_served_locally_section_3_2() {
+        let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        let k = Id::from_url("http://x.com/kept.jpg");
+        let mut out = Vec::new();
+        p.adopt(Time::ZERO, k, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::DshtPut {
+                key: k,
+                value: Value::from_addr(me()),
+                ttl_secs: 3600
+            }]
+        );
+        out.clear();
+        p.adopt(Time::ZERO, k, &mut out);
+        assert!(out.is_empty(), "adopted once");
+        p.request(Time::ZERO, k, &mut out);
+        assert_eq!(
+            out,
+            vec![Action::Serve {
+                key: k,
+                first: Served::LocalCache,
+                count: 1
+            }]
+        );
+        out.clear();
+        p.tick(Time::ZERO + Duration::from_secs(2700), &mut out);
+        assert_eq!(out.len(), 1, "renewed at 3/4 of the TTL");
     }
 
     #[test]

@@ -199,14 +199,12 @@ pub fn bind_group(addr: SocketAddr, cores: usize) -> io::Result<Vec<DnsFds>> {
     Ok(out)
 }
 
-/// The services a node with this config advertises for dnssrv: DNS, the
-/// HTTP proxy when an `http` address is configured, and non-recursive when
-/// `[dnssrv] non_recursive` says so.
+/// The services dnssrv adds to what the node advertises: DNS, and
+/// non-recursive when `[dnssrv] non_recursive` says so (the proxy, which
+/// runs on every node, adds HTTP).
 pub fn services(cfg: &NodeConfig) -> Services {
+    // The HTTP bit is the proxy's to set (it runs on every node).
     let mut s = Services::DNS;
-    if cfg.http.is_some() {
-        s = s.with(Services::HTTP);
-    }
     if cfg.dnssrv.non_recursive == Some(true) {
         s = s.with(Services::NON_RECURSIVE);
     }

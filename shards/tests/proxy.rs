@@ -113,7 +113,7 @@ impl Nginx {
                  events {{ worker_connections 1024; }}\n\
                  http {{\n  access_log {log};\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-                 types {{ text/html html; image/png png; application/octet-stream bin; }}\n\
+                 types {{ text/html html; image/png png; image/svg+xml svg; application/octet-stream bin; }}\n\
                  server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
                 d = dir.display(),
                 log = log.display(),
@@ -793,6 +793,29 @@ fn a_restarted_node_serves_its_cached_objects_without_asking_the_origin() {
             "{p} came from the cache after the restart"
         );
     }
+    // Its pointers are back in the DSHT (§3.2): others can fetch from it.
+    let admin = format!("{}:7080", node.ip);
+    let start = Instant::now();
+    loop {
+        let out = Command::new(CORAL)
+            .args([
+                "get",
+                "url:http://www.origin.test:8080/c.bin",
+                "--node",
+                &admin,
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains(&node.http.to_string()) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "no pointer after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
@@ -1105,5 +1128,102 @@ fn section_3_2_misses_on_any_core_meet_one_fetch_on_the_owning_core() {
             "/o{i}.bin fetched once: {}",
             std::fs::read_to_string(&nginx.log).unwrap_or_default()
         );
+    }
+}
+
+#[test]
+fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
+    let dir = TempDir::new("chromium");
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    let colours = ["#c0392b", "#27ae60", "#2980b9", "#f39c12", "#8e44ad"];
+    for (i, c) in colours.iter().enumerate() {
+        std::fs::write(
+            root.join(format!("i{i}.svg")),
+            format!(
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"120\" height=\"120\">\
+                 <rect width=\"120\" height=\"120\" fill=\"{c}\"/></svg>"
+            ),
+        )
+        .unwrap();
+    }
+    // Absolute, scheme-relative and relative links to the origin: the
+    // absolute ones must come back Coralized, or the browser (which can
+    // resolve only Coralized names here) would not find them.
+    std::fs::write(
+        root.join("page.html"),
+        "<!doctype html><html><head><title>coral</title>\
+         <script>var n = 0; function got() { n++; document.getElementById('r').textContent = 'loaded ' + n; }</script>\
+         </head><body><h1>A Coralized page</h1>\
+         <img src=\"http://www.origin.test:8080/i0.svg\" onload=\"got()\">\
+         <img src=\"http://www.origin.test:8080/i1.svg\" onload=\"got()\">\
+         <img src=\"//www.origin.test:8080/i2.svg\" onload=\"got()\">\
+         <img src=\"/i3.svg\" onload=\"got()\">\
+         <img src=\"i4.svg\" onload=\"got()\">\
+         <p id=\"r\">loaded 0</p>\
+         <a id=\"l\" href=\"http://www.origin.test:8080/other.html\">another page</a>\
+         </body></html>",
+    )
+    .unwrap();
+    let nginx = Nginx::start(dir.path(), "127.11.15.100:8080".parse().unwrap(), &root);
+    let node = Node::start(
+        "127.11.15.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.15.100",
+        ],
+    );
+    let url = coralized("www.origin.test", 8080, "/page.html");
+    let chromium = |extra: &[&str]| {
+        Command::new("/usr/bin/chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--virtual-time-budget=10000",
+                &format!("--user-data-dir={}", dir.path().join("profile").display()),
+                &format!("--host-resolver-rules=MAP *.{ALIAS} {}", node.ip),
+            ])
+            .args(extra)
+            .arg(&url)
+            .output()
+            .expect("chromium (Debian's package) is needed for this test")
+    };
+    let dom = chromium(&["--dump-dom"]);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("loaded 5"), "not every image arrived: {dom}");
+    assert!(
+        dom.contains(&format!(
+            "http://www.origin.test.8080.{ALIAS}:8090/other.html"
+        )),
+        "the link stayed Coralized: {dom}"
+    );
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("proxy-chromium.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(&[
+        &format!("--screenshot={}", shot.display()),
+        "--window-size=800,400",
+    ]);
+    assert!(
+        shot.exists() && std::fs::metadata(&shot).unwrap().len() > 1000,
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every object came from the origin once, through the node.
+    for p in [
+        "/page.html",
+        "/i0.svg",
+        "/i1.svg",
+        "/i2.svg",
+        "/i3.svg",
+        "/i4.svg",
+    ] {
+        assert_eq!(nginx.requests(p), 1, "{p}");
     }
 }

@@ -52,13 +52,20 @@ struct JobState {
 pub struct Fetcher {
     policy: RefCell<FetchPolicy>,
     jobs: RefCell<HashMap<Id, JobState>>,
+    /// Complete objects found in the cache at start, waiting for their
+    /// pointers.
+    adopt: RefCell<Vec<Id>>,
 }
+
+/// Objects found in the cache at start whose pointers are put per tick.
+const ADOPT_PER_TICK: usize = 64;
 
 impl Fetcher {
     pub fn new(policy: FetchPolicy) -> Fetcher {
         Fetcher {
             policy: RefCell::new(policy),
             jobs: RefCell::new(HashMap::new()),
+            adopt: RefCell::new(Vec::new()),
         }
     }
 }
@@ -194,6 +201,8 @@ impl ProxyCore {
                     value,
                     ttl_secs,
                 } => {
+                    // No eviction while the pointer may live (§3.2).
+                    self.cache.pin(&key, unix_now() + u64::from(ttl_secs));
                     let pc = self.clone();
                     glommio::spawn_local(async move {
                         pc.shard
@@ -498,22 +507,45 @@ impl ProxyCore {
         Outcome::Failed
     }
 
-    /// Renews pointers (and drops from the policy what left the cache).
+    /// Renews pointers: of objects being fetched, and of complete ones the
+    /// cache means to keep (an evicted or retiring object's pointer is let
+    /// go, and the policy forgets it). Adopts a few objects found in the
+    /// cache at start.
     pub(super) fn tick(self: &Rc<Self>) {
         let now = self.shard.now();
         let mut out = Vec::new();
         self.fetch.policy.borrow_mut().tick(now, &mut out);
+        {
+            let mut queue = self.fetch.adopt.borrow_mut();
+            let mut policy = self.fetch.policy.borrow_mut();
+            for _ in 0..ADOPT_PER_TICK {
+                let Some(key) = queue.pop() else { break };
+                policy.adopt(now, key, &mut out);
+            }
+        }
+        let mut kept: Option<std::collections::HashSet<Id>> = None;
         let mut keep = Vec::with_capacity(out.len());
         for a in out {
             if let Action::DshtPut { key, .. } = &a {
                 let pending = self.fetch.jobs.borrow().contains_key(key);
-                if !pending && self.cache.lookup(key).is_none() {
-                    self.fetch.policy.borrow_mut().forget(key);
-                    continue;
+                if !pending {
+                    let kept = kept.get_or_insert_with(|| {
+                        self.cache.complete_keys_owned().into_iter().collect()
+                    });
+                    if !kept.contains(key) {
+                        self.fetch.policy.borrow_mut().forget(key);
+                        continue;
+                    }
                 }
             }
             keep.push(a);
         }
         self.run(keep);
+    }
+
+    /// Queues the complete objects this core owns in the cache for their
+    /// pointers (after a restart).
+    pub(super) fn adopt_cached(&self) {
+        *self.fetch.adopt.borrow_mut() = self.cache.complete_keys_owned();
     }
 }

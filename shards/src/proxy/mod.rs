@@ -50,6 +50,8 @@ type DecodedHead = (Box<[u8]>, Rc<stored::Stored>);
 const DECODED_HEADS_MAX: usize = 4096;
 /// Milliseconds a message waits for this core's proxy to start.
 const STARTUP_WAIT_TICKS: u32 = 10_000;
+/// How long after start the cached objects' pointers are put.
+const ADOPT_AFTER: Duration = Duration::from_secs(2);
 /// How often pointers are renewed and the policy looked at.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -209,13 +211,19 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     });
     let listener = glommio::net::TcpListener::bind(config.http_addr())
         .map_err(|e| format!("cannot bind the HTTP address {}: {e}", config.http_addr()))?;
-    shard.set_services(coral::wire::Services::HTTP);
+    // Keep what other services (dnssrv) advertise.
+    let services = shard.node().services().with(coral::wire::Services::HTTP);
+    shard.set_services(services);
     CORE.with(|c| *c.borrow_mut() = Some(pc.clone()));
     glommio::spawn_local(server::accept_loop(pc.clone(), listener)).detach();
     glommio::spawn_local(async move {
+        // Objects kept from before a restart get their pointers once the
+        // node has had a moment to join.
+        glommio::timer::sleep(ADOPT_AFTER).await;
+        pc.adopt_cached();
         while !pc.shard.stopping() {
-            glommio::timer::sleep(TICK).await;
             pc.tick();
+            glommio::timer::sleep(TICK).await;
         }
     })
     .detach();
