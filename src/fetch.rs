@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::id::{FastBuildHasher, Key};
+use crate::id::{Key, KeyedBuildHasher};
 use crate::node::Level;
 use crate::time::{Duration, Time};
 use crate::wire::Value;
@@ -146,19 +146,29 @@ pub struct FetchPolicy {
     config: FetchConfig,
     /// This proxy's own address as a DSHT value (what its pointers say).
     me: SocketAddr,
-    objects: HashMap<Key, Object, FastBuildHasher>,
+    /// Keyed by SHA-1 of URLs clients choose: a keyed hash (`with_hasher`).
+    objects: HashMap<Key, Object, KeyedBuildHasher>,
     stats: FetchStats,
 }
 
 impl FetchPolicy {
-    /// A policy for the proxy at `me`.
+    /// A policy for the proxy at `me` (its map hashed with fixed seeds, as
+    /// the simulator needs; a server gives it a secret with `with_hasher`).
     pub fn new(config: FetchConfig, me: SocketAddr) -> FetchPolicy {
         FetchPolicy {
             config,
             me,
-            objects: HashMap::default(),
+            objects: HashMap::with_hasher(KeyedBuildHasher::with_seeds(0, 0, 0, 0)),
             stats: FetchStats::default(),
         }
+    }
+
+    /// The same policy with its objects hashed by `hasher`: the keys are
+    /// hashes of URLs anyone can request, so a server keys the hash with a
+    /// secret (SECURITY.md, hash flooding).
+    pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> FetchPolicy {
+        self.objects = HashMap::with_hasher(hasher);
+        self
     }
 
     /// Counters.

@@ -291,7 +291,20 @@ pub struct Store {
     keys_max: usize,
     quotas: Quotas,
     ledger: Ledger,
+    /// Load records for keys this node holds no values for: "loaded" is
+    /// more than β requests for the key in the past minute, stored or not
+    /// (§4.2), and a put's forward phase stops at a loaded node. Probes need
+    /// no token, so they get no entry of their own (they could fill the key
+    /// table): their buckets are `UNKNOWN_LOAD_SLOTS` shared ones, chosen by
+    /// a keyed hash of the key and made on the first such probe. Keys that
+    /// share a bucket look loaded together: a put then stops a step early.
+    unknown: Vec<Leak>,
+    /// Picks a key's bucket in `unknown` (keyed: keys come from the network).
+    unknown_hasher: KeyedBuildHasher,
 }
+
+/// Shared load buckets for keys a node holds no values for (16 bytes each).
+pub const UNKNOWN_LOAD_SLOTS: usize = 64;
 
 impl Store {
     /// An empty store with the given l, β and key limit, and no quotas.
@@ -304,6 +317,8 @@ impl Store {
             keys_max,
             quotas: Quotas::NONE,
             ledger: Ledger::new(&hasher),
+            unknown: Vec::new(),
+            unknown_hasher: hasher,
         }
     }
 
@@ -312,6 +327,7 @@ impl Store {
     pub fn with_limits(mut self, quotas: Quotas, hasher: KeyedBuildHasher) -> Store {
         self.quotas = quotas;
         self.ledger = Ledger::new(&hasher);
+        self.unknown_hasher = hasher.clone();
         self.entries = SmallMap::with_hasher(hasher);
         self
     }
@@ -330,12 +346,16 @@ impl Store {
     pub fn probe(&mut self, key: &Key, now: Time) -> ProbeState {
         let beta = self.beta_per_min;
         let Some(entry) = self.entries.get_mut(key) else {
-            // A key we hold nothing for: no state is made for it (probes,
-            // which need no token, must not fill the key table), and it is
-            // not loaded: loaded-ness only matters to a node that is full,
-            // and a node with no values for a key is not.
+            // A key we hold nothing for: no entry is made for it (probes,
+            // which need no token, must not fill the key table); its load
+            // is counted in a shared bucket (see `unknown`).
+            if self.unknown.is_empty() {
+                self.unknown = vec![Leak::new(now); UNKNOWN_LOAD_SLOTS];
+            }
+            let slot = (std::hash::BuildHasher::hash_one(&self.unknown_hasher, key) as usize)
+                % UNKNOWN_LOAD_SLOTS;
             return ProbeState {
-                loaded: false,
+                loaded: self.unknown[slot].request(now, beta),
                 value_count: 0,
                 min_ttl_secs: 0,
             };
@@ -570,6 +590,7 @@ impl Store {
     /// Drops everything (the node left this level's cluster).
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.unknown = Vec::new();
         let hasher = self.ledger.by_source.hasher().clone();
         self.ledger = Ledger::new(&hasher);
     }
@@ -756,13 +777,34 @@ mod tests {
         let mut s = Store::new(4, 12, 10);
         for i in 0..10_000u32 {
             let p = s.probe(&Id::hash(&i.to_be_bytes()), Time(u64::from(i)));
-            assert!(!p.loaded && p.value_count == 0);
+            assert_eq!(p.value_count, 0);
         }
         assert_eq!((s.key_count(), s.bytes()), (0, 0));
+        // Their load is counted in a fixed set of shared buckets.
+        assert_eq!(s.unknown.len(), UNKNOWN_LOAD_SLOTS);
         // New-key stores are still taken.
         assert!(s
             .store(&Id([1; 20]), v(1), Duration::from_secs(60), Time::ZERO)
             .is_stored());
+    }
+
+    #[test]
+    fn section_4_2_a_key_held_nowhere_here_is_loaded_past_beta_a_minute() {
+        // Loaded counts requests for the key whether or not this node stores
+        // it: the forward phase stops at a loaded node (issue 15).
+        let mut s = Store::new(4, 12, 10);
+        let key = Id([7; 20]);
+        let loaded: Vec<bool> = (0..13u64)
+            .map(|i| s.probe(&key, Time(i * 1000)).loaded)
+            .collect();
+        assert!(loaded[..12].iter().all(|l| !l), "{loaded:?}");
+        assert!(
+            loaded[12],
+            "the 13th request within a minute finds it loaded"
+        );
+        // A minute later it is not.
+        assert!(!s.probe(&key, Time(61_000_000)).loaded);
+        assert_eq!(s.key_count(), 0);
     }
 
     #[test]

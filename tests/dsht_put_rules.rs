@@ -14,6 +14,16 @@ fn config(beta: u32) -> Config {
     c
 }
 
+/// [`config`] where one node may hold all l values of a key at another
+/// (by default a source holds one, SECURITY.md): here one putting node
+/// stands in for l different sources, so that it alone can fill node 1.
+fn config_one_source_fills(beta: u32) -> Config {
+    let mut c = config(beta);
+    c.values_per_source_per_key_max = c.values_per_key_max;
+    c.values_per_prefix_per_key_max = c.values_per_key_max;
+    c
+}
+
 /// `n` nodes, each bootstrapped from node 0, settled for a minute.
 fn network(n: usize, config: &Config, seed: u64) -> Sim<ConstantLinks> {
     let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), seed);
@@ -57,7 +67,7 @@ fn probes(sim: &Sim<impl Links>, i: usize) -> u64 {
 #[test]
 fn section_4_2_client_skips_node_that_answered_full_and_loaded() {
     // Two nodes: node 0 puts, node 1 is the only node it can probe.
-    let mut sim = network(2, &config(2), 1);
+    let mut sim = network(2, &config_one_source_fills(2), 1);
     let key = Id::hash(b"hot");
     // Fill node 1 (l = 4 values); by then it is loaded too (β = 2).
     for v in 0..4 {
@@ -72,7 +82,7 @@ fn section_4_2_client_skips_node_that_answered_full_and_loaded() {
     }
     assert_eq!(probes(&sim, 1) - before, 1, "one probe a minute");
     // A minute later the answer is forgotten: node 1 is probed again.
-    let mut sim = network(2, &config(2), 1);
+    let mut sim = network(2, &config_one_source_fills(2), 1);
     for v in 0..5 {
         put(&mut sim, 0, key, v);
     }
@@ -85,7 +95,7 @@ fn section_4_2_client_skips_node_that_answered_full_and_loaded() {
 #[test]
 fn section_4_2_reverse_phase_skips_full_nodes() {
     // β high: nothing is ever loaded, so every put walks to node 1.
-    let mut sim = network(2, &config(1000), 2);
+    let mut sim = network(2, &config_one_source_fills(1000), 2);
     let key = Id::hash(b"warm");
     for v in 0..4 {
         put(&mut sim, 0, key, v);
@@ -102,7 +112,7 @@ fn section_4_2_reverse_phase_skips_full_nodes() {
 fn section_4_2_forward_phase_stops_at_a_loaded_node_that_can_accept_the_value() {
     // 48 nodes, nothing stored yet, β = 2: 40 puts at once from 40 nodes.
     // Nodes on the way are loaded after 2 probes but not full; a walk stops
-    // at the first loaded node and stores there, so most walks never reach
+    // at the first loaded node and stores there, so many walks never reach
     // the closest node (with "full and loaded" only, all 40 would).
     let n = 48;
     let mut sim = network(n, &config(2), 3);
@@ -128,8 +138,11 @@ fn section_4_2_forward_phase_stops_at_a_loaded_node_that_can_accept_the_value() 
         .collect();
     assert_eq!(done.len(), started);
     let reached = probes(&sim, closest) - before;
+    // Measured over network seeds 1–10: 21–22 of 40 with the open-Internet
+    // rules (SECURITY.md; 12 or fewer before them, with another address
+    // layout), 40 without this rule.
     assert!(
-        reached <= 12,
+        reached <= 24,
         "{reached} of {started} walks reached the closest node"
     );
     assert!(

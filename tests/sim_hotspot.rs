@@ -124,5 +124,7 @@ fn hotspot_bound_holds_across_seeds_sizes_and_b_section_6_4() {
             }
         }
     }
-    assert_eq!(pinned, Some((2.0, 48, 26)), "pinned figures changed");
+    // (2.0, 48, 26) before the open-Internet rules (SECURITY.md), whose
+    // simulated addresses (one node per /24) give the nodes other ids.
+    assert_eq!(pinned, Some((11.0, 109, 25)), "pinned figures changed");
 }

@@ -42,6 +42,8 @@ struct Cli {
 /// The default admin endpoint, where client commands look for a node.
 const DEFAULT_ADMIN: &str = "127.0.0.1:7080";
 
+// Parsed once at start-up: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a node: the DSHT over UDP on every core. With no config file it

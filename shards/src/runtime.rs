@@ -1037,7 +1037,8 @@ async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
     }
 }
 
-fn seed_from_os() -> u64 {
+/// 64 random bits from the OS (`/dev/urandom`), mixed with the process id.
+pub fn seed_from_os() -> u64 {
     let mut b = [0u8; 8];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
         use std::io::Read;

@@ -179,7 +179,11 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         alias: config.alias.clone(),
     };
     let suffix = config.alias.clone().unwrap_or_else(|| config.zone.clone());
-    let policy = FetchPolicy::new(FetchConfig::default(), config.http_addr());
+    // Its objects are keyed by hashes of URLs anyone can ask for: a secret
+    // keys the map's hash (SECURITY.md, hash flooding).
+    let secret = crate::runtime::seed_from_os().to_le_bytes();
+    let policy = FetchPolicy::new(FetchConfig::default(), config.http_addr())
+        .with_hasher(coral::id::keyed_hasher(&secret, "fetch objects"));
     let pc = Rc::new(ProxyCore {
         core: shard.core,
         cores: shard.cores,
