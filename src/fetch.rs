@@ -228,6 +228,14 @@ impl FetchPolicy {
         self.objects.contains_key(key)
     }
 
+    /// Where the object `key` is being fetched from, while it is.
+    pub fn fetching_from(&self, key: &Key) -> Option<Served> {
+        match self.objects.get(key).map(|o| &o.state) {
+            Some(State::Fetching { source, .. }) => Some(*source),
+            _ => None,
+        }
+    }
+
     fn pointer(&self) -> Value {
         Value::from_addr(self.me)
     }
@@ -517,6 +525,20 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
         p.request(Time::ZERO, k, &mut out);
         assert_eq!(out, vec![Action::DshtGet { key: k }]);
+    }
+
+    #[test]
+    fn the_source_under_way_names_the_level_the_peer_was_found_at_section_3_2() {
+        let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        let k = Id::from_url("http://x.com/level.jpg");
+        let mut out = Vec::new();
+        p.request(Time::ZERO, k, &mut out);
+        assert_eq!(p.fetching_from(&k), None, "still looking");
+        let peer_value = Value::from_addr(peer(2));
+        p.on_get(Time::ZERO, k, &[peer_value], Some(2), &mut out);
+        assert_eq!(p.fetching_from(&k), Some(Served::Peer(2)));
+        p.on_fetched(Time::ZERO, k, true, &mut out);
+        assert_eq!(p.fetching_from(&k), None, "complete");
     }
 
     #[test]

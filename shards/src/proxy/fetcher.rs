@@ -42,8 +42,8 @@ struct JobState {
     waiters: Vec<Waiter>,
     /// The object is being written: new waiters are answered at once.
     writing: bool,
-    /// From a peer (for Cache-Status).
-    peer: bool,
+    /// From a peer, found at this level (for Cache-Status).
+    peer: Option<coral::node::Level>,
     /// What waiters get if the fetch fails.
     error: u16,
 }
@@ -106,7 +106,7 @@ impl ProxyCore {
                 crate::cache::ObjectState::Failed => false,
             };
             if usable {
-                self.answer(waiter, MissAnswer::Ready { peer: false });
+                self.answer(waiter, MissAnswer::Ready { peer: None });
                 return;
             }
         }
@@ -131,7 +131,7 @@ impl ProxyCore {
                 job,
                 waiters: vec![waiter],
                 writing: false,
-                peer: false,
+                peer: None,
                 error: 502,
             },
         );
@@ -143,7 +143,7 @@ impl ProxyCore {
         for a in actions {
             match a {
                 Action::Serve { key, first, .. } => {
-                    let peer = !matches!(first, coral::fetch::Served::Origin);
+                    let peer = peer_level(first);
                     self.finish_job(&key, MissAnswer::Ready { peer });
                 }
                 Action::Fail { key, .. } => {
@@ -425,16 +425,21 @@ impl ProxyCore {
                 return Outcome::Failed;
             }
         };
+        let level = match peer {
+            Some(_) => self
+                .fetch
+                .policy
+                .borrow()
+                .fetching_from(&key)
+                .and_then(peer_level)
+                .or(Some(0)),
+            None => None,
+        };
         if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(&key) {
             js.writing = true;
-            js.peer = peer.is_some();
+            js.peer = level;
         }
-        self.answer_waiters(
-            &key,
-            MissAnswer::Ready {
-                peer: peer.is_some(),
-            },
-        );
+        self.answer_waiters(&key, MissAnswer::Ready { peer: level });
         let mut chunk = Vec::with_capacity(64 << 10);
         let mut rewritten = Vec::new();
         let mut total: u64 = 0;
@@ -547,5 +552,15 @@ impl ProxyCore {
     /// pointers (after a restart).
     pub(super) fn adopt_cached(&self) {
         *self.fetch.adopt.borrow_mut() = self.cache.complete_keys_owned();
+    }
+}
+
+/// The level at which a source was found, if it is a peer (§3.2): the
+/// level of the DSHT get that named it, 0 for a peer named by a lost claim.
+fn peer_level(source: coral::fetch::Served) -> Option<coral::node::Level> {
+    match source {
+        coral::fetch::Served::Peer(level) => Some(level),
+        coral::fetch::Served::ClaimedPeer => Some(0),
+        _ => None,
     }
 }

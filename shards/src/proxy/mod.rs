@@ -78,10 +78,11 @@ pub struct Job {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MissAnswer {
     /// The object is in the cache (complete or arriving): serve it.
-    /// `peer`: it came (or comes) from a peer proxy.
+    /// `peer`: it came (or comes) from a peer proxy, found at that level.
     Ready {
-        /// Fetched from a peer, not the origin.
-        peer: bool,
+        /// Fetched from a peer, not the origin: the cluster level at which
+        /// the DSHT named it (0 for a peer found by a lost claim).
+        peer: Option<coral::node::Level>,
     },
     /// The origin failed; the stale copy in the cache may be served.
     Stale,

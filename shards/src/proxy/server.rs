@@ -346,7 +346,7 @@ impl<'a> Conn<'a> {
             no_forward,
         };
         let mut asked = false;
-        let mut peer = false;
+        let mut peer = None;
         loop {
             let now = unix_now();
             let obj = pc.cache.lookup(&key);
@@ -369,7 +369,7 @@ impl<'a> Conn<'a> {
                             CacheStatus::hit()
                         };
                         cs.collapsed = !asked;
-                        cs.detail = peer.then_some("peer");
+                        cs.detail = peer.map(peer_detail);
                         return self.serve(&req, &obj, &st, cs).await;
                     }
                     ObjectState::Complete { .. } if fresh || asked => {
@@ -388,8 +388,8 @@ impl<'a> Conn<'a> {
                         };
                         if asked && !fresh {
                             cs.detail = Some("stale-on-error");
-                        } else if peer {
-                            cs.detail = Some("peer");
+                        } else if let Some(level) = peer {
+                            cs.detail = Some(peer_detail(level));
                         }
                         return self.serve(&req, &obj, &st, cs).await;
                     }
@@ -836,4 +836,14 @@ async fn send_all(stream: &mut TcpStream, bufs: &[&[u8]]) -> std::io::Result<()>
         skip = 0;
     }
     Ok(())
+}
+
+/// `Cache-Status`'s detail for an object from a peer found at `level`
+/// (`peer-l2`, `peer-l1`, `peer-l0`): where Fig. 4 counts it.
+fn peer_detail(level: coral::node::Level) -> &'static str {
+    match level {
+        2 => "peer-l2",
+        1 => "peer-l1",
+        _ => "peer-l0",
+    }
 }
