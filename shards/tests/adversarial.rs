@@ -424,20 +424,40 @@ fn admin_fd_exhaustion_backs_off_and_keeps_the_dsht_served() {
     let mut node = Node::start(1, CONFIG, Some(40));
     let mut honest = Honest::new(1, &node);
     let admin = node.admin;
-    let flood = move |stop: Arc<AtomicBool>| {
-        let mut conns = Vec::new();
-        while !stop.load(Ordering::Relaxed) && conns.len() < 300 {
-            if let Ok(c) = TcpStream::connect_timeout(&admin, Duration::from_millis(100)) {
-                conns.push(c);
+    // The flood opens connections until they stall (the node is out of
+    // descriptors and its listen backlog is full), says so, and holds them;
+    // the good client runs once the node is out of descriptors.
+    let exhausted = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (exhausted, stop) = (exhausted.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut conns = Vec::new();
+            let mut stalls = 0;
+            while conns.len() < 300 && stalls < 5 {
+                match TcpStream::connect_timeout(&admin, Duration::from_millis(100)) {
+                    Ok(c) => conns.push(c),
+                    Err(_) => stalls += 1,
+                }
             }
-        }
-        // Hold them until told to stop.
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        conns.len()
+            exhausted.store(true, Ordering::Relaxed);
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            conns.len()
+        })
     };
-    let (served, opened) = during(&mut honest, flood);
+    let start = Instant::now();
+    while !exhausted.load(Ordering::Relaxed) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the flood never stalled"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let served = honest.served(100);
+    stop.store(true, Ordering::Relaxed);
+    let opened = flood.join().expect("attacker thread");
     assert!(
         opened > 40,
         "only {opened} connections: the fd limit was not reached"
