@@ -127,7 +127,7 @@ fn readme_using_it_block_runs_as_written() {
     );
     // The get on the second node found what the put on the first stored.
     assert!(out.contains("found 1 value(s)"), "{out}");
-    assert!(out.contains("10.0.0.7:8090"), "{out}");
+    assert!(out.contains("127.0.0.1:8090"), "{out}");
     assert!(dir.join("clusters.svg").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
