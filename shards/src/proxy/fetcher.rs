@@ -447,17 +447,7 @@ impl ProxyCore {
             chunk.clear();
             match resp.next(&mut chunk).await {
                 Ok(more) => {
-                    let data: &[u8] = match rewriter.as_mut() {
-                        Some(r) => {
-                            rewritten.clear();
-                            r.feed(&chunk, &mut rewritten);
-                            if !more {
-                                r.finish(&mut rewritten);
-                            }
-                            &rewritten
-                        }
-                        None => &chunk,
-                    };
+                    let data = super::rewritten(rewriter.as_mut(), &chunk, more, &mut rewritten);
                     total += data.len() as u64;
                     if total > self.cfg.object_bytes_max {
                         tracing::info!(%key, "object larger than object_bytes_max: dropped");

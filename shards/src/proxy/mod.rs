@@ -333,3 +333,24 @@ impl ProxyCore {
         }
     }
 }
+
+/// A body chunk as the client gets it: through the HTML rewriter when there
+/// is one (§2.1: links stay Coralized; `more` false flushes it), else as is.
+fn rewritten<'a>(
+    rewriter: Option<&mut coral::proxy::rewrite::HtmlRewriter>,
+    chunk: &'a [u8],
+    more: bool,
+    out: &'a mut Vec<u8>,
+) -> &'a [u8] {
+    match rewriter {
+        Some(r) => {
+            out.clear();
+            r.feed(chunk, out);
+            if !more {
+                r.finish(out);
+            }
+            out
+        }
+        None => chunk,
+    }
+}

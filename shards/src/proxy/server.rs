@@ -657,17 +657,7 @@ impl<'a> Conn<'a> {
                 Ok(m) => m,
                 Err(_) => return Next::Close,
             };
-            let data: &[u8] = match rewriter.as_mut() {
-                Some(r) => {
-                    rewritten.clear();
-                    r.feed(&chunk, &mut rewritten);
-                    if !more {
-                        r.finish(&mut rewritten);
-                    }
-                    &rewritten
-                }
-                None => &chunk,
-            };
+            let data = super::rewritten(rewriter.as_mut(), &chunk, more, &mut rewritten);
             total += data.len() as u64;
             if total > pc.cfg.object_bytes_max {
                 return Next::Close;
