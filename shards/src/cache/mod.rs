@@ -1195,6 +1195,21 @@ impl Local {
         }
     }
 
+    /// Takes the object of `hd` out of its segment's counts: the owner's
+    /// live objects and bytes, then the shared count readers and the sweep
+    /// go by (call after the index no longer points there).
+    fn leave_segment(&self, own: &mut Owner, hd: &Handle) {
+        if let Some(s) = own.segs.get_mut(&hd.seg) {
+            if hd.complete && s.own_live > 0 {
+                s.own_live -= 1;
+                s.own_live_bytes = s.own_live_bytes.saturating_sub(u64::from(hd.alloc));
+            }
+        }
+        self.shared().segs[hd.seg as usize]
+            .live
+            .fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// Forgets handle `h` (already out of the policy): its index entry, its
     /// place in its segment, the handle itself.
     fn drop_handle(&self, own: &mut Owner, h: u32, complete: bool) {
@@ -1207,16 +1222,8 @@ impl Local {
         if let Some(i) = part.find(&hd.key, h) {
             part.remove(i);
         }
-        if let Some(s) = own.segs.get_mut(&hd.seg) {
-            if hd.complete && s.own_live > 0 {
-                s.own_live -= 1;
-                s.own_live_bytes = s.own_live_bytes.saturating_sub(u64::from(hd.alloc));
-            }
-        }
         // After the index change: see `sweep`.
-        shared.segs[hd.seg as usize]
-            .live
-            .fetch_sub(1, Ordering::AcqRel);
+        self.leave_segment(own, &hd);
         if complete && hd.complete {
             shared.objects.fetch_sub(1, Ordering::Relaxed);
         }
@@ -1324,15 +1331,7 @@ impl Local {
             e.off = off;
             part.update(i, &e);
         }
-        if let Some(s) = own.segs.get_mut(&hd.seg) {
-            if hd.complete && s.own_live > 0 {
-                s.own_live -= 1;
-                s.own_live_bytes = s.own_live_bytes.saturating_sub(u64::from(hd.alloc));
-            }
-        }
-        shared.segs[hd.seg as usize]
-            .live
-            .fetch_sub(1, Ordering::AcqRel);
+        self.leave_segment(own, &hd);
         if let Some(s) = own.segs.get_mut(&seg) {
             if hd.complete {
                 s.own_live += 1;
