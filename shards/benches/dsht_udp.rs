@@ -13,20 +13,10 @@ use std::time::{Duration, Instant};
 use coral::wire::{Body, Header, Message, Services};
 use coral::Id;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+mod common;
+use common::{allowed_cpus, cpu_secs};
 
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set for the kernel to fill.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return vec![0];
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
-}
+const CORAL: &str = env!("CARGO_BIN_EXE_coral");
 
 fn pin_to(cpu: usize) {
     // SAFETY: as above; the set names one CPU from our own mask.
@@ -35,18 +25,6 @@ fn pin_to(cpu: usize) {
         libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
-}
-
-/// CPU seconds (user + system) a process has used.
-fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are 14 and 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// Closed-loop load: `window` requests in flight, each answer sends the next.
