@@ -46,7 +46,7 @@ impl Default for Limits {
 pub const CHUNK_LINE_BYTES_MAX: usize = 4096;
 
 /// Bytes a request line may have beyond its target (method, spaces, version).
-const REQUEST_LINE_OVERHEAD_BYTES: usize = 64;
+pub(crate) const REQUEST_LINE_OVERHEAD_BYTES: usize = 64;
 
 /// A message that cannot be accepted, and the status that says why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -450,17 +450,17 @@ pub fn write_simple_response(
 }
 
 /// Where a head ends, found by [`scan_head`].
-struct Scan {
+pub(crate) struct Scan {
     /// Bytes from the start of `buf` to just past the empty line.
-    end: usize,
+    pub(crate) end: usize,
     /// Header field lines (the start line not counted).
-    fields: usize,
+    pub(crate) fields: usize,
 }
 
 /// Scans a head for its end and applies the rules httparse does not: CRLF only (no bare
 /// LF, no lone CR), no NUL, no obs-fold, and the size limits. `line_max` bounds the start
 /// line (`line_status` is the status for exceeding it).
-fn scan_head(
+pub(crate) fn scan_head(
     buf: &[u8],
     limits: &Limits,
     line_max: usize,
@@ -752,7 +752,7 @@ fn persistent(headers: &Headers, minor_version: u8) -> bool {
 
 /// Whether `v` is a syntactically valid `Host` value: uri-host [":" port], where host is
 /// a reg-name, IPv4 or bracketed IP literal (RFC 9110 §7.2, RFC 3986 §3.2.2).
-fn valid_host(v: &[u8]) -> bool {
+pub(crate) fn valid_host(v: &[u8]) -> bool {
     let (host, port) = if let [b'[', ..] = v {
         match v.iter().position(|&b| b == b']') {
             Some(close) => {

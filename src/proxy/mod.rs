@@ -8,8 +8,11 @@
 //! - [`policy`]: what may be stored, for how long, what a client gets, what the origin is asked.
 //! - [`rewrite`]: `Location` headers and absolute links in HTML stay Coralized.
 //! - [`origin_addr`]: which origin addresses are refused (the SSRF guard).
+//! - [`hot`]: the fast path of a hit: plain requests, the per-core name → key table, the
+//!   hit head kept built.
 
 pub mod date;
+pub mod hot;
 pub mod http;
 pub mod names;
 pub mod origin_addr;

@@ -48,6 +48,9 @@ type DecodedHead = (Box<[u8]>, Rc<stored::Stored>);
 
 /// Decoded stored heads kept per core.
 const DECODED_HEADS_MAX: usize = 4096;
+/// Objects per core whose hits take the fast path (`server::HotEntry`):
+/// slots of the direct-mapped table from Host and target bytes to the key.
+const HOT_OBJECTS_MAX: usize = 2048;
 /// Milliseconds a message waits for this core's proxy to start.
 const STARTUP_WAIT_TICKS: u32 = 10_000;
 /// How long after start the cached objects' pointers are put.
@@ -162,6 +165,9 @@ pub struct ProxyCore {
     /// Decoded stored heads of recently served objects, with the raw bytes
     /// they were decoded from (a hit compares bytes instead of parsing).
     heads: RefCell<HashMap<Id, DecodedHead>>,
+    /// Host and target bytes of recently hit objects → their key and built
+    /// hit head (the fast path of a hit, `server::Conn::hot_hit`).
+    hot: RefCell<coral::proxy::hot::HotTable<server::HotEntry>>,
 }
 
 /// Seconds since the Unix epoch (HTTP's clock).
@@ -213,6 +219,10 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         fetch: fetcher::Fetcher::new(policy),
         stats: ProxyStats::default(),
         heads: RefCell::new(HashMap::new()),
+        hot: RefCell::new(coral::proxy::hot::HotTable::new(
+            HOT_OBJECTS_MAX,
+            coral::id::keyed_hasher(&secret, "hot objects"),
+        )),
     });
     let listener = glommio::net::TcpListener::bind(config.http_addr())
         .map_err(|e| format!("cannot bind the HTTP address {}: {e}", config.http_addr()))?;

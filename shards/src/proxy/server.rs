@@ -5,6 +5,7 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
 
+use coral::proxy::hot::{self, HitHead, HitInputs};
 use coral::proxy::http::{self, Framing, HttpError, Method, RequestHead};
 use coral::proxy::names;
 use coral::proxy::policy::{
@@ -17,6 +18,7 @@ use glommio::net::{TcpListener, TcpStream};
 use super::stored::Stored;
 use super::{unix_now, Job, MissAnswer, ProxyCore};
 use crate::cache::{ObjectRef, ObjectState};
+use coral::Id;
 
 /// Bytes read from a client at once.
 const READ_BYTES: usize = 16 << 10;
@@ -77,6 +79,88 @@ struct Conn<'a> {
     /// The socket is `O_NONBLOCK` (glommio makes it so): direct `sendfile`
     /// and `sendmsg` calls never park the executor.
     nonblocking: bool,
+    /// The request being answered by the full path is plain
+    /// (`hot::parse_plain`) and had no fast path: a fresh hit teaches the
+    /// hot table its Host and target bytes (`cold_name`).
+    cold: bool,
+    /// Host then target bytes of that request (or of a fast hit whose
+    /// residency is being checked); its buffer is reused.
+    cold_name: Vec<u8>,
+    cold_host_len: usize,
+}
+
+/// What the fast path of a hit knows of an object: its key, the stored head
+/// the built hit head came from, and when its body was last seen resident.
+pub(super) struct HotEntry {
+    key: Id,
+    /// The stored head's bytes (compared with the object's on every hit: a
+    /// replaced object has other bytes, or another length and date below).
+    raw_head: Box<[u8]>,
+    stored: Rc<Stored>,
+    head: HitHead,
+    /// The second in which the body was last found resident (`mincore`):
+    /// a hot object is checked at most once a second, not on every hit.
+    resident_secs: u64,
+}
+
+/// Whether a stored response's hits may take the fast path: a 200 that
+/// does not vary (a varying one needs the request's fields compared).
+fn hot_eligible(st: &Stored) -> bool {
+    st.head.status == 200 && !st.head.headers.contains("vary")
+}
+
+impl HotEntry {
+    /// A fresh complete hit on this entry's object as of `now`: the object,
+    /// its body length, the framing of the body, and whether its residency
+    /// must be checked; its client head is left in `out`. `None` when the
+    /// object is gone, stale, being written or no longer eligible.
+    fn hit(
+        &mut self,
+        pc: &ProxyCore,
+        now: u64,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<(ObjectRef, u64, Framing, bool)> {
+        let obj = pc.cache.lookup(&self.key)?;
+        let ObjectState::Complete { len } = obj.state() else {
+            return None;
+        };
+        let meta = obj.meta();
+        if now >= meta.fresh_until_secs {
+            return None;
+        }
+        if *self.raw_head != *obj.head() {
+            let st = pc.stored_head(&self.key, &obj)?;
+            if !hot_eligible(&st) {
+                return None;
+            }
+            self.raw_head = obj.head().into();
+            self.stored = st;
+            self.head.invalidate();
+        }
+        let inputs = HitInputs {
+            now_secs: now,
+            stored_secs: meta.stored_secs,
+            fresh_until_secs: meta.fresh_until_secs,
+            initial_age_secs: self.stored.initial_age_secs,
+            body_len: len,
+            keep_alive,
+        };
+        let (bytes, framing) = self.head.head(&self.stored.head, &pc.node_name, inputs);
+        out.clear();
+        out.extend_from_slice(bytes);
+        Some((obj, len, framing, self.resident_secs != now))
+    }
+}
+
+/// What the fast path did with the request at the head of the buffer.
+enum Hot {
+    /// Answered it.
+    Served(Next),
+    /// A plain request with no valid entry: the full path answers it.
+    Cold,
+    /// Not a plain request: the full path answers it.
+    NotPlain,
 }
 
 /// A connection's input: one buffer, allocated (and zeroed) once, read into
@@ -142,6 +226,9 @@ impl<'a> Conn<'a> {
             out: Vec::with_capacity(1024),
             nonblocking: is_nonblocking(stream.as_raw_fd()),
             stream,
+            cold: false,
+            cold_name: Vec::new(),
+            cold_host_len: 0,
         }
     }
 
@@ -149,6 +236,13 @@ impl<'a> Conn<'a> {
         let idle = Duration::from_millis(self.pc.cfg.client_idle_timeout_ms);
         let _ = self.stream.set_read_timeout(Some(idle));
         loop {
+            if !self.inb.filled().is_empty() {
+                match self.hot_hit().await {
+                    Hot::Served(Next::KeepAlive) => continue,
+                    Hot::Served(Next::Close) => break,
+                    Hot::Cold | Hot::NotPlain => {}
+                }
+            }
             let parsed = if self.inb.filled().is_empty() {
                 Ok(None)
             } else {
@@ -157,7 +251,9 @@ impl<'a> Conn<'a> {
             match parsed {
                 Ok(Some((req, len))) => {
                     self.inb.consume(len);
-                    match self.handle(req).await {
+                    let next = self.handle(req).await;
+                    self.cold = false;
+                    match next {
                         Next::KeepAlive => continue,
                         Next::Close => break,
                     }
@@ -182,6 +278,78 @@ impl<'a> Conn<'a> {
             }
         }
         let _ = self.stream.close().await;
+    }
+
+    /// The fast path of a fresh hit (issue #11) for a plain request whose
+    /// Host and target bytes this core has answered a hit for: no owned
+    /// request, no URL canonicalisation or SHA-1, the client head reused
+    /// (rebuilt once a second), the body's residency checked once a second.
+    /// Every hit still looks the object up in the cache (it keeps the
+    /// segment alive while the body is sent) and compares its stored head.
+    async fn hot_hit(&mut self) -> Hot {
+        let pc = self.pc;
+        let Some(plain) = hot::parse_plain(self.inb.filled(), &pc.limits) else {
+            return Hot::NotPlain;
+        };
+        let now = unix_now();
+        let found = pc
+            .hot
+            .borrow_mut()
+            .get_mut(plain.host, plain.target)
+            .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
+        let name_to = |name: &mut Vec<u8>| {
+            name.clear();
+            name.extend_from_slice(plain.host);
+            name.extend_from_slice(plain.target);
+            plain.host.len()
+        };
+        let Some((key, (obj, len, framing, check_resident))) = found else {
+            self.cold_host_len = name_to(&mut self.cold_name);
+            self.cold = true;
+            return Hot::Cold;
+        };
+        if check_resident {
+            self.cold_host_len = name_to(&mut self.cold_name);
+        }
+        let (head_only, ka) = (plain.head_only, plain.keep_alive);
+        self.inb.consume(plain.len);
+        pc.stats.hits.set(pc.stats.hits.get() + 1);
+        let next = if ka { Next::KeepAlive } else { Next::Close };
+        let out = std::mem::take(&mut self.out);
+        let sent = if head_only || framing == Framing::Empty {
+            send_all(&mut self.stream, &[&out]).await
+        } else {
+            if check_resident {
+                obj.ensure_resident(0, len).await;
+                let (host, target) = self.cold_name.split_at(self.cold_host_len);
+                if let Some(e) = pc.hot.borrow_mut().get_mut(host, target) {
+                    if e.key == key {
+                        e.resident_secs = now;
+                    }
+                }
+            }
+            send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len).await
+        };
+        self.out = out;
+        Hot::Served(if sent.is_ok() { next } else { Next::Close })
+    }
+
+    /// After a fresh hit on the full path for a plain request: the next
+    /// plain request with the same Host and target bytes takes the fast path.
+    fn learn_hot(&mut self, key: Id, obj: &ObjectRef, st: &Rc<Stored>) {
+        if !self.cold || !hot_eligible(st) {
+            return;
+        }
+        self.cold = false;
+        let (host, target) = self.cold_name.split_at(self.cold_host_len);
+        let entry = HotEntry {
+            key,
+            raw_head: obj.head().into(),
+            stored: st.clone(),
+            head: HitHead::default(),
+            resident_secs: 0,
+        };
+        self.pc.hot.borrow_mut().insert(host, target, entry);
     }
 
     /// Reads more bytes; false on EOF, error or idle timeout.
@@ -384,6 +552,7 @@ impl<'a> Conn<'a> {
                             )
                         } else {
                             pc.stats.hits.set(pc.stats.hits.get() + 1);
+                            self.learn_hot(key, &obj, &st);
                             CacheStatus::hit()
                         };
                         if asked && !fresh {
