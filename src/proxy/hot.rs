@@ -327,14 +327,18 @@ mod tests {
             b"GET / HTTP/2.0\r\nHost: x\r\n\r\n",
         ];
         for c in cases {
-            assert_eq!(parse_plain(c, &limits()), None, "{}", String::from_utf8_lossy(c));
+            assert_eq!(
+                parse_plain(c, &limits()),
+                None,
+                "{}",
+                String::from_utf8_lossy(c)
+            );
         }
     }
 
     #[test]
     fn the_table_answers_exact_names_and_stays_bounded() {
-        let mut t: HotTable<u32> =
-            HotTable::new(5, crate::id::keyed_hasher(b"secret", "hot test"));
+        let mut t: HotTable<u32> = HotTable::new(5, crate::id::keyed_hasher(b"secret", "hot test"));
         assert_eq!(t.capacity(), 8);
         t.insert(b"a.test", b"/x", 1);
         assert_eq!(t.get_mut(b"a.test", b"/x"), Some(&mut 1));
