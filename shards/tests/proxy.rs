@@ -1228,3 +1228,83 @@ fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
         assert_eq!(nginx.requests(p), 1, "{p}");
     }
 }
+
+/// Hits on plain requests take the fast path (issue #11) once a hit on the
+/// full path has taught it the Host and target: its answers must stay those
+/// of the full path as the object ages, is answered to HEAD, goes stale and
+/// is replaced by another version.
+#[test]
+fn fast_hits_follow_age_head_and_a_replaced_object() {
+    let dir = TempDir::new("fast-hits");
+    let version = Arc::new(AtomicUsize::new(1));
+    let v2 = version.clone();
+    let origin = FaultOrigin::start("127.11.61.100:8080", move |_, _, s| {
+        let _ = match v2.load(Ordering::SeqCst) {
+            1 => s.write_all(b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nCache-Control: max-age=4\r\nContent-Length: 3\r\n\r\none"),
+            _ => s.write_all(b"HTTP/1.1 200 OK\r\nETag: \"v2\"\r\nCache-Control: max-age=600\r\nContent-Length: 6\r\n\r\nsecond"),
+        };
+    });
+    let node = fault_node(dir.path(), "127.11.61.1", "127.11.61.100");
+    let url = coralized("www.origin.test", 8080, "/f");
+    assert_eq!(curl(&node, &url, &[]).body, b"one");
+    // The full path's hit, then the fast path's: the same answer.
+    let full = curl(&node, &url, &[]);
+    let fast = curl(&node, &url, &[]);
+    for a in [&full, &fast] {
+        assert_eq!((a.status, a.body.as_slice()), (200, &b"one"[..]), "{a:?}");
+        assert!(a.header("cache-status").contains("hit"), "{a:?}");
+        assert_eq!(a.header("etag"), "\"v1\"");
+        assert_eq!(a.header("content-length"), "3");
+        assert_eq!(a.header("accept-ranges"), "bytes");
+        assert!(a.header("via").contains("(coral)"), "{a:?}");
+    }
+    let (head, _) = raw(
+        &node,
+        format!(
+            "HEAD /f HTTP/1.1\r\nHost: www.origin.test.8080.{ALIAS}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("\r\nContent-Length: 3\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+    // Still fresh a second later: Age and the ttl moved on.
+    std::thread::sleep(Duration::from_millis(1100));
+    let later = curl(&node, &url, &[]);
+    assert!(later.header("cache-status").contains("hit"), "{later:?}");
+    let age: u64 = later.header("age").parse().unwrap();
+    assert!(age >= 1, "{later:?}");
+    // Stale, then replaced: the next hits are the new version's.
+    std::thread::sleep(Duration::from_millis(3100));
+    version.store(2, Ordering::SeqCst);
+    let connections = origin.connections();
+    assert_eq!(curl(&node, &url, &[]).body, b"second");
+    assert!(
+        origin.connections() > connections,
+        "the stale copy was not served as a hit"
+    );
+    for _ in 0..3 {
+        let a = curl(&node, &url, &[]);
+        assert_eq!(
+            (a.status, a.body.as_slice()),
+            (200, &b"second"[..]),
+            "{a:?}"
+        );
+        assert_eq!(a.header("etag"), "\"v2\"");
+        assert_eq!(a.header("content-length"), "6");
+        assert!(a.header("cache-status").contains("hit"), "{a:?}");
+    }
+    // Request fields that change a hit's answer still apply.
+    let range = curl(&node, &url, &["-H", "Range: bytes=1-2"]);
+    assert_eq!(
+        (range.status, range.body.as_slice()),
+        (206, &b"ec"[..]),
+        "{range:?}"
+    );
+    let not_modified = curl(&node, &url, &["-H", "If-None-Match: \"v2\""]);
+    assert_eq!(not_modified.status, 304, "{not_modified:?}");
+    // A Host the full parser refuses is refused, learned names or not.
+    let (answer, closed) = raw(&node, b"GET /f HTTP/1.1\r\nHost: www origin\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(closed);
+}
