@@ -117,6 +117,15 @@ fn wrk(cpu: usize, url: &str, host: &str, secs: u64, conns: usize) -> (f64, f64)
     (rps, p99)
 }
 
+/// The smallest, median (the lower of the middle two) and largest of `v`.
+fn min_median_max(mut v: Vec<f64>) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    v.sort_by(f64::total_cmp);
+    (v[0], v[(v.len() - 1) / 2], v[v.len() - 1])
+}
+
 fn curl_ok(url: &str, host: &str) {
     let out = Command::new("curl")
         .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
@@ -209,9 +218,10 @@ fn main() {
         "server on CPU {server_cpu}, wrk on CPU {load_cpu}, {conns} connections, {secs} s x {rounds} rounds"
     );
     println!(
-        "{:<8} {:<18} {:>12} {:>16} {:>9} {:>14}",
+        "{:<8} {:<18} {:>20} {:>20} {:>17} {:>16}",
         "object", "server", "req/s wall", "req/s server-CPU", "p99 ms", "CPU vs static"
     );
+    println!("(each figure: min/median/max over the rounds)");
     for f in ["4k.bin", "41k.bin"] {
         let mut results: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); contenders.len()];
         for _ in 0..rounds {
@@ -236,25 +246,20 @@ fn main() {
         let static_cpu: Vec<f64> = results[0].iter().map(|r| r.1).collect();
         for (i, (name, ..)) in contenders.iter().enumerate() {
             let r = &results[i];
-            let range = |k: usize| {
-                let v: Vec<f64> = r.iter().map(|x| [x.0, x.1, x.2][k]).collect();
-                let lo = v.iter().cloned().fold(f64::MAX, f64::min);
-                let hi = v.iter().cloned().fold(0.0, f64::max);
-                (lo, hi)
-            };
-            let (w0, w1) = range(0);
-            let (c0, c1) = range(1);
-            let (p0, p1) = range(2);
-            let ratios: Vec<f64> = r
-                .iter()
-                .zip(&static_cpu)
-                .map(|(x, s)| if *s > 0.0 { x.1 / s } else { 0.0 })
-                .collect();
-            let q0 = ratios.iter().cloned().fold(f64::MAX, f64::min);
-            let q1 = ratios.iter().cloned().fold(0.0, f64::max);
+            let range = |k: usize| min_median_max(r.iter().map(|x| [x.0, x.1, x.2][k]).collect());
+            let (w0, wm, w1) = range(0);
+            let (c0, cm, c1) = range(1);
+            let (p0, pm, p1) = range(2);
+            // Per round: against nginx static's figure of the same round.
+            let (q0, qm, q1) = min_median_max(
+                r.iter()
+                    .zip(&static_cpu)
+                    .map(|(x, s)| if *s > 0.0 { x.1 / s } else { 0.0 })
+                    .collect(),
+            );
             println!(
-                "{:<8} {:<18} {:>5.0}-{:<6.0} {:>7.0}-{:<8.0} {:>4.2}-{:<4.2} {:>6.2}-{:<5.2}x",
-                f, name, w0, w1, c0, c1, p0, p1, q0, q1
+                "{:<8} {:<18} {:>6.0}/{:.0}/{:<6.0} {:>6.0}/{:.0}/{:<6.0} {:>5.2}/{:.2}/{:<5.2} {:>4.2}/{:.2}/{:.2}x",
+                f, name, w0, wm, w1, c0, cm, c1, p0, pm, p1, q0, qm, q1
             );
         }
     }
