@@ -8,10 +8,14 @@
 //! - [`policy`]: what may be stored, for how long, what a client gets, what the origin is asked.
 //! - [`rewrite`]: `Location` headers and absolute links in HTML stay Coralized.
 //! - [`origin_addr`]: which origin addresses are refused (the SSRF guard).
+//! - [`pass`]: hit-for-pass, objects recently found uncacheable.
+//! - [`vary`]: the keys of several stored variants of one object, and their bound.
 
 pub mod date;
 pub mod http;
 pub mod names;
 pub mod origin_addr;
+pub mod pass;
 pub mod policy;
 pub mod rewrite;
+pub mod vary;

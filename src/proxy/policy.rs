@@ -486,7 +486,7 @@ fn range_unconditional(req: &RequestHead, body_len: u64) -> RangeAnswer {
     }
 }
 
-fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
+pub(crate) fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
     let mut out = Vec::new();
     for v in values {
         if !out.is_empty() {
@@ -509,7 +509,7 @@ fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
 }
 
 /// Fields the proxy never forwards upstream: a response cannot vary on them.
-fn never_forwarded(name: &[u8]) -> bool {
+pub(crate) fn never_forwarded(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"cookie") || name.eq_ignore_ascii_case(b"accept-encoding")
 }
 

@@ -392,18 +392,11 @@ impl ProxyCore {
             }
         }
         let mut head = policy::head_to_store(&resp.head);
-        if let Some(loc) = head.headers.get_str("location").map(str::to_string) {
-            if let Some(new) = rewrite::location(&loc, &job.origin, &self.suffix, self.http.port())
-            {
-                head.headers.set("location", new.as_bytes());
-            }
-        }
-        let html = head
-            .headers
-            .get("content-type")
-            .is_some_and(|v| v.len() >= 9 && v[..9].eq_ignore_ascii_case(b"text/html"));
-        let mut rewriter =
-            html.then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
+        // §2.1: redirects and links to the origin stay Coralized (HTML that
+        // is content-coded is passed through untouched).
+        rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
+        let mut rewriter = rewrite::body_is_rewritable(&head)
+            .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         let vary_req = policy::vary_request_headers(&resp.head, &job.request);
         let mut head_bytes = Vec::with_capacity(1024);
         stored::encode(&head, &fresh, &vary_req, &mut head_bytes);

@@ -162,6 +162,11 @@ pub struct ProxyCore {
     /// Decoded stored heads of recently served objects, with the raw bytes
     /// they were decoded from (a hit compares bytes instead of parsing).
     heads: RefCell<HashMap<Id, DecodedHead>>,
+    /// `Vary`: the variants of each URL this core let be fetched
+    /// (`vary_variants_max`).
+    variants: RefCell<coral::proxy::vary::VariantBudget>,
+    /// Objects recently found uncacheable: fetched for their client alone.
+    passes: RefCell<coral::proxy::pass::PassMemory>,
 }
 
 /// Seconds since the Unix epoch (HTTP's clock).
@@ -213,6 +218,13 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         fetch: fetcher::Fetcher::new(policy),
         stats: ProxyStats::default(),
         heads: RefCell::new(HashMap::new()),
+        variants: RefCell::new(coral::proxy::vary::VariantBudget::new(
+            config.proxy.vary_variants_max,
+            coral::id::keyed_hasher(&secret, "vary variants"),
+        )),
+        passes: RefCell::new(coral::proxy::pass::PassMemory::new(
+            coral::id::keyed_hasher(&secret, "hit-for-pass"),
+        )),
     });
     let listener = glommio::net::TcpListener::bind(config.http_addr())
         .map_err(|e| format!("cannot bind the HTTP address {}: {e}", config.http_addr()))?;
@@ -286,6 +298,28 @@ impl ProxyCore {
         }
         heads.insert(*key, (obj.head().into(), st.clone()));
         Some(st)
+    }
+
+    /// The key of the variant of `url_key` that `req` selects when the
+    /// stored response `st` varies and does not match it, if that variant
+    /// may be served or fetched here: it is in the cache, or `vary_variants_max`
+    /// leaves room (a peer's request fetches nothing, so needs no room).
+    fn variant_for(
+        &self,
+        url_key: &Id,
+        st: &stored::Stored,
+        req: &RequestHead,
+        no_forward: bool,
+    ) -> Option<Id> {
+        let vk = coral::proxy::vary::variant_key(url_key, &st.head, req)?;
+        let cached = |k: &Id| self.cache.lookup(k).is_some();
+        if no_forward || cached(&vk) {
+            return Some(vk);
+        }
+        self.variants
+            .borrow_mut()
+            .admit(*url_key, vk, unix_now(), cached)
+            .then_some(vk)
     }
 
     /// Hands a miss to the owning core and waits for its answer.
