@@ -1117,6 +1117,139 @@ fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
     assert_eq!(small[1], small[2], "reused after a whole answer: {log}");
 }
 
+#[test]
+fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with_nginx() {
+    let dir = TempDir::new("rfc9111");
+    let root = web_root(dir.path());
+    std::fs::create_dir_all(root.join("short")).unwrap();
+    std::fs::write(root.join("short/s.bin"), object(3000, 8)).unwrap();
+    let nginx = Nginx::start_with(
+        dir.path(),
+        "127.11.18.100:8080".parse().unwrap(),
+        &root,
+        "location /short/ { expires 1s; }",
+    );
+    let node = Node::start(
+        "127.11.18.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.18.100",
+        ],
+    );
+    let url = coralized("www.origin.test", 8080, "/a.bin");
+    let whole = object(41_000, 1);
+    let first = curl(&node, &url, &[]);
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(first.header("via").ends_with("(coral)"), "{first:?}");
+    assert_eq!(first.header("age"), "0", "{first:?}");
+    assert!(first
+        .header("cache-status")
+        .starts_with("coral; fwd=uri-miss"));
+    // Ranges from the cached object: past the end is 416, several ranges
+    // (an abuse vector) get the whole body.
+    let r = curl(&node, &url, &["-r", "50000-"]);
+    assert_eq!(r.status, 416, "{r:?}");
+    assert_eq!(r.header("content-range"), "bytes */41000");
+    let m = curl(&node, &url, &["-r", "0-1,5-6"]);
+    assert_eq!(m.status, 200, "{m:?}");
+    assert_eq!(m.body, whole);
+    // A client's conditionals are answered here.
+    let lm = format!("If-Modified-Since: {}", first.header("last-modified"));
+    assert_eq!(curl(&node, &url, &["-H", &lm]).status, 304);
+    let inm = format!("If-None-Match: {}", first.header("etag"));
+    assert_eq!(curl(&node, &url, &["-H", &inm]).status, 304);
+    // A browser's reload is served from the cache (the deployed CoralCDN's
+    // rule: a flash crowd of reloads must not reach the origin).
+    let reload = curl(
+        &node,
+        &url,
+        &["-H", "Cache-Control: no-cache", "-H", "Pragma: no-cache"],
+    );
+    assert!(reload.header("cache-status").contains("hit"), "{reload:?}");
+    assert_eq!(nginx.requests("/a.bin"), 1);
+    // Authorization: the answer is for one user; the origin gives it.
+    let auth = curl(&node, &url, &["-H", "Authorization: Basic dXNlcjpwdw=="]);
+    assert_eq!(auth.status, 200);
+    assert!(
+        auth.header("cache-status").contains("fwd=bypass"),
+        "{auth:?}"
+    );
+    assert_eq!(nginx.requests("/a.bin"), 2);
+    // A request that already came through Coral is a loop (RFC 8586).
+    for l in ["CDN-Loop: coral", &format!("CDN-Loop: other, {ALIAS}")] {
+        let a = curl(&node, &url, &["-H", l]);
+        assert_eq!(a.status, 403, "{l}: {a:?}");
+    }
+    assert_eq!(nginx.requests("/a.bin"), 2, "no loop reached the origin");
+    // A stale object is revalidated with nginx (its validators → 304).
+    let s = coralized("www.origin.test", 8080, "/short/s.bin");
+    assert_eq!(curl(&node, &s, &[]).body, object(3000, 8));
+    std::thread::sleep(Duration::from_millis(2100));
+    let again = curl(&node, &s, &[]);
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body, object(3000, 8));
+    let log = std::fs::read_to_string(&nginx.log).unwrap_or_default();
+    let statuses: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("GET /short/s.bin "))
+        .filter_map(|l| l.rsplit(' ').next())
+        .collect();
+    assert_eq!(statuses, ["200", "304"], "{log}");
+}
+
+#[test]
+fn an_origin_that_never_completes_the_connection_fails_at_the_connect_timeout() {
+    let dir = TempDir::new("connect");
+    // A listener with a backlog of one, its queue filled and never
+    // accepted: the kernel drops further SYNs, so connecting hangs.
+    let addr: SocketAddr = "127.11.19.100:8080".parse().unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&addr.into()).unwrap();
+    sock.listen(0).unwrap();
+    let mut queued = Vec::new();
+    let hung = loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(s) => queued.push(s),
+            Err(e) => break e,
+        }
+        assert!(queued.len() < 16, "the accept queue does not fill");
+    };
+    assert_eq!(hung.kind(), std::io::ErrorKind::TimedOut, "{hung}");
+    let conf = dir.path().join("coral.toml");
+    std::fs::write(
+        &conf,
+        "[proxy]\nconnect_timeout_ms = 1000\nfirst_byte_timeout_ms = 30000\n",
+    )
+    .unwrap();
+    let node = Node::start(
+        "127.11.19.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--config",
+            conf.to_str().unwrap(),
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.19.100",
+        ],
+    );
+    let start = Instant::now();
+    let a = curl(&node, &coralized("www.origin.test", 8080, "/x"), &[]);
+    assert_eq!(a.status, 502, "{a:?}");
+    // It waited for the connect timeout (nothing refused it at once);
+    // SYN retries would last minutes, the miss timeout 60 s.
+    assert!(start.elapsed() >= Duration::from_millis(900));
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(sock);
+}
+
 /// A node whose origin `www.origin.test` is the fault origin on `origin_ip`,
 /// with short timeouts (config file) so that faults show quickly.
 fn fault_node(dir: &Path, ip: &str, origin_ip: &str) -> Node {
