@@ -1446,6 +1446,15 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
             1 if conditional => {
                 let _ = s.write_all(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\n\r\n");
             }
+            3 => {
+                let _ = s.write_all(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 60\r\nContent-Length: 4\r\n\r\nslow");
+            }
+            4 => {
+                let _ = s.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno");
+            }
+            5 => {
+                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\ngone");
+            }
             _ => {
                 let _ = s.write_all(
                     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy",
@@ -1472,6 +1481,26 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
     assert_eq!(s.body, b"version");
     assert!(s.header("cache-status").contains("stale"), "{s:?}");
     assert!(origin.connections() > before, "the origin was asked");
+    // An origin throttling the crowd (429, 403) does not replace it either.
+    for (m, code) in [(3, 429), (4, 403)] {
+        mode.store(m, Ordering::SeqCst);
+        let before = origin.connections();
+        let t = curl(&node, &url, &[]);
+        assert_eq!(
+            t.status, 200,
+            "the stale copy, not the origin's {code}: {t:?}"
+        );
+        assert_eq!(t.body, b"version");
+        assert!(t.header("cache-status").contains("stale"), "{t:?}");
+        assert!(origin.connections() > before, "the origin was asked");
+    }
+    // Gone: a 404 replaces the copy (and is cached briefly).
+    mode.store(5, Ordering::SeqCst);
+    let g = curl(&node, &url, &[]);
+    assert_eq!(g.status, 404, "{g:?}");
+    let g = curl(&node, &url, &[]);
+    assert_eq!(g.status, 404, "{g:?}");
+    assert!(g.header("cache-status").contains("hit"), "{g:?}");
 }
 
 #[test]

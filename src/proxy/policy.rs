@@ -239,6 +239,15 @@ pub fn may_serve_stale(stored: &Freshness) -> bool {
     !stored.must_revalidate
 }
 
+/// Whether the origin's answer `status`, when asked again for an object of which a copy
+/// with `stored_status` is kept, counts as a failure, so that the copy is served stale
+/// (when [`may_serve_stale`]) and kept: any 5xx; and over a good copy (below 400), a 4xx
+/// that refuses rather than says the object is gone (403, 429 ... from an origin that
+/// throttles a flash crowd). 404 and 410 replace the copy: the object is gone.
+pub fn origin_failed(stored_status: u16, status: u16) -> bool {
+    status >= 500 || (stored_status < 400 && status >= 400 && !matches!(status, 404 | 410))
+}
+
 /// The answer to a conditional request from a stored response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Conditional {

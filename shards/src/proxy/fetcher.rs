@@ -358,7 +358,12 @@ impl ProxyCore {
         }
         if status >= 500 {
             self.set_error(&key, status);
-            if old.is_some() {
+        }
+        // "Serve liberally": an origin that fails or refuses never replaces
+        // a good copy; the copy is served stale.
+        if let Some((_, s)) = &old {
+            if peer.is_none() && policy::origin_failed(s.head.status, status) {
+                self.set_error(&key, status);
                 return self.stale_or_failed(&key, peer, old.as_ref());
             }
         }
