@@ -632,6 +632,13 @@ fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
     for l in ["en", "fr"] {
         assert!(ask(&nodes[1], l).contains("hit"), "{l} kept on node 2");
     }
+    // The other order: the variant node 1 keeps under the URL's own key
+    // ("en", its first) is found by its variant key too.
+    for l in ["fr", "en"] {
+        let cs = ask(&nodes[2], l);
+        assert!(cs.contains("detail=peer-l"), "{l} from a peer on node 3: {cs}");
+    }
+    assert_eq!(nginx.requests("/lang"), 2, "no origin request for node 3");
     // vary_variants_max = 2 beside the first: a third variant is stored,
     // a fourth passes through to the origin every time.
     assert!(ask(&nodes[0], "de").contains("stored"));

@@ -57,6 +57,9 @@ pub struct Fetcher {
     adopt: RefCell<Vec<Id>>,
 }
 
+/// Life of the pointer under the variant key of a URL's first variant.
+const VARIANT_POINTER_TTL_SECS: u32 = 3600;
+
 /// Objects found in the cache at start whose pointers are put per tick.
 const ADOPT_PER_TICK: usize = 64;
 
@@ -474,6 +477,22 @@ impl ProxyCore {
         if let Err(e) = writer.finish() {
             tracing::info!(%key, error = %e, "cache finish failed");
             return Outcome::Failed;
+        }
+        // The first variant of a URL is stored under the URL's key: a pointer
+        // under its variant key too lets nodes that ask for this variant by
+        // that key find it here (a peer's request selects it by its fields).
+        // It lives its 1 h, not renewed; the object's own pointer pins it.
+        if key == job.url_key {
+            if let Some(vk) = coral::proxy::vary::variant_key(&key, &resp.head, &job.request) {
+                let value = coral::wire::Value::from_addr(self.http);
+                let pc = self.clone();
+                glommio::spawn_local(async move {
+                    pc.shard
+                        .dsht_start(|n, now| n.put(now, vk, value, VARIANT_POINTER_TTL_SECS, None))
+                        .await;
+                })
+                .detach();
+            }
         }
         if peer.is_none() {
             resp.release(&self.pool);

@@ -63,8 +63,11 @@ thread_local! {
 /// A miss handed to the key's owning core.
 #[derive(Clone)]
 pub struct Job {
-    /// SHA-1 of the canonical URL.
+    /// The key fetched: SHA-1 of the canonical URL, or of a `Vary` variant
+    /// (`coral::proxy::vary`).
     pub key: Id,
+    /// SHA-1 of the canonical URL.
+    pub url_key: Id,
     /// The origin named by the Coralized host.
     pub origin: Origin,
     /// The client's request, as a GET (what the origin or a peer is asked).

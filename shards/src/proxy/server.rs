@@ -341,6 +341,7 @@ impl<'a> Conn<'a> {
         get.method = Method::Get;
         let mut job = Job {
             key,
+            url_key: key,
             origin: origin.clone(),
             request: get,
             no_forward,
