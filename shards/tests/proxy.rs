@@ -116,7 +116,7 @@ impl Nginx {
             format!(
                 "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
                  events {{ worker_connections 1024; }}\n\
-                 http {{\n  log_format conn '$remote_addr $connection $connection_requests \"$request\" $status';\n\
+                 http {{\n  log_format conn '$remote_addr $connection $connection_requests \"$request\" \"$http_cookie\" $status';\n\
                  access_log {log} conn;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
                  types {{ text/html html; text/plain txt; image/png png; image/svg+xml svg; application/octet-stream bin; }}\n\
@@ -1177,6 +1177,12 @@ fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with
     );
     assert!(reload.header("cache-status").contains("hit"), "{reload:?}");
     assert_eq!(nginx.requests("/a.bin"), 1);
+    // Cookies never go upstream (every Coralized site shares one domain).
+    let b = coralized("www.origin.test", 8080, "/b.bin");
+    assert_eq!(curl(&node, &b, &["-b", "session=secret"]).status, 200);
+    let log = std::fs::read_to_string(&nginx.log).unwrap_or_default();
+    let line = log.lines().find(|l| l.contains("GET /b.bin ")).unwrap();
+    assert!(line.contains("\"-\"") && !line.contains("secret"), "{line}");
     // Authorization: the answer is for one user; the origin gives it.
     let auth = curl(&node, &url, &["-H", "Authorization: Basic dXNlcjpwdw=="]);
     assert_eq!(auth.status, 200);
