@@ -47,6 +47,7 @@ object_bytes_max = 50000000     # 50 MB, enforced while streaming (origins omit 
 connections_max = 10000    # client connections per core
 negative_ttl_secs = 60     # longest an error answer (404, 410 ...) is cached
 resolve_ttl_secs = 60      # how long a resolved origin address is reused
+vary_variants_max = 8      # Vary: variants of one URL stored beside the first, per core
 "#;
 
 /// CoralProxy's port when `http` is not set (the paper's 8090).
@@ -147,6 +148,8 @@ pub struct ProxySection {
     pub negative_ttl_secs: Option<u64>,
     /// How long a resolved origin address is reused.
     pub resolve_ttl_secs: Option<u64>,
+    /// `Vary`: variants of one URL stored beside the first, per core.
+    pub vary_variants_max: Option<usize>,
 }
 
 /// CoralProxy's resolved settings.
@@ -178,6 +181,9 @@ pub struct ProxyConfig {
     pub negative_ttl_secs: u64,
     /// How long a resolved origin address is reused.
     pub resolve_ttl_secs: u64,
+    /// `Vary`: variants of one URL stored beside the first response, per
+    /// core (0: only the first is stored, others pass through).
+    pub vary_variants_max: usize,
 }
 
 impl Default for ProxyConfig {
@@ -195,6 +201,7 @@ impl Default for ProxyConfig {
             connections_max: 10000,
             negative_ttl_secs: 60,
             resolve_ttl_secs: 60,
+            vary_variants_max: coral::proxy::vary::VARY_VARIANTS_MAX,
         }
     }
 }
@@ -492,6 +499,9 @@ impl NodeConfig {
         set(&mut self.proxy.resolve_ttl_secs, p.resolve_ttl_secs);
         if let Some(c) = p.connections_max {
             self.proxy.connections_max = c;
+        }
+        if let Some(v) = p.vary_variants_max {
+            self.proxy.vary_variants_max = v;
         }
         dht_key(&self.dht, "[clusters] leave_percent")?;
         self.validate_values()

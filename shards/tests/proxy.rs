@@ -104,6 +104,11 @@ struct Nginx {
 
 impl Nginx {
     fn start(dir: &Path, addr: SocketAddr, root: &Path) -> Nginx {
+        Nginx::start_with(dir, addr, root, "")
+    }
+
+    /// nginx with `server` directives of the test's own (locations, gzip).
+    fn start_with(dir: &Path, addr: SocketAddr, root: &Path, server: &str) -> Nginx {
         let conf = dir.join("nginx.conf");
         let log = dir.join("access.log");
         std::fs::write(
@@ -111,10 +116,11 @@ impl Nginx {
             format!(
                 "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
                  events {{ worker_connections 1024; }}\n\
-                 http {{\n  access_log {log};\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+                 http {{\n  log_format conn '$remote_addr $connection $connection_requests \"$request\" \"$http_cookie\" $status';\n\
+                 access_log {log} conn;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-                 types {{ text/html html; image/png png; image/svg+xml svg; application/octet-stream bin; }}\n\
-                 server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
+                 types {{ text/html html; text/plain txt; image/png png; image/svg+xml svg; application/octet-stream bin; }}\n\
+                 server {{ listen {addr}; root {root}; expires 1h;\n{server}\n}}\n}}\n",
                 d = dir.display(),
                 log = log.display(),
                 root = root.display(),
@@ -140,6 +146,17 @@ impl Nginx {
             .lines()
             .filter(|l| l.contains(&needle))
             .count()
+    }
+
+    /// nginx's connection numbers of the requests logged for `path`.
+    fn connections_of(&self, path: &str) -> Vec<u64> {
+        let needle = format!("GET {path} ");
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .filter_map(|l| l.split(' ').nth(1)?.parse().ok())
+            .collect()
     }
 }
 
@@ -522,6 +539,124 @@ fn section_3_2_another_node_gets_the_object_from_a_peer_not_the_origin() {
     assert!(again.header("cache-status").contains("hit"), "{again:?}");
 }
 
+/// Whether nginx itself answers `path` gzipped, with `Vary: Accept-Encoding`,
+/// to a client that accepts gzip (so that the test below means something).
+fn nginx_gzips(nginx: &Nginx, path: &str) -> bool {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-D", "-", "-o", "/dev/null"])
+        .args(["-H", "Accept-Encoding: gzip"])
+        .arg(format!("http://{}{path}", nginx.addr))
+        .output()
+        .expect("curl");
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    head.contains("content-encoding: gzip") && head.contains("vary: accept-encoding")
+}
+
+#[test]
+fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
+    let dir = TempDir::new("vary");
+    let root = web_root(dir.path());
+    let text = "Coralized plain text. ".repeat(100);
+    std::fs::write(root.join("t.txt"), &text).unwrap();
+    std::fs::write(root.join("probe.txt"), &text).unwrap();
+    // gzip on (with `Vary: Accept-Encoding`), and a resource that varies on
+    // Accept-Language and echoes it, so each variant's body tells which it is.
+    let nginx = Nginx::start_with(
+        dir.path(),
+        "127.11.16.100:8080".parse().unwrap(),
+        &root,
+        "gzip on; gzip_vary on; gzip_min_length 1; gzip_types text/plain;\n\
+         location = /lang { add_header Vary Accept-Language; default_type text/plain;\n\
+         return 200 \"lang=$http_accept_language\\n\"; }",
+    );
+    assert!(nginx_gzips(&nginx, "/probe.txt"), "nginx does not gzip");
+    let conf = dir.path().join("coral.toml");
+    std::fs::write(&conf, "[proxy]\nvary_variants_max = 2\n").unwrap();
+    let nodes = three_nodes(
+        dir.path(),
+        16,
+        "127.11.16.100",
+        &["--config", conf.to_str().unwrap()],
+    );
+
+    // Vary: Accept-Encoding. The origin is asked for the identity coding (a
+    // gzipped copy would reach clients that cannot decode it, and HTML could
+    // not be rewritten), so one stored copy serves clients with and without
+    // Accept-Encoding.
+    let url = coralized("www.origin.test", 8080, "/t.txt");
+    let gz = curl(&nodes[0], &url, &["-H", "Accept-Encoding: gzip, br"]);
+    assert_eq!(gz.status, 200, "{gz:?}");
+    assert_eq!(gz.header("content-encoding"), "", "{gz:?}");
+    assert_eq!(gz.body, text.as_bytes());
+    assert!(gz.header("vary").contains("Accept-Encoding"), "{gz:?}");
+    for args in [
+        &[][..],
+        &["--compressed"][..],
+        &["-H", "Accept-Encoding: identity"][..],
+    ] {
+        let a = curl(&nodes[0], &url, args);
+        assert_eq!(a.body, text.as_bytes(), "{args:?}");
+        assert!(a.header("cache-status").contains("hit"), "{args:?}: {a:?}");
+    }
+    assert_eq!(nginx.requests("/t.txt"), 1);
+
+    // Vary: Accept-Language: one stored variant per language.
+    let lang = coralized("www.origin.test", 8080, "/lang");
+    let ask = |node: &Node, l: &str| {
+        let h = format!("Accept-Language: {l}");
+        let a = curl(node, &lang, &["-H", &h]);
+        assert_eq!(a.status, 200, "{l}: {a:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&a.body),
+            format!("lang={l}\n"),
+            "the variant for {l}: {a:?}"
+        );
+        a.header("cache-status").to_string()
+    };
+    assert!(ask(&nodes[0], "en").contains("fwd=uri-miss"));
+    let fr = ask(&nodes[0], "fr");
+    assert!(fr.contains("fwd=uri-miss") && fr.contains("stored"), "{fr}");
+    assert_eq!(nginx.requests("/lang"), 2);
+    for l in ["en", "fr", "en", "fr"] {
+        let cs = ask(&nodes[0], l);
+        assert!(cs.contains("hit"), "{l} from the cache: {cs}");
+    }
+    assert_eq!(nginx.requests("/lang"), 2, "both variants from the cache");
+    // Another node gets each variant from the peer that has it (asked with
+    // the client's Accept-Language), not from the origin.
+    for l in ["en", "fr"] {
+        let cs = ask(&nodes[1], l);
+        assert!(cs.contains("detail=peer-l"), "{l} from a peer: {cs}");
+    }
+    assert_eq!(nginx.requests("/lang"), 2, "no origin request for node 2");
+    for l in ["en", "fr"] {
+        assert!(ask(&nodes[1], l).contains("hit"), "{l} kept on node 2");
+    }
+    // The other order: the variant node 1 keeps under the URL's own key
+    // ("en", its first) is found by its variant key too.
+    for l in ["fr", "en"] {
+        let cs = ask(&nodes[2], l);
+        assert!(cs.contains("detail=peer-l"), "{l} from a peer on node 3: {cs}");
+    }
+    assert_eq!(nginx.requests("/lang"), 2, "no origin request for node 3");
+    // vary_variants_max = 2 beside the first: a third variant is stored,
+    // a fourth passes through to the origin every time.
+    assert!(ask(&nodes[0], "de").contains("stored"));
+    assert!(ask(&nodes[0], "de").contains("hit"));
+    assert_eq!(nginx.requests("/lang"), 3);
+    for _ in 0..2 {
+        let cs = ask(&nodes[0], "it");
+        assert!(
+            cs.contains("fwd=vary-miss") && !cs.contains("stored"),
+            "{cs}"
+        );
+    }
+    assert_eq!(nginx.requests("/lang"), 5, "over the bound: not stored");
+    for l in ["en", "fr", "de"] {
+        assert!(ask(&nodes[0], l).contains("hit"), "{l} still cached");
+    }
+}
+
 #[test]
 fn section_3_2_flash_crowd_of_200_clients_on_three_nodes_makes_one_origin_request() {
     let dir = TempDir::new("crowd");
@@ -619,9 +754,15 @@ fn ssrf_loopback_origin_gets_403_without_allow_private_origins_and_is_never_conn
         None,
         &["--resolve", "internal.origin.test=127.11.5.100"],
     );
+    // 127.0.0.1 itself, on a port of its own (this test's network namespace
+    // or host may have nothing on port 80 to notice a connection).
+    let localhost = FaultOrigin::start("127.0.0.1:18095", |_, _, s| {
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret");
+    });
     for url in [
         coralized("127.11.5.100", 8080, "/"),
         format!("http://127.0.0.1.{ALIAS}:8090/"),
+        coralized("127.0.0.1", 18095, "/"),
         coralized("internal.origin.test", 8080, "/"),
         // 169.254.169.254 (metadata) and the IPv4-mapped form of loopback.
         format!("http://169.254.169.254.{ALIAS}:8090/latest/meta-data/"),
@@ -634,6 +775,11 @@ fn ssrf_loopback_origin_gets_403_without_allow_private_origins_and_is_never_conn
         origin.connections(),
         0,
         "the refused address was never connected to"
+    );
+    assert_eq!(
+        localhost.connections(),
+        0,
+        "127.0.0.1 was never connected to"
     );
 }
 
@@ -663,31 +809,31 @@ fn malformed_requests_get_400_and_close_reach_no_origin_and_change_no_cache_entr
     assert_eq!(good.body, b"object version 0");
     assert_eq!(origin.connections(), 1);
     let host = format!("www.origin.test.8080.{ALIAS}");
-    let cases: Vec<(&str, String)> = vec![
-        ("CL and TE", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")),
-        ("duplicate CL", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")),
-        ("bad chunk size", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")),
-        ("bare LF", format!("GET /x HTTP/1.1\nHost: {host}\n\n")),
-        ("obs-fold", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\r\n b\r\n\r\n")),
-        ("NUL", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\0b\r\n\r\n")),
-        ("lone CR", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\rb\r\n\r\n")),
-        ("two Host", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nHost: other.{ALIAS}\r\n\r\n")),
-        ("long line", format!("GET /{} HTTP/1.1\r\nHost: {host}\r\n\r\n", "a".repeat(20_000))),
-        ("many headers", format!("GET /x HTTP/1.1\r\nHost: {host}\r\n{}\r\n", "X-A: b\r\n".repeat(200))),
-        ("no Host in 1.1", "GET /x HTTP/1.1\r\n\r\n".to_string()),
-        ("TE not chunked", format!("GET /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: gzip\r\n\r\n")),
+    // 400 for what is malformed; the RFC's own status where one fits: 414
+    // for a request line too long, 431 for too many or too large fields.
+    let cases: Vec<(&str, u16, String)> = vec![
+        ("CL and TE", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")),
+        ("duplicate CL", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab")),
+        ("bad chunk size", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")),
+        ("bare LF", 400, format!("GET /x HTTP/1.1\nHost: {host}\n\n")),
+        ("obs-fold", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\r\n b\r\n\r\n")),
+        ("NUL", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\0b\r\n\r\n")),
+        ("lone CR", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: a\rb\r\n\r\n")),
+        ("two Host", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nHost: other.{ALIAS}\r\n\r\n")),
+        ("long line", 414, format!("GET /{} HTTP/1.1\r\nHost: {host}\r\n\r\n", "a".repeat(20_000))),
+        ("many headers", 431, format!("GET /x HTTP/1.1\r\nHost: {host}\r\n{}\r\n", "X-A: b\r\n".repeat(200))),
+        ("large header", 431, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nX-A: {}\r\n\r\n", "b".repeat(20_000))),
+        ("no Host in 1.1", 400, "GET /x HTTP/1.1\r\n\r\n".to_string()),
+        ("TE not chunked", 400, format!("GET /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: gzip\r\n\r\n")),
     ];
-    for (what, bytes) in &cases {
+    for (what, want, bytes) in &cases {
         let (resp, closed) = raw(&node, bytes.as_bytes());
         let status: u16 = resp
             .split(' ')
             .nth(1)
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        assert!(
-            (400..=431).contains(&status) || status == 501,
-            "{what}: {resp}"
-        );
+        assert_eq!(status, *want, "{what}: {resp}");
         assert!(closed, "{what}: the connection stays open");
     }
     assert_eq!(
@@ -892,6 +1038,231 @@ fn kill_9_in_the_middle_of_a_download_leaves_no_object_served_truncated() {
     assert_eq!(origin.connections(), 2, "fetched again after the crash");
 }
 
+#[test]
+fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
+    let dir = TempDir::new("reuse");
+    let root = web_root(dir.path());
+    let ns = root.join("ns");
+    std::fs::create_dir_all(&ns).unwrap();
+    let big = object(20_000_000, 4);
+    std::fs::write(ns.join("big.bin"), &big).unwrap();
+    std::fs::write(ns.join("small.bin"), object(5000, 6)).unwrap();
+    // /ns/ is not stored (no-store): the proxy passes it through.
+    let nginx = Nginx::start_with(
+        dir.path(),
+        "127.11.17.100:8080".parse().unwrap(),
+        &root,
+        "location /ns/ { expires off; add_header Cache-Control no-store; }",
+    );
+    let node = Node::start(
+        "127.11.17.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.17.100",
+        ],
+    );
+    // One after another, on one core: one origin connection, reused.
+    for p in ["/a.bin", "/b.bin", "/c.bin"] {
+        let a = curl(&node, &coralized("www.origin.test", 8080, p), &[]);
+        assert_eq!(a.status, 200, "{p}: {a:?}");
+    }
+    let first = nginx.connections_of("/a.bin");
+    assert_eq!(first.len(), 1);
+    assert_eq!(nginx.connections_of("/b.bin"), first, "reused");
+    assert_eq!(nginx.connections_of("/c.bin"), first, "reused");
+    // A client that leaves after the head of a large pass-through answer:
+    // its origin connection is mid-body and must not be reused (the rest of
+    // the body would be read as the next answer).
+    let host = format!("www.origin.test.8080.{ALIAS}");
+    {
+        let mut s = TcpStream::connect(node.http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(s, "GET /ns/big.bin HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        while find(&got, b"\r\n\r\n").is_none() {
+            let k = s.read(&mut b).unwrap();
+            assert!(k > 0, "no head");
+            got.extend_from_slice(&b[..k]);
+        }
+        assert!(got.starts_with(b"HTTP/1.1 200"));
+    }
+    // nginx logs a request when it ends: here, when the proxy drops it.
+    let start = Instant::now();
+    while nginx.requests("/ns/big.bin") == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "big.bin never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let big_conn = nginx.connections_of("/ns/big.bin");
+    let url = coralized("www.origin.test", 8080, "/ns/small.bin");
+    for _ in 0..2 {
+        let a = curl(&node, &url, &[]);
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(
+            a.body,
+            object(5000, 6),
+            "the right answer, not big.bin's rest"
+        );
+    }
+    let small = nginx.connections_of("/ns/small.bin");
+    let log = std::fs::read_to_string(&nginx.log).unwrap_or_default();
+    assert!(
+        small.iter().all(|c| !big_conn.contains(c)),
+        "a half-read connection was reused: {log}"
+    );
+    // The first uncacheable answer costs two origin requests (the owning
+    // core's fetch finds it cannot store it; the client's own pass-through);
+    // the next goes straight to the origin (hit-for-pass) on the connection
+    // the last one left reusable, read to its end.
+    assert_eq!(small.len(), 3, "{log}");
+    assert_eq!(small[1], small[2], "reused after a whole answer: {log}");
+}
+
+#[test]
+fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with_nginx() {
+    let dir = TempDir::new("rfc9111");
+    let root = web_root(dir.path());
+    std::fs::create_dir_all(root.join("short")).unwrap();
+    std::fs::write(root.join("short/s.bin"), object(3000, 8)).unwrap();
+    let nginx = Nginx::start_with(
+        dir.path(),
+        "127.11.18.100:8080".parse().unwrap(),
+        &root,
+        "location /short/ { expires 1s; }",
+    );
+    let node = Node::start(
+        "127.11.18.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.18.100",
+        ],
+    );
+    let url = coralized("www.origin.test", 8080, "/a.bin");
+    let whole = object(41_000, 1);
+    let first = curl(&node, &url, &[]);
+    assert_eq!(first.status, 200, "{first:?}");
+    assert!(first.header("via").ends_with("(coral)"), "{first:?}");
+    assert_eq!(first.header("age"), "0", "{first:?}");
+    assert!(first
+        .header("cache-status")
+        .starts_with("coral; fwd=uri-miss"));
+    // Ranges from the cached object: past the end is 416, several ranges
+    // (an abuse vector) get the whole body.
+    let r = curl(&node, &url, &["-r", "50000-"]);
+    assert_eq!(r.status, 416, "{r:?}");
+    assert_eq!(r.header("content-range"), "bytes */41000");
+    let m = curl(&node, &url, &["-r", "0-1,5-6"]);
+    assert_eq!(m.status, 200, "{m:?}");
+    assert_eq!(m.body, whole);
+    // A client's conditionals are answered here.
+    let lm = format!("If-Modified-Since: {}", first.header("last-modified"));
+    assert_eq!(curl(&node, &url, &["-H", &lm]).status, 304);
+    let inm = format!("If-None-Match: {}", first.header("etag"));
+    assert_eq!(curl(&node, &url, &["-H", &inm]).status, 304);
+    // A browser's reload is served from the cache (the deployed CoralCDN's
+    // rule: a flash crowd of reloads must not reach the origin).
+    let reload = curl(
+        &node,
+        &url,
+        &["-H", "Cache-Control: no-cache", "-H", "Pragma: no-cache"],
+    );
+    assert!(reload.header("cache-status").contains("hit"), "{reload:?}");
+    assert_eq!(nginx.requests("/a.bin"), 1);
+    // Cookies never go upstream (every Coralized site shares one domain).
+    let b = coralized("www.origin.test", 8080, "/b.bin");
+    assert_eq!(curl(&node, &b, &["-b", "session=secret"]).status, 200);
+    let log = std::fs::read_to_string(&nginx.log).unwrap_or_default();
+    let line = log.lines().find(|l| l.contains("GET /b.bin ")).unwrap();
+    assert!(line.contains("\"-\"") && !line.contains("secret"), "{line}");
+    // Authorization: the answer is for one user; the origin gives it.
+    let auth = curl(&node, &url, &["-H", "Authorization: Basic dXNlcjpwdw=="]);
+    assert_eq!(auth.status, 200);
+    assert!(
+        auth.header("cache-status").contains("fwd=bypass"),
+        "{auth:?}"
+    );
+    assert_eq!(nginx.requests("/a.bin"), 2);
+    // A request that already came through Coral is a loop (RFC 8586).
+    for l in ["CDN-Loop: coral", &format!("CDN-Loop: other, {ALIAS}")] {
+        let a = curl(&node, &url, &["-H", l]);
+        assert_eq!(a.status, 403, "{l}: {a:?}");
+    }
+    assert_eq!(nginx.requests("/a.bin"), 2, "no loop reached the origin");
+    // A stale object is revalidated with nginx (its validators → 304).
+    let s = coralized("www.origin.test", 8080, "/short/s.bin");
+    assert_eq!(curl(&node, &s, &[]).body, object(3000, 8));
+    std::thread::sleep(Duration::from_millis(2100));
+    let again = curl(&node, &s, &[]);
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body, object(3000, 8));
+    let log = std::fs::read_to_string(&nginx.log).unwrap_or_default();
+    let statuses: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("GET /short/s.bin "))
+        .filter_map(|l| l.rsplit(' ').next())
+        .collect();
+    assert_eq!(statuses, ["200", "304"], "{log}");
+}
+
+#[test]
+fn an_origin_that_never_completes_the_connection_fails_at_the_connect_timeout() {
+    let dir = TempDir::new("connect");
+    // A listener with a backlog of one, its queue filled and never
+    // accepted: the kernel drops further SYNs, so connecting hangs.
+    let addr: SocketAddr = "127.11.19.100:8080".parse().unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&addr.into()).unwrap();
+    sock.listen(0).unwrap();
+    let mut queued = Vec::new();
+    let hung = loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Ok(s) => queued.push(s),
+            Err(e) => break e,
+        }
+        assert!(queued.len() < 16, "the accept queue does not fill");
+    };
+    assert_eq!(hung.kind(), std::io::ErrorKind::TimedOut, "{hung}");
+    let conf = dir.path().join("coral.toml");
+    std::fs::write(
+        &conf,
+        "[proxy]\nconnect_timeout_ms = 1000\nfirst_byte_timeout_ms = 30000\n",
+    )
+    .unwrap();
+    let node = Node::start(
+        "127.11.19.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--config",
+            conf.to_str().unwrap(),
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.19.100",
+        ],
+    );
+    let start = Instant::now();
+    let a = curl(&node, &coralized("www.origin.test", 8080, "/x"), &[]);
+    assert_eq!(a.status, 502, "{a:?}");
+    // It waited for the connect timeout (nothing refused it at once);
+    // SYN retries would last minutes, the miss timeout 60 s.
+    assert!(start.elapsed() >= Duration::from_millis(900));
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(sock);
+}
+
 /// A node whose origin `www.origin.test` is the fault origin on `origin_ip`,
 /// with short timeouts (config file) so that faults show quickly.
 fn fault_node(dir: &Path, ip: &str, origin_ip: &str) -> Node {
@@ -937,6 +1308,17 @@ fn faulty_origins_truncating_lying_slow_oversized_are_never_cached_as_complete()
             }
             // No head within the first-byte timeout.
             "/slow" => std::thread::sleep(Duration::from_secs(4)),
+            // The head and a little body, then silence past the idle timeout
+            // (the connection stays open).
+            "/stall" => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: max-age=600\r\n\r\n0123456789");
+                std::thread::sleep(Duration::from_secs(4));
+            }
+            // A length over object_bytes_max (1 MB here), announced.
+            "/huge-length" => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2000000\r\nCache-Control: max-age=600\r\n\r\n");
+                let _ = s.write_all(&vec![b'x'; 100_000]);
+            }
             // Larger than object_bytes_max, without a length.
             "/huge" => {
                 let _ = s.write_all(
@@ -960,7 +1342,9 @@ fn faulty_origins_truncating_lying_slow_oversized_are_never_cached_as_complete()
         ("/chunked-cut", None),
         ("/lying", Some(502)),
         ("/slow", Some(504)),
+        ("/stall", None),
         ("/huge", None),
+        ("/huge-length", Some(502)),
     ] {
         let url = coralized("www.origin.test", 8080, path);
         let before = origin.connections();
@@ -986,7 +1370,18 @@ fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         match path.as_str() {
             "/moved" => {
-                let _ = s.write_all(b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://www.origin.test:8080/new\r\nContent-Length: 0\r\n\r\n");
+                let _ = s.write_all(b"HTTP/1.1 301 Moved Permanently\r\nLocation: http://www.origin.test:8080/new\r\nContent-Location: http://www.origin.test:8080/moved\r\nContent-Length: 0\r\n\r\n");
+            }
+            // HTML with a link to the origin, plain and content-coded.
+            "/page.html" | "/coded.html" => {
+                let body = b"<a href=\"http://www.origin.test:8080/x\">x</a>";
+                let coding = if path == "/coded.html" {
+                    "Content-Encoding: gzip\r\n"
+                } else {
+                    ""
+                };
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n{coding}Cache-Control: max-age=600\r\nContent-Length: {}\r\n\r\n", body.len());
+                let _ = s.write_all(body);
             }
             "/cookie" => {
                 let _ = s.write_all(b"HTTP/1.1 200 OK\r\nSet-Cookie: session=secret\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nok");
@@ -1002,6 +1397,31 @@ fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
     assert_eq!(
         a.header("location"),
         format!("http://www.origin.test.8080.{ALIAS}:8090/new")
+    );
+    assert_eq!(
+        a.header("content-location"),
+        format!("http://www.origin.test.8080.{ALIAS}:8090/moved")
+    );
+    // Links in HTML stay Coralized; a content-coded body (which we cannot
+    // read without decoding it) is passed on byte for byte, never mangled.
+    let page = curl(
+        &node,
+        &coralized("www.origin.test", 8080, "/page.html"),
+        &[],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&page.body),
+        format!("<a href=\"http://www.origin.test.8080.{ALIAS}:8090/x\">x</a>")
+    );
+    let coded = curl(
+        &node,
+        &coralized("www.origin.test", 8080, "/coded.html"),
+        &[],
+    );
+    assert_eq!(coded.header("content-encoding"), "gzip");
+    assert_eq!(
+        coded.body,
+        b"<a href=\"http://www.origin.test:8080/x\">x</a>"
     );
     // Set-Cookie never reaches a client: every Coralized site shares one domain.
     let c = curl(
@@ -1039,6 +1459,15 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
             1 if conditional => {
                 let _ = s.write_all(b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\n\r\n");
             }
+            3 => {
+                let _ = s.write_all(b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 60\r\nContent-Length: 4\r\n\r\nslow");
+            }
+            4 => {
+                let _ = s.write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno");
+            }
+            5 => {
+                let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\ngone");
+            }
             _ => {
                 let _ = s.write_all(
                     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy",
@@ -1065,6 +1494,26 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
     assert_eq!(s.body, b"version");
     assert!(s.header("cache-status").contains("stale"), "{s:?}");
     assert!(origin.connections() > before, "the origin was asked");
+    // An origin throttling the crowd (429, 403) does not replace it either.
+    for (m, code) in [(3, 429), (4, 403)] {
+        mode.store(m, Ordering::SeqCst);
+        let before = origin.connections();
+        let t = curl(&node, &url, &[]);
+        assert_eq!(
+            t.status, 200,
+            "the stale copy, not the origin's {code}: {t:?}"
+        );
+        assert_eq!(t.body, b"version");
+        assert!(t.header("cache-status").contains("stale"), "{t:?}");
+        assert!(origin.connections() > before, "the origin was asked");
+    }
+    // Gone: a 404 replaces the copy (and is cached briefly).
+    mode.store(5, Ordering::SeqCst);
+    let g = curl(&node, &url, &[]);
+    assert_eq!(g.status, 404, "{g:?}");
+    let g = curl(&node, &url, &[]);
+    assert_eq!(g.status, 404, "{g:?}");
+    assert!(g.header("cache-status").contains("hit"), "{g:?}");
 }
 
 #[test]

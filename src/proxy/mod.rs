@@ -10,11 +10,15 @@
 //! - [`origin_addr`]: which origin addresses are refused (the SSRF guard).
 //! - [`hot`]: the fast path of a hit: plain requests, the per-core name → key table, the
 //!   hit head kept built.
+//! - [`pass`]: hit-for-pass, objects recently found uncacheable.
+//! - [`vary`]: the keys of several stored variants of one object, and their bound.
 
 pub mod date;
 pub mod hot;
 pub mod http;
 pub mod names;
 pub mod origin_addr;
+pub mod pass;
 pub mod policy;
 pub mod rewrite;
+pub mod vary;

@@ -239,6 +239,15 @@ pub fn may_serve_stale(stored: &Freshness) -> bool {
     !stored.must_revalidate
 }
 
+/// Whether the origin's answer `status`, when asked again for an object of which a copy
+/// with `stored_status` is kept, counts as a failure, so that the copy is served stale
+/// (when [`may_serve_stale`]) and kept: any 5xx; and over a good copy (below 400), a 4xx
+/// that refuses rather than says the object is gone (403, 429 ... from an origin that
+/// throttles a flash crowd). 404 and 410 replace the copy: the object is gone.
+pub fn origin_failed(stored_status: u16, status: u16) -> bool {
+    status >= 500 || (stored_status < 400 && status >= 400 && !matches!(status, 404 | 410))
+}
+
 /// The answer to a conditional request from a stored response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Conditional {
@@ -486,7 +495,7 @@ fn range_unconditional(req: &RequestHead, body_len: u64) -> RangeAnswer {
     }
 }
 
-fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
+pub(crate) fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
     let mut out = Vec::new();
     for v in values {
         if !out.is_empty() {
@@ -509,7 +518,7 @@ fn normalized(values: impl Iterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
 }
 
 /// Fields the proxy never forwards upstream: a response cannot vary on them.
-fn never_forwarded(name: &[u8]) -> bool {
+pub(crate) fn never_forwarded(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"cookie") || name.eq_ignore_ascii_case(b"accept-encoding")
 }
 

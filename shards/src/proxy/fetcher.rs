@@ -57,6 +57,9 @@ pub struct Fetcher {
     adopt: RefCell<Vec<Id>>,
 }
 
+/// Life of the pointer under the variant key of a URL's first variant.
+const VARIANT_POINTER_TTL_SECS: u32 = 3600;
+
 /// Objects found in the cache at start whose pointers are put per tick.
 const ADOPT_PER_TICK: usize = 64;
 
@@ -358,7 +361,12 @@ impl ProxyCore {
         }
         if status >= 500 {
             self.set_error(&key, status);
-            if old.is_some() {
+        }
+        // "Serve liberally": an origin that fails or refuses never replaces
+        // a good copy; the copy is served stale.
+        if let Some((_, s)) = &old {
+            if peer.is_none() && policy::origin_failed(s.head.status, status) {
+                self.set_error(&key, status);
                 return self.stale_or_failed(&key, peer, old.as_ref());
             }
         }
@@ -392,18 +400,11 @@ impl ProxyCore {
             }
         }
         let mut head = policy::head_to_store(&resp.head);
-        if let Some(loc) = head.headers.get_str("location").map(str::to_string) {
-            if let Some(new) = rewrite::location(&loc, &job.origin, &self.suffix, self.http.port())
-            {
-                head.headers.set("location", new.as_bytes());
-            }
-        }
-        let html = head
-            .headers
-            .get("content-type")
-            .is_some_and(|v| v.len() >= 9 && v[..9].eq_ignore_ascii_case(b"text/html"));
-        let mut rewriter =
-            html.then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
+        // §2.1: redirects and links to the origin stay Coralized (HTML that
+        // is content-coded is passed through untouched).
+        rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
+        let mut rewriter = rewrite::body_is_rewritable(&head)
+            .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         let vary_req = policy::vary_request_headers(&resp.head, &job.request);
         let mut head_bytes = Vec::with_capacity(1024);
         stored::encode(&head, &fresh, &vary_req, &mut head_bytes);
@@ -476,6 +477,22 @@ impl ProxyCore {
         if let Err(e) = writer.finish() {
             tracing::info!(%key, error = %e, "cache finish failed");
             return Outcome::Failed;
+        }
+        // The first variant of a URL is stored under the URL's key: a pointer
+        // under its variant key too lets nodes that ask for this variant by
+        // that key find it here (a peer's request selects it by its fields).
+        // It lives its 1 h, not renewed; the object's own pointer pins it.
+        if key == job.url_key {
+            if let Some(vk) = coral::proxy::vary::variant_key(&key, &resp.head, &job.request) {
+                let value = coral::wire::Value::from_addr(self.http);
+                let pc = self.clone();
+                glommio::spawn_local(async move {
+                    pc.shard
+                        .dsht_start(|n, now| n.put(now, vk, value, VARIANT_POINTER_TTL_SECS, None))
+                        .await;
+                })
+                .detach();
+            }
         }
         if peer.is_none() {
             resp.release(&self.pool);

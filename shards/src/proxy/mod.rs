@@ -66,8 +66,11 @@ thread_local! {
 /// A miss handed to the key's owning core.
 #[derive(Clone)]
 pub struct Job {
-    /// SHA-1 of the canonical URL.
+    /// The key fetched: SHA-1 of the canonical URL, or of a `Vary` variant
+    /// (`coral::proxy::vary`).
     pub key: Id,
+    /// SHA-1 of the canonical URL.
+    pub url_key: Id,
     /// The origin named by the Coralized host.
     pub origin: Origin,
     /// The client's request, as a GET (what the origin or a peer is asked).
@@ -168,6 +171,11 @@ pub struct ProxyCore {
     /// Host and target bytes of recently hit objects → their key and built
     /// hit head (the fast path of a hit, `server::Conn::hot_hit`).
     hot: RefCell<coral::proxy::hot::HotTable<server::HotEntry>>,
+    /// `Vary`: the variants of each URL this core let be fetched
+    /// (`vary_variants_max`).
+    variants: RefCell<coral::proxy::vary::VariantBudget>,
+    /// Objects recently found uncacheable: fetched for their client alone.
+    passes: RefCell<coral::proxy::pass::PassMemory>,
 }
 
 /// Seconds since the Unix epoch (HTTP's clock).
@@ -222,6 +230,13 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         hot: RefCell::new(coral::proxy::hot::HotTable::new(
             HOT_OBJECTS_MAX,
             coral::id::keyed_hasher(&secret, "hot objects"),
+        )),
+        variants: RefCell::new(coral::proxy::vary::VariantBudget::new(
+            config.proxy.vary_variants_max,
+            coral::id::keyed_hasher(&secret, "vary variants"),
+        )),
+        passes: RefCell::new(coral::proxy::pass::PassMemory::new(
+            coral::id::keyed_hasher(&secret, "hit-for-pass"),
         )),
     });
     let listener = glommio::net::TcpListener::bind(config.http_addr())
@@ -296,6 +311,28 @@ impl ProxyCore {
         }
         heads.insert(*key, (obj.head().into(), st.clone()));
         Some(st)
+    }
+
+    /// The key of the variant of `url_key` that `req` selects when the
+    /// stored response `st` varies and does not match it, if that variant
+    /// may be served or fetched here: it is in the cache, or `vary_variants_max`
+    /// leaves room (a peer's request fetches nothing, so needs no room).
+    fn variant_for(
+        &self,
+        url_key: &Id,
+        st: &stored::Stored,
+        req: &RequestHead,
+        no_forward: bool,
+    ) -> Option<Id> {
+        let vk = coral::proxy::vary::variant_key(url_key, &st.head, req)?;
+        let cached = |k: &Id| self.cache.lookup(k).is_some();
+        if no_forward || cached(&vk) {
+            return Some(vk);
+        }
+        self.variants
+            .borrow_mut()
+            .admit(*url_key, vk, unix_now(), cached)
+            .then_some(vk)
     }
 
     /// Hands a miss to the owning core and waits for its answer.

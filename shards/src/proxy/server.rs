@@ -509,12 +509,14 @@ impl<'a> Conn<'a> {
         }
         let mut get = req.clone();
         get.method = Method::Get;
-        let job = Job {
+        let mut job = Job {
             key,
+            url_key: key,
             origin: origin.clone(),
             request: get,
             no_forward,
         };
+        let (url_key, mut key) = (key, key);
         let mut asked = false;
         let mut peer = None;
         loop {
@@ -523,6 +525,13 @@ impl<'a> Conn<'a> {
             let found = obj.and_then(|o| pc.stored_head(&key, &o).map(|s| (o, s)));
             if let Some((obj, st)) = found {
                 if !policy::vary_matches(&st.vary_req, &st.head, &req) {
+                    // Another variant: its own entry (`coral::proxy::vary`).
+                    if key == url_key {
+                        if let Some(vk) = pc.variant_for(&key, &st, &req, no_forward) {
+                            (key, job.key) = (vk, vk);
+                            continue;
+                        }
+                    }
                     if no_forward {
                         self.error(504, "no matching copy here", ka, None).await;
                         return next;
@@ -580,12 +589,17 @@ impl<'a> Conn<'a> {
                     .await;
                 return next;
             }
+            // Hit-for-pass: its last answer could not be stored.
+            if !no_forward && pc.passes.borrow_mut().pass(&key, now) {
+                return self.pass_through(&req, &origin, Forward::UriMiss).await;
+            }
             asked = true;
             match pc.miss(job.clone()).await {
                 MissAnswer::Ready { peer: p } => peer = p,
                 MissAnswer::Stale => {}
                 MissAnswer::Uncacheable => {
-                    return self.pass_through(&req, &origin, Forward::UriMiss).await
+                    pc.passes.borrow_mut().mark(key, unix_now());
+                    return self.pass_through(&req, &origin, Forward::UriMiss).await;
                 }
                 MissAnswer::Error(status) => {
                     let why = match status {
@@ -782,17 +796,11 @@ impl<'a> Conn<'a> {
             }
         };
         let mut head = policy::head_to_store(&resp.head);
-        if let Some(loc) = head.headers.get_str("location").map(str::to_string) {
-            if let Some(new) = rewrite::location(&loc, origin, &pc.suffix, pc.http.port()) {
-                head.headers.set("location", new.as_bytes());
-            }
-        }
-        let html = head
-            .headers
-            .get("content-type")
-            .is_some_and(|v| v.len() >= 9 && v[..9].eq_ignore_ascii_case(b"text/html"));
-        let mut rewriter =
-            html.then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
+        // §2.1: redirects and links to the origin stay Coralized (HTML that
+        // is content-coded is passed through untouched).
+        rewrite::head(&mut head, origin, &pc.suffix, pc.http.port());
+        let mut rewriter = rewrite::body_is_rewritable(&head)
+            .then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
         let body_len = match resp.head.framing {
             Framing::Length(n) if rewriter.is_none() => Some(n),
             Framing::Empty => Some(0),

@@ -778,3 +778,17 @@ mod props {
         }
     }
 }
+
+#[test]
+fn rfc5861_an_origin_refusing_or_failing_does_not_replace_a_good_copy() {
+    for status in [500, 502, 503, 504, 403, 429, 451] {
+        assert!(origin_failed(200, status), "{status}");
+    }
+    // Gone: the copy is replaced (cached briefly as a negative answer).
+    assert!(!origin_failed(200, 404));
+    assert!(!origin_failed(200, 410));
+    // Success replaces it; a stored error is no good copy to keep.
+    assert!(!origin_failed(200, 200));
+    assert!(!origin_failed(404, 403));
+    assert!(origin_failed(404, 503));
+}
