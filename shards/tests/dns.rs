@@ -504,3 +504,88 @@ fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
     assert!(records(&far, "ANSWER").is_empty(), "{far}");
     assert_eq!(records(&far, "AUTHORITY")[0].2, "SOA", "{far}");
 }
+
+/// This node's dnssrv counters (core 0), from the admin's `/stats`.
+fn dns_counters(admin: &str) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", &format!("http://{admin}/stats")])
+        .output()
+        .expect("curl");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["cores"][0]["dns"].clone()
+}
+
+#[test]
+fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
+    // D's own proxy is non-recursive, so a client on another network can
+    // only be sent to N; D counts N live for one second after it last
+    // answered an RPC, and holds a query up to 3 s while it pings.
+    let d = Node::start(
+        "127.13.11.1",
+        DNS_PORT,
+        "[dnssrv]\nnon_recursive = true\nlive_secs = 1\nhold_ms = 3000\n",
+    );
+    let n = Proc(
+        Command::new(CORAL)
+            .args(["node", "--cores", "1", "--dsht", "127.13.12.1:7000"])
+            .args(["--admin", "127.13.12.1:7080"])
+            .args(["--bootstrap", "127.13.11.1:7000"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start coral node"),
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let far = "127.13.13.1";
+    let a_records = |out: &str| -> Vec<String> {
+        records(out, "ANSWER")
+            .into_iter()
+            .filter(|r| r.2 == "A")
+            .map(|r| r.3)
+            .collect()
+    };
+    // N joined and D verified it.
+    let start = Instant::now();
+    loop {
+        let out = d.kdig(&["-b", far, name, "A"]);
+        if a_records(&out) == ["127.13.12.1"] {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "N never offered: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Whenever N's verification has aged past a second, the query waits
+    // for D's ping of N and is answered with N, never with nothing.
+    let start = Instant::now();
+    loop {
+        // Let N's last verification age past `live_secs`.
+        std::thread::sleep(Duration::from_millis(1200));
+        let out = d.kdig(&["-b", far, name, "A"]);
+        assert_eq!(a_records(&out), ["127.13.12.1"], "{out}");
+        let c = dns_counters("127.13.11.1:7080");
+        if c["held_answered"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "no query was ever held: {c}"
+        );
+    }
+    // N stops: a held query is answered at its deadline, with no proxy
+    // rather than a dead one.
+    drop(n);
+    std::thread::sleep(Duration::from_millis(1200));
+    let held = Instant::now();
+    let out = d.kdig(&["-b", far, name, "A"]);
+    assert_eq!(status(&out), "NOERROR", "{out}");
+    assert!(a_records(&out).is_empty(), "{out}");
+    assert!(held.elapsed() >= Duration::from_millis(1000), "not held");
+    let c = dns_counters("127.13.11.1:7080");
+    assert!(c["held_expired"].as_u64().unwrap_or(0) >= 1, "{c}");
+    assert!(c["queries_a"].as_u64().unwrap_or(0) >= 3, "{c}");
+    assert!(c["rcode_noerror"].as_u64().unwrap_or(0) >= 3, "{c}");
+}
