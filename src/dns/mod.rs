@@ -1318,7 +1318,13 @@ impl Dnssrv {
 
     /// Where the client is: its level and the Client Subnet scope the
     /// answer holds for.
-    fn locate(&mut self, now: Time, client: IpAddr, ecs: Option<Ecs>) -> (Level, u8) {
+    /// Also the nodes hints found near it (one look at the near cache).
+    fn locate(
+        &mut self,
+        now: Time,
+        client: IpAddr,
+        ecs: Option<Ecs>,
+    ) -> (Level, u8, [Option<SocketAddr>; NEAR_NODES_MAX]) {
         let (ip, scope) = match ecs {
             Some(e) if e.source > 0 => {
                 let bits = match e.addr {
@@ -1334,7 +1340,8 @@ impl Dnssrv {
         // Probe a network not measured, or whose near nodes (hints) are not
         // known: its RTT and its last hops come back in `on_probe`.
         let retry = matches!(self.hold, Hold::Retry(_));
-        if !retry && (rtt.is_none() || !self.near.fresh(key, now)) {
+        let (near_fresh, near) = self.near.get(key, now);
+        if !retry && (rtt.is_none() || !near_fresh) {
             if self.probes.allow(ip, now) {
                 self.counters.probes_sent += 1;
                 self.followups.push_back(FollowUp::Probe(ip));
@@ -1343,8 +1350,8 @@ impl Dnssrv {
             }
         }
         match rtt {
-            Some(rtt) => (self.level_for(rtt), scope),
-            None => (self.cfg.default_level, scope),
+            Some(rtt) => (self.level_for(rtt), scope, near),
+            None => (self.cfg.default_level, scope, near),
         }
     }
 
@@ -1361,6 +1368,7 @@ impl Dnssrv {
         level: usize,
         target: IpAddr,
         want: Rtype,
+        near: [Option<SocketAddr>; NEAR_NODES_MAX],
     ) -> (Best<ANSWERS_MAX>, bool) {
         let live = Duration::from_secs(self.cfg.live_secs);
         let hold_window = Duration::from_millis(self.cfg.hold_ms);
@@ -1372,11 +1380,6 @@ impl Dnssrv {
         };
         // Nodes near the target, found through hints: ranked above every
         // proxy of the level (they are near by topology, not only by RTT).
-        let key = prefix_key(target, 24, 56);
-        let mut near = [None; NEAR_NODES_MAX];
-        for (slot, a) in near.iter_mut().zip(self.near.nodes(key, ctx.now)) {
-            *slot = Some(a);
-        }
         let mut unverified = false;
         for (i, a) in near.iter().flatten().enumerate() {
             let ip = a.ip();
@@ -1395,7 +1398,11 @@ impl Dnssrv {
             }
         }
         let hinted = best.len > 0;
-        if unverified && self.near.ping_due(key, ctx.now, VERIFY_INTERVAL) {
+        if unverified
+            && self
+                .near
+                .ping_due(prefix_key(target, 24, 56), ctx.now, VERIFY_INTERVAL)
+        {
             for a in near.into_iter().flatten() {
                 self.followups.push_back(FollowUp::Ping(a));
             }
@@ -1740,13 +1747,13 @@ impl Dnssrv {
                 return (add, 0, r);
             }
         };
-        let (level, scope) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
+        let (level, scope, near) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
         let level = (level as usize).min(ctx.view.levels.len().saturating_sub(1));
         let target = match ctx.edns.ecs {
             Some(e) if e.source > 0 => e.addr,
             _ => ctx.client,
         };
-        let (best, hinted) = self.pick_proxies(ctx, level, target, want);
+        let (best, hinted) = self.pick_proxies(ctx, level, target, want, near);
         if self.hold_now {
             // Held: nothing is sent now; the query is asked again.
             return (ans.additional(), scope, Ok(()));

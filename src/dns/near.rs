@@ -148,6 +148,22 @@ impl NearCache {
             .flat_map(|n| n.nodes.iter().flatten().copied())
     }
 
+    /// One look at network `key`: whether its entry is fresh (pending or
+    /// answered: no new lookup is needed), and the nodes found near it.
+    pub fn get(&self, key: u128, now: Time) -> (bool, [Option<SocketAddr>; NEAR_NODES_MAX]) {
+        match self.map.get(&key) {
+            Some(n) if now.saturating_since(n.at) <= self.ttl => (
+                true,
+                if n.done {
+                    n.nodes
+                } else {
+                    [None; NEAR_NODES_MAX]
+                },
+            ),
+            _ => (false, [None; NEAR_NODES_MAX]),
+        }
+    }
+
     /// Whether network `key` has a fresh entry (pending or answered): no new
     /// lookup is needed.
     pub fn fresh(&self, key: u128, now: Time) -> bool {
