@@ -731,3 +731,32 @@ fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given()
     );
     drop(nginx);
 }
+
+/// Coral is no probe reflector: queries from twenty addresses of one /24,
+/// all before any probe has come back, start at most `probes_per_prefix`
+/// (4) probes; the rest are refused and counted.
+#[test]
+fn client_probes_are_bounded_per_slash_24() {
+    let node = Node::start(
+        "127.13.15.1",
+        DNS_PORT,
+        "[dnssrv]\nrrl_responses_per_sec = 0\n",
+    );
+    let q = query(7, "www.x.com.http.L2.L1.L0.coralcdn.test", 1, false);
+    let sockets: Vec<UdpSocket> = (1..=20)
+        .map(|i| UdpSocket::bind(format!("127.13.16.{i}:0")).unwrap())
+        .collect();
+    for s in &sockets {
+        s.send_to(&q, node.dns).unwrap();
+    }
+    for s in &sockets {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 1500];
+        let (n, _) = s.recv_from(&mut b).expect("an answer for every client");
+        assert_eq!(rcode(&b[..n]), 0);
+    }
+    let c = dns_counters("127.13.15.1:7080");
+    assert_eq!(c["probes_sent"], 4, "{c}");
+    assert_eq!(c["probes_refused"], 16, "{c}");
+    assert_eq!(c["client_level0"], 20, "not measured yet: level 0; {c}");
+}
