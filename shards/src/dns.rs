@@ -14,10 +14,20 @@
 //!   queries per connection answered in order, at most
 //!   `tcp_connections_max` connections per core, closed after `tcp_idle_ms`
 //!   without a query; the accept loop backs off on errors.
-//! - **Probes.** A thread per core measures a client's RTT with one UDP
-//!   datagram to a closed port (the port-unreachable answer times the round
-//!   trip); `coral::dns` bounds how many are asked for (per destination,
-//!   per /24 and per second), so coral is no probe reflector.
+//! - **Probes.** A thread per core probes a client's path with the
+//!   traceroute-like probe of `hints.rs` (all TTLs at once, aggressive
+//!   time-outs): the destination's port unreachable times the round trip,
+//!   the routers' time-exceeded answers name the last hops. `coral::dns`
+//!   bounds how many are asked for (per destination, per /24 and per
+//!   second), so coral is no probe reflector.
+//! - **Hints** (§3.1, §4.4). For the hint keys `coral::dns` derives from a
+//!   probe (the last hops' addresses and /24s, the client's /24), the core
+//!   gets each key on the core that owns it; the nodes found are pinged,
+//!   and answers put them first once verified alive.
+//! - **Held queries.** A UDP or TCP query that would get no live proxy
+//!   while candidates are pinged waits (`[dnssrv] hold_ms`, at most
+//!   `held_max` per core) in a queue the hold task retries every
+//!   `HOLD_POLL`, on a fresh snapshot; the executor never blocks.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -28,7 +38,7 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use coral::dns::{DnsConfig, Dnssrv, FollowUp, Transport, View};
+use coral::dns::{DnsConfig, Dnssrv, FollowUp, Hold, Outcome, Transport, View};
 use coral::wire::Services;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream, UdpSocket};
@@ -51,6 +61,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 const PROBE_PORT: u16 = 33434;
 /// Verification pings sent for one level at a time.
 const VERIFY_PINGS_MAX: usize = 8;
+/// Hops a client's path is probed out to (all at once).
+const PROBE_HOPS_MAX: u8 = 24;
+/// Hint lookups (each a few DSHT gets) running at once per core; beyond
+/// it a client's lookup is dropped (it finds no near node this time).
+const HINT_LOOKUPS_INFLIGHT_MAX: usize = 16;
+/// How often held queries are asked again (on a fresh snapshot).
+const HOLD_POLL: Duration = Duration::from_millis(10);
 /// Probes queued per core before new ones are dropped.
 const PROBES_QUEUED_MAX: usize = 64;
 /// Longest and shortest back-off of the TCP accept loop after an error.
@@ -88,6 +105,11 @@ pub struct DnsSection {
     pub client_rtt_secs: Option<u64>,
     /// TCP connections per core (256).
     pub tcp_connections_max: Option<usize>,
+    /// Longest a query with no live proxy waits while candidates are
+    /// pinged, in ms (400; 0: never).
+    pub hold_ms: Option<u64>,
+    /// Queries held at once per core (128).
+    pub held_max: Option<usize>,
     /// A TCP connection with no query this long is closed (10000).
     pub tcp_idle_ms: Option<u64>,
     /// This node's proxy is non-recursive: it serves only clients on its
@@ -124,6 +146,8 @@ impl DnsSection {
             clients_max: self.clients_max.unwrap_or(d.clients_max),
             client_rtt_secs: self.client_rtt_secs.unwrap_or(d.client_rtt_secs),
             serial: d.serial,
+            hold_ms: self.hold_ms.unwrap_or(d.hold_ms),
+            held_max: self.held_max.unwrap_or(d.held_max),
         }
     }
 
@@ -156,6 +180,12 @@ impl DnsSection {
         }
         if self.clients_max == Some(0) {
             return bad("clients_max", "above 0");
+        }
+        if self.hold_ms.is_some_and(|ms| ms > 5000) {
+            return bad("hold_ms", "0-5000");
+        }
+        if self.held_max.is_some_and(|n| n > 65_536) {
+            return bad("held_max", "0-65536");
         }
         for ip in self.client_rtt_ms.keys() {
             if ip.parse::<IpAddr>().is_err() {
@@ -211,16 +241,61 @@ pub fn services(cfg: &NodeConfig) -> Services {
     s
 }
 
+/// What a probe of a client found: its address, its RTT (if it answered)
+/// and the routers on the path, nearest first.
+type Probed = (IpAddr, Option<Duration>, Vec<IpAddr>);
+
+/// A UDP query held until a proxy is verified or its deadline.
+struct HeldQuery {
+    query: Vec<u8>,
+    from: SocketAddr,
+    since: coral::Time,
+}
+
 /// One core's dnssrv.
 struct Core {
     shard: Rc<Shard>,
     srv: RefCell<Dnssrv>,
     view: RefCell<View>,
+    services: Services,
     probe_tx: mpsc::SyncSender<IpAddr>,
-    rtt_rx: mpsc::Receiver<(IpAddr, Duration)>,
+    probe_rx: mpsc::Receiver<Probed>,
     tcp_open: Cell<usize>,
     tcp_connections_max: usize,
     tcp_idle: Duration,
+    /// UDP queries held (at most `held_max`: the answer function counts).
+    held: RefCell<Vec<HeldQuery>>,
+    /// Whether the hold task runs.
+    holding: Cell<bool>,
+    /// The UDP socket, for answers to held queries (sent without waiting).
+    udp_raw: std::mem::ManuallyDrop<Socket>,
+    hint_lookups: Cell<usize>,
+}
+
+thread_local! {
+    /// This core's dnssrv, for the metrics JSON (one executor per thread).
+    static CORE: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
+}
+
+/// This core's dnssrv counters (`coral::dns::Counters`, one field each) as
+/// a JSON object, for the `dns` key of the core's metrics; null when this
+/// node serves no DNS.
+pub fn counters_json() -> serde_json::Value {
+    CORE.with(|c| match c.borrow().as_ref() {
+        Some(core) => {
+            let srv = core.srv.borrow();
+            let mut m = serde_json::Map::new();
+            for (name, v) in srv.counters().fields() {
+                m.insert(name.to_string(), serde_json::Value::from(v));
+            }
+            m.insert(
+                "held_now".into(),
+                serde_json::Value::from(srv.held() as u64),
+            );
+            serde_json::Value::Object(m)
+        }
+        None => serde_json::Value::Null,
+    })
 }
 
 /// Starts dnssrv on this core: UDP, TCP, and its upkeep task.
@@ -241,15 +316,13 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
     };
     let view = View::from_node(&shard.node(), services);
     let (probe_tx, probe_rx) = mpsc::sync_channel::<IpAddr>(PROBES_QUEUED_MAX);
-    let (rtt_tx, rtt_rx) = mpsc::channel();
+    let (rtt_tx, rtt_rx) = mpsc::channel::<Probed>();
     std::thread::Builder::new()
         .name(format!("coral-dns-probe-{}", shard.core))
         .spawn(move || {
             while let Ok(ip) = probe_rx.recv() {
-                if let Some(rtt) = measure_rtt(ip, PROBE_TIMEOUT) {
-                    if rtt_tx.send((ip, rtt)).is_err() {
-                        break;
-                    }
+                if rtt_tx.send(probe(ip)).is_err() {
+                    break;
                 }
             }
         })
@@ -262,29 +335,126 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
     // SAFETY: a second handle on the UDP descriptor for direct non-blocking
     // syscalls; ManuallyDrop keeps it from closing what `udp` owns.
     let raw = std::mem::ManuallyDrop::new(unsafe { Socket::from_raw_fd(fds.udp) });
+    // SAFETY: as above, a third handle for answers to held queries.
+    let udp_raw = std::mem::ManuallyDrop::new(unsafe { Socket::from_raw_fd(fds.udp) });
     let core = Rc::new(Core {
         shard,
         srv: RefCell::new(srv),
         view: RefCell::new(view),
+        services,
         probe_tx,
-        rtt_rx,
+        probe_rx: rtt_rx,
         tcp_open: Cell::new(0),
         tcp_connections_max: cfg.dnssrv.tcp_connections_max.unwrap_or(256),
         tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms.unwrap_or(10_000)),
+        held: RefCell::new(Vec::new()),
+        holding: Cell::new(false),
+        udp_raw,
+        hint_lookups: Cell::new(0),
     });
+    CORE.with(|c| *c.borrow_mut() = Some(core.clone()));
     glommio::spawn_local(udp_loop(core.clone(), udp, raw)).detach();
     glommio::spawn_local(accept_loop(core.clone(), listener)).detach();
-    glommio::spawn_local(upkeep(core, services)).detach();
+    glommio::spawn_local(upkeep(core)).detach();
     Ok(())
 }
 
 impl Core {
-    fn answer(&self, query: &[u8], from: SocketAddr, t: Transport, out: &mut Vec<u8>) -> bool {
+    /// Answers a UDP query, or holds it (a copy of it joins the held queue
+    /// and the hold task starts): false means nothing to send now.
+    fn answer_udp(self: &Rc<Self>, query: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> bool {
         let now = self.shard.now();
-        let view = self.view.borrow();
-        self.srv
-            .borrow_mut()
-            .answer(now, query, from, t, &view, out)
+        let o = {
+            let view = self.view.borrow();
+            self.srv.borrow_mut().answer_or_hold(
+                now,
+                query,
+                from,
+                Transport::Udp,
+                &view,
+                out,
+                Hold::Allowed,
+            )
+        };
+        match o {
+            Outcome::Answer => true,
+            Outcome::Silent => false,
+            Outcome::Hold => {
+                self.held.borrow_mut().push(HeldQuery {
+                    query: query.to_vec(),
+                    from,
+                    since: now,
+                });
+                self.start_holding();
+                false
+            }
+        }
+    }
+
+    /// Starts the hold task unless it runs.
+    fn start_holding(self: &Rc<Self>) {
+        if !self.holding.replace(true) {
+            glommio::spawn_local(hold_loop(self.clone())).detach();
+        }
+    }
+
+    /// Re-reads the snapshot from the node.
+    fn refresh_view(&self) {
+        *self.view.borrow_mut() = View::from_node(&self.shard.node(), self.services);
+    }
+}
+
+/// While queries are held: carries out the follow-ups (the verification
+/// pings) at once, then every `HOLD_POLL` takes a fresh snapshot and asks
+/// the held queries again; each is answered once a proxy is verified or at
+/// its deadline (the answer function decides). TCP queries wait in their
+/// connection's task, on the same snapshots.
+async fn hold_loop(core: Rc<Core>) {
+    let mut out = Vec::with_capacity(1232);
+    loop {
+        run_followups(&core).await;
+        glommio::timer::sleep(HOLD_POLL).await;
+        core.refresh_view();
+        let now = core.shard.now();
+        let held = std::mem::take(&mut *core.held.borrow_mut());
+        let mut keep = Vec::with_capacity(held.len());
+        for h in held {
+            let o = {
+                let view = core.view.borrow();
+                core.srv.borrow_mut().answer_or_hold(
+                    now,
+                    &h.query,
+                    h.from,
+                    Transport::Udp,
+                    &view,
+                    &mut out,
+                    Hold::Retry(h.since),
+                )
+            };
+            match o {
+                Outcome::Hold => keep.push(h),
+                Outcome::Silent => {}
+                Outcome::Answer => {
+                    let to = socket2::SockAddr::from(h.from);
+                    if core
+                        .udp_raw
+                        .send_to_with_flags(&out, &to, libc::MSG_DONTWAIT)
+                        .is_err()
+                    {
+                        tracing::debug!(from = %h.from, "held answer not sent");
+                    }
+                }
+            }
+        }
+        core.held.borrow_mut().extend(keep);
+        if core.held.borrow().is_empty() && core.srv.borrow().held() == 0 {
+            core.holding.set(false);
+            return;
+        }
+        if core.shard.stopping() {
+            core.holding.set(false);
+            return;
+        }
     }
 }
 
@@ -422,11 +592,11 @@ impl SendBatch {
     }
 
     /// Answers `q` into the next slot (callers send before it fills).
-    fn answer(&mut self, core: &Core, q: &[u8], from: SocketAddr) {
+    fn answer(&mut self, core: &Rc<Core>, q: &[u8], from: SocketAddr) {
         let Some(out) = self.outs.get_mut(self.len) else {
             return;
         };
-        if core.answer(q, from, Transport::Udp, out) {
+        if core.answer_udp(q, from, out) {
             self.to.push(from.into());
             self.len += 1;
         }
@@ -517,7 +687,7 @@ async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
 }
 
 /// One TCP connection: length-framed queries, answered in order.
-async fn serve_tcp(core: &Core, mut stream: TcpStream) -> io::Result<()> {
+async fn serve_tcp(core: &Rc<Core>, mut stream: TcpStream) -> io::Result<()> {
     stream.set_read_timeout(Some(core.tcp_idle))?;
     let _ = stream.set_nodelay(true);
     let from = stream.peer_addr()?;
@@ -529,7 +699,7 @@ async fn serve_tcp(core: &Core, mut stream: TcpStream) -> io::Result<()> {
         stream.read_exact(&mut len).await?;
         query.resize(usize::from(u16::from_be_bytes(len)), 0);
         stream.read_exact(&mut query).await?;
-        if !core.answer(&query, from, Transport::Tcp, &mut out) {
+        if !answer_tcp(core, &query, from, &mut out).await {
             // Nothing to say to this one (a response, a runt): the stream
             // can no longer be trusted to be in step.
             return Ok(());
@@ -541,32 +711,88 @@ async fn serve_tcp(core: &Core, mut stream: TcpStream) -> io::Result<()> {
     }
 }
 
+/// Answers one TCP query; a held one waits here (this connection's task),
+/// asked again every `HOLD_POLL` on the hold task's snapshots. False: send
+/// nothing.
+async fn answer_tcp(core: &Rc<Core>, query: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> bool {
+    let mut hold = Hold::Allowed;
+    loop {
+        let now = core.shard.now();
+        let o = {
+            let view = core.view.borrow();
+            core.srv
+                .borrow_mut()
+                .answer_or_hold(now, query, from, Transport::Tcp, &view, out, hold)
+        };
+        match o {
+            Outcome::Answer => return true,
+            Outcome::Silent => return false,
+            Outcome::Hold => {
+                if hold == Hold::Allowed {
+                    hold = Hold::Retry(now);
+                }
+                // The hold task sends the pings and refreshes the snapshot.
+                core.start_holding();
+                glommio::timer::sleep(HOLD_POLL).await;
+            }
+        }
+    }
+}
+
 /// Refreshes the snapshot and carries out the answer function's follow-ups.
-async fn upkeep(core: Rc<Core>, services: Services) {
+async fn upkeep(core: Rc<Core>) {
     loop {
         glommio::timer::sleep(VIEW_REFRESH).await;
         if core.shard.stopping() {
             return;
         }
-        let now = core.shard.now();
-        *core.view.borrow_mut() = View::from_node(&core.shard.node(), services);
-        while let Ok((ip, rtt)) = core.rtt_rx.try_recv() {
-            tracing::debug!(%ip, rtt_us = rtt.as_micros() as u64, "client measured");
-            core.srv.borrow_mut().on_rtt(
-                ip,
-                coral::Duration::from_micros(rtt.as_micros() as u64),
-                now,
-            );
-        }
+        core.refresh_view();
+        run_followups(&core).await;
+    }
+}
+
+/// Hands probe results to the answer function and carries out what it
+/// asked for: probes (to the probe thread), hint lookups (DSHT gets on the
+/// keys' owning cores, in a task of their own), pings.
+async fn run_followups(core: &Rc<Core>) {
+    let now = core.shard.now();
+    while let Ok((ip, rtt, hops)) = core.probe_rx.try_recv() {
+        tracing::debug!(%ip, rtt_us = rtt.map(|r| r.as_micros() as u64), ?hops, "client probed");
+        core.srv.borrow_mut().on_probe(
+            ip,
+            rtt.map(|r| coral::Duration::from_micros(r.as_micros() as u64)),
+            &hops,
+            now,
+        );
+    }
+    {
         let mut pinged = false;
         loop {
             let f = core.srv.borrow_mut().poll_followup();
             match f {
                 None => break,
                 Some(FollowUp::Probe(ip)) => {
-                    // A full queue drops the probe; the client stays at the
-                    // default level until a later query asks again.
-                    let _ = core.probe_tx.try_send(ip);
+                    // A full queue drops the probe (counted); the client
+                    // stays at the default level until a later query asks
+                    // again.
+                    if core.probe_tx.try_send(ip).is_err() {
+                        core.srv.borrow_mut().on_probe_dropped();
+                    }
+                }
+                Some(FollowUp::Hints { client, keys, len }) => {
+                    let keys: Vec<coral::Key> =
+                        keys.iter().take(usize::from(len)).copied().collect();
+                    if core.hint_lookups.get() >= HINT_LOOKUPS_INFLIGHT_MAX {
+                        let me = core.view.borrow().me;
+                        core.srv.borrow_mut().on_hints(client, &[], me, now);
+                        continue;
+                    }
+                    core.hint_lookups.set(core.hint_lookups.get() + 1);
+                    glommio::spawn_local(hint_lookup(core.clone(), client, keys)).detach();
+                }
+                Some(FollowUp::Ping(addr)) => {
+                    core.shard.node().verify_alive(now, addr);
+                    pinged = true;
                 }
                 Some(FollowUp::Verify(level)) => {
                     // Ping the level's proxies not verified lately (at most
@@ -593,6 +819,49 @@ async fn upkeep(core: Rc<Core>, services: Services) {
         if pinged {
             core.shard.flush().await;
         }
+    }
+}
+
+/// Gets a client's hint keys, each on the core that owns it, and hands the
+/// nodes named (nearest-hop keys first) to the answer function.
+async fn hint_lookup(core: Rc<Core>, client: IpAddr, keys: Vec<coral::Key>) {
+    let mut found: Vec<SocketAddr> = Vec::new();
+    for key in keys {
+        let owner = crate::steer::shard_of_key(&key, core.shard.cores);
+        let json = core
+            .shard
+            .call_on(owner, crate::runtime::Call::Get { key, levels: None })
+            .await;
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+        for a in v["values"].as_array().into_iter().flatten() {
+            if let Some(addr) = a["addr"].as_str().and_then(|s| s.parse().ok()) {
+                if !found.contains(&addr) {
+                    found.push(addr);
+                }
+            }
+        }
+    }
+    tracing::debug!(%client, ?found, "hint lookup done");
+    let now = core.shard.now();
+    let me = core.view.borrow().me;
+    core.srv.borrow_mut().on_hints(client, &found, me, now);
+    core.hint_lookups
+        .set(core.hint_lookups.get().saturating_sub(1));
+}
+
+/// Probes a client (on the probe thread, never an executor): for IPv4 the
+/// traceroute-like probe of `hints.rs` (its RTT and the routers on the
+/// path), for IPv6 the RTT alone.
+fn probe(ip: IpAddr) -> Probed {
+    match ip {
+        IpAddr::V4(v4) => match crate::hints::trace(v4, PROBE_HOPS_MAX, PROBE_TIMEOUT) {
+            Ok(t) => (ip, t.rtt, t.hops.iter().map(|h| h.addr).collect()),
+            Err(e) => {
+                tracing::debug!(%ip, error = %e, "client probe failed");
+                (ip, measure_rtt(ip, PROBE_TIMEOUT), Vec::new())
+            }
+        },
+        IpAddr::V6(_) => (ip, measure_rtt(ip, PROBE_TIMEOUT), Vec::new()),
     }
 }
 

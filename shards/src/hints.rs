@@ -28,11 +28,33 @@ pub struct Hop {
 
 /// Probes the path toward `to` (IPv4) and returns the routers that answered
 /// within `timeout`, nearest first. Stops listening early once the
-/// destination itself answers (port unreachable).
+/// destination itself answers (port unreachable) and the routers before it
+/// have (or a short grace after it).
 pub fn discover_routers(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Result<Vec<Hop>> {
+    Ok(trace(to, hops_max, timeout)?.hops)
+}
+
+/// What one probe of a path found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trace {
+    /// The routers that answered, nearest first.
+    pub hops: Vec<Hop>,
+    /// The round trip to the destination itself, if it answered (its port
+    /// unreachable, timed from the sending of the probes).
+    pub rtt: Option<Duration>,
+}
+
+/// Probes the path toward `to` (IPv4): the routers on it, nearest first,
+/// and the destination's round-trip time. All probes go out at once; after
+/// the destination answers, listening goes on only until every router
+/// before it has answered or for a grace as long again as the round trip
+/// (the last routers' answers come about with the destination's), within
+/// `timeout` in all.
+pub fn trace(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Result<Trace> {
     let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
     let fd = sock.as_raw_fd();
     set_int(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
+    let start = Instant::now();
     for ttl in 1..=hops_max {
         set_int(fd, libc::IPPROTO_IP, libc::IP_TTL, i32::from(ttl))?;
         let dst = SocketAddr::V4(SocketAddrV4::new(to, PROBE_PORT_BASE + u16::from(ttl)));
@@ -43,9 +65,17 @@ pub fn discover_routers(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Re
             sock.send_to(b"coral hint probe", dst)?;
         }
     }
-    let deadline = Instant::now() + timeout;
+    let mut deadline = start + timeout;
     let mut hops: Vec<Hop> = Vec::new();
+    let mut rtt = None;
+    let mut reached_ttl: Option<u8> = None;
     loop {
+        if let Some(r) = reached_ttl {
+            // Every router before the destination has answered.
+            if hops.iter().filter(|h| h.ttl < r).count() + 1 >= usize::from(r) {
+                break;
+            }
+        }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
@@ -56,26 +86,44 @@ pub fn discover_routers(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Re
             revents: 0,
         };
         // SAFETY: `pfd` is a valid pollfd for our open socket; nfds is 1.
-        let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        let n = unsafe {
+            libc::poll(
+                &mut pfd,
+                1,
+                left.as_millis().clamp(1, i32::MAX as u128) as i32,
+            )
+        };
         if n <= 0 {
             break;
         }
         match read_error(fd)? {
             Some(ErrorReport { ttl, from, reached }) => {
-                if let Some(ttl) = ttl {
-                    if !reached && !hops.iter().any(|h| h.ttl == ttl) {
+                if reached {
+                    if rtt.is_none() && from == IpAddr::V4(to) {
+                        let elapsed = start.elapsed();
+                        rtt = Some(elapsed);
+                        deadline =
+                            deadline.min(Instant::now() + elapsed.max(Duration::from_millis(2)));
+                    }
+                    if let Some(t) = ttl {
+                        reached_ttl = Some(reached_ttl.map_or(t, |r| r.min(t)));
+                    } else if reached_ttl.is_none() {
+                        break;
+                    }
+                } else if let Some(ttl) = ttl {
+                    if !hops.iter().any(|h| h.ttl == ttl) {
                         hops.push(Hop { ttl, addr: from });
                     }
-                }
-                if reached {
-                    break;
                 }
             }
             None => continue,
         }
     }
+    if let Some(r) = reached_ttl {
+        hops.retain(|h| h.ttl < r);
+    }
     hops.sort_by_key(|h| h.ttl);
-    Ok(hops)
+    Ok(Trace { hops, rtt })
 }
 
 struct ErrorReport {

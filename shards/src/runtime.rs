@@ -289,8 +289,9 @@ impl Shard {
                 }
                 Call::Get { key, levels } => node.get(now, *key, levels.as_deref()),
                 Call::Stats => {
-                    return stats_json(self.core, node.stats(), *self.send_errors.borrow())
-                        .to_string();
+                    let mut stats = stats_json(self.core, node.stats(), *self.send_errors.borrow());
+                    stats["dns"] = crate::dns::counters_json();
+                    return stats.to_string();
                 }
                 Call::Metrics => {
                     let c = crate::metrics::counters();
@@ -303,6 +304,8 @@ impl Shard {
                             "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
                         },
                         "store": node.store_counts(now).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
+                        // dnssrv's counters on this core (`coral::dns::Counters`).
+                        "dns": crate::dns::counters_json(),
                     })
                     .to_string();
                 }

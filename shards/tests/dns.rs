@@ -504,3 +504,259 @@ fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
     assert!(records(&far, "ANSWER").is_empty(), "{far}");
     assert_eq!(records(&far, "AUTHORITY")[0].2, "SOA", "{far}");
 }
+
+/// This node's dnssrv counters (core 0), from the admin's `/stats`.
+fn dns_counters(admin: &str) -> serde_json::Value {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", &format!("http://{admin}/stats")])
+        .output()
+        .expect("curl");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["cores"][0]["dns"].clone()
+}
+
+#[test]
+fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
+    // D's own proxy is non-recursive, so a client on another network can
+    // only be sent to N; D counts N live for one second after it last
+    // answered an RPC, and holds a query up to 3 s while it pings.
+    let d = Node::start(
+        "127.13.11.1",
+        DNS_PORT,
+        "[dnssrv]\nnon_recursive = true\nlive_secs = 1\nhold_ms = 3000\n",
+    );
+    let n = Proc(
+        Command::new(CORAL)
+            .args(["node", "--cores", "1", "--dsht", "127.13.12.1:7000"])
+            .args(["--admin", "127.13.12.1:7080"])
+            .args(["--bootstrap", "127.13.11.1:7000"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start coral node"),
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let far = "127.13.13.1";
+    let a_records = |out: &str| -> Vec<String> {
+        records(out, "ANSWER")
+            .into_iter()
+            .filter(|r| r.2 == "A")
+            .map(|r| r.3)
+            .collect()
+    };
+    // N joined and D verified it.
+    let start = Instant::now();
+    loop {
+        let out = d.kdig(&["-b", far, name, "A"]);
+        if a_records(&out) == ["127.13.12.1"] {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "N never offered: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Whenever N's verification has aged past a second, the query waits
+    // for D's ping of N and is answered with N, never with nothing.
+    let start = Instant::now();
+    loop {
+        // Let N's last verification age past `live_secs`.
+        std::thread::sleep(Duration::from_millis(1200));
+        let out = d.kdig(&["-b", far, name, "A"]);
+        assert_eq!(a_records(&out), ["127.13.12.1"], "{out}");
+        let c = dns_counters("127.13.11.1:7080");
+        if c["held_answered"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(40),
+            "no query was ever held: {c}"
+        );
+    }
+    // N stops: a held query is answered at its deadline, with no proxy
+    // rather than a dead one.
+    drop(n);
+    std::thread::sleep(Duration::from_millis(1200));
+    let held = Instant::now();
+    let out = d.kdig(&["-b", far, name, "A"]);
+    assert_eq!(status(&out), "NOERROR", "{out}");
+    assert!(a_records(&out).is_empty(), "{out}");
+    assert!(held.elapsed() >= Duration::from_millis(1000), "not held");
+    let c = dns_counters("127.13.11.1:7080");
+    assert!(c["held_expired"].as_u64().unwrap_or(0) >= 1, "{c}");
+    assert!(c["queries_a"].as_u64().unwrap_or(0) >= 3, "{c}");
+    assert!(c["rcode_noerror"].as_u64().unwrap_or(0) >= 3, "{c}");
+}
+
+/// Waits until something accepts TCP connections on `addr`.
+fn wait_for_tcp(addr: &str, what: &str) {
+    let start = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what} never listened on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The paper's path for an unmodified client, end to end: curl resolves a
+/// Coralized URL through the system resolver (glibc, `/etc/resolv.conf`
+/// bind-mounted in a mount namespace) to unbound, which recurses through
+/// the alias's DNAME into dnssrv's zone and gets the proxy's address; curl
+/// then fetches the object through that proxy from an nginx origin.
+#[test]
+fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given() {
+    let (ip, resolver_ip, origin) = ("127.13.14.1", "127.13.14.53", "127.13.14.100:8080");
+    if !port_53_free(ip) || !port_53_free(resolver_ip) {
+        eprintln!("SKIPPED: port 53 is taken (run the tests in a network namespace)");
+        return;
+    }
+    let dir = TempDir::new("curl");
+    let d = dir.0.display().to_string();
+    // The origin: nginx serving one file.
+    std::fs::create_dir_all(dir.0.join("www")).unwrap();
+    std::fs::write(
+        dir.0.join("www/hello.txt"),
+        "served by nginx, through coral\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.0.join("nginx.conf"),
+        format!(
+            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  \
+             proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  \
+             scgi_temp_path {d}/scgi;\n  types {{ text/plain txt; }}\n  \
+             server {{ listen {origin}; root {d}/www; }}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let nginx = Proc(
+        Command::new("/usr/sbin/nginx")
+            .args([
+                "-p",
+                &d,
+                "-c",
+                &format!("{d}/nginx.conf"),
+                "-g",
+                "daemon off;",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx (Debian's package) is needed for this test"),
+    );
+    wait_for_tcp(origin, "nginx");
+    let _node = Node::start(
+        ip,
+        53,
+        &format!(
+            "[proxy]\ncache_dir = \"{d}/cache\"\ncache_size = \"64MiB\"\n\
+             allow_private_origins = true\nresolve = [\"origin.demo.test=127.13.14.100\"]\n"
+        ),
+    );
+    wait_for_tcp(&format!("{ip}:8080"), "the proxy");
+    std::fs::write(
+        dir.0.join("unbound.conf"),
+        format!(
+            "server:\n  interface: {resolver_ip}\n  port: 53\n  do-not-query-localhost: no\n  \
+             chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  \
+             use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  do-ip6: no\n  \
+             access-control: 127.0.0.0/8 allow\n  verbosity: 0\n  \
+             local-zone: \"test.\" nodefault\n\
+             stub-zone:\n  name: \"coralcdn.test\"\n  stub-addr: {ip}@53\n\
+             stub-zone:\n  name: \"coral.test\"\n  stub-addr: {ip}@53\n"
+        ),
+    )
+    .unwrap();
+    let _unbound = Proc(
+        Command::new("/usr/sbin/unbound")
+            .args(["-d", "-c", &format!("{d}/unbound.conf")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start unbound"),
+    );
+    let resolver: SocketAddr = format!("{resolver_ip}:53").parse().unwrap();
+    let start = Instant::now();
+    while udp_exchange(
+        resolver,
+        &query(1, "coralcdn.test", 6, false),
+        Duration::from_millis(300),
+    )
+    .is_none()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "unbound did not start"
+        );
+    }
+    std::fs::write(
+        dir.0.join("resolv.conf"),
+        format!("nameserver {resolver_ip}\noptions timeout:2 attempts:3\n"),
+    )
+    .unwrap();
+    // The Coralized URL: origin host, its port, the alias; the proxy's port.
+    let url = "http://origin.demo.test.8080.coral.test:8080/hello.txt";
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c"])
+        .arg(format!(
+            "mount --bind {d}/resolv.conf /etc/resolv.conf && \
+             curl -4 -sS --max-time 30 -o {d}/fetched.txt -w '%{{http_code}} %{{remote_ip}}' {url}"
+        ))
+        .output()
+        .expect("unshare and curl");
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        summary,
+        format!("200 {ip}"),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let body = std::fs::read_to_string(dir.0.join("fetched.txt")).unwrap_or_default();
+    assert_eq!(body, "served by nginx, through coral\n");
+    let log = std::fs::read_to_string(dir.0.join("access.log")).unwrap_or_default();
+    assert!(
+        log.contains("GET /hello.txt"),
+        "the proxy fetched from the origin: {log}"
+    );
+    drop(nginx);
+}
+
+/// Coral is no probe reflector: queries from twenty addresses of one /24,
+/// all before any probe has come back, start at most `probes_per_prefix`
+/// (4) probes; the rest are refused and counted.
+#[test]
+fn client_probes_are_bounded_per_slash_24() {
+    let node = Node::start(
+        "127.13.15.1",
+        DNS_PORT,
+        "[dnssrv]\nrrl_responses_per_sec = 0\n",
+    );
+    let q = query(7, "www.x.com.http.L2.L1.L0.coralcdn.test", 1, false);
+    let sockets: Vec<UdpSocket> = (1..=20)
+        .map(|i| UdpSocket::bind(format!("127.13.16.{i}:0")).unwrap())
+        .collect();
+    for s in &sockets {
+        s.send_to(&q, node.dns).unwrap();
+    }
+    for s in &sockets {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 1500];
+        let (n, _) = s.recv_from(&mut b).expect("an answer for every client");
+        assert_eq!(rcode(&b[..n]), 0);
+    }
+    let c = dns_counters("127.13.15.1:7080");
+    assert_eq!(c["probes_sent"], 4, "{c}");
+    assert_eq!(c["probes_refused"], 16, "{c}");
+    assert_eq!(c["client_level0"], 20, "not measured yet: level 0; {c}");
+}

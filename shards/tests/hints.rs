@@ -168,3 +168,238 @@ fn probe_finds_the_router_and_the_node_stores_its_hint() {
         "no hint under the router's address pointing at node A: {hint}"
     );
 }
+
+/// A network of namespaces joined by veth links, deleted when dropped.
+struct Net {
+    tag: u32,
+    namespaces: Vec<String>,
+    links: u32,
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
+impl Net {
+    fn new() -> Net {
+        Net {
+            tag: std::process::id() % 100_000,
+            namespaces: Vec::new(),
+            links: 0,
+        }
+    }
+
+    /// A namespace named `coral-<name><tag>`, loopback up.
+    fn host(&mut self, name: &str) -> String {
+        let ns = format!("coral-{name}{}", self.tag);
+        ip(&["netns", "add", &ns]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        self.namespaces.push(ns.clone());
+        ns
+    }
+
+    /// A veth link between `a` (address `a_addr`, a /24) and `b`.
+    fn link(&mut self, a: &str, a_addr: &str, b: &str, b_addr: &str) {
+        self.links += 1;
+        let (va, vb) = (
+            format!("v{}a{}", self.links, self.tag),
+            format!("v{}b{}", self.links, self.tag),
+        );
+        ip(&[
+            "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
+        ]);
+        ip(&["-n", a, "addr", "add", &format!("{a_addr}/24"), "dev", &va]);
+        ip(&["-n", b, "addr", "add", &format!("{b_addr}/24"), "dev", &vb]);
+        ip(&["-n", a, "link", "set", &va, "up"]);
+        ip(&["-n", b, "link", "set", &vb, "up"]);
+    }
+
+    fn route(&self, ns: &str, to: &str, via: &str) {
+        ip(&["-n", ns, "route", "add", to, "via", via]);
+    }
+
+    fn forward(&self, ns: &str) {
+        let ok = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+            ])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+}
+
+/// A child process killed when dropped.
+struct Proc(std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn coral_in(ns: &str, args: &[&str]) -> Proc {
+    Proc(
+        Command::new("ip")
+            .args(["netns", "exec", ns, CORAL])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The A records of `name` as dnssrv at `server` answers a client in `ns`.
+fn kdig_a(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "kdig",
+            &format!("@{server}"),
+            "-p",
+            port,
+        ])
+        .args(["+retry=2", "+timeout=2", "+short", name, "A"])
+        .output()
+        .expect("kdig (knot-dnsutils) is needed for this test");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.parse::<std::net::Ipv4Addr>().is_ok())
+        .map(str::to_string)
+        .collect()
+}
+
+/// §3.1 and §4.4 end to end: dnssrv probes a client's path, looks up the
+/// clustering hints stored under the client's last hops, and answers with
+/// the node near the client that stored them — not with itself, which is
+/// nearer by address prefix and RTT level alone.
+///
+/// ```text
+///  D 198.18.6.2 ── R2 ── 198.19.5.0/24 ── R1 ─┬─ 198.19.1.0/24 ── N 198.19.1.2
+///  (dnssrv)                                   └─ 198.18.2.0/24 ── C 198.18.2.2 (client)
+/// ```
+///
+/// N's start-up probe toward D finds R1 and R2 and stores hints under their
+/// addresses and /24s; D's probe toward C ends at R1, answering from
+/// 198.19.5.2, whose /24 is one of N's hint keys.
+#[test]
+fn dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
+    let mut net = Net::new();
+    let (d, r2, r1, n, c) = (
+        net.host("d"),
+        net.host("r2"),
+        net.host("r1"),
+        net.host("n"),
+        net.host("c"),
+    );
+    net.link(&d, "198.18.6.2", &r2, "198.18.6.1");
+    net.link(&r2, "198.19.5.1", &r1, "198.19.5.2");
+    net.link(&r1, "198.19.1.1", &n, "198.19.1.2");
+    net.link(&r1, "198.18.2.1", &c, "198.18.2.2");
+    net.route(&d, "default", "198.18.6.1");
+    net.route(&r2, "198.19.1.0/24", "198.19.5.2");
+    net.route(&r2, "198.18.2.0/24", "198.19.5.2");
+    net.route(&r1, "default", "198.19.5.1");
+    net.route(&n, "default", "198.19.1.1");
+    net.route(&c, "default", "198.18.2.1");
+    net.forward(&r1);
+    net.forward(&r2);
+
+    let dir = std::env::temp_dir().join(format!("coral-dns-hint-{}", net.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("d.toml");
+    // One proxy per answer, so the order is the test.
+    std::fs::write(
+        &config,
+        "http = \"198.18.6.2:8080\"\n[dnssrv]\nanswers_max = 1\n",
+    )
+    .unwrap();
+    let _d = coral_in(
+        &d,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            "198.18.6.2:7000",
+            "--dns",
+            "198.18.6.2:5300",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let start = Instant::now();
+    while kdig_a(&d, "198.18.6.2", "5300", name).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "D never answered"
+        );
+    }
+    let _n = coral_in(
+        &n,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            "198.19.1.2:7000",
+            "--bootstrap",
+            "198.18.6.2:7000",
+        ],
+    );
+    // N's hint under the R1–R2 link's /24 is in the DSHT.
+    let key = coral::cluster::hint_prefix_key("198.19.5.0".parse().unwrap(), 24).to_string();
+    let start = Instant::now();
+    loop {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &d, CORAL])
+            .args(["get", &key, "--node", "127.0.0.1:7080", "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["values"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["addr"] == "198.19.1.2:7000"))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "N stored no hint under {key}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // C's first query: D knows nothing of C yet, and D's address shares
+    // more of C's prefix than N's does: D answers with itself, and probes C.
+    let first = kdig_a(&c, "198.18.6.2", "5300", name);
+    assert_eq!(first, vec!["198.18.6.2".to_string()]);
+    // Then the probe's last hop names N: once D has pinged it, it is the
+    // answer.
+    let start = Instant::now();
+    loop {
+        let got = kdig_a(&c, "198.18.6.2", "5300", name);
+        if got == vec!["198.19.1.2".to_string()] {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never answered with the node near the client: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

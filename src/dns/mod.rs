@@ -37,6 +37,7 @@
 //! every name server's glue without any state.
 
 mod limits;
+mod near;
 mod view;
 
 use std::collections::VecDeque;
@@ -53,8 +54,10 @@ use domain::dep::octseq::{OctetsBuilder, Truncate};
 use domain::rdata::{Aaaa, Cname, Dname, Ns, Soa, A};
 
 pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
+pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
 pub use view::{LevelView, Peer, View};
 
+use crate::id::Key;
 use crate::node::Level;
 use crate::time::{Duration, Time};
 
@@ -85,6 +88,12 @@ const OPT_CLIENT_SUBNET: u16 = 8;
 const NS_CACHE_MAX: usize = 64;
 /// How often a level with no live proxy may ask for verification pings.
 const VERIFY_INTERVAL: Duration = Duration::from_secs(5);
+/// Verification rounds a held query may ask for, per level: at most one
+/// per this interval.
+const HOLD_ROUND_INTERVAL: Duration = Duration::from_millis(250);
+/// The rank of a proxy a hint found near the client: above any shared
+/// prefix length (at most 128 bits).
+const HINT_RANK: u32 = 256;
 
 /// dnssrv's parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +130,11 @@ pub struct DnsConfig {
     pub client_rtt_secs: u64,
     /// The zones' SOA serial.
     pub serial: u32,
+    /// Longest a query with no live proxy is held while candidates are
+    /// pinged (0: never held).
+    pub hold_ms: u64,
+    /// Queries held at once per core; beyond it they are answered at once.
+    pub held_max: usize,
 }
 
 impl Default for DnsConfig {
@@ -142,6 +156,8 @@ impl Default for DnsConfig {
             clients_max: 65_536,
             client_rtt_secs: 3600,
             serial: 1,
+            hold_ms: 400,
+            held_max: 128,
         }
     }
 }
@@ -162,31 +178,160 @@ pub enum FollowUp {
     Probe(IpAddr),
     /// No proxy of this level was live: ping its proxies.
     Verify(Level),
+    /// Get these DSHT hint keys (the first `len`) of a client's last hops
+    /// and network, then call [`Dnssrv::on_hints`] with the nodes found.
+    Hints {
+        /// The probed address (the resolver, or the Client Subnet's).
+        client: IpAddr,
+        /// The keys, nearest the client first.
+        keys: [Key; HINT_LOOKUP_KEYS_MAX],
+        /// How many of `keys` are set.
+        len: u8,
+    },
+    /// Ping this node (a hint named it): its reply verifies it alive.
+    Ping(SocketAddr),
 }
 
-/// What dnssrv counted.
+/// What dnssrv counted on one core: plain counters, each only ever
+/// incremented. The runtime exposes them per core as `dns` in the metrics
+/// JSON, one field each ([`Counters::fields`] names them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Queries handed to `answer`.
+    /// Datagrams and TCP frames handed to the answer function.
     pub queries: u64,
+    /// Queries for A records.
+    pub queries_a: u64,
+    /// Queries for AAAA records.
+    pub queries_aaaa: u64,
+    /// Queries for NS records.
+    pub queries_ns: u64,
+    /// Queries for the SOA.
+    pub queries_soa: u64,
+    /// Queries for ANY (answered minimally, RFC 8482).
+    pub queries_any: u64,
+    /// Queries for any other type.
+    pub queries_other: u64,
+    /// Answers with rcode NOERROR (with data or NODATA).
+    pub rcode_noerror: u64,
+    /// Answers with rcode NXDOMAIN.
+    pub rcode_nxdomain: u64,
+    /// Answers with rcode REFUSED (outside our zones, zone transfers).
+    pub rcode_refused: u64,
+    /// Answers with rcode FORMERR (malformed queries).
+    pub rcode_formerr: u64,
+    /// Answers with rcode NOTIMP (opcodes other than QUERY).
+    pub rcode_notimp: u64,
+    /// Answers with extended rcode BADVERS (EDNS version above 0).
+    pub rcode_badvers: u64,
+    /// Answers with any other rcode (YXDOMAIN for over-long DNAME targets).
+    pub rcode_other: u64,
+    /// Proxy queries from clients placed at level 0 (distant or unmeasured).
+    pub client_level0: u64,
+    /// Proxy queries from clients placed at level 1.
+    pub client_level1: u64,
+    /// Proxy queries from clients placed at level 2 (nearest).
+    pub client_level2: u64,
     /// Answers with proxies in them.
-    pub proxied: u64,
-    /// FORMERR answers.
-    pub formerr: u64,
-    /// REFUSED answers.
-    pub refused: u64,
-    /// NOTIMP answers.
-    pub notimp: u64,
-    /// BADVERS answers.
-    pub badvers: u64,
-    /// NXDOMAIN answers.
-    pub nxdomain: u64,
-    /// UDP answers truncated for size.
+    pub answers_proxied: u64,
+    /// Answers for proxy names with no live proxy (NODATA).
+    pub answers_no_proxy: u64,
+    /// Answers whose first proxy was found through a clustering hint near
+    /// the client.
+    pub answers_hinted: u64,
+    /// UDP answers truncated for size (TC; the client retries over TCP).
     pub truncated: u64,
-    /// Datagrams not answered (responses, runts, rate-limited).
+    /// Datagrams not answered: responses, runts, and `rrl_dropped`.
     pub dropped: u64,
-    /// Rate-limited responses sent truncated.
-    pub slipped: u64,
+    /// Responses dropped by response rate limiting.
+    pub rrl_dropped: u64,
+    /// Responses rate limiting sent truncated instead (slip).
+    pub rrl_slipped: u64,
+    /// Client probes (RTT and last hops) asked of the runtime.
+    pub probes_sent: u64,
+    /// Client probes refused by the probe limiter (per destination, per
+    /// /24, per second) or by a full probe queue.
+    pub probes_refused: u64,
+    /// Probes whose destination answered (its RTT measured).
+    pub probes_answered: u64,
+    /// DSHT lookups of a client's hint keys started.
+    pub hint_lookups: u64,
+    /// Nodes those lookups found near clients.
+    pub hint_nodes_found: u64,
+    /// Queries held while candidate proxies were pinged (no live proxy).
+    pub held: u64,
+    /// Held queries answered with a proxy verified in the meantime.
+    pub held_answered: u64,
+    /// Held queries answered at their deadline without a live proxy.
+    pub held_expired: u64,
+    /// Queries not held because `held_max` were already held.
+    pub held_refused: u64,
+}
+
+impl Counters {
+    /// Every counter with its name, for the metrics JSON.
+    pub fn fields(&self) -> [(&'static str, u64); 33] {
+        [
+            ("queries", self.queries),
+            ("queries_a", self.queries_a),
+            ("queries_aaaa", self.queries_aaaa),
+            ("queries_ns", self.queries_ns),
+            ("queries_soa", self.queries_soa),
+            ("queries_any", self.queries_any),
+            ("queries_other", self.queries_other),
+            ("rcode_noerror", self.rcode_noerror),
+            ("rcode_nxdomain", self.rcode_nxdomain),
+            ("rcode_refused", self.rcode_refused),
+            ("rcode_formerr", self.rcode_formerr),
+            ("rcode_notimp", self.rcode_notimp),
+            ("rcode_badvers", self.rcode_badvers),
+            ("rcode_other", self.rcode_other),
+            ("client_level0", self.client_level0),
+            ("client_level1", self.client_level1),
+            ("client_level2", self.client_level2),
+            ("answers_proxied", self.answers_proxied),
+            ("answers_no_proxy", self.answers_no_proxy),
+            ("answers_hinted", self.answers_hinted),
+            ("truncated", self.truncated),
+            ("dropped", self.dropped),
+            ("rrl_dropped", self.rrl_dropped),
+            ("rrl_slipped", self.rrl_slipped),
+            ("probes_sent", self.probes_sent),
+            ("probes_refused", self.probes_refused),
+            ("probes_answered", self.probes_answered),
+            ("hint_lookups", self.hint_lookups),
+            ("hint_nodes_found", self.hint_nodes_found),
+            ("held", self.held),
+            ("held_answered", self.held_answered),
+            ("held_expired", self.held_expired),
+            ("held_refused", self.held_refused),
+        ]
+    }
+}
+
+/// What became of one query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// `out` holds the answer: send it.
+    Answer,
+    /// Send nothing (a response, a runt, or rate-limited).
+    Silent,
+    /// No proxy is live but candidates are being pinged: keep the query and
+    /// ask again ([`Hold::Retry`]) when the view changes or soon; by the
+    /// deadline the answer comes whatever was verified.
+    Hold,
+}
+
+/// Whether the answer may wait for a proxy to be verified (§3.1: only
+/// proxies verified alive first-hand, "synchronously if it must").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Never: answer now with what is live.
+    Never,
+    /// A new query: it may be held (within `held_max` per core).
+    Allowed,
+    /// A held query, asked again; it was held at this time, and is answered
+    /// once a proxy is live or `hold_ms` after it.
+    Retry(Time),
 }
 
 /// The zone apexes we serve.
@@ -518,6 +663,18 @@ pub struct Dnssrv {
     followups: VecDeque<FollowUp>,
     verify_asked: [Option<Time>; LEVELS],
     counters: Counters,
+    /// Nodes near client networks, found through hints.
+    near: NearCache,
+    /// Queries held now (at most `held_max`).
+    held: usize,
+    /// How the query being answered may be held.
+    hold: Hold,
+    /// Set while answering: hold this query rather than answer it.
+    hold_now: bool,
+    /// Set while answering: the answer is BADVERS.
+    badvers: bool,
+    /// When a held query last reached its deadline with no proxy verified.
+    hold_failed: Option<Time>,
     /// The compressor's state, kept between answers.
     compress: Option<Box<Compress>>,
     /// The apexes' names in wire form, without the root: Z, L0, L1, L2, A.
@@ -682,6 +839,12 @@ impl Dnssrv {
             followups: VecDeque::new(),
             verify_asked: [None; LEVELS],
             counters: Counters::default(),
+            near: NearCache::new(cfg.clients_max, Duration::from_secs(cfg.client_rtt_secs)),
+            held: 0,
+            hold: Hold::Never,
+            hold_now: false,
+            badvers: false,
+            hold_failed: None,
             compress: None,
             apex_flat: Vec::new(),
             apex_names: Vec::new(),
@@ -731,6 +894,69 @@ impl Dnssrv {
         self.clients.insert(prefix_key(ip, 24, 56), rtt, now, false);
     }
 
+    /// A probe of `ip` came back: its RTT (if the destination answered) and
+    /// the routers on the path, nearest the prober first. The RTT places the
+    /// client's network at a level; the last hops and the network itself
+    /// give the hint keys to look up ([`FollowUp::Hints`]), once per
+    /// network per `client_rtt_secs`.
+    pub fn on_probe(&mut self, ip: IpAddr, rtt: Option<Duration>, hops: &[IpAddr], now: Time) {
+        if let Some(rtt) = rtt {
+            self.counters.probes_answered += 1;
+            self.on_rtt(ip, rtt, now);
+        }
+        let key = prefix_key(ip, 24, 56);
+        if self.near.fresh(key, now) || !self.near.start(key, now) {
+            return;
+        }
+        let (keys, len) = lookup_keys(ip, hops);
+        if len == 0 {
+            // No key to look up (private addresses): known to have none.
+            self.near
+                .found(key, &[], IpAddr::V4(Ipv4Addr::UNSPECIFIED), now);
+            return;
+        }
+        self.counters.hint_lookups += 1;
+        self.followups.push_back(FollowUp::Hints {
+            client: ip,
+            keys,
+            len: len as u8,
+        });
+    }
+
+    /// The hint lookup for `client` found `nodes` (their DSHT addresses,
+    /// nearest-hop keys first); `me` is this node's address. The nodes are
+    /// pinged ([`FollowUp::Ping`]) so that answers may use them once
+    /// verified alive.
+    pub fn on_hints(&mut self, client: IpAddr, nodes: &[SocketAddr], me: IpAddr, now: Time) {
+        let key = prefix_key(client, 24, 56);
+        let n = self.near.found(key, nodes, me, now);
+        self.counters.hint_nodes_found += n as u64;
+        let mut found = [None; NEAR_NODES_MAX];
+        for (slot, a) in found.iter_mut().zip(self.near.nodes(key, now)) {
+            *slot = Some(a);
+        }
+        for a in found.into_iter().flatten() {
+            self.followups.push_back(FollowUp::Ping(a));
+        }
+    }
+
+    /// The runtime could not carry out a probe asked for (its queue full).
+    pub fn on_probe_dropped(&mut self) {
+        self.counters.probes_sent = self.counters.probes_sent.saturating_sub(1);
+        self.counters.probes_refused += 1;
+    }
+
+    /// Queries held now.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// The runtime gave up on a held query without asking again (its TCP
+    /// connection closed, say).
+    pub fn abandon_held(&mut self) {
+        self.held = self.held.saturating_sub(1);
+    }
+
     /// Fixes the RTT of `ip`'s network (/24, /56) instead of measuring it:
     /// for clients whose distance is known (the `[dns] client_rtt_ms`
     /// config; tests place clients at a level with it).
@@ -754,8 +980,8 @@ impl Dnssrv {
             .unwrap_or(0) as Level
     }
 
-    /// Answers one query. `out` receives the answer; false means send
-    /// nothing (a response, a runt, or rate-limited).
+    /// Answers one query now (never held). `out` receives the answer;
+    /// false means send nothing (a response, a runt, or rate-limited).
     pub fn answer(
         &mut self,
         now: Time,
@@ -765,35 +991,99 @@ impl Dnssrv {
         view: &View,
         out: &mut Vec<u8>,
     ) -> bool {
-        self.counters.queries += 1;
+        self.answer_or_hold(now, query, client, transport, view, out, Hold::Never)
+            == Outcome::Answer
+    }
+
+    /// Answers one query, or holds it ([`Outcome::Hold`]) when it asks for
+    /// proxies, none is live and candidates are being pinged, as `hold`
+    /// allows. A held query must be asked again with [`Hold::Retry`] (with
+    /// the time it was first held) until it is answered, or given up with
+    /// [`Dnssrv::abandon_held`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn answer_or_hold(
+        &mut self,
+        now: Time,
+        query: &[u8],
+        client: SocketAddr,
+        transport: Transport,
+        view: &View,
+        out: &mut Vec<u8>,
+        hold: Hold,
+    ) -> Outcome {
+        let retry = matches!(hold, Hold::Retry(_));
+        if !retry {
+            self.counters.queries += 1;
+        }
         // A runt or a response is never answered (no reflection, no loops),
         // nor what response rate limiting drops; `out` keeps its buffer.
         let Ok(msg) = Message::from_octets(query) else {
             self.counters.dropped += 1;
-            return false;
+            return self.settle(retry, Outcome::Silent);
         };
         if msg.header().qr() {
             self.counters.dropped += 1;
-            return false;
+            return self.settle(retry, Outcome::Silent);
         }
+        // A held query was rate-limited when it came.
         let rrl = match transport {
-            Transport::Udp => self.rrl.check(client.ip(), now),
-            Transport::Tcp => Rrl::Send,
+            Transport::Udp if !retry => self.rrl.check(client.ip(), now),
+            _ => Rrl::Send,
         };
         if rrl == Rrl::Drop {
             self.counters.dropped += 1;
-            return false;
+            self.counters.rrl_dropped += 1;
+            return Outcome::Silent;
         }
+        self.hold = hold;
+        self.hold_now = false;
+        self.badvers = false;
         let buf = std::mem::take(out);
-        match self.respond(now, &msg, rrl, client, transport, view, buf) {
-            Some(b) => {
+        let r = self.respond(now, &msg, rrl, client, transport, view, buf);
+        self.hold = Hold::Never;
+        match r {
+            Some(b) if self.hold_now => {
                 *out = b;
-                true
+                if !retry {
+                    self.held += 1;
+                    self.counters.held += 1;
+                }
+                Outcome::Hold
+            }
+            Some(b) => {
+                self.count_rcode(&b);
+                *out = b;
+                self.settle(retry, Outcome::Answer)
             }
             None => {
                 self.counters.dropped += 1;
-                false
+                self.settle(retry, Outcome::Silent)
             }
+        }
+    }
+
+    /// A held query's final outcome: it is no longer held.
+    fn settle(&mut self, retry: bool, o: Outcome) -> Outcome {
+        if retry {
+            self.held = self.held.saturating_sub(1);
+        }
+        o
+    }
+
+    /// Counts the answer's rcode.
+    fn count_rcode(&mut self, answer: &[u8]) {
+        let c = &mut self.counters;
+        if self.badvers {
+            c.rcode_badvers += 1;
+            return;
+        }
+        match answer.get(3).map(|b| b & 0x0f) {
+            Some(0) => c.rcode_noerror += 1,
+            Some(1) => c.rcode_formerr += 1,
+            Some(3) => c.rcode_nxdomain += 1,
+            Some(4) => c.rcode_notimp += 1,
+            Some(5) => c.rcode_refused += 1,
+            _ => c.rcode_other += 1,
         }
     }
 
@@ -820,7 +1110,6 @@ impl Dnssrv {
             h.set_cd(head.cd());
         }
         if head.opcode() != Opcode::QUERY {
-            self.counters.notimp += 1;
             b.header_mut().set_rcode(Rcode::NOTIMP);
             return Some(self.done(b.finish()));
         }
@@ -833,11 +1122,21 @@ impl Dnssrv {
         let (question, edns) = match parsed {
             Ok(p) => p,
             Err(Bad::Rcode(rcode)) => {
-                self.counters.formerr += 1;
                 b.header_mut().set_rcode(rcode);
                 return Some(self.done(b.finish()));
             }
         };
+        if !matches!(self.hold, Hold::Retry(_)) {
+            let c = &mut self.counters;
+            match question.qtype() {
+                Rtype::A => c.queries_a += 1,
+                Rtype::AAAA => c.queries_aaaa += 1,
+                Rtype::NS => c.queries_ns += 1,
+                Rtype::SOA => c.queries_soa += 1,
+                Rtype::ANY => c.queries_any += 1,
+                _ => c.queries_other += 1,
+            }
+        }
         let limit = match transport {
             Transport::Tcp => TCP_MESSAGE_BYTES,
             Transport::Udp if edns.present => {
@@ -869,23 +1168,21 @@ impl Dnssrv {
         .ok()?;
         let mut b = qb;
         if edns.version > 0 {
-            self.counters.badvers += 1;
+            self.badvers = true;
             let add = b.additional();
             return self.finish(add, &edns, Some(OptRcode::BADVERS), 0);
         }
         if rrl == Rrl::Slip {
-            self.counters.slipped += 1;
+            self.counters.rrl_slipped += 1;
             b.header_mut().set_tc(true);
             return self.finish(b.additional(), &edns, None, 0);
         }
         let qtype = question.qtype();
         if question.qclass() != Class::IN || matches!(qtype, Rtype::AXFR | Rtype::IXFR) {
-            self.counters.refused += 1;
             b.header_mut().set_rcode(Rcode::REFUSED);
             return self.finish(b.additional(), &edns, None, 0);
         }
         if qtype == Rtype::OPT {
-            self.counters.formerr += 1;
             b.header_mut().set_rcode(Rcode::FORMERR);
             return self.finish(b.additional(), &edns, None, 0);
         }
@@ -900,7 +1197,6 @@ impl Dnssrv {
         let labels = &labels[..n];
         let place = self.classify(labels);
         if place == Place::Outside {
-            self.counters.refused += 1;
             b.header_mut().set_rcode(Rcode::REFUSED);
             return self.finish(b.additional(), &edns, None, 0);
         }
@@ -1022,7 +1318,13 @@ impl Dnssrv {
 
     /// Where the client is: its level and the Client Subnet scope the
     /// answer holds for.
-    fn locate(&mut self, now: Time, client: IpAddr, ecs: Option<Ecs>) -> (Level, u8) {
+    /// Also the nodes hints found near it (one look at the near cache).
+    fn locate(
+        &mut self,
+        now: Time,
+        client: IpAddr,
+        ecs: Option<Ecs>,
+    ) -> (Level, u8, [Option<SocketAddr>; NEAR_NODES_MAX]) {
         let (ip, scope) = match ecs {
             Some(e) if e.source > 0 => {
                 let bits = match e.addr {
@@ -1033,37 +1335,90 @@ impl Dnssrv {
             }
             _ => (client, 0),
         };
-        match self.clients.rtt(prefix_key(ip, 24, 56), now) {
-            Some(rtt) => (self.level_for(rtt), scope),
-            None => {
-                if self.probes.allow(ip, now) {
-                    self.followups.push_back(FollowUp::Probe(ip));
-                }
-                (self.cfg.default_level, scope)
+        let key = prefix_key(ip, 24, 56);
+        let rtt = self.clients.rtt(key, now);
+        // Probe a network not measured, or whose near nodes (hints) are not
+        // known: its RTT and its last hops come back in `on_probe`.
+        let retry = matches!(self.hold, Hold::Retry(_));
+        let (near_fresh, near) = self.near.get(key, now);
+        if !retry && (rtt.is_none() || !near_fresh) {
+            if self.probes.allow(ip, now) {
+                self.counters.probes_sent += 1;
+                self.followups.push_back(FollowUp::Probe(ip));
+            } else if rtt.is_none() {
+                self.counters.probes_refused += 1;
             }
+        }
+        match rtt {
+            Some(rtt) => (self.level_for(rtt), scope, near),
+            None => (self.cfg.default_level, scope, near),
         }
     }
 
-    /// The live proxies nearest `target` at `level`, falling back to lower
-    /// levels (larger clusters) when a level has none.
+    /// The live proxies nearest `target` at `level`: first those a
+    /// clustering hint found near the target (verified alive, in the order
+    /// of their hops, nearest the client first), then that level's cluster
+    /// by shared prefix and RTT, falling back to lower levels (larger
+    /// clusters) when a level has none. With none live at all while
+    /// candidates are being pinged, it asks to hold the query
+    /// (`self.hold_now`) if `self.hold` allows.
     fn pick_proxies(
         &mut self,
         ctx: &Ctx,
         level: usize,
         target: IpAddr,
         want: Rtype,
-    ) -> Best<ANSWERS_MAX> {
+        near: [Option<SocketAddr>; NEAR_NODES_MAX],
+    ) -> (Best<ANSWERS_MAX>, bool) {
         let live = Duration::from_secs(self.cfg.live_secs);
+        let hold_window = Duration::from_millis(self.cfg.hold_ms);
         let mut best = Best::new(self.cfg.answers_max);
+        let usable = |p: &Peer| {
+            family_rtype(p.addr) == want
+                && ctx.now.saturating_since(p.verified) <= live
+                && (!p.non_recursive || same_local_net(ctx.client, p.addr))
+        };
+        // Nodes near the target, found through hints: ranked above every
+        // proxy of the level (they are near by topology, not only by RTT).
+        let mut unverified = false;
+        for (i, a) in near.iter().flatten().enumerate() {
+            let ip = a.ip();
+            if ip == ctx.view.me {
+                continue;
+            }
+            let found = ctx
+                .view
+                .levels
+                .iter()
+                .flat_map(|lv| lv.proxies.iter())
+                .find(|p| p.addr == ip && usable(p));
+            match found {
+                Some(p) => best.offer(HINT_RANK, i as u64, p.addr),
+                None => unverified = true,
+            }
+        }
+        let hinted = best.len > 0;
+        if unverified
+            && self
+                .near
+                .ping_due(prefix_key(target, 24, 56), ctx.now, VERIFY_INTERVAL)
+        {
+            for a in near.into_iter().flatten() {
+                self.followups.push_back(FollowUp::Ping(a));
+            }
+        }
+        // A query that may be held asks for a fresh round of pings (at most
+        // one per HOLD_ROUND_INTERVAL), unless a held query recently waited
+        // for one in vain (then only the periodic rounds).
+        let hold_may_ping = self.hold == Hold::Allowed
+            && self.cfg.hold_ms > 0
+            && self
+                .hold_failed
+                .is_none_or(|t| ctx.now.saturating_since(t) >= VERIFY_INTERVAL);
+        let mut pinging = false;
         for l in (0..=level).rev() {
             if let Some(lv) = ctx.view.levels.get(l) {
-                for p in &lv.proxies {
-                    if family_rtype(p.addr) != want
-                        || ctx.now.saturating_since(p.verified) > live
-                        || (p.non_recursive && !same_local_net(ctx.client, p.addr))
-                    {
-                        continue;
-                    }
+                for p in lv.proxies.iter().filter(|p| usable(p)) {
                     best.offer(
                         common_prefix(target, p.addr),
                         p.rtt.map_or(u64::MAX, |d| d.as_micros()),
@@ -1080,22 +1435,41 @@ impl Dnssrv {
             if best.len > 0 {
                 break;
             }
-            if l < LEVELS {
-                let due = self.verify_asked[l]
-                    .is_none_or(|t| ctx.now.saturating_since(t) >= VERIFY_INTERVAL);
-                if due
-                    && ctx
-                        .view
-                        .levels
-                        .get(l)
-                        .is_some_and(|lv| !lv.proxies.is_empty())
-                {
+            if l < LEVELS
+                && ctx
+                    .view
+                    .levels
+                    .get(l)
+                    .is_some_and(|lv| lv.proxies.iter().any(|p| family_rtype(p.addr) == want))
+            {
+                let since = self.verify_asked[l].map(|t| ctx.now.saturating_since(t));
+                let due = since.is_none_or(|s| {
+                    s >= VERIFY_INTERVAL || (hold_may_ping && s >= HOLD_ROUND_INTERVAL)
+                });
+                if due {
                     self.verify_asked[l] = Some(ctx.now);
                     self.followups.push_back(FollowUp::Verify(l as Level));
                 }
+                // Pings of this level are out (just now, or recently
+                // enough that their answers may still come).
+                pinging |=
+                    self.verify_asked[l].is_some_and(|t| ctx.now.saturating_since(t) < hold_window);
             }
         }
-        best
+        if best.len == 0 && pinging && hold_may_ping {
+            if self.held < self.cfg.held_max {
+                self.hold_now = true;
+            } else {
+                self.counters.held_refused += 1;
+            }
+        }
+        if let Hold::Retry(since) = self.hold {
+            if best.len == 0 && ctx.now.saturating_since(since) < hold_window {
+                // Still waiting on the pings asked for when it was held.
+                self.hold_now = true;
+            }
+        }
+        (best, hinted)
     }
 
     /// The name servers of `level`'s cluster nearest `target` (this node
@@ -1184,9 +1558,6 @@ impl Dnssrv {
         rcode: Rcode,
         ans: AnswerBuilder<Target>,
     ) -> (AdditionalBuilder<Target>, Result<(), PushError>) {
-        if rcode == Rcode::NXDOMAIN {
-            self.counters.nxdomain += 1;
-        }
         let mut auth = ans.authority();
         auth.header_mut().set_rcode(rcode);
         let r = self.push_soa(ctx.view, apex, NEGATIVE_TTL_SECS, |o, t, s| {
@@ -1376,18 +1747,41 @@ impl Dnssrv {
                 return (add, 0, r);
             }
         };
-        let (level, scope) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
+        let (level, scope, near) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
         let level = (level as usize).min(ctx.view.levels.len().saturating_sub(1));
         let target = match ctx.edns.ecs {
             Some(e) if e.source > 0 => e.addr,
             _ => ctx.client,
         };
-        let best = self.pick_proxies(ctx, level, target, want);
+        let (best, hinted) = self.pick_proxies(ctx, level, target, want, near);
+        if self.hold_now {
+            // Held: nothing is sent now; the query is asked again.
+            return (ans.additional(), scope, Ok(()));
+        }
+        if !matches!(self.hold, Hold::Retry(_)) {
+            match level {
+                0 => self.counters.client_level0 += 1,
+                1 => self.counters.client_level1 += 1,
+                _ => self.counters.client_level2 += 1,
+            }
+        }
+        match self.hold {
+            Hold::Retry(_) if best.len > 0 => self.counters.held_answered += 1,
+            Hold::Retry(_) => {
+                self.counters.held_expired += 1;
+                self.hold_failed = Some(ctx.now);
+            }
+            _ => {}
+        }
         if best.len == 0 {
+            self.counters.answers_no_proxy += 1;
             let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
             return (add, scope, r);
         }
-        self.counters.proxied += 1;
+        if hinted {
+            self.counters.answers_hinted += 1;
+        }
+        self.counters.answers_proxied += 1;
         let ttl = Ttl::from_secs(if level >= 2 {
             A_TTL_SECS_LEVEL2
         } else {

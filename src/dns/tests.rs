@@ -478,7 +478,8 @@ fn nsdi2004_3_1_only_proxies_verified_alive_recently() {
     // Level 2 has none live: its proxies are to be verified, and the answer
     // falls back to level 1's.
     assert_eq!(r.answer()[0].3, "127.13.1.10");
-    assert_eq!(s.poll_followup(), Some(FollowUp::Verify(2)));
+    // (A probe for its last hops comes first: a pinned RTT has no hints.)
+    assert!(followups(&mut s).contains(&FollowUp::Verify(2)));
     // Nothing live anywhere and no proxy here: NODATA, never a dead proxy.
     for l in 0..3 {
         v.levels[l].proxies[0].verified = stale;
@@ -610,4 +611,225 @@ fn rfc1035_names_are_compressed_against_the_question() {
     // whole answer stays small.
     assert!(r.bytes.len() < 130, "{} octets", r.bytes.len());
     assert_eq!(r.authority()[0].0, "L0.coralcdn.test");
+}
+
+fn ask_at(
+    s: &mut Dnssrv,
+    now: Time,
+    view: &View,
+    q: &[u8],
+    from: SocketAddr,
+    hold: Hold,
+) -> (Outcome, Reply) {
+    let mut out = Vec::new();
+    let o = s.answer_or_hold(now, q, from, Transport::Udp, view, &mut out, hold);
+    (o, Reply { bytes: out })
+}
+
+fn followups(s: &mut Dnssrv) -> Vec<FollowUp> {
+    std::iter::from_fn(|| s.poll_followup()).collect()
+}
+
+#[test]
+fn nsdi2004_3_1_proxies_near_the_client_found_through_hints_rank_first() {
+    // A client behind a router; a proxy whose address shares more of the
+    // client's prefix, and a node the hints name (near the client's last
+    // router), not yet known to this node.
+    let client: SocketAddr = "198.18.2.2:5353".parse().unwrap();
+    let near: SocketAddr = "198.19.1.2:7000".parse().unwrap();
+    let mut v = alone();
+    v.me = "198.18.6.2".parse().unwrap();
+    v.me_http = false;
+    v.levels[0].proxies.push(peer("198.18.3.10", NOW));
+    let mut s = Dnssrv::new(DnsConfig {
+        rrl_responses_per_sec: 0,
+        answers_max: 2,
+        ..DnsConfig::default()
+    });
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let (o, r) = ask_at(&mut s, NOW, &v, &q, client, Hold::Never);
+    assert_eq!(o, Outcome::Answer);
+    assert_eq!(r.answer()[0].3, "198.18.3.10");
+    assert_eq!(followups(&mut s), vec![FollowUp::Probe(client.ip())]);
+    // The probe: RTT 80 ms (level 0) and the path's routers, this node's
+    // gateway first, the client's last router last.
+    let hops: [IpAddr; 2] = ["198.18.6.1".parse().unwrap(), "198.19.5.2".parse().unwrap()];
+    s.on_probe(client.ip(), Some(Duration::from_millis(80)), &hops, NOW);
+    let (keys, len) = lookup_keys(client.ip(), &hops);
+    assert_eq!(
+        followups(&mut s),
+        vec![FollowUp::Hints {
+            client: client.ip(),
+            keys,
+            len: len as u8
+        }]
+    );
+    // A second probe result within the TTL looks nothing up again.
+    s.on_probe(client.ip(), Some(Duration::from_millis(80)), &hops, NOW);
+    assert!(followups(&mut s).is_empty());
+    // The lookup found the near node (and this node, skipped): it is
+    // pinged, and not used before it answers.
+    let mine: SocketAddr = "198.18.6.2:7000".parse().unwrap();
+    s.on_hints(client.ip(), &[mine, near], v.me, NOW);
+    assert_eq!(followups(&mut s), vec![FollowUp::Ping(near)]);
+    let (_, r) = ask_at(&mut s, NOW, &v, &q, client, Hold::Never);
+    let got: Vec<_> = r.answer().iter().map(|a| a.3.clone()).collect();
+    assert_eq!(got, vec!["198.18.3.10"]);
+    // Verified alive: it comes first, ahead of the level's proxies.
+    v.levels[0].proxies.push(peer("198.19.1.2", NOW));
+    let (_, r) = ask_at(&mut s, NOW, &v, &q, client, Hold::Never);
+    let got: Vec<_> = r.answer().iter().map(|a| a.3.clone()).collect();
+    assert_eq!(got, vec!["198.19.1.2", "198.18.3.10"]);
+    assert_eq!(s.counters().answers_hinted, 1);
+    assert_eq!(s.counters().hint_lookups, 1);
+    assert_eq!(s.counters().hint_nodes_found, 1);
+    // Without the hint the level ranks it last (fewer shared bits).
+    let other: SocketAddr = "198.18.9.9:5353".parse().unwrap();
+    let (_, r) = ask_at(&mut s, NOW, &v, &q, other, Hold::Never);
+    assert_eq!(r.answer()[0].3, "198.18.3.10");
+    // No longer verified lately: not returned, and pinged again (at most
+    // once per verification interval).
+    let later = NOW + Duration::from_secs(400);
+    v.levels[0].proxies[0].verified = later;
+    let _ = followups(&mut s);
+    let (_, r) = ask_at(&mut s, later, &v, &q, client, Hold::Never);
+    let got: Vec<_> = r.answer().iter().map(|a| a.3.clone()).collect();
+    assert_eq!(got, vec!["198.18.3.10"]);
+    assert!(followups(&mut s).contains(&FollowUp::Ping(near)));
+    let (_, _) = ask_at(&mut s, later, &v, &q, client, Hold::Never);
+    assert!(!followups(&mut s).contains(&FollowUp::Ping(near)));
+}
+
+#[test]
+fn nsdi2004_3_1_clients_with_private_addresses_look_up_no_hints() {
+    let mut s = srv();
+    let ip: IpAddr = "10.1.2.3".parse().unwrap();
+    s.on_probe(
+        ip,
+        Some(Duration::from_millis(5)),
+        &["192.168.0.1".parse().unwrap()],
+        NOW,
+    );
+    assert!(followups(&mut s).is_empty());
+    // Measured and known to have no hints: no further probe.
+    let from = SocketAddr::new(ip, 53);
+    let q = query("x.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let _ = ask_at(&mut s, NOW, &alone(), &q, from, Hold::Never);
+    assert!(followups(&mut s).is_empty());
+    assert_eq!(s.counters().client_level2, 1);
+}
+
+#[test]
+fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
+    let mut v = view_with_levels();
+    let stale = Time(NOW.0 - 400_000_000);
+    for l in 0..3 {
+        v.levels[l].proxies[0].verified = stale;
+    }
+    let mut s = Dnssrv::new(DnsConfig {
+        rrl_responses_per_sec: 0,
+        hold_ms: 400,
+        held_max: 1,
+        ..DnsConfig::default()
+    });
+    s.pin_rtt(client().ip(), Duration::from_millis(3), NOW);
+    let q = query("x.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    // Held, and every level's proxies are to be pinged.
+    let (o, _) = ask_at(&mut s, NOW, &v, &q, client(), Hold::Allowed);
+    assert_eq!(o, Outcome::Hold);
+    assert_eq!(s.held(), 1);
+    let f = followups(&mut s);
+    for l in 0..3 {
+        assert!(f.contains(&FollowUp::Verify(l)), "{f:?}");
+    }
+    // The cap on held queries: the next is answered at once (NODATA).
+    let (o, r) = ask_at(&mut s, NOW, &v, &q, client(), Hold::Allowed);
+    assert_eq!(o, Outcome::Answer);
+    assert!(r.answer().is_empty());
+    assert_eq!(s.counters().held_refused, 1);
+    // Asked again before any ping answered: still held.
+    let t1 = NOW + Duration::from_millis(100);
+    let (o, _) = ask_at(&mut s, t1, &v, &q, client(), Hold::Retry(NOW));
+    assert_eq!(o, Outcome::Hold);
+    // Level 1's proxy answered: the held query gets it.
+    v.levels[1].proxies[0].verified = t1;
+    let (o, r) = ask_at(&mut s, t1, &v, &q, client(), Hold::Retry(NOW));
+    assert_eq!(o, Outcome::Answer);
+    assert_eq!(r.answer()[0].3, "127.13.1.10");
+    assert_eq!(s.held(), 0);
+    assert_eq!(s.counters().held_answered, 1);
+    v.levels[1].proxies[0].verified = stale;
+    // Held again while the pings are out; at the deadline it is answered
+    // with what is live: nothing, NODATA, never a dead proxy.
+    let t2 = NOW + Duration::from_millis(200);
+    let (o, _) = ask_at(&mut s, t2, &v, &q, client(), Hold::Allowed);
+    assert_eq!(o, Outcome::Hold);
+    let t3 = t2 + Duration::from_millis(400);
+    let (o, r) = ask_at(&mut s, t3, &v, &q, client(), Hold::Retry(t2));
+    assert_eq!(o, Outcome::Answer);
+    assert!(r.answer().is_empty());
+    assert_eq!(r.authority()[0].1, Rtype::SOA);
+    assert_eq!(s.counters().held_expired, 1);
+    assert_eq!(s.held(), 0);
+    // The pings went unanswered: until the next verification round, queries
+    // are not held for them.
+    let (o, _) = ask_at(&mut s, t3, &v, &q, client(), Hold::Allowed);
+    assert_eq!(o, Outcome::Answer);
+    // Once a round is due again, they are.
+    let t4 = NOW + Duration::from_secs(6);
+    let (o, _) = ask_at(&mut s, t4, &v, &q, client(), Hold::Allowed);
+    assert_eq!(o, Outcome::Hold);
+    s.abandon_held();
+    assert_eq!(s.held(), 0);
+    assert_eq!(s.counters().held, 3);
+}
+
+#[test]
+fn counters_count_types_rcodes_levels_and_probes() {
+    let mut s = srv();
+    let v = alone();
+    let _ = ask(
+        &mut s,
+        &v,
+        &query("x.http.L2.L1.L0.coralcdn.test", Rtype::A, None),
+    );
+    let _ = ask(
+        &mut s,
+        &v,
+        &query("x.http.L2.L1.L0.coralcdn.test", Rtype::AAAA, None),
+    );
+    let _ = ask(&mut s, &v, &query("coralcdn.test", Rtype::NS, None));
+    let _ = ask(&mut s, &v, &query("example.org", Rtype::A, None));
+    let _ = ask(
+        &mut s,
+        &v,
+        &query("nothing.coralcdn.test", Rtype::TXT, None),
+    );
+    let _ = ask(
+        &mut s,
+        &v,
+        &query("coralcdn.test", Rtype::SOA, Some((1, &[]))),
+    );
+    let c = *s.counters();
+    assert_eq!(c.queries, 6);
+    assert_eq!((c.queries_a, c.queries_aaaa, c.queries_ns), (2, 1, 1));
+    assert_eq!((c.queries_soa, c.queries_other), (1, 1));
+    assert_eq!(c.rcode_refused, 1);
+    assert_eq!(c.rcode_nxdomain, 1);
+    assert_eq!(c.rcode_badvers, 1);
+    assert_eq!(c.rcode_noerror, 3);
+    assert_eq!(c.client_level0, 2);
+    assert_eq!(c.answers_proxied, 1, "A here; no AAAA proxy");
+    assert_eq!(c.answers_no_proxy, 1);
+    assert_eq!(c.probes_sent, 1);
+    assert_eq!(
+        c.probes_refused, 1,
+        "the same client again within the interval"
+    );
+    let names: Vec<_> = c.fields().iter().map(|f| f.0).collect();
+    let mut unique = names.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len());
+    assert!(c.fields().contains(&("queries_a", 2)));
 }
