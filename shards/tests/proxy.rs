@@ -1696,7 +1696,16 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
     let dir = TempDir::new("fast-hits");
     let version = Arc::new(AtomicUsize::new(1));
     let v2 = version.clone();
-    let origin = FaultOrigin::start("127.11.61.100:8080", move |_, _, s| {
+    let origin = FaultOrigin::start("127.11.61.100:8080", move |_, head, s| {
+        if head.starts_with("GET /lang ") {
+            let fr = head.to_ascii_lowercase().contains("accept-language: fr");
+            let _ = s.write_all(if fr {
+                b"HTTP/1.1 200 OK\r\nVary: Accept-Language\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nfr"
+            } else {
+                b"HTTP/1.1 200 OK\r\nVary: Accept-Language\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nen"
+            });
+            return;
+        }
         let _ = match v2.load(Ordering::SeqCst) {
             1 => s.write_all(b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nCache-Control: max-age=4\r\nContent-Length: 3\r\n\r\none"),
             _ => s.write_all(b"HTTP/1.1 200 OK\r\nETag: \"v2\"\r\nCache-Control: max-age=600\r\nContent-Length: 6\r\n\r\nsecond"),
@@ -1761,6 +1770,15 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
     );
     let not_modified = curl(&node, &url, &["-H", "If-None-Match: \"v2\""]);
     assert_eq!(not_modified.status, 304, "{not_modified:?}");
+    // A varying object: Accept-Language is a plain request's field, and
+    // another language must not get the stored variant.
+    let lang = coralized("www.origin.test", 8080, "/lang");
+    for _ in 0..3 {
+        let en = curl(&node, &lang, &["-H", "Accept-Language: en"]);
+        assert_eq!(en.body, b"en", "{en:?}");
+    }
+    let fr = curl(&node, &lang, &["-H", "Accept-Language: fr"]);
+    assert_eq!(fr.body, b"fr", "{fr:?}");
     // A Host the full parser refuses is refused, learned names or not.
     let (answer, closed) = raw(&node, b"GET /f HTTP/1.1\r\nHost: www origin\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");

@@ -105,10 +105,19 @@ pub(super) struct HotEntry {
     resident_secs: u64,
 }
 
+/// Longest Host plus target a `HotEntry` is made for.
+const HOT_NAME_BYTES_MAX: usize = 1024;
+/// Longest stored head a `HotEntry` is made for (it keeps the bytes, the
+/// decoded head and the built client head: a few KiB per entry at most).
+const HOT_HEAD_BYTES_MAX: usize = 4096;
+
 /// Whether a stored response's hits may take the fast path: a 200 that
-/// does not vary (a varying one needs the request's fields compared).
-fn hot_eligible(st: &Stored) -> bool {
-    st.head.status == 200 && !st.head.headers.contains("vary")
+/// does not vary (a varying one needs the request's fields compared), with
+/// a head short enough to keep.
+fn hot_eligible(st: &Stored, raw_head: &[u8]) -> bool {
+    st.head.status == 200
+        && !st.head.headers.contains("vary")
+        && raw_head.len() <= HOT_HEAD_BYTES_MAX
 }
 
 impl HotEntry {
@@ -133,7 +142,7 @@ impl HotEntry {
         }
         if *self.raw_head != *obj.head() {
             let st = pc.stored_head(&self.key, &obj)?;
-            if !hot_eligible(&st) {
+            if !hot_eligible(&st, obj.head()) {
                 return None;
             }
             self.raw_head = obj.head().into();
@@ -339,7 +348,8 @@ impl<'a> Conn<'a> {
     /// After a fresh hit on the full path for a plain request: the next
     /// plain request with the same Host and target bytes takes the fast path.
     fn learn_hot(&mut self, key: Id, obj: &ObjectRef, st: &Rc<Stored>) {
-        if !self.cold || !hot_eligible(st) {
+        if !self.cold || !hot_eligible(st, obj.head()) || self.cold_name.len() > HOT_NAME_BYTES_MAX
+        {
             return;
         }
         self.cold = false;
