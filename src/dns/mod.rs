@@ -839,7 +839,11 @@ impl Dnssrv {
             followups: VecDeque::new(),
             verify_asked: [None; LEVELS],
             counters: Counters::default(),
-            near: NearCache::new(cfg.clients_max, Duration::from_secs(cfg.client_rtt_secs)),
+            near: NearCache::new(
+                cfg.clients_max,
+                Duration::from_secs(cfg.client_rtt_secs),
+                Duration::from_secs(cfg.probe_interval_secs),
+            ),
             held: 0,
             hold: Hold::Never,
             hold_now: false,

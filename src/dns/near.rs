@@ -69,22 +69,35 @@ struct Near {
     pinged: Time,
 }
 
+impl Near {
+    /// Whether the entry still holds: `ttl` when the lookup found nodes,
+    /// `ttl_empty` while it is pending or when it found none (so a node
+    /// that stores a hint later is found within that).
+    fn fresh(&self, now: Time, ttl: Duration, ttl_empty: Duration) -> bool {
+        let found = self.done && self.nodes.iter().any(Option::is_some);
+        now.saturating_since(self.at) <= if found { ttl } else { ttl_empty }
+    }
+}
+
 /// Nodes near client networks, by network key (`prefix_key`): at most
-/// `max` networks, each for `ttl`.
+/// `max` networks, each for `ttl` (`ttl_empty` when none was found).
 #[derive(Debug)]
 pub struct NearCache {
     map: HashMap<u128, Near>,
     max: usize,
     ttl: Duration,
+    ttl_empty: Duration,
 }
 
 impl NearCache {
-    /// An empty cache of at most `max` networks, each remembered for `ttl`.
-    pub fn new(max: usize, ttl: Duration) -> NearCache {
+    /// An empty cache of at most `max` networks, each remembered for `ttl`,
+    /// or `ttl_empty` (at most `ttl`) while pending or when none was found.
+    pub fn new(max: usize, ttl: Duration, ttl_empty: Duration) -> NearCache {
         NearCache {
             map: HashMap::new(),
             max,
             ttl,
+            ttl_empty: ttl_empty.min(ttl),
         }
     }
 
@@ -92,8 +105,8 @@ impl NearCache {
     /// table is full of fresh entries (then no lookup is made).
     pub fn start(&mut self, key: u128, now: Time) -> bool {
         if !self.map.contains_key(&key) && self.map.len() >= self.max {
-            let ttl = self.ttl;
-            self.map.retain(|_, n| now.saturating_since(n.at) <= ttl);
+            let (ttl, ttl_empty) = (self.ttl, self.ttl_empty);
+            self.map.retain(|_, n| n.fresh(now, ttl, ttl_empty));
             if self.map.len() >= self.max {
                 return false;
             }
@@ -143,7 +156,7 @@ impl NearCache {
     pub fn nodes(&self, key: u128, now: Time) -> impl Iterator<Item = SocketAddr> + '_ {
         self.map
             .get(&key)
-            .filter(|n| n.done && now.saturating_since(n.at) <= self.ttl)
+            .filter(|n| n.done && n.fresh(now, self.ttl, self.ttl_empty))
             .into_iter()
             .flat_map(|n| n.nodes.iter().flatten().copied())
     }
@@ -152,7 +165,7 @@ impl NearCache {
     /// answered: no new lookup is needed), and the nodes found near it.
     pub fn get(&self, key: u128, now: Time) -> (bool, [Option<SocketAddr>; NEAR_NODES_MAX]) {
         match self.map.get(&key) {
-            Some(n) if now.saturating_since(n.at) <= self.ttl => (
+            Some(n) if n.fresh(now, self.ttl, self.ttl_empty) => (
                 true,
                 if n.done {
                     n.nodes
@@ -169,7 +182,7 @@ impl NearCache {
     pub fn fresh(&self, key: u128, now: Time) -> bool {
         self.map
             .get(&key)
-            .is_some_and(|n| now.saturating_since(n.at) <= self.ttl)
+            .is_some_and(|n| n.fresh(now, self.ttl, self.ttl_empty))
     }
 
     /// Whether the nodes near `key` may be pinged again (at most once per
@@ -247,7 +260,7 @@ mod tests {
     #[test]
     fn near_cache_is_bounded_expires_and_skips_me() {
         let ttl = Duration::from_secs(60);
-        let mut c = NearCache::new(2, ttl);
+        let mut c = NearCache::new(2, ttl, Duration::from_secs(10));
         let t = Time(1_000_000);
         let me = ip("198.18.6.2");
         let a: SocketAddr = "198.19.1.2:7000".parse().unwrap();
@@ -267,8 +280,21 @@ mod tests {
         assert!(!c.fresh(1, later));
         assert!(c.start(3, later), "stale entries make room");
         assert!(c.len() <= 2);
+        // A lookup that found none (or never came back) holds only for
+        // `ttl_empty`: a node that stores a hint later is found then.
+        let mut c = NearCache::new(4, ttl, Duration::from_secs(10));
+        c.start(5, t);
+        let t11 = t + Duration::from_secs(11);
+        assert!(!c.fresh(5, t11), "pending, never answered");
+        c.start(6, t);
+        c.found(6, &[mine], me, t);
+        assert!(c.fresh(6, t + Duration::from_secs(10)));
+        assert!(!c.fresh(6, t11), "found none");
+        c.start(7, t);
+        c.found(7, &[a], me, t);
+        assert!(c.fresh(7, t11), "found one: the full ttl");
         // Pings of the near nodes are throttled.
-        let mut c = NearCache::new(4, ttl);
+        let mut c = NearCache::new(4, ttl, ttl);
         c.start(1, t);
         c.found(1, &[a], me, t);
         let i = Duration::from_secs(5);
