@@ -129,7 +129,15 @@ const REQUESTER: ([u8; 4], u16) = ([127, 0, 0, 2], 4000);
 
 fn node_at(now: Time) -> Node {
     let addr = SocketAddr::from(NODE_ADDR);
-    Node::new(Config::default(), addr, now, 0x00c0_7a1d).expect("default config is valid")
+    // The requester sends one request per simulated microsecond: the
+    // per-source rate limits (SECURITY.md) are raised to that, so that
+    // every request is served; the limiter still runs for each one.
+    let config = Config {
+        rate_requests_per_sec: 1_000_000,
+        rate_verified_requests_per_sec: 1_000_000,
+        ..Config::default()
+    };
+    Node::new(config, addr, now, 0x00c0_7a1d).expect("bench config is valid")
 }
 
 /// A request datagram from the requester (its header sender id bound to its

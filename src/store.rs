@@ -10,6 +10,13 @@
 //!   toward the key (the paper: "loaded for all but one store attempt every
 //!   5 seconds"). The requests counted are forward-phase probes for the key,
 //!   received from the network or made by the local node's own puts.
+//!   A key's bucket starts with one token, not β: the first request passes,
+//!   then one every 60/β s, and credit builds up to β only while requests
+//!   come slower than β a minute. Every node starting at once (Fig. 8's first
+//!   minute) would otherwise let β requests through at once, and the node
+//!   closest to a hot key would receive β from each of its predecessors before
+//!   anything near it is full: with random ids that start-up wave alone was
+//!   over twice the bound (ARCHITECTURE.md, "No hot spot for any id set").
 //! - A store that finds the node not full evicts the value with the shortest
 //!   remaining TTL if the list is at l values; a store of a value already
 //!   present extends its expiry.
@@ -195,10 +202,16 @@ struct Leak {
 
 const MINUTE_US: u64 = 60_000_000;
 
+/// The credit one request takes: 60 s / β.
+fn token_us(beta_per_min: u32) -> u64 {
+    MINUTE_US / u64::from(beta_per_min.max(1))
+}
+
 impl Leak {
-    fn new(now: Time) -> Leak {
+    /// A new key's bucket: one token (see the module docs).
+    fn new(now: Time, beta_per_min: u32) -> Leak {
         Leak {
-            credit_us: MINUTE_US,
+            credit_us: token_us(beta_per_min),
             last: now,
         }
     }
@@ -208,7 +221,7 @@ impl Leak {
         let elapsed = now.saturating_since(self.last).as_micros();
         self.last = now;
         self.credit_us = (self.credit_us + elapsed).min(MINUTE_US);
-        let token_us = MINUTE_US / u64::from(beta_per_min.max(1));
+        let token_us = token_us(beta_per_min);
         if self.credit_us >= token_us {
             self.credit_us -= token_us;
             false
@@ -350,7 +363,7 @@ impl Store {
             // which need no token, must not fill the key table); its load
             // is counted in a shared bucket (see `unknown`).
             if self.unknown.is_empty() {
-                self.unknown = vec![Leak::new(now); UNKNOWN_LOAD_SLOTS];
+                self.unknown = vec![Leak::new(now, beta); UNKNOWN_LOAD_SLOTS];
             }
             let slot = (std::hash::BuildHasher::hash_one(&self.unknown_hasher, key) as usize)
                 % UNKNOWN_LOAD_SLOTS;
@@ -362,7 +375,7 @@ impl Store {
         };
         let loaded = entry
             .leak
-            .get_or_insert_with(|| Leak::new(now))
+            .get_or_insert_with(|| Leak::new(now, beta))
             .request(now, beta);
         expire(&mut entry.values, now, &mut self.ledger);
         state(entry, now, loaded)
@@ -574,7 +587,7 @@ impl Store {
     /// Keys that are loaded now (§4.2): their leakage bucket has no token
     /// left for another request (a walk: for metrics, not a hot path).
     pub fn loaded_key_count(&self, now: Time) -> usize {
-        let token_us = MINUTE_US / u64::from(self.beta_per_min.max(1));
+        let token_us = token_us(self.beta_per_min);
         self.entries
             .values()
             .filter(|e| {
@@ -679,20 +692,80 @@ mod tests {
     }
 
     #[test]
-    fn loaded_after_beta_requests_in_a_minute_then_leaks_beta_per_minute() {
+    fn s4_2_loaded_a_new_key_leaks_one_request_then_beta_per_minute() {
+        let mut s = Store::new(4, 12, 100);
+        let k = Id([1; 20]);
+        s.store(&k, v(1), Duration::from_secs(3600), Time::ZERO);
+        // A burst on a new key: the first request passes, the rest find
+        // the node loaded (the bucket starts with one token, not β).
+        assert!(!s.probe(&k, Time(0)).loaded);
+        for i in 1..12 {
+            assert!(s.probe(&k, Time(i)).loaded, "request {i}");
+        }
+        // One more passes 60/β = 5 s later, and not before.
+        let t = Time::ZERO + Duration::from_millis(4_900);
+        assert!(s.probe(&k, t).loaded);
+        let t = Time::ZERO + Duration::from_millis(10_100);
+        assert!(!s.probe(&k, t).loaded);
+        // At 10 requests a second for ten minutes, 12 a minute leak through.
+        let mut unloaded = 0;
+        let start = Time::ZERO + Duration::from_secs(11);
+        for i in 0..6000u64 {
+            let now = start + Duration::from_millis(100 * i);
+            if !s.probe(&k, now).loaded {
+                unloaded += 1;
+            }
+        }
+        assert!(
+            (118..=122).contains(&unloaded),
+            "{unloaded} leaked in 10 minutes"
+        );
+        // After a quiet minute the credit is β again: a key requested no
+        // faster than β a minute is never loaded (more than β in a minute).
+        let quiet = start + Duration::from_secs(600 + 60);
+        for i in 0..12 {
+            assert!(
+                !s.probe(&k, quiet + Duration::from_millis(i)).loaded,
+                "request {i}"
+            );
+        }
+        assert!(s.probe(&k, quiet + Duration::from_millis(12)).loaded);
+    }
+
+    #[test]
+    fn s4_2_loaded_at_beta_a_minute_never_loaded() {
+        let mut s = Store::new(4, 12, 100);
+        let k = Id([1; 20]);
+        s.store(&k, v(1), Duration::from_secs(3600), Time::ZERO);
+        // One request every 5 s (β = 12 a minute) from the start: none is
+        // more than β within a minute, none finds the node loaded.
+        for i in 0..120u64 {
+            let now = Time::ZERO + Duration::from_secs(5 * i);
+            assert!(!s.probe(&k, now).loaded, "request {i}");
+        }
+    }
+
+    #[test]
+    fn loaded_after_beta_requests_in_a_quiet_minute_then_leaks_beta_per_minute() {
         let mut s = Store::new(4, 12, 100);
         let k = Id([1; 20]);
         // Loaded-ness is kept for keys with values (the only ones for
         // which a node can be full).
         s.store(&k, v(1), Duration::from_secs(3600), Time::ZERO);
-        // 12 requests at once are not loaded; the 13th is.
+        assert!(!s.probe(&k, Time::ZERO).loaded);
+        // After a quiet minute, 12 requests at once are not loaded; the
+        // 13th is.
+        let q = Time::ZERO + Duration::from_secs(60);
         for i in 0..12 {
-            assert!(!s.probe(&k, Time(i)).loaded, "request {i}");
+            assert!(
+                !s.probe(&k, q + Duration::from_micros(i)).loaded,
+                "request {i}"
+            );
         }
-        assert!(s.probe(&k, Time(12)).loaded);
+        assert!(s.probe(&k, q + Duration::from_micros(12)).loaded);
         // At 10 requests a second for ten minutes, 12 a minute leak through.
         let mut unloaded = 0;
-        let start = Time::ZERO + Duration::from_secs(1);
+        let start = q + Duration::from_secs(1);
         for i in 0..6000u64 {
             let now = start + Duration::from_millis(100 * i);
             if !s.probe(&k, now).loaded {
@@ -715,8 +788,8 @@ mod tests {
         assert_eq!(s.value_count(Time::ZERO), 3);
         assert_eq!(s.value_count(Time::ZERO + Duration::from_secs(11)), 2);
         assert_eq!(s.loaded_key_count(Time::ZERO), 0);
-        // β requests use up the bucket: the key is loaded until it leaks.
-        for i in 0..12 {
+        // A new key's one token: the key is loaded until it leaks.
+        for i in 0..2 {
             s.probe(&a, Time(i));
         }
         assert_eq!(s.loaded_key_count(Time(12)), 1);
@@ -797,13 +870,19 @@ mod tests {
         let loaded: Vec<bool> = (0..13u64)
             .map(|i| s.probe(&key, Time(i * 1000)).loaded)
             .collect();
+        // A new key's bucket holds one token (s4_2_loaded_a_new_key_...).
+        assert!(!loaded[0], "{loaded:?}");
+        assert!(loaded[1..].iter().all(|&l| l), "{loaded:?}");
+        // A minute later it is not, and the credit is β again.
+        let t = Time(61_000_000);
+        let loaded: Vec<bool> = (0..13u64)
+            .map(|i| s.probe(&key, t + Duration::from_micros(i)).loaded)
+            .collect();
         assert!(loaded[..12].iter().all(|l| !l), "{loaded:?}");
         assert!(
             loaded[12],
             "the 13th request within a minute finds it loaded"
         );
-        // A minute later it is not.
-        assert!(!s.probe(&key, Time(61_000_000)).loaded);
         assert_eq!(s.key_count(), 0);
     }
 

@@ -113,6 +113,9 @@ fn hotspot_bound_holds_across_seeds_sizes_and_b_section_6_4() {
                 assert!(d.closest_steady_per_min <= bound as f64, "{what}");
                 assert!(d.max_steady_per_min <= bound, "{what}");
                 assert!(d.closest_first_minute <= 2 * bound, "{what}");
+                // With one token at the start, not β, from each predecessor,
+                // the start-up wave stays under the bound itself here.
+                assert!(d.closest_first_minute <= bound, "{what}");
                 assert_eq!(d.invariant_failures(&p), Vec::<String>::new(), "{what}");
                 if (nodes, b, seed) == (256, 1, 1) {
                     pinned = Some((
@@ -125,6 +128,8 @@ fn hotspot_bound_holds_across_seeds_sizes_and_b_section_6_4() {
         }
     }
     // (2.0, 48, 26) before the open-Internet rules (SECURITY.md), whose
-    // simulated addresses (one node per /24) give the nodes other ids.
-    assert_eq!(pinned, Some((11.0, 109, 25)), "pinned figures changed");
+    // simulated addresses (one node per /24) give the nodes other ids;
+    // (11.0, 109, 25) with them, before a new key's leakage bucket started
+    // with one token instead of β (store.rs).
+    assert_eq!(pinned, Some((12.0, 41, 25)), "pinned figures changed");
 }
