@@ -223,6 +223,16 @@ struct Core {
     tcp_idle: Duration,
 }
 
+thread_local! {
+    /// This core's dnssrv, for the status page's counters.
+    static CORE: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
+}
+
+/// Queries this core's dnssrv answered, if it runs.
+pub fn queries() -> Option<u64> {
+    CORE.with(|c| c.borrow().as_ref().map(|c| c.srv.borrow().counters().queries))
+}
+
 /// Starts dnssrv on this core: UDP, TCP, and its upkeep task.
 pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), String> {
     let dcfg = cfg.dnssrv.dns_config(cfg);
@@ -272,6 +282,7 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
         tcp_connections_max: cfg.dnssrv.tcp_connections_max.unwrap_or(256),
         tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms.unwrap_or(10_000)),
     });
+    CORE.with(|c| *c.borrow_mut() = Some(core.clone()));
     glommio::spawn_local(udp_loop(core.clone(), udp, raw)).detach();
     glommio::spawn_local(accept_loop(core.clone(), listener)).detach();
     glommio::spawn_local(upkeep(core, services)).detach();

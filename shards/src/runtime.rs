@@ -78,6 +78,8 @@ pub enum Call {
     Stats,
     /// This core's numbers for `/metrics`.
     Metrics,
+    /// This core's part of `/status.json` (`status::core_json`).
+    Status,
 }
 
 /// What cores send each other.
@@ -291,6 +293,10 @@ impl Shard {
                 Call::Stats => {
                     return stats_json(self.core, node.stats(), *self.send_errors.borrow())
                         .to_string();
+                }
+                Call::Status => {
+                    drop(node);
+                    return crate::status::core_json(self).to_string();
                 }
                 Call::Metrics => {
                     let c = crate::metrics::counters();
@@ -874,6 +880,7 @@ async fn core_main(
         crate::admin::spawn(shard.clone(), config.admin)?;
     }
     crate::proxy::spawn(shard.clone(), &config, cache)?;
+    crate::status::spawn(shard.clone(), config.proxy.cache_size_bytes);
     if let Some(fds) = dns {
         crate::dns::spawn(shard.clone(), fds, &config)?;
     }
