@@ -253,7 +253,14 @@ pub fn spawn(shard: Rc<Shard>, cache_limit_bytes: u64) {
 }
 
 fn sample_json(s: &Sample) -> Json {
-    json!([s.at_secs, s.served, s.hits, s.misses, s.origin_fetches, s.cache_bytes])
+    json!([
+        s.at_secs,
+        s.served,
+        s.hits,
+        s.misses,
+        s.origin_fetches,
+        s.cache_bytes
+    ])
 }
 
 /// This core's part of `/status.json` (`Call::Status`): its counters, top
@@ -328,7 +335,7 @@ pub fn levels_json(shard: &Shard) -> Json {
             let mut members: Vec<_> = node
                 .routing_table(l.level)
                 .map(|t| t.entries().collect())
-                .unwrap_or_else(Vec::new);
+                .unwrap_or_default();
             members.sort_by_key(|e| (e.rtt_min.map_or(u64::MAX, |d| d.0), e.contact.id));
             members.truncate(MEMBERS_PER_LEVEL_MAX);
             json!({
@@ -362,7 +369,12 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
     let mut top: Vec<(String, u64, u64, u64, u64)> = Vec::new();
     for t in cores.iter().filter_map(|c| c["top"].as_array()).flatten() {
         let url = t["url"].as_str().unwrap_or("");
-        let (count, error, hits, bytes) = (num(t, &["count"]), num(t, &["error"]), num(t, &["hits"]), num(t, &["bytes"]));
+        let (count, error, hits, bytes) = (
+            num(t, &["count"]),
+            num(t, &["error"]),
+            num(t, &["hits"]),
+            num(t, &["bytes"]),
+        );
         match top.iter_mut().find(|e| e.0 == url) {
             Some(e) => {
                 e.1 += count;
@@ -376,7 +388,10 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     top.truncate(TOP_OBJECTS_MAX);
     // Samples: cores sample in step; the newest of each line up.
-    let series: Vec<&Vec<Json>> = cores.iter().filter_map(|c| c["samples"].as_array()).collect();
+    let series: Vec<&Vec<Json>> = cores
+        .iter()
+        .filter_map(|c| c["samples"].as_array())
+        .collect();
     let n = series.iter().map(|s| s.len()).min().unwrap_or(0);
     let samples: Vec<Json> = (0..n)
         .map(|i| {
@@ -387,7 +402,11 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
                     let v = row[j].as_u64().unwrap_or(0);
                     // Time: the latest core's; counters: summed, except the
                     // cache's bytes, which every core reports whole.
-                    *o = if j == 0 || j == 5 { (*o).max(v) } else { *o + v };
+                    *o = if j == 0 || j == 5 {
+                        (*o).max(v)
+                    } else {
+                        *o + v
+                    };
                 }
             }
             json!(out)
@@ -469,7 +488,13 @@ mod tests {
         let mut entered = 0;
         // Two heavy URLs among a stream of one-off ones.
         for i in 0..1000u64 {
-            let h = if i % 3 == 0 { 1 } else if i % 3 == 1 { 2 } else { 100 + i };
+            let h = if i % 3 == 0 {
+                1
+            } else if i % 3 == 1 {
+                2
+            } else {
+                100 + i
+            };
             t.count(h, i % 2 == 0, 10, |out| {
                 entered += 1;
                 out.push_str(&format!("u{h}"));
@@ -478,7 +503,10 @@ mod tests {
         let j = t.to_json();
         assert_eq!(j.len(), 4);
         let urls: Vec<&str> = j.iter().map(|e| e["url"].as_str().unwrap()).collect();
-        assert!(urls[..2].contains(&"u1") && urls[..2].contains(&"u2"), "{j:?}");
+        assert!(
+            urls[..2].contains(&"u1") && urls[..2].contains(&"u2"),
+            "{j:?}"
+        );
         for e in &j[..2] {
             let (c, err) = (e["count"].as_u64().unwrap(), e["error"].as_u64().unwrap());
             // True count 333 or 334; the estimate is at most `error` above it.
@@ -486,6 +514,39 @@ mod tests {
         }
         // A URL string is written only when it enters the sketch.
         assert!(entered < 1000 - 600, "{entered}");
+    }
+
+    #[test]
+    fn a_response_for_a_url_already_counted_allocates_nothing() {
+        let limits = coral::proxy::http::Limits::default();
+        let head = |target: &str| {
+            let raw = format!("GET {target} HTTP/1.1\r\nHost: x.com.coral.test:8090\r\n\r\n");
+            coral::proxy::http::parse_request_head(raw.as_bytes(), &limits)
+                .unwrap()
+                .unwrap()
+                .0
+        };
+        let (a, b) = (head("/a.bin"), head("http://x.com/b.bin"));
+        served(&a, 10, false);
+        served(&b, 20, false);
+        let before = crate::cache::tests::allocations();
+        for _ in 0..100 {
+            served(&a, 10, true);
+            served(&b, 20, true);
+        }
+        assert_eq!(
+            crate::cache::tests::allocations() - before,
+            0,
+            "the hit path allocated"
+        );
+        let top = STATE.with(|s| s.borrow().top.to_json());
+        // Equal counts: by URL.
+        assert_eq!(top[0]["url"], "http://x.com.coral.test:8090/a.bin");
+        assert_eq!(top[1]["url"], "http://x.com/b.bin");
+        assert_eq!(
+            (top[0]["count"].as_u64(), top[0]["hits"].as_u64()),
+            (Some(101), Some(100))
+        );
     }
 
     #[test]

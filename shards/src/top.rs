@@ -82,7 +82,10 @@ pub fn run(admin: SocketAddr, interval_secs: f64, once: bool) -> ExitCode {
     };
     let mut out = std::io::stdout();
     let mut error: Option<String> = None;
-    let _ = write!(out, "\x1b[H\x1b[2Jcoral top: first sample taken, next in {interval_secs} s  (q quits)");
+    let _ = write!(
+        out,
+        "\x1b[H\x1b[2Jcoral top: first sample taken, next in {interval_secs} s  (q quits)"
+    );
     let _ = out.flush();
     loop {
         if term.wait_for_quit(interval) {
@@ -136,7 +139,10 @@ impl Terminal {
         // SAFETY: the handler only stores to an atomic.
         unsafe {
             for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
-                libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+                libc::signal(
+                    sig,
+                    on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+                );
             }
         }
         // Alternate screen, cursor hidden.
@@ -183,7 +189,11 @@ impl Terminal {
                     // until a signal.
                     std::thread::sleep(left.min(Duration::from_millis(250)));
                 }
-                if n > 0 && b[..n as usize].iter().any(|&c| c == b'q' || c == b'Q' || c == 3) {
+                if n > 0
+                    && b[..n as usize]
+                        .iter()
+                        .any(|&c| c == b'q' || c == b'Q' || c == 3)
+                {
                     return true;
                 }
             }
@@ -253,7 +263,9 @@ fn percent(a: u64, b: u64) -> String {
 /// Text from the network, safe for a terminal: control characters (escape
 /// sequences) become `?`.
 fn clean(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() { '?' } else { c }).collect()
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// One frame. `width`: the terminal's (ANSI bold headers, long URLs cut);
@@ -262,7 +274,11 @@ fn frame(a: &Sample, b: &Sample, admin: SocketAddr, interval: f64, width: Option
     let (p, n) = (&a.json, &b.json);
     let dt = b.at.duration_since(a.at).as_secs_f64().max(1e-3);
     let rate = |path: &[&str]| u(n, path).saturating_sub(u(p, path)) as f64 / dt;
-    let (bold, off) = if width.is_some() { ("\x1b[1m", "\x1b[0m") } else { ("", "") };
+    let (bold, off) = if width.is_some() {
+        ("\x1b[1m", "\x1b[0m")
+    } else {
+        ("", "")
+    };
     let mut o = String::new();
     let node = n["node"].as_str().unwrap_or("?");
     let _ = writeln!(
@@ -332,7 +348,10 @@ fn frame(a: &Sample, b: &Sample, admin: SocketAddr, interval: f64, width: Option
         None => o.push_str("dns       off\n"),
     }
     o.push('\n');
-    let _ = writeln!(o, "{bold}LEVEL  CLUSTER   RTT<      SIZE  AGE          MEMBERS  NEAREST{off}");
+    let _ = writeln!(
+        o,
+        "{bold}LEVEL  CLUSTER   RTT<      SIZE  AGE          MEMBERS  NEAREST{off}"
+    );
     for l in n["levels"].as_array().into_iter().flatten() {
         let nearest: Vec<String> = l["members"]
             .as_array()
@@ -354,15 +373,24 @@ fn frame(a: &Sample, b: &Sample, admin: SocketAddr, interval: f64, width: Option
             "L{:<5} {:<9} {:<9} {:>5}  {:<12} {:>7}  {}",
             u(l, &["level"]),
             clean(&cluster[..cluster.len().min(8)]),
-            l["threshold_ms"].as_u64().map_or("-".to_string(), |t| format!("{t} ms")),
+            l["threshold_ms"]
+                .as_u64()
+                .map_or("-".to_string(), |t| format!("{t} ms")),
             u(l, &["size_estimate"]),
             duration(u(l, &["age_secs"])),
             l["members"].as_array().map_or(0, Vec::len),
-            if nearest.is_empty() { "-".to_string() } else { nearest.join(", ") },
+            if nearest.is_empty() {
+                "-".to_string()
+            } else {
+                nearest.join(", ")
+            },
         );
     }
     o.push('\n');
-    let _ = writeln!(o, "{bold}  SERVED    HITS       SIZE  TOP OBJECTS (Coralized URL){off}");
+    let _ = writeln!(
+        o,
+        "{bold}  SERVED    HITS       SIZE  TOP OBJECTS (Coralized URL){off}"
+    );
     let tops = n["top_objects"].as_array().cloned().unwrap_or_default();
     if tops.is_empty() {
         o.push_str("  (nothing served yet)\n");
@@ -384,7 +412,10 @@ fn frame(a: &Sample, b: &Sample, admin: SocketAddr, interval: f64, width: Option
         );
     }
     o.push('\n');
-    let _ = writeln!(o, "{bold}LEVEL  REQ/MIN  LOADED  KEY                                       VALUES{off}");
+    let _ = writeln!(
+        o,
+        "{bold}LEVEL  REQ/MIN  LOADED  KEY                                       VALUES{off}"
+    );
     let hot = n["hot_keys"].as_array().cloned().unwrap_or_default();
     if hot.is_empty() {
         o.push_str("  (no key stored here)\n");
@@ -401,7 +432,11 @@ fn frame(a: &Sample, b: &Sample, admin: SocketAddr, interval: f64, width: Option
             "L{:<5} {:>7}  {:<6}  {:<40}  {}",
             u(k, &["level"]),
             u(k, &["requests_past_minute"]),
-            if k["loaded"].as_bool() == Some(true) { "yes" } else { "no" },
+            if k["loaded"].as_bool() == Some(true) {
+                "yes"
+            } else {
+                "no"
+            },
             clean(k["key"].as_str().unwrap_or("")),
             values.join(", "),
         );
@@ -427,8 +462,14 @@ mod tests {
                 "hot_keys": [],
             })
         };
-        let a = Sample { at: t0, json: j(0, "x") };
-        let b = Sample { at: t0 + Duration::from_secs(2), json: j(10, "http://a/\x1b[2Jb") };
+        let a = Sample {
+            at: t0,
+            json: j(0, "x"),
+        };
+        let b = Sample {
+            at: t0 + Duration::from_secs(2),
+            json: j(10, "http://a/\x1b[2Jb"),
+        };
         let f = frame(&a, &b, "127.0.0.1:7080".parse().unwrap(), 2.0, None);
         assert!(!f.contains('\x1b'), "{f}");
         assert!(f.contains("http://a/?[2Jb"), "{f}");

@@ -1,5 +1,5 @@
 //! The status page (`/status`, `/status.json` on the admin address) and
-//! `coral top`, against real nodes: `coral node` processes on 127.14.x.y,
+//! `coral top`, against real nodes: `coral node` processes on 127.19.x.y,
 //! nginx (Debian's) as the origin, curl as the client, headless Chromium
 //! (Debian's) as the browser. Run them in a network namespace (README).
 
@@ -52,7 +52,11 @@ fn wait_for_port(addr: SocketAddr, what: &str) {
 fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let (head, body) = resp.split_once("\r\n\r\n").unwrap();
@@ -138,7 +142,13 @@ struct Node {
 }
 
 impl Node {
-    fn start(ip: &str, cores: usize, cache: &Path, bootstrap: Option<&str>, origin_ip: &str) -> Node {
+    fn start(
+        ip: &str,
+        cores: usize,
+        cache: &Path,
+        bootstrap: Option<&str>,
+        origin_ip: &str,
+    ) -> Node {
         let mut cmd = Command::new(CORAL);
         cmd.args(["node", "--cores", &cores.to_string()])
             .args(["--dsht", &format!("{ip}:7000")])
@@ -189,7 +199,15 @@ impl Drop for Node {
 fn curl(node: &Node, path: &str) -> u16 {
     let host = "www.origin.test.8080.coral.test";
     let out = Command::new("curl")
-        .args(["-sS", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args([
+            "-sS",
+            "--max-time",
+            "60",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
         .args(["--resolve", &format!("{host}:8090:{}", node.ip)])
         .arg(format!("http://{host}:8090{path}"))
         .output()
@@ -226,18 +244,18 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("a.bin"), vec![7u8; 41_000]).unwrap();
     std::fs::write(root.join("b.bin"), vec![8u8; 4096]).unwrap();
-    let origin = "127.14.1.100";
+    let origin = "127.19.1.100";
     let nginx = Nginx::start(dir.path(), format!("{origin}:8080").parse().unwrap(), &root);
     // Two cores on the node under test (its numbers come from both over the
     // mesh), and two more nodes so that its clusters have members.
-    let node = Node::start("127.14.1.1", 2, &dir.path().join("c1"), None, origin);
+    let node = Node::start("127.19.1.1", 2, &dir.path().join("c1"), None, origin);
     let _others: Vec<Node> = (2..=3)
         .map(|i| {
             Node::start(
-                &format!("127.14.1.{i}"),
+                &format!("127.19.1.{i}"),
                 1,
                 &dir.path().join(format!("c{i}")),
-                Some("127.14.1.1"),
+                Some("127.19.1.1"),
                 origin,
             )
         })
@@ -273,7 +291,11 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     };
     assert_eq!(j["cores"], 2);
     let p = &j["proxy"];
-    assert_eq!(p["hits"].as_u64().unwrap() + p["misses"].as_u64().unwrap(), 10, "{j}");
+    assert_eq!(
+        p["hits"].as_u64().unwrap() + p["misses"].as_u64().unwrap(),
+        10,
+        "{j}"
+    );
     assert_eq!(p["served"], 10, "{j}");
     assert_eq!(p["origin_fetches"], 3, "{j}");
     assert!((p["served_per_origin_fetch"].as_f64().unwrap() - 10.0 / 3.0).abs() < 1e-9);
@@ -282,11 +304,20 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     assert!(j["cache"]["bytes"].as_u64().unwrap() > 41_000);
     let top = j["top_objects"].as_array().unwrap();
     assert_eq!(top.len(), 3, "{j}");
-    assert_eq!(top[0]["url"], "http://www.origin.test.8080.coral.test:8090/a.bin");
-    assert_eq!((top[0]["count"].as_u64(), top[0]["bytes"].as_u64()), (Some(5), Some(41_000)));
+    assert_eq!(
+        top[0]["url"],
+        "http://www.origin.test.8080.coral.test:8090/a.bin"
+    );
+    assert_eq!(
+        (top[0]["count"].as_u64(), top[0]["bytes"].as_u64()),
+        (Some(5), Some(41_000))
+    );
     assert_eq!(top[0]["hits"], 4, "the first was a miss");
     assert_eq!(top[1]["count"], 3);
-    assert!(top[1]["url"].as_str().unwrap().ends_with(SCRIPT_PATH), "{j}");
+    assert!(
+        top[1]["url"].as_str().unwrap().ends_with(SCRIPT_PATH),
+        "{j}"
+    );
     // Levels: the global one and two clusters, members with their RTTs.
     let levels = j["levels"].as_array().unwrap();
     assert_eq!(levels.len(), 3);
@@ -295,7 +326,10 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     // the three objects (on whichever node is closest to each key).
     let hot_here = j["hot_keys"].as_array().unwrap();
     for k in hot_here {
-        assert!(k["requests_past_minute"].is_number() && k["loaded"].is_boolean(), "{k}");
+        assert!(
+            k["requests_past_minute"].is_number() && k["loaded"].is_boolean(),
+            "{k}"
+        );
     }
     let proxy_addr = format!("{}:8090", node.ip);
     let all_hot: Vec<serde_json::Value> = std::iter::once(j.clone())
@@ -303,7 +337,11 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
         .flat_map(|s| s["hot_keys"].as_array().unwrap().clone())
         .collect();
     assert!(
-        all_hot.iter().any(|k| k["values"].as_array().unwrap().iter().any(|v| v == &proxy_addr)),
+        all_hot.iter().any(|k| k["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == &proxy_addr)),
         "no node stores a pointer to {proxy_addr}: {all_hot:?}"
     );
 
@@ -311,8 +349,14 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     let (status, head, page) = get(node.admin, "/status");
     assert_eq!(status, 200);
     assert!(head.contains("Content-Type: text/html"), "{head}");
-    assert!(head.contains("Content-Security-Policy: default-src 'none'"), "{head}");
-    assert!(!page.contains("src=\"http") && !page.contains("href=\"http"), "no external fetch");
+    assert!(
+        head.contains("Content-Security-Policy: default-src 'none'"),
+        "{head}"
+    );
+    assert!(
+        !page.contains("src=\"http") && !page.contains("href=\"http"),
+        "no external fetch"
+    );
     assert!(page.len() < 32 << 10, "small: {} bytes", page.len());
 
     // Chromium runs the page's script: the DOM holds figures from the JSON,
@@ -321,16 +365,31 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     let dom = chromium(dir.path(), &url, &["--dump-dom"]);
     let dom = String::from_utf8_lossy(&dom.stdout);
     let node_id = j["node"].as_str().unwrap();
-    assert!(dom.contains(&format!("id=\"node\">{node_id}<")), "node id not rendered: {dom}");
-    assert!(dom.contains("id=\"k-prot\">×3.3<"), "origin protection not rendered: {dom}");
-    assert!(dom.contains("id=\"k-req\">10<"), "requests not rendered: {dom}");
-    assert!(dom.contains("/a.bin</td>"), "top objects not rendered: {dom}");
+    assert!(
+        dom.contains(&format!("id=\"node\">{node_id}<")),
+        "node id not rendered: {dom}"
+    );
+    assert!(
+        dom.contains("id=\"k-prot\">×3.3<"),
+        "origin protection not rendered: {dom}"
+    );
+    assert!(
+        dom.contains("id=\"k-req\">10<"),
+        "requests not rendered: {dom}"
+    );
+    assert!(
+        dom.contains("/a.bin</td>"),
+        "top objects not rendered: {dom}"
+    );
     assert!(
         dom.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt;"),
         "the URL with markup is not shown as text: {dom}"
     );
     assert!(!dom.contains("<title>pwned"), "a URL's script ran: {dom}");
-    assert!(dom.contains("127.14.1.2"), "cluster members not on the map: {dom}");
+    assert!(
+        dom.contains("127.19.1.2"),
+        "cluster members not on the map: {dom}"
+    );
 
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .parent()
@@ -342,7 +401,10 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     let out = chromium(
         dir.path(),
         &url,
-        &[&format!("--screenshot={}", shot.display()), "--window-size=1280,1100"],
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1280,1100",
+        ],
     );
     assert!(
         shot.exists() && std::fs::metadata(&shot).unwrap().len() > 20_000,
@@ -361,8 +423,14 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     let frame = String::from_utf8(out.stdout).unwrap();
     println!("{frame}");
     assert!(!frame.contains('\x1b'), "escape sequences in a plain frame");
-    assert!(frame.contains(&format!("node {}", &node_id[..16])), "{frame}");
-    assert!(frame.contains("hits 70.0 %"), "4 + 1 + 2 hits of 10: {frame}");
+    assert!(
+        frame.contains(&format!("node {}", &node_id[..16])),
+        "{frame}"
+    );
+    assert!(
+        frame.contains("hits 70.0 %"),
+        "4 + 1 + 2 hits of 10: {frame}"
+    );
     assert!(frame.contains("x3.3 served per origin fetch"), "{frame}");
     let row: Vec<&str> = frame
         .lines()
@@ -371,7 +439,10 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
         .split_whitespace()
         .collect();
     assert_eq!(row[..5], ["5", "80.0", "%", "40.0", "KiB"], "{frame}");
-    assert!(frame.contains("req/s") && frame.contains("RPC/s") && frame.contains("q/s"), "{frame}");
+    assert!(
+        frame.contains("req/s") && frame.contains("RPC/s") && frame.contains("q/s"),
+        "{frame}"
+    );
     assert!(frame.lines().any(|l| l.starts_with("L2 ")), "{frame}");
     // Piped (not a terminal), without --once: the same plain frame, exit 0.
     let out = Command::new(CORAL)
@@ -379,21 +450,34 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(out.status.success() && !out.stdout.contains(&0x1b), "{out:?}");
+    assert!(
+        out.status.success() && !out.stdout.contains(&0x1b),
+        "{out:?}"
+    );
 }
 
 #[test]
 fn coral_top_without_a_node_fails_clearly() {
     // Nothing listens on this address (in the test's own namespace).
     let out = Command::new(CORAL)
-        .args(["top", "--once", "--admin", "127.14.2.1:7080"])
+        .args(["top", "--once", "--admin", "127.19.2.1:7080"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot reach the node's admin endpoint at 127.14.2.1:7080"), "{err}");
+    assert!(
+        err.contains("cannot reach the node's admin endpoint at 127.19.2.1:7080"),
+        "{err}"
+    );
     let out = Command::new(CORAL)
-        .args(["top", "--once", "--interval", "0", "--admin", "127.14.2.1:7080"])
+        .args([
+            "top",
+            "--once",
+            "--interval",
+            "0",
+            "--admin",
+            "127.19.2.1:7080",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
