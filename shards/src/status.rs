@@ -16,9 +16,7 @@
 //! core 0 merges them (`merge`); nothing is shared between cores.
 
 use std::cell::RefCell;
-use std::collections::hash_map::RandomState;
 use std::collections::VecDeque;
-use std::hash::{BuildHasher, Hasher};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -42,10 +40,9 @@ pub const HOT_KEYS_MAX: usize = 16;
 /// Cluster members reported per level (the nearest by RTT).
 pub const MEMBERS_PER_LEVEL_MAX: usize = 64;
 
-/// One entry of the space-saving sketch.
+/// One entry of the space-saving sketch (its hash is in `TopK::hashes`).
 #[derive(Debug, Default)]
 struct TopEntry {
-    hash: u64,
     /// Responses counted for it (an over-estimate by at most `error`).
     count: u64,
     /// The count it inherited when it entered the sketch.
@@ -60,6 +57,8 @@ struct TopEntry {
 /// A bounded top-k of served URLs (space-saving).
 #[derive(Debug)]
 pub struct TopK {
+    /// The entries' URL hashes, apart: a response scans 256 bytes.
+    hashes: Vec<u64>,
     entries: Vec<TopEntry>,
     capacity: usize,
 }
@@ -68,6 +67,7 @@ impl TopK {
     /// An empty sketch of `capacity` entries (allocated once, up front).
     pub fn new(capacity: usize) -> TopK {
         TopK {
+            hashes: Vec::with_capacity(capacity),
             entries: Vec::with_capacity(capacity),
             capacity,
         }
@@ -76,7 +76,8 @@ impl TopK {
     /// Counts one response for the URL hashed to `hash`; `url` writes the
     /// URL into a cleared string, and is called only when the URL enters.
     pub fn count(&mut self, hash: u64, hit: bool, bytes: u64, url: impl FnOnce(&mut String)) {
-        if let Some(e) = self.entries.iter_mut().find(|e| e.hash == hash) {
+        if let Some(i) = self.hashes.iter().position(|&h| h == hash) {
+            let e = &mut self.entries[i];
             e.count += 1;
             e.hits += u64::from(hit);
             e.bytes = bytes;
@@ -84,7 +85,6 @@ impl TopK {
         }
         if self.entries.len() < self.capacity {
             let mut e = TopEntry {
-                hash,
                 count: 1,
                 error: 0,
                 hits: u64::from(hit),
@@ -93,12 +93,18 @@ impl TopK {
             };
             url(&mut e.url);
             self.entries.push(e);
+            self.hashes.push(hash);
             return;
         }
-        let Some(min) = self.entries.iter_mut().min_by_key(|e| e.count) else {
+        let Some((i, min)) = self
+            .entries
+            .iter_mut()
+            .enumerate()
+            .min_by_key(|(_, e)| e.count)
+        else {
             return;
         };
-        min.hash = hash;
+        self.hashes[i] = hash;
         min.error = min.count;
         min.count += 1;
         min.hits = u64::from(hit);
@@ -151,7 +157,6 @@ struct Sample {
 /// One core's status state.
 struct CoreStatus {
     top: TopK,
-    hasher: RandomState,
     /// Responses served from the cache (hits, and misses once fetched).
     served: u64,
     samples: VecDeque<Sample>,
@@ -160,31 +165,25 @@ struct CoreStatus {
 thread_local! {
     static STATE: RefCell<CoreStatus> = RefCell::new(CoreStatus {
         top: TopK::new(TOP_OBJECTS_PER_CORE),
-        hasher: RandomState::new(),
         served: 0,
         samples: VecDeque::with_capacity(SAMPLES_MAX),
     });
 }
 
-/// Counts a response served from the cache on this core: `hit` when it
-/// went nowhere forward, `bytes` its body's length. Allocates nothing
-/// unless the URL enters the top objects.
-pub fn served(req: &RequestHead, bytes: u64, hit: bool) {
-    let host = req.host().unwrap_or("");
-    let absolute = req.target.starts_with("http://");
+/// Counts a response served from the cache on this core: `key` names the
+/// object (its cache key's first 8 bytes: SHA-1 of the canonical URL, the
+/// same for a client's Coralized request and a peer's), `hit` when it went
+/// nowhere forward, `bytes` the body's length. Hashes nothing and
+/// allocates nothing unless the URL enters the top objects; the URL shown
+/// is the request's (a Coralized URL, or a peer's absolute-form one).
+pub fn served(key: u64, req: &RequestHead, bytes: u64, hit: bool) {
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         s.served += 1;
-        let mut h = s.hasher.build_hasher();
-        if !absolute {
-            h.write(host.as_bytes());
-        }
-        h.write(req.target.as_bytes());
-        let hash = h.finish();
-        s.top.count(hash, hit, bytes, |out| {
-            if !absolute {
+        s.top.count(key, hit, bytes, |out| {
+            if !req.target.starts_with("http://") {
                 out.push_str("http://");
-                push_cut(out, host);
+                push_cut(out, req.host().unwrap_or(""));
             }
             push_cut(out, &req.target);
         });
@@ -527,12 +526,12 @@ mod tests {
                 .0
         };
         let (a, b) = (head("/a.bin"), head("http://x.com/b.bin"));
-        served(&a, 10, false);
-        served(&b, 20, false);
+        served(1, &a, 10, false);
+        served(2, &b, 20, false);
         let before = crate::cache::tests::allocations();
         for _ in 0..100 {
-            served(&a, 10, true);
-            served(&b, 20, true);
+            served(1, &a, 10, true);
+            served(2, &b, 20, true);
         }
         assert_eq!(
             crate::cache::tests::allocations() - before,
@@ -546,6 +545,45 @@ mod tests {
         assert_eq!(
             (top[0]["count"].as_u64(), top[0]["hits"].as_u64()),
             (Some(101), Some(100))
+        );
+    }
+
+    /// The hook's cost per response with the sketch full (32 URLs) and the
+    /// URL served its last entry (the longest scan):
+    /// `cargo test --release -p coral-shards --bin coral -- --ignored served_costs --nocapture`.
+    #[test]
+    #[ignore]
+    fn served_costs_nanoseconds_per_response() {
+        let limits = coral::proxy::http::Limits::default();
+        let heads: Vec<RequestHead> = (0..TOP_OBJECTS_PER_CORE)
+            .map(|i| {
+                let raw = format!(
+                    "GET /images/photo-{i}.jpg HTTP/1.1\r\nHost: www.example.com.coral.test:8090\r\n\r\n"
+                );
+                coral::proxy::http::parse_request_head(raw.as_bytes(), &limits)
+                    .unwrap()
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        for (i, h) in heads.iter().enumerate() {
+            served(i as u64, h, 1000, false);
+        }
+        let last = heads.last().unwrap();
+        let key = heads.len() as u64 - 1;
+        let n = 2_000_000;
+        let mut ns = Vec::new();
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                served(std::hint::black_box(key), last, 1000, true);
+            }
+            ns.push(t.elapsed().as_nanos() as f64 / n as f64);
+        }
+        ns.sort_by(f64::total_cmp);
+        println!(
+            "served(): min {:.1} median {:.1} max {:.1} ns per response",
+            ns[0], ns[2], ns[4]
         );
     }
 

@@ -454,6 +454,66 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
         out.status.success() && !out.stdout.contains(&0x1b),
         "{out:?}"
     );
+
+    // On a terminal (a pty from util-linux's `script`): redraws on the
+    // alternate screen until `q`, then restores the terminal.
+    let mut top = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{CORAL} top --interval 0.3 --admin {admin}"),
+            "/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("script (util-linux) is needed for this test");
+    let mut stdout = top.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut b) {
+            if n == 0 || tx.send(b[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let frames = |seen: &[u8]| String::from_utf8_lossy(seen).matches("TOP OBJECTS").count();
+    let start = Instant::now();
+    while frames(&seen) < 2 {
+        assert!(
+            start.elapsed() < WAIT,
+            "no two frames: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        if let Ok(chunk) = rx.recv_timeout(Duration::from_millis(100)) {
+            seen.extend(chunk);
+        }
+    }
+    top.stdin.as_mut().unwrap().write_all(b"q").unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = top.try_wait().unwrap() {
+            break st;
+        }
+        assert!(start.elapsed() < WAIT, "coral top did not quit on q");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    while let Ok(chunk) = rx.recv_timeout(Duration::from_millis(500)) {
+        seen.extend(chunk);
+    }
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(status.success(), "{status:?}: {seen}");
+    assert!(
+        seen.contains("\x1b[?1049h") && seen.contains("\x1b[2J"),
+        "{seen}"
+    );
+    assert!(seen.contains("\x1b[1m  SERVED"), "bold headers: {seen}");
+    assert!(
+        seen.trim_end().ends_with("\x1b[?25h\x1b[?1049l"),
+        "terminal not restored: {seen:?}"
+    );
 }
 
 #[test]
