@@ -170,6 +170,14 @@ impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
         }
     }
 
+    /// Every entry, in no particular order (for the status page at scrape time).
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (&K, &V)> + '_> {
+        match &self.0 {
+            Repr::Small { keys, values } => Box::new(keys.iter().zip(values.iter())),
+            Repr::Large(m) => Box::new(m.iter()),
+        }
+    }
+
     /// Drops every entry and any memory beyond the small form's.
     pub fn clear(&mut self) {
         let hasher = self.1.clone();

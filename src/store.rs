@@ -240,6 +240,8 @@ impl Leak {
 struct Entry {
     values: SmallVec<[StoredValue; 4]>,
     leak: Option<Leak>,
+    /// Forward-phase requests, per minute (for the status page).
+    requests: MinuteCount,
 }
 
 impl Entry {
@@ -247,8 +249,59 @@ impl Entry {
         Entry {
             values: SmallVec::new(),
             leak: None,
+            requests: MinuteCount::default(),
         }
     }
+}
+
+/// Requests counted in the current and the previous whole minute of the
+/// node's clock: the past minute's requests are estimated as the current
+/// minute's plus the previous one's share of the sliding window.
+#[derive(Clone, Copy, Debug, Default)]
+struct MinuteCount {
+    minute: u32,
+    current: u32,
+    previous: u32,
+}
+
+impl MinuteCount {
+    fn count(&mut self, now: Time) {
+        let m = (now.0 / MINUTE_US) as u32;
+        if m != self.minute {
+            self.previous = if m == self.minute.wrapping_add(1) {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.minute = m;
+        }
+        self.current = self.current.saturating_add(1);
+    }
+
+    fn past_minute(&self, now: Time) -> u32 {
+        let m = (now.0 / MINUTE_US) as u32;
+        let (current, previous) = match m.wrapping_sub(self.minute) {
+            0 => (self.current, self.previous),
+            1 => (0, self.current),
+            _ => (0, 0),
+        };
+        let left = MINUTE_US - now.0 % MINUTE_US;
+        current + (u64::from(previous) * left / MINUTE_US) as u32
+    }
+}
+
+/// One key's load, as the status page shows the hottest keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyLoad {
+    /// The key.
+    pub key: Key,
+    /// Forward-phase requests for it in about the past minute.
+    pub requests_past_minute: u32,
+    /// Whether the node is loaded for it now (§4.2).
+    pub loaded: bool,
+    /// Its live values.
+    pub values: Vec<Value>,
 }
 
 /// The storage state a forward-phase reply reports (§4.2).
@@ -377,6 +430,7 @@ impl Store {
             .leak
             .get_or_insert_with(|| Leak::new(now, beta))
             .request(now, beta);
+        entry.requests.count(now);
         expire(&mut entry.values, now, &mut self.ledger);
         state(entry, now, loaded)
     }
@@ -587,17 +641,48 @@ impl Store {
     /// Keys that are loaded now (§4.2): their leakage bucket has no token
     /// left for another request (a walk: for metrics, not a hot path).
     pub fn loaded_key_count(&self, now: Time) -> usize {
-        let token_us = token_us(self.beta_per_min);
         self.entries
             .values()
-            .filter(|e| {
-                e.leak.is_some_and(|l| {
-                    let credit =
-                        (l.credit_us + now.saturating_since(l.last).as_micros()).min(MINUTE_US);
-                    credit < token_us
-                })
-            })
+            .filter(|e| self.is_loaded(e, now))
             .count()
+    }
+
+    fn is_loaded(&self, e: &Entry, now: Time) -> bool {
+        let token_us = token_us(self.beta_per_min);
+        e.leak.is_some_and(|l| {
+            let credit = (l.credit_us + now.saturating_since(l.last).as_micros()).min(MINUTE_US);
+            credit < token_us
+        })
+    }
+
+    /// The `n` keys with the most requests in the past minute (then the
+    /// most values), with their load and live values (a walk: for the
+    /// status page, not a hot path).
+    pub fn hottest(&self, now: Time, n: usize) -> Vec<KeyLoad> {
+        let mut all: Vec<(u32, usize, &Key, &Entry)> = self
+            .entries
+            .iter()
+            .map(|(k, e)| {
+                let live = e.values.iter().filter(|v| v.expires > now).count();
+                (e.requests.past_minute(now), live, k, e)
+            })
+            .filter(|&(r, live, _, _)| r > 0 || live > 0)
+            .collect();
+        all.sort_by(|a, b| (b.0, b.1, a.2).cmp(&(a.0, a.1, b.2)));
+        all.truncate(n);
+        all.into_iter()
+            .map(|(r, _, k, e)| KeyLoad {
+                key: *k,
+                requests_past_minute: r,
+                loaded: self.is_loaded(e, now),
+                values: e
+                    .values
+                    .iter()
+                    .filter(|v| v.expires > now)
+                    .map(|v| v.value.clone())
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Drops everything (the node left this level's cluster).
@@ -859,6 +944,35 @@ mod tests {
         assert!(s
             .store(&Id([1; 20]), v(1), Duration::from_secs(60), Time::ZERO)
             .is_stored());
+    }
+
+    #[test]
+    fn hottest_keys_rank_by_requests_in_the_past_minute_and_flag_loaded() {
+        let mut s = Store::new(4, 12, 100);
+        let (hot, warm, cold) = (Id([1; 20]), Id([2; 20]), Id([3; 20]));
+        for k in [&hot, &warm, &cold] {
+            s.store(k, v(k.0[0]), Duration::from_secs(3600), Time::ZERO);
+        }
+        // 20 requests for `hot` (past β = 12: loaded), 3 for `warm`, none for `cold`.
+        for i in 0..20u64 {
+            s.probe(&hot, Time(i * 1000));
+        }
+        for i in 0..3u64 {
+            s.probe(&warm, Time(i * 1000));
+        }
+        let now = Time(30_000);
+        let top = s.hottest(now, 2);
+        assert_eq!(top.len(), 2);
+        assert_eq!((top[0].key, top[0].requests_past_minute, top[0].loaded), (hot, 20, true));
+        assert_eq!((top[1].key, top[1].requests_past_minute, top[1].loaded), (warm, 3, false));
+        assert_eq!(top[0].values, vec![v(1)]);
+        // The sliding window forgets: 90 s later half the previous minute counts.
+        let later = Time(90_000_000);
+        assert_eq!(s.hottest(later, 3)[0].requests_past_minute, 10);
+        // Two minutes on, only the stored values rank them.
+        let quiet = s.hottest(Time(200_000_000), 3);
+        assert_eq!(quiet.len(), 3);
+        assert!(quiet.iter().all(|k| k.requests_past_minute == 0 && !k.loaded));
     }
 
     #[test]

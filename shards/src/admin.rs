@@ -65,9 +65,10 @@ pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
                 _ => "Error",
             };
             let head = format!(
-                "HTTP/1.1 {status} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                "HTTP/1.1 {status} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
                 content_type(&body),
-                body.len() + 1
+                body.len() + 1,
+                if body.starts_with(HTML_START) { HTML_HEADERS } else { "" },
             );
             let _ = stream.write_all(head.as_bytes()).await;
             let _ = stream.write_all(body.as_bytes()).await;
@@ -78,10 +79,21 @@ pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
+/// How the status page (the one HTML answer) starts.
+const HTML_START: &str = "<!DOCTYPE html>";
+/// The status page's own headers: it runs its inline script and style and
+/// fetches `/status.json` from this address, nothing else (defence in depth
+/// besides its escaping of what came from the network).
+const HTML_HEADERS: &str = "Content-Security-Policy: default-src 'none'; script-src 'unsafe-inline'; \
+     style-src 'unsafe-inline'; connect-src 'self'; img-src data:\r\nX-Content-Type-Options: nosniff\r\n\
+     Cache-Control: no-store\r\n";
+
 /// Prometheus's text format for `/metrics` (its body starts with a
-/// `# HELP` line), JSON for everything else.
+/// `# HELP` line), HTML for the status page, JSON for everything else.
 fn content_type(body: &str) -> &'static str {
-    if body.starts_with("# HELP") {
+    if body.starts_with(HTML_START) {
+        "text/html; charset=utf-8"
+    } else if body.starts_with("# HELP") {
         "text/plain; version=0.0.4; charset=utf-8"
     } else {
         "application/json"
@@ -259,6 +271,19 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             let ready = crate::lifecycle::ready() && !shard.stopping();
             (200, crate::metrics::render_dsht(&cores, &shard.levels_json(), ready))
         }
+        // The status page and its numbers, from every core (`status`).
+        "/status" | "/status/" => (200, crate::status::PAGE.to_string()),
+        "/status.json" => {
+            let mut cores = Vec::new();
+            for core in 0..shard.cores {
+                let s = shard.call_on(core, Call::Status).await;
+                cores.push(serde_json::from_str::<serde_json::Value>(&s).unwrap_or(serde_json::Value::Null));
+            }
+            let levels = crate::status::levels_json(shard);
+            let uptime_secs = shard.now().0 / 1_000_000;
+            let limit = crate::status::cache_limit_bytes();
+            (200, crate::status::merge(&cores, levels, limit, uptime_secs).to_string())
+        }
         // Liveness: this executor answers.
         "/livez" => (200, json!({"live": true}).to_string()),
         // Readiness: every core serves and the node is not stopping.
@@ -269,7 +294,7 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
                 (503, json!({"ready": false, "error": "not ready: starting or stopping"}).to_string())
             }
         }
-        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats", "/livez", "/readyz", "/metrics"]}).to_string()),
+        _ => (404, json!({"error": "unknown path", "paths": ["/levels", "/nodes", "/get", "/put", "/stats", "/livez", "/readyz", "/metrics", "/status", "/status.json"]}).to_string()),
     }
 }
 

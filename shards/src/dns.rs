@@ -298,6 +298,16 @@ pub fn counters_json() -> serde_json::Value {
     })
 }
 
+thread_local! {
+    /// This core's dnssrv, for the status page's counters.
+    static CORE: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
+}
+
+/// Queries this core's dnssrv answered, if it runs.
+pub fn queries() -> Option<u64> {
+    CORE.with(|c| c.borrow().as_ref().map(|c| c.srv.borrow().counters().queries))
+}
+
 /// Starts dnssrv on this core: UDP, TCP, and its upkeep task.
 pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), String> {
     let dcfg = cfg.dnssrv.dns_config(cfg);

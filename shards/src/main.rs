@@ -21,7 +21,9 @@ mod metrics;
 mod proxy;
 mod runtime;
 mod sim;
+mod status;
 mod steer;
+mod top;
 
 #[cfg(not(test))]
 #[global_allocator]
@@ -150,6 +152,20 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// A live view of a running node (its `/status.json`), like varnishstat:
+    /// rates, top objects, clusters. Quits on q or Ctrl-C. With --once, or
+    /// when stdout is not a terminal, prints one plain frame and exits.
+    Top {
+        /// The node's admin endpoint.
+        #[arg(long, default_value = DEFAULT_ADMIN)]
+        admin: SocketAddr,
+        /// Seconds between samples (rates are computed over it).
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+        /// Print one plain-text frame (two samples an interval apart) and exit.
+        #[arg(long)]
+        once: bool,
     },
     /// Print the Coralized form of an http:// URL (§2.1): its host gains the
     /// origin port as a label (when not 80) and the Coral suffix.
@@ -482,6 +498,11 @@ fn main() -> ExitCode {
             }
             Err(e) => fail_with(EXIT_CONFIG, &e),
         },
+        Command::Top {
+            admin,
+            interval,
+            once,
+        } => top::run(admin, interval, once),
         Command::Demo(args) => demo::run(args),
         Command::Sim { experiment } => sim::run(experiment),
     }

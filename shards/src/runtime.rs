@@ -78,6 +78,8 @@ pub enum Call {
     Stats,
     /// This core's numbers for `/metrics`.
     Metrics,
+    /// This core's part of `/status.json` (`status::core_json`).
+    Status,
 }
 
 /// What cores send each other.
@@ -292,6 +294,10 @@ impl Shard {
                     let mut stats = stats_json(self.core, node.stats(), *self.send_errors.borrow());
                     stats["dns"] = crate::dns::counters_json();
                     return stats.to_string();
+                }
+                Call::Status => {
+                    drop(node);
+                    return crate::status::core_json(self).to_string();
                 }
                 Call::Metrics => {
                     let c = crate::metrics::counters();
@@ -877,6 +883,7 @@ async fn core_main(
         crate::admin::spawn(shard.clone(), config.admin)?;
     }
     crate::proxy::spawn(shard.clone(), &config, cache)?;
+    crate::status::spawn(shard.clone(), config.proxy.cache_size_bytes);
     if let Some(fds) = dns {
         crate::dns::spawn(shard.clone(), fds, &config)?;
     }

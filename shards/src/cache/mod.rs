@@ -1397,6 +1397,14 @@ impl ObjectRef {
         unsafe { std::slice::from_raw_parts(self.rec.add(HEADER_BYTES), self.head_len) }
     }
 
+    /// The first 8 bytes of the object's key (SHA-1 of its URL), from its
+    /// record's header: a hash of the URL for free (the status page).
+    pub fn key_prefix(&self) -> u64 {
+        // SAFETY: the header (the key at bytes 8..28) was written before the
+        // entry was published, never again; the mapping lives with `self`.
+        unsafe { std::ptr::read_unaligned(self.rec.add(8).cast::<u64>()) }
+    }
+
     /// Body bytes readable now.
     fn available(&self) -> u64 {
         if self.complete_len != u64::MAX {

@@ -260,6 +260,20 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     Ok(())
 }
 
+/// This core's proxy and cache counters (the status page), if its proxy runs.
+pub fn status_snapshot() -> Option<crate::status::ProxySnapshot> {
+    CORE.with(|c| {
+        c.borrow().as_ref().map(|pc| crate::status::ProxySnapshot {
+            hits: pc.stats.hits.get(),
+            misses: pc.stats.misses.get(),
+            origin_fetches: pc.stats.origin_fetches.get(),
+            peer_fetches: pc.stats.peer_fetches.get(),
+            bad_requests: pc.stats.bad_requests.get(),
+            cache: pc.cache.stats(),
+        })
+    })
+}
+
 /// A message for the proxy from another core.
 pub fn on_core_msg(shard: &Rc<Shard>, msg: ProxyMsg) {
     let Some(pc) = CORE.with(|c| c.borrow().clone()) else {

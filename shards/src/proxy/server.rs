@@ -651,6 +651,7 @@ impl<'a> Conn<'a> {
                 return Next::Close;
             }
         };
+        crate::status::served(obj.key_prefix(), req, body_len.unwrap_or(0), cache_status.hit);
         let not_modified = st.head.status == 200
             && policy::evaluate_conditional(req, &st.head) == Conditional::NotModified;
         let range = match (body_len, obj.state(), req.method == Method::Get) {
