@@ -257,7 +257,7 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
                 cores.push(serde_json::from_str::<serde_json::Value>(&s).unwrap_or(serde_json::Value::Null));
             }
             let ready = crate::lifecycle::ready() && !shard.stopping();
-            (200, crate::metrics::render_dsht(&cores, &shard.levels_json(), ready))
+            (200, crate::metrics::render(&cores, &shard.levels_json(), ready))
         }
         // Liveness: this executor answers.
         "/livez" => (200, json!({"live": true}).to_string()),

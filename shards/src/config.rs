@@ -47,6 +47,8 @@ object_bytes_max = 50000000     # 50 MB, enforced while streaming (origins omit 
 connections_max = 10000    # client connections per core
 negative_ttl_secs = 60     # longest an error answer (404, 410 ...) is cached
 resolve_ttl_secs = 60      # how long a resolved origin address is reused
+access_log = "off"         # "off", or a file: one Combined Log Format line per response, plus
+                           # cache= and rt= (SIGUSR1 reopens it; "/dev/stdout" for a terminal)
 "#;
 
 /// CoralProxy's port when `http` is not set (the paper's 8090).
@@ -147,6 +149,8 @@ pub struct ProxySection {
     pub negative_ttl_secs: Option<u64>,
     /// How long a resolved origin address is reused.
     pub resolve_ttl_secs: Option<u64>,
+    /// The access log's path, or "off".
+    pub access_log: Option<String>,
 }
 
 /// CoralProxy's resolved settings.
@@ -178,6 +182,8 @@ pub struct ProxyConfig {
     pub negative_ttl_secs: u64,
     /// How long a resolved origin address is reused.
     pub resolve_ttl_secs: u64,
+    /// Where the access log is appended (`None`: no access log).
+    pub access_log: Option<std::path::PathBuf>,
 }
 
 impl Default for ProxyConfig {
@@ -195,7 +201,17 @@ impl Default for ProxyConfig {
             connections_max: 10000,
             negative_ttl_secs: 60,
             resolve_ttl_secs: 60,
+            access_log: None,
         }
+    }
+}
+
+/// An `access_log` value: "off", or the path of the file.
+pub fn parse_access_log(s: &str) -> Result<Option<std::path::PathBuf>, String> {
+    match s {
+        "off" => Ok(None),
+        "" => Err("access_log: \"off\" or the path of a file".into()),
+        p => Ok(Some(p.into())),
     }
 }
 
@@ -492,6 +508,9 @@ impl NodeConfig {
         set(&mut self.proxy.resolve_ttl_secs, p.resolve_ttl_secs);
         if let Some(c) = p.connections_max {
             self.proxy.connections_max = c;
+        }
+        if let Some(a) = &p.access_log {
+            self.proxy.access_log = parse_access_log(a)?;
         }
         dht_key(&self.dht, "[clusters] leave_percent")?;
         self.validate_values()

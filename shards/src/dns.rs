@@ -223,6 +223,49 @@ struct Core {
     tcp_idle: Duration,
 }
 
+thread_local! {
+    /// This core's dnssrv, for `/metrics` (each executor is one thread).
+    static CORE: RefCell<std::rc::Weak<Core>> = const { RefCell::new(std::rc::Weak::new()) };
+}
+
+/// This core's dnssrv counters for `/metrics` (`Call::Metrics`): every
+/// plain counter by its field name, and `answers` as rows of
+/// `[qtype, rcode, level, count]` (non-zero ones); null without dnssrv.
+pub fn counters_json() -> serde_json::Value {
+    let Some(core) = CORE.with(|c| c.borrow().upgrade()) else {
+        return serde_json::Value::Null;
+    };
+    let c = *core.srv.borrow().counters();
+    let mut answers = Vec::new();
+    for (t, by_rcode) in c.answers.iter().enumerate() {
+        for (r, by_level) in by_rcode.iter().enumerate() {
+            for (l, &n) in by_level.iter().enumerate() {
+                if n > 0 {
+                    answers.push(serde_json::json!([
+                        coral::dns::QTYPE_NAMES[t],
+                        coral::dns::RCODE_NAMES[r],
+                        coral::dns::LEVEL_NAMES[l],
+                        n
+                    ]));
+                }
+            }
+        }
+    }
+    serde_json::json!({
+        "queries": c.queries,
+        "proxied": c.proxied,
+        "formerr": c.formerr,
+        "refused": c.refused,
+        "notimp": c.notimp,
+        "badvers": c.badvers,
+        "nxdomain": c.nxdomain,
+        "truncated": c.truncated,
+        "dropped": c.dropped,
+        "slipped": c.slipped,
+        "answers": answers,
+    })
+}
+
 /// Starts dnssrv on this core: UDP, TCP, and its upkeep task.
 pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), String> {
     let dcfg = cfg.dnssrv.dns_config(cfg);
@@ -272,6 +315,7 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
         tcp_connections_max: cfg.dnssrv.tcp_connections_max.unwrap_or(256),
         tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms.unwrap_or(10_000)),
     });
+    CORE.with(|c| *c.borrow_mut() = Rc::downgrade(&core));
     glommio::spawn_local(udp_loop(core.clone(), udp, raw)).detach();
     glommio::spawn_local(accept_loop(core.clone(), listener)).detach();
     glommio::spawn_local(upkeep(core, services)).detach();
