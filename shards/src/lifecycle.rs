@@ -1,6 +1,7 @@
 //! A node's life as an operator sees it: refusing to start beside a live
-//! node, readiness (`/readyz`, systemd's `READY=1`), SIGHUP reloads, and a
-//! bounded stop on SIGTERM or SIGINT.
+//! node, readiness (`/readyz`, systemd's `READY=1`), SIGHUP reloads, SIGUSR1
+//! (the access log reopened, `accesslog`), and a bounded stop on SIGTERM or
+//! SIGINT.
 //!
 //! SIGHUP re-reads the config file. What can change at run time:
 //! - `log`, the log filter (unless `RUST_LOG` is set);
