@@ -1109,7 +1109,17 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
         .expect("kdig (knot-dnsutils)");
     let dig = String::from_utf8_lossy(&dig.stdout).into_owned();
     assert!(dig.contains("status: NOERROR"), "{dig}");
-    let body = scrape(&format!("{ip}:7080"));
+    // A response is counted once its last byte is handed to the kernel,
+    // which may be a moment after curl has it: scrape until all five are.
+    let start = Instant::now();
+    let body = loop {
+        let body = scrape(&format!("{ip}:7080"));
+        if metric_sum(&body, "coral_http_requests_total") >= 5.0 {
+            break body;
+        }
+        assert!(start.elapsed() < START_WAIT, "responses not counted:\n{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
     check_exposition(&body);
     let req = |m: &str, s: u16, c: &str| {
         metric(
