@@ -221,6 +221,11 @@ struct Core {
     tcp_open: Cell<usize>,
     tcp_connections_max: usize,
     tcp_idle: Duration,
+    /// Client RTT probes handed to the probe thread, and dropped (its
+    /// queue full); RTTs measured and handed to dnssrv.
+    probes_sent: Cell<u64>,
+    probes_dropped: Cell<u64>,
+    clients_measured: Cell<u64>,
 }
 
 thread_local! {
@@ -263,6 +268,9 @@ pub fn counters_json() -> serde_json::Value {
         "dropped": c.dropped,
         "slipped": c.slipped,
         "answers": answers,
+        "probes_sent": core.probes_sent.get(),
+        "probes_dropped": core.probes_dropped.get(),
+        "clients_measured": core.clients_measured.get(),
     })
 }
 
@@ -314,6 +322,9 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
         tcp_open: Cell::new(0),
         tcp_connections_max: cfg.dnssrv.tcp_connections_max.unwrap_or(256),
         tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms.unwrap_or(10_000)),
+        probes_sent: Cell::new(0),
+        probes_dropped: Cell::new(0),
+        clients_measured: Cell::new(0),
     });
     CORE.with(|c| *c.borrow_mut() = Rc::downgrade(&core));
     glommio::spawn_local(udp_loop(core.clone(), udp, raw)).detach();
@@ -596,6 +607,7 @@ async fn upkeep(core: Rc<Core>, services: Services) {
         *core.view.borrow_mut() = View::from_node(&core.shard.node(), services);
         while let Ok((ip, rtt)) = core.rtt_rx.try_recv() {
             tracing::debug!(%ip, rtt_us = rtt.as_micros() as u64, "client measured");
+            core.clients_measured.set(core.clients_measured.get() + 1);
             core.srv.borrow_mut().on_rtt(
                 ip,
                 coral::Duration::from_micros(rtt.as_micros() as u64),
@@ -610,7 +622,11 @@ async fn upkeep(core: Rc<Core>, services: Services) {
                 Some(FollowUp::Probe(ip)) => {
                     // A full queue drops the probe; the client stays at the
                     // default level until a later query asks again.
-                    let _ = core.probe_tx.try_send(ip);
+                    let c = match core.probe_tx.try_send(ip) {
+                        Ok(()) => &core.probes_sent,
+                        Err(_) => &core.probes_dropped,
+                    };
+                    c.set(c.get() + 1);
                 }
                 Some(FollowUp::Verify(level)) => {
                     // Ping the level's proxies not verified lately (at most

@@ -568,7 +568,22 @@ pub const ORIGIN_ERROR_REASONS: [&str; 8] = [
 /// dnssrv's fields rendered by name (`coral::dns::Counters`); any other
 /// numeric field a newer dnssrv reports is rendered as
 /// `coral_dns_events_total{event="<field>"}`.
-const DNS_KNOWN: [(&str, &str, &str); 9] = [
+const DNS_KNOWN: [(&str, &str, &str); 12] = [
+    (
+        "probes_sent",
+        "coral_dns_rtt_probes_total",
+        "Client RTT probes sent to place clients at a level (§3.1), within the probe limits.",
+    ),
+    (
+        "probes_dropped",
+        "coral_dns_rtt_probes_dropped_total",
+        "Client RTT probes dropped: the probe thread's queue was full.",
+    ),
+    (
+        "clients_measured",
+        "coral_dns_clients_measured_total",
+        "Client RTTs measured and handed to dnssrv.",
+    ),
     (
         "proxied",
         "coral_dns_answers_with_proxies_total",

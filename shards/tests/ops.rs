@@ -1176,6 +1176,10 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
     assert_eq!(metric_sum(&body, "coral_dns_queries_total"), 1.0);
     assert_eq!(metric(&body, "coral_dns_queries_received_total"), 1.0);
     assert_eq!(metric(&body, "coral_dns_dropped_total"), 0.0);
+    // An SOA query places no client: no RTT probe.
+    assert_eq!(metric(&body, "coral_dns_rtt_probes_total"), 0.0);
+    assert_eq!(metric(&body, "coral_dns_rtt_probes_dropped_total"), 0.0);
+    assert!(!body.contains("coral_dns_events_total"), "every dnssrv counter by name");
 }
 
 /// A Combined Log Format line with coral's `cache=`, `rt=` and `host=`
