@@ -269,7 +269,7 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
                 cores.push(serde_json::from_str::<serde_json::Value>(&s).unwrap_or(serde_json::Value::Null));
             }
             let ready = crate::lifecycle::ready() && !shard.stopping();
-            (200, crate::metrics::render_dsht(&cores, &shard.levels_json(), ready))
+            (200, crate::metrics::render(&cores, &shard.levels_json(), ready))
         }
         // The status page and its numbers, from every core (`status`).
         "/status" | "/status/" => (200, crate::status::PAGE.to_string()),

@@ -48,6 +48,8 @@ connections_max = 10000    # client connections per core
 negative_ttl_secs = 60     # longest an error answer (404, 410 ...) is cached
 resolve_ttl_secs = 60      # how long a resolved origin address is reused
 vary_variants_max = 8      # Vary: variants of one URL stored beside the first, per core
+access_log = "off"         # "off", or a file: one Combined Log Format line per response, plus
+                           # cache= and rt= (SIGUSR1 reopens it; "/dev/stdout" for a terminal)
 "#;
 
 /// CoralProxy's port when `http` is not set (the paper's 8090).
@@ -150,6 +152,8 @@ pub struct ProxySection {
     pub resolve_ttl_secs: Option<u64>,
     /// `Vary`: variants of one URL stored beside the first, per core.
     pub vary_variants_max: Option<usize>,
+    /// The access log's path, or "off".
+    pub access_log: Option<String>,
 }
 
 /// CoralProxy's resolved settings.
@@ -184,6 +188,8 @@ pub struct ProxyConfig {
     /// `Vary`: variants of one URL stored beside the first response, per
     /// core (0: only the first is stored, others pass through).
     pub vary_variants_max: usize,
+    /// Where the access log is appended (`None`: no access log).
+    pub access_log: Option<std::path::PathBuf>,
 }
 
 impl Default for ProxyConfig {
@@ -202,7 +208,17 @@ impl Default for ProxyConfig {
             negative_ttl_secs: 60,
             resolve_ttl_secs: 60,
             vary_variants_max: coral::proxy::vary::VARY_VARIANTS_MAX,
+            access_log: None,
         }
+    }
+}
+
+/// An `access_log` value: "off", or the path of the file.
+pub fn parse_access_log(s: &str) -> Result<Option<std::path::PathBuf>, String> {
+    match s {
+        "off" => Ok(None),
+        "" => Err("access_log: \"off\" or the path of a file".into()),
+        p => Ok(Some(p.into())),
     }
 }
 
@@ -502,6 +518,9 @@ impl NodeConfig {
         }
         if let Some(v) = p.vary_variants_max {
             self.proxy.vary_variants_max = v;
+        }
+        if let Some(a) = &p.access_log {
+            self.proxy.access_log = parse_access_log(a)?;
         }
         dht_key(&self.dht, "[clusters] leave_percent")?;
         self.validate_values()

@@ -292,15 +292,28 @@ pub fn counters_json() -> serde_json::Value {
                 "held_now".into(),
                 serde_json::Value::from(srv.held() as u64),
             );
+            // Answers by query type, rcode and client level, as rows of
+            // `[qtype, rcode, level, count]` (the non-zero ones).
+            let mut answers = Vec::new();
+            for (t, by_rcode) in srv.counters().answers.iter().enumerate() {
+                for (r, by_level) in by_rcode.iter().enumerate() {
+                    for (l, &n) in by_level.iter().enumerate() {
+                        if n > 0 {
+                            answers.push(serde_json::json!([
+                                coral::dns::QTYPE_NAMES[t],
+                                coral::dns::RCODE_NAMES[r],
+                                coral::dns::LEVEL_NAMES[l],
+                                n
+                            ]));
+                        }
+                    }
+                }
+            }
+            m.insert("answers".into(), serde_json::Value::Array(answers));
             serde_json::Value::Object(m)
         }
         None => serde_json::Value::Null,
     })
-}
-
-thread_local! {
-    /// This core's dnssrv, for the status page's counters.
-    static CORE: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
 }
 
 /// Queries this core's dnssrv answered, if it runs.

@@ -1,6 +1,7 @@
 //! A node's life as an operator sees it: refusing to start beside a live
-//! node, readiness (`/readyz`, systemd's `READY=1`), SIGHUP reloads, and a
-//! bounded stop on SIGTERM or SIGINT.
+//! node, readiness (`/readyz`, systemd's `READY=1`), SIGHUP reloads, SIGUSR1
+//! (the access log reopened, `accesslog`), and a bounded stop on SIGTERM or
+//! SIGINT.
 //!
 //! SIGHUP re-reads the config file. What can change at run time:
 //! - `log`, the log filter (unless `RUST_LOG` is set);
@@ -181,6 +182,9 @@ impl Reload {
         if new.dht != old.dht {
             restart.push("[dht]/[clusters]");
         }
+        if new.proxy.access_log != old.proxy.access_log {
+            restart.push("[proxy] access_log");
+        }
         if !restart.is_empty() {
             tracing::warn!(
                 "SIGHUP: {} changed in {} but take effect only on restart; the node keeps its running values",
@@ -205,7 +209,8 @@ impl Reload {
     }
 }
 
-/// The signals the node handles: SIGINT, SIGTERM (stop) and SIGHUP (reload).
+/// The signals the node handles: SIGINT, SIGTERM (stop), SIGHUP (reload)
+/// and SIGUSR1 (reopen the access log).
 fn signal_set() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise and fill a sigset_t we own.
     unsafe {
@@ -214,6 +219,7 @@ fn signal_set() -> libc::sigset_t {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
         set
     }
 }
@@ -230,6 +236,7 @@ pub fn block_signals() {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
         libc::signal(libc::SIGTERM, libc::SIG_DFL);
         libc::signal(libc::SIGHUP, libc::SIG_DFL);
+        libc::signal(libc::SIGUSR1, libc::SIG_DFL);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
@@ -241,6 +248,8 @@ pub enum Signal {
     Stop(&'static str),
     /// SIGHUP.
     Reload,
+    /// SIGUSR1: reopen the access log (logrotate).
+    Reopen,
 }
 
 /// Waits for the next of the node's signals (they must be blocked).
@@ -252,6 +261,7 @@ pub fn wait_signal() -> Signal {
     let rc = unsafe { libc::sigwait(&set, &mut sig) };
     match (rc, sig) {
         (0, libc::SIGHUP) => Signal::Reload,
+        (0, libc::SIGUSR1) => Signal::Reopen,
         (0, libc::SIGINT) => Signal::Stop("SIGINT"),
         (0, _) => Signal::Stop("SIGTERM"),
         _ => Signal::Stop("sigwait failed"),

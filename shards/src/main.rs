@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod accept;
+mod accesslog;
 mod admin;
 pub mod cache;
 mod client;
@@ -212,6 +213,10 @@ struct ProxyArgs {
     /// Let origins be on loopback, private, link-local ... addresses (labs, tests).
     #[arg(long)]
     allow_private_origins: bool,
+    /// Append one line per response to this file (Combined Log Format plus
+    /// cache= and rt=; "off" for none; SIGUSR1 reopens it).
+    #[arg(long, value_name = "PATH")]
+    access_log: Option<String>,
     /// A static answer for an origin name, NAME=IP (repeatable; as curl's --resolve).
     #[arg(long, value_name = "NAME=IP")]
     resolve: Vec<String>,
@@ -230,6 +235,9 @@ impl ProxyArgs {
         }
         if self.allow_private_origins {
             cfg.proxy.allow_private_origins = true;
+        }
+        if let Some(a) = &self.access_log {
+            cfg.proxy.access_log = config::parse_access_log(a)?;
         }
         for r in &self.resolve {
             let (name, ip) = config::parse_resolve(r)?;

@@ -19,6 +19,8 @@ pub enum Kind {
     Counter,
     /// Goes up and down.
     Gauge,
+    /// Observations counted in buckets (`_bucket`, `_sum`, `_count`).
+    Histogram,
 }
 
 /// Writes families in Prometheus's text format.
@@ -33,6 +35,7 @@ impl Writer {
         let kind = match kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         };
         let help = help.replace('\\', "\\\\").replace('\n', "\\n");
         let _ = writeln!(self.out, "# HELP {name} {help}");
@@ -68,6 +71,217 @@ impl Writer {
     /// The text so far.
     pub fn finish(self) -> String {
         self.out
+    }
+}
+
+/// Upper bounds of the latency buckets, in seconds: log-spaced, 1, 2.5 and
+/// 5 per decade from 100 µs to 10 s, and 30 s (the last bucket, `+Inf`,
+/// takes the rest).
+pub const DURATION_BUCKETS_SECS: [f64; 17] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+/// The same bounds in nanoseconds (what `observe` compares with).
+const DURATION_BUCKETS_NANOS: [u64; 17] = [
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+];
+/// Buckets of a [`Histogram`]: one per bound, and `+Inf`.
+const BUCKETS: usize = DURATION_BUCKETS_NANOS.len() + 1;
+
+/// A latency histogram with fixed log buckets ([`DURATION_BUCKETS_SECS`]):
+/// one per core, plain counts (no lock, no atomic), merged at scrape time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative; the last is `+Inf`).
+    counts: [u64; BUCKETS],
+    /// The observations' sum, in nanoseconds.
+    sum_nanos: u64,
+}
+
+impl Histogram {
+    /// Counts one observation.
+    pub fn observe(&mut self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let i = DURATION_BUCKETS_NANOS.partition_point(|&b| b < ns);
+        self.counts[i] += 1;
+        self.sum_nanos = self.sum_nanos.saturating_add(ns);
+    }
+
+    /// Adds another core's counts.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *a += b;
+        }
+        self.sum_nanos = self.sum_nanos.saturating_add(other.sum_nanos);
+    }
+
+    /// As sent over the mesh: `{"counts": [...], "sum_nanos": n}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"counts": self.counts.to_vec(), "sum_nanos": self.sum_nanos})
+    }
+
+    /// From [`Histogram::to_json`]'s form; missing or odd parts count 0.
+    pub fn from_json(v: &serde_json::Value) -> Histogram {
+        let mut h = Histogram::default();
+        if let Some(a) = v["counts"].as_array() {
+            for (c, x) in h.counts.iter_mut().zip(a) {
+                *c = x.as_u64().unwrap_or(0);
+            }
+        }
+        h.sum_nanos = v["sum_nanos"].as_u64().unwrap_or(0);
+        h
+    }
+
+    /// Writes the samples of histogram family `name` (started with
+    /// [`Kind::Histogram`]) with `labels`: cumulative buckets, sum, count.
+    pub fn write(&self, w: &mut Writer, name: &str, labels: &[(&str, &str)]) {
+        let bucket = format!("{name}_bucket");
+        let mut cumulative = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            cumulative += c;
+            let le = match DURATION_BUCKETS_SECS.get(i) {
+                Some(b) => b.to_string(),
+                None => "+Inf".to_string(),
+            };
+            let mut with_le: Vec<(&str, &str)> = labels.to_vec();
+            with_le.push(("le", &le));
+            w.sample(&bucket, &with_le, cumulative as f64);
+        }
+        w.sample(
+            &format!("{name}_sum"),
+            labels,
+            self.sum_nanos as f64 / 1e9,
+        );
+        w.sample(&format!("{name}_count"), labels, cumulative as f64);
+    }
+}
+
+/// Where a proxied response came from (the `cache` label of
+/// `coral_http_requests_total` and the access log's `cache=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheResult {
+    /// A hit in this node's cache (fresh, or joined a fetch under way).
+    Local,
+    /// Fetched from a peer proxy the DSHT named at this level (§3.2).
+    Peer(coral::node::Level),
+    /// Fetched from the origin.
+    Origin,
+    /// A stale copy, served because the origin failed.
+    Stale,
+    /// Passed through uncached (uncacheable request or answer, Vary variant).
+    Pass,
+    /// An error answer from coral itself (4xx, 5xx it made).
+    Error,
+}
+
+impl CacheResult {
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            CacheResult::Local => "local",
+            CacheResult::Peer(0) => "peer_l0",
+            CacheResult::Peer(1) => "peer_l1",
+            CacheResult::Peer(_) => "peer_l2",
+            CacheResult::Origin => "origin",
+            CacheResult::Stale => "stale",
+            CacheResult::Pass => "pass",
+            CacheResult::Error => "error",
+        }
+    }
+}
+
+/// Method label values; any other method counts as `OTHER` (a client
+/// cannot make new label values).
+const METHOD_LABELS: [&str; 10] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE", "OTHER",
+];
+
+/// The `method` label of a request method.
+pub fn method_label(m: &str) -> &'static str {
+    METHOD_LABELS
+        .iter()
+        .find(|l| **l == m)
+        .copied()
+        .unwrap_or("OTHER")
+}
+
+/// Distinct (method, status, cache) combinations a core counts; more are
+/// counted under status 0 (statuses are bounded by HTTP, this bounds them
+/// further).
+const HTTP_SERIES_MAX: usize = 256;
+
+/// One core's HTTP counts: requests by method, status and cache result,
+/// response body bytes and the duration histogram.
+#[derive(Default, Clone, Debug)]
+pub struct HttpCounters {
+    /// (method, status, cache result label, count), looked up linearly (a
+    /// core sees a handful of combinations).
+    pub requests: Vec<(&'static str, u16, &'static str, u64)>,
+    /// Response body bytes sent.
+    pub response_bytes: u64,
+    /// Time from a request's head read to its response's last byte sent.
+    pub duration: Histogram,
+}
+
+impl HttpCounters {
+    /// Counts one response.
+    pub fn record(
+        &mut self,
+        method: &'static str,
+        status: u16,
+        cache: CacheResult,
+        body_bytes: u64,
+        took: std::time::Duration,
+    ) {
+        let cache = cache.label();
+        let mut status = status;
+        let found = self
+            .requests
+            .iter_mut()
+            .find(|(m, s, c, _)| *m == method && *s == status && *c == cache);
+        match found {
+            Some(e) => e.3 += 1,
+            None => {
+                if self.requests.len() >= HTTP_SERIES_MAX {
+                    status = 0;
+                }
+                match self
+                    .requests
+                    .iter_mut()
+                    .find(|(m, s, c, _)| *m == method && *s == status && *c == cache)
+                {
+                    Some(e) => e.3 += 1,
+                    None => self.requests.push((method, status, cache, 1)),
+                }
+            }
+        }
+        self.response_bytes += body_bytes;
+        self.duration.observe(took);
+    }
+
+    /// As sent over the mesh.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "requests": self.requests.iter().map(|(m, s, c, n)| serde_json::json!([m, s, c, n])).collect::<Vec<_>>(),
+            "response_bytes": self.response_bytes,
+            "duration": self.duration.to_json(),
+        })
     }
 }
 
@@ -118,14 +332,410 @@ pub fn count_event(e: &coral::node::Event) {
     });
 }
 
+thread_local! {
+    /// This core's client get and put durations (`Call::Get`, `Call::Put`).
+    static DSHT_DURATIONS: RefCell<[Histogram; 2]> = RefCell::new(Default::default());
+}
+
+/// Counts how long a client operation took, start to its event.
+pub fn observe_dsht(e: &coral::node::Event, took: std::time::Duration) {
+    let i = match e {
+        coral::node::Event::GetDone { .. } => 0,
+        coral::node::Event::PutDone { .. } => 1,
+        coral::node::Event::ClaimDone { .. } => return,
+    };
+    DSHT_DURATIONS.with(|d| d.borrow_mut()[i].observe(took));
+}
+
+/// This core's client operation durations, as sent over the mesh.
+pub fn dsht_durations_json() -> serde_json::Value {
+    DSHT_DURATIONS.with(|d| {
+        let d = d.borrow();
+        serde_json::json!({"get": d[0].to_json(), "put": d[1].to_json()})
+    })
+}
+
 /// This core's counters.
 pub fn counters() -> Counters {
     COUNTERS.with(|c| c.borrow().clone())
 }
 
-/// Renders the DSHT families from every core's metrics JSON (as
-/// `runtime::Shard::metrics_json` makes it) and core 0's levels.
-pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, ready: bool) -> String {
+/// Renders every family from every core's metrics JSON (as `Call::Metrics`
+/// makes it) and core 0's levels: the node, the DSHT, HTTP and DNS.
+pub fn render(cores: &[serde_json::Value], levels: &serde_json::Value, ready: bool) -> String {
+    let mut w = render_dsht(cores, levels, ready);
+    render_http(&mut w, cores);
+    render_dns(&mut w, cores);
+    w.finish()
+}
+
+/// Sums the unsigned integer at `path` over every core.
+fn sum_at(cores: &[serde_json::Value], path: &[&str]) -> f64 {
+    cores
+        .iter()
+        .map(|c| path.iter().fold(c, |v, k| &v[*k]).as_u64().unwrap_or(0) as f64)
+        .sum()
+}
+
+/// CoralProxy's families (§2.2, §3.2) from the cores' `http` parts.
+pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
+    let sum = |path: &[&str]| sum_at(cores, path);
+    let mut requests = std::collections::BTreeMap::<(String, u64, String), u64>::new();
+    let mut duration = Histogram::default();
+    for c in cores {
+        for r in c["http"]["requests"].as_array().into_iter().flatten() {
+            let key = (
+                r[0].as_str().unwrap_or("OTHER").to_string(),
+                r[1].as_u64().unwrap_or(0),
+                r[2].as_str().unwrap_or("error").to_string(),
+            );
+            *requests.entry(key).or_default() += r[3].as_u64().unwrap_or(0);
+        }
+        duration.merge(&Histogram::from_json(&c["http"]["duration"]));
+    }
+    w.family(
+        "coral_http_requests_total",
+        Kind::Counter,
+        "HTTP responses sent, by method, status and cache result (local: a hit here; peer_l<n>: \
+         fetched from a peer found at level n; origin; stale: served stale as the origin failed; \
+         pass: uncacheable, fetched for this client alone; error: coral's own error answer).",
+    );
+    for ((m, s, c), n) in &requests {
+        w.sample(
+            "coral_http_requests_total",
+            &[("method", m), ("status", &s.to_string()), ("cache", c)],
+            *n as f64,
+        );
+    }
+    w.family(
+        "coral_http_response_bytes_total",
+        Kind::Counter,
+        "HTTP response body bytes sent to clients.",
+    )
+    .sample(
+        "coral_http_response_bytes_total",
+        &[],
+        sum(&["http", "response_bytes"]),
+    );
+    w.family(
+        "coral_http_request_duration_seconds",
+        Kind::Histogram,
+        "Time from a request's head read to its response's last byte sent.",
+    );
+    duration.write(w, "coral_http_request_duration_seconds", &[]);
+    w.family(
+        "coral_http_origin_fetches_total",
+        Kind::Counter,
+        "Fetches from origins: fill (into the cache, one per object however many wait) or pass (uncacheable, for one client).",
+    )
+    .sample(
+        "coral_http_origin_fetches_total",
+        &[("mode", "fill")],
+        sum(&["http", "origin_fetches"]),
+    )
+    .sample(
+        "coral_http_origin_fetches_total",
+        &[("mode", "pass")],
+        sum(&["http", "origin_passes"]),
+    );
+    w.family(
+        "coral_http_origin_errors_total",
+        Kind::Counter,
+        "Origin fetches that failed, by reason.",
+    );
+    for reason in ORIGIN_ERROR_REASONS {
+        w.sample(
+            "coral_http_origin_errors_total",
+            &[("reason", reason)],
+            sum(&["http", "origin_errors", reason]),
+        );
+    }
+    w.family(
+        "coral_http_peer_fetches_total",
+        Kind::Counter,
+        "Fetches from peer proxies, by the level at which the DSHT named the peer (§3.2).",
+    );
+    for level in 0..3usize {
+        let n: f64 = cores
+            .iter()
+            .map(|c| c["http"]["peer_fetches"][level].as_u64().unwrap_or(0) as f64)
+            .sum();
+        w.sample(
+            "coral_http_peer_fetches_total",
+            &[("level", &level.to_string())],
+            n,
+        );
+    }
+    w.family(
+        "coral_http_bad_requests_total",
+        Kind::Counter,
+        "Malformed requests (answered 4xx, connection closed).",
+    )
+    .sample(
+        "coral_http_bad_requests_total",
+        &[],
+        sum(&["http", "bad_requests"]),
+    );
+    w.family(
+        "coral_http_connections_open",
+        Kind::Gauge,
+        "Client connections open now.",
+    )
+    .sample(
+        "coral_http_connections_open",
+        &[],
+        sum(&["http", "connections_open"]),
+    );
+    w.family(
+        "coral_http_connections_accepted_total",
+        Kind::Counter,
+        "Client connections accepted.",
+    )
+    .sample(
+        "coral_http_connections_accepted_total",
+        &[],
+        sum(&["http", "connections_accepted"]),
+    );
+    w.family(
+        "coral_http_connections_refused_total",
+        Kind::Counter,
+        "Client connections closed at once: connections_max reached.",
+    )
+    .sample(
+        "coral_http_connections_refused_total",
+        &[],
+        sum(&["http", "connections_refused"]),
+    );
+    // The cache's object and byte counts are the whole cache's (every core
+    // reads the same shared totals): core 0's.
+    let first = |key: &str| {
+        cores
+            .first()
+            .map_or(0.0, |c| c["http"]["cache"][key].as_u64().unwrap_or(0) as f64)
+    };
+    w.family(
+        "coral_cache_objects",
+        Kind::Gauge,
+        "Complete objects in the disk cache.",
+    )
+    .sample("coral_cache_objects", &[], first("objects"));
+    w.family(
+        "coral_cache_bytes",
+        Kind::Gauge,
+        "Bytes the disk cache's segment files occupy.",
+    )
+    .sample("coral_cache_bytes", &[], first("bytes"));
+    w.family(
+        "coral_cache_size_limit_bytes",
+        Kind::Gauge,
+        "The disk cache's configured size (cache_size).",
+    )
+    .sample("coral_cache_size_limit_bytes", &[], first("size_bytes"));
+    w.family(
+        "coral_cache_evictions_total",
+        Kind::Counter,
+        "Objects evicted to keep the cache within its size.",
+    )
+    .sample(
+        "coral_cache_evictions_total",
+        &[],
+        sum(&["http", "cache", "evictions"]),
+    );
+    w.family(
+        "coral_access_log_lines_dropped_total",
+        Kind::Counter,
+        "Access log lines dropped because the log writer fell behind.",
+    )
+    .sample(
+        "coral_access_log_lines_dropped_total",
+        &[],
+        sum(&["http", "access_log_dropped"]),
+    );
+}
+
+/// Reasons an origin fetch fails (`coral_http_origin_errors_total`).
+pub const ORIGIN_ERROR_REASONS: [&str; 8] = [
+    "resolve",
+    "connect",
+    "timeout",
+    "truncated",
+    "malformed",
+    "io",
+    "status_5xx",
+    "too_large",
+];
+
+/// dnssrv's fields rendered by name (`coral::dns::Counters`); any other
+/// numeric field a newer dnssrv reports is rendered as
+/// `coral_dns_events_total{event="<field>"}`.
+const DNS_KNOWN: [(&str, &str, &str); 16] = [
+    (
+        "probes_sent",
+        "coral_dns_rtt_probes_total",
+        "Client probes (RTT and last hops, §3.1) asked of the runtime, within the probe limits.",
+    ),
+    (
+        "probes_refused",
+        "coral_dns_rtt_probes_dropped_total",
+        "Client probes refused: by the probe limiter (per destination, per /24, per second) or a full probe queue.",
+    ),
+    (
+        "probes_answered",
+        "coral_dns_clients_measured_total",
+        "Client probes whose destination answered (its RTT measured).",
+    ),
+    (
+        "answers_proxied",
+        "coral_dns_answers_with_proxies_total",
+        "Answers that named proxies (§3.1).",
+    ),
+    (
+        "answers_no_proxy",
+        "coral_dns_answers_without_proxies_total",
+        "Answers for proxy names with no live proxy (NODATA).",
+    ),
+    (
+        "answers_hinted",
+        "coral_dns_answers_hinted_total",
+        "Answers whose first proxy was found through a clustering hint near the client.",
+    ),
+    (
+        "hint_lookups",
+        "coral_dns_hint_lookups_total",
+        "DSHT lookups of the hint keys of a client's last hops and network.",
+    ),
+    (
+        "hint_nodes_found",
+        "coral_dns_hint_nodes_found_total",
+        "Nodes those hint lookups found near clients.",
+    ),
+    (
+        "held",
+        "coral_dns_held_total",
+        "Queries held while candidate proxies were pinged (no live proxy).",
+    ),
+    (
+        "held_answered",
+        "coral_dns_held_answered_total",
+        "Held queries answered with a proxy verified in the meantime.",
+    ),
+    (
+        "held_expired",
+        "coral_dns_held_expired_total",
+        "Held queries answered at their deadline without a live proxy.",
+    ),
+    (
+        "held_refused",
+        "coral_dns_held_refused_total",
+        "Queries not held because held_max were already held.",
+    ),
+    (
+        "truncated",
+        "coral_dns_truncated_total",
+        "UDP answers sent truncated (TC) for size.",
+    ),
+    (
+        "dropped",
+        "coral_dns_dropped_total",
+        "Datagrams not answered: responses, runts, rate-limited (RRL).",
+    ),
+    (
+        "rrl_dropped",
+        "coral_dns_rrl_dropped_total",
+        "Responses dropped by response rate limiting.",
+    ),
+    (
+        "rrl_slipped",
+        "coral_dns_rrl_slipped_total",
+        "Rate-limited answers sent truncated (RRL slip).",
+    ),
+];
+
+/// dnssrv's families (§3.1) from the cores' `dns` parts (absent when the
+/// node serves no DNS: then nothing is written).
+pub fn render_dns(w: &mut Writer, cores: &[serde_json::Value]) {
+    if cores.iter().all(|c| c["dns"].is_null()) {
+        return;
+    }
+    let sum = |path: &[&str]| sum_at(cores, path);
+    w.family(
+        "coral_dns_queries_received_total",
+        Kind::Counter,
+        "DNS messages handed to dnssrv (answered or not).",
+    )
+    .sample(
+        "coral_dns_queries_received_total",
+        &[],
+        sum(&["dns", "queries"]),
+    );
+    let mut answers = std::collections::BTreeMap::<(String, String, String), u64>::new();
+    for c in cores {
+        for a in c["dns"]["answers"].as_array().into_iter().flatten() {
+            let key = (
+                a[0].as_str().unwrap_or("OTHER").to_string(),
+                a[1].as_str().unwrap_or("OTHER").to_string(),
+                a[2].as_str().unwrap_or("none").to_string(),
+            );
+            *answers.entry(key).or_default() += a[3].as_u64().unwrap_or(0);
+        }
+    }
+    w.family(
+        "coral_dns_queries_total",
+        Kind::Counter,
+        "DNS queries answered, by query type, rcode and the client's level (the level whose proxies \
+         the answer named; none for answers without proxies).",
+    );
+    for ((t, r, l), n) in &answers {
+        w.sample(
+            "coral_dns_queries_total",
+            &[("qtype", t), ("rcode", r), ("level", l)],
+            *n as f64,
+        );
+    }
+    for (field, name, help) in DNS_KNOWN {
+        w.family(name, Kind::Counter, help)
+            .sample(name, &[], sum(&["dns", field]));
+    }
+    w.family(
+        "coral_dns_held_queries",
+        Kind::Gauge,
+        "Queries held now while candidate proxies are pinged.",
+    )
+    .sample("coral_dns_held_queries", &[], sum(&["dns", "held_now"]));
+    let mut others = std::collections::BTreeMap::<String, f64>::new();
+    for c in cores {
+        if let Some(o) = c["dns"].as_object() {
+            for (k, v) in o {
+                // Per type, rcode and level: in `coral_dns_queries_total`.
+                let by_label = k.starts_with("queries_")
+                    || k.starts_with("rcode_")
+                    || k.starts_with("client_level");
+                let known = k == "queries"
+                    || k == "answers"
+                    || k == "held_now"
+                    || by_label
+                    || DNS_KNOWN.iter().any(|d| d.0 == k);
+                if let (false, Some(n)) = (known, v.as_u64()) {
+                    *others.entry(k.clone()).or_default() += n as f64;
+                }
+            }
+        }
+    }
+    if !others.is_empty() {
+        w.family(
+            "coral_dns_events_total",
+            Kind::Counter,
+            "Other dnssrv counters, by name.",
+        );
+        for (k, n) in &others {
+            w.sample("coral_dns_events_total", &[("event", k)], *n);
+        }
+    }
+}
+
+/// Renders the node's and the DSHT's families from every core's metrics
+/// JSON and core 0's levels.
+pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, ready: bool) -> Writer {
     let sum = |path: &[&str]| -> f64 {
         cores
             .iter()
@@ -262,6 +872,19 @@ pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, read
         );
     }
 
+    w.family(
+        "coral_dsht_operation_duration_seconds",
+        Kind::Histogram,
+        "Client gets and puts (the `coral get` and `coral put` commands), start to outcome.",
+    );
+    for op in ["get", "put"] {
+        let mut h = Histogram::default();
+        for c in cores {
+            h.merge(&Histogram::from_json(&c["dsht_durations"][op]));
+        }
+        h.write(&mut w, "coral_dsht_operation_duration_seconds", &[("op", op)]);
+    }
+
     let level_count = cores
         .first()
         .and_then(|c| c["store"].as_array())
@@ -353,12 +976,55 @@ pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, read
         &[],
         sum(&["stats", "cluster_switches"]),
     );
-    w.finish()
+    w
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_merge() {
+        let mut a = Histogram::default();
+        a.observe(std::time::Duration::from_micros(100)); // on the first bound
+        a.observe(std::time::Duration::from_millis(3));
+        let mut b = Histogram::default();
+        b.observe(std::time::Duration::from_secs(60)); // past the last bound
+        a.merge(&b);
+        let back = Histogram::from_json(&a.to_json());
+        assert_eq!(back, a);
+        let mut w = Writer::default();
+        w.family("d_seconds", Kind::Histogram, "D.");
+        a.write(&mut w, "d_seconds", &[("op", "get")]);
+        let text = w.finish();
+        assert!(text.contains("# TYPE d_seconds histogram\n"), "{text}");
+        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"0.0001\"} 1\n"), "{text}");
+        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"0.0025\"} 1\n"), "{text}");
+        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"0.005\"} 2\n"), "{text}");
+        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"30\"} 2\n"), "{text}");
+        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"+Inf\"} 3\n"), "{text}");
+        assert!(text.contains("d_seconds_sum{op=\"get\"} 60.0031\n"), "{text}");
+        assert!(text.contains("d_seconds_count{op=\"get\"} 3\n"), "{text}");
+    }
+
+    #[test]
+    fn http_counters_bound_their_series() {
+        let mut h = HttpCounters::default();
+        let d = std::time::Duration::from_millis(1);
+        h.record("GET", 200, CacheResult::Local, 10, d);
+        h.record("GET", 200, CacheResult::Local, 5, d);
+        h.record("GET", 200, CacheResult::Peer(1), 5, d);
+        assert_eq!(h.requests, vec![("GET", 200, "local", 2), ("GET", 200, "peer_l1", 1)]);
+        assert_eq!(h.response_bytes, 20);
+        for s in 0..1000u16 {
+            h.record("GET", s, CacheResult::Origin, 0, d);
+        }
+        assert_eq!(h.requests.len(), HTTP_SERIES_MAX);
+        let total: u64 = h.requests.iter().map(|r| r.3).sum();
+        assert_eq!(total, 1003);
+        assert_eq!(method_label("BREW"), "OTHER");
+        assert_eq!(method_label("POST"), "POST");
+    }
 
     #[test]
     fn writer_escapes_labels_and_writes_integers_plainly() {

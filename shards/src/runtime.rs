@@ -310,6 +310,8 @@ impl Shard {
                             "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
                         },
                         "store": node.store_counts(now).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
+                        "dsht_durations": crate::metrics::dsht_durations_json(),
+                        "http": crate::proxy::metrics_json(),
                         // dnssrv's counters on this core (`coral::dns::Counters`).
                         "dns": crate::dns::counters_json(),
                     })
@@ -317,10 +319,14 @@ impl Shard {
                 }
             }
         };
+        let started = Instant::now();
         self.waiting.borrow_mut().insert(op, tx);
         self.flush().await;
         match rx.recv().await {
-            Some(e) => event_json(&e).to_string(),
+            Some(e) => {
+                crate::metrics::observe_dsht(&e, started.elapsed());
+                event_json(&e).to_string()
+            }
             None => json!({"error": "operation dropped"}).to_string(),
         }
     }
@@ -633,6 +639,9 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
         None => Vec::new(),
     };
     let stop = Arc::new(AtomicBool::new(false));
+    if let Some(p) = &config.proxy.access_log {
+        crate::accesslog::init(p)?;
+    }
     lifecycle::block_signals();
     // Each core reports once it serves (core 0: with the admin endpoint
     // open), or why it cannot.
@@ -750,6 +759,13 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
                     tracing::info!("SIGHUP: nothing to reload");
                 }
             }
+            lifecycle::Signal::Reopen => {
+                if crate::accesslog::enabled() {
+                    crate::accesslog::reopen();
+                } else {
+                    tracing::info!("SIGUSR1: no access log to reopen");
+                }
+            }
             lifecycle::Signal::Stop(why) => break why,
         }
     };
@@ -764,6 +780,8 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
             Err(e) => return Err(format!("executor failed: {e}")),
         }
     }
+    // The cores handed over their last lines as they stopped.
+    crate::accesslog::shutdown();
     Ok(())
 }
 
@@ -936,6 +954,7 @@ async fn core_main(
             .min(TICK);
         glommio::timer::sleep(wait).await;
     }
+    crate::accesslog::flush();
     Ok(())
 }
 

@@ -177,15 +177,23 @@ thread_local! {
 /// allocates nothing unless the URL enters the top objects; the URL shown
 /// is the request's (a Coralized URL, or a peer's absolute-form one).
 pub fn served(key: u64, req: &RequestHead, bytes: u64, hit: bool) {
+    served_named(key, req.host().unwrap_or("").as_bytes(), req.target.as_bytes(), bytes, hit);
+}
+
+/// [`served`] for a request known by its Host and target bytes (the fast
+/// path of a hit, which makes no `RequestHead`); the URL is only written
+/// when the object enters the top objects.
+pub fn served_named(key: u64, host: &[u8], target: &[u8], bytes: u64, hit: bool) {
     STATE.with(|s| {
         let mut s = s.borrow_mut();
         s.served += 1;
         s.top.count(key, hit, bytes, |out| {
-            if !req.target.starts_with("http://") {
+            let target = String::from_utf8_lossy(target);
+            if !target.starts_with("http://") {
                 out.push_str("http://");
-                push_cut(out, req.host().unwrap_or(""));
+                push_cut(out, &String::from_utf8_lossy(host));
             }
-            push_cut(out, &req.target);
+            push_cut(out, &target);
         });
     });
 }

@@ -114,3 +114,24 @@ fn daemonset_uses_host_networking_and_the_admin_probes() {
         assert!(readme.contains(section), "deploy/README.md lacks {section}");
     }
 }
+
+#[test]
+fn logrotate_snippet_signals_usr1_and_the_readme_shows_it_as_shipped() {
+    let file = deploy("coral.logrotate");
+    let body: String = file
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(body.contains("postrotate") && body.contains("--signal=USR1"), "{body}");
+    assert!(body.contains("nocreate"), "the node creates the new file itself");
+    let readme = deploy("README.md");
+    assert!(
+        readme.contains(&format!("```text\n{body}```")),
+        "deploy/README.md should show coral.logrotate as shipped"
+    );
+    let unit = deploy("coral.service");
+    assert!(unit.contains("LogsDirectory=coral"), "/var/log/coral must be writable");
+    let toml = deploy("coral.toml");
+    assert!(toml.contains("access_log = \"off\""));
+}

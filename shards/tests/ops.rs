@@ -759,16 +759,578 @@ fn metrics_count_a_known_sequence_across_cores() {
         body.contains("coral_cluster_info{level=\"1\",cluster=\""),
         "{body}"
     );
-    // Every family is announced once, and every sample belongs to one.
-    let mut families = Vec::new();
+    // The client operations' latency: two gets, three puts.
+    let d = "coral_dsht_operation_duration_seconds";
+    assert_eq!(metric(body, &format!("{d}_count{{op=\"get\"}}")), 2.0);
+    assert_eq!(metric(body, &format!("{d}_count{{op=\"put\"}}")), 3.0);
+    check_exposition(body);
+}
+
+/// nginx (Debian's) serving `root` on `addr`, stopped when dropped.
+struct Nginx(Child);
+
+impl Nginx {
+    fn start(dir: &TempDir, addr: &str, root: &Path) -> Nginx {
+        let d = dir.0.join("nginx");
+        std::fs::create_dir_all(&d).unwrap();
+        let conf = d.join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+                 fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+                 types {{ application/octet-stream bin; }}\n\
+                 server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
+                d = d.display(),
+                root = root.display(),
+            ),
+        )
+        .unwrap();
+        let child = Command::new("/usr/sbin/nginx")
+            .args(["-p", d.to_str().unwrap(), "-c", conf.to_str().unwrap()])
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nginx (Debian's package) is needed for this test");
+        let addr: SocketAddr = addr.parse().unwrap();
+        let start = Instant::now();
+        while TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+            assert!(start.elapsed() < START_WAIT, "nginx never listened on {addr}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx(child)
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its worker (SIGKILL would orphan it).
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// A proxy node on `ip` with nginx as the origin `www.origin.test` on
+/// `ip` .100 port 8080, its cache in `dir`; `extra` flags added.
+fn proxy_node(dir: &TempDir, ip: &str, origin_ip: &str, extra: &[&str]) -> Node {
+    let cores = std::thread::available_parallelism()
+        .map_or(1, |n| n.get().min(2))
+        .to_string();
+    let (dsht, admin, http, dns) = (
+        format!("{ip}:7000"),
+        format!("{ip}:7080"),
+        format!("{ip}:8090"),
+        format!("{ip}:7053"),
+    );
+    let cache = dir.0.join("cache");
+    let resolve = format!("www.origin.test={origin_ip}");
+    let mut args = vec![
+        "--cores",
+        &cores,
+        "--dsht",
+        &dsht,
+        "--admin",
+        &admin,
+        "--http",
+        &http,
+        "--dns",
+        &dns,
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--cache-size",
+        "64MiB",
+        "--allow-private-origins",
+        "--resolve",
+        &resolve,
+    ];
+    args.extend_from_slice(extra);
+    let mut n = Node::spawn(dir, "node", &args, &[]);
+    n.wait_log("coral node running");
+    n
+}
+
+/// `curl` of the Coralized `path` on `www.origin.test:8080` through the
+/// proxy on `ip`: (status, body bytes received).
+fn curl_proxy(ip: &str, path: &str, args: &[&str]) -> (u16, u64) {
+    let host = "www.origin.test.8080.coral.test";
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "60", "-o", "/dev/null"])
+        .args(["-w", "%{http_code} %{size_download}"])
+        .args(["--resolve", &format!("{host}:8090:{ip}")])
+        .args(["-A", "ops-test/1.0", "-e", "http://ref.example/"])
+        .args(args)
+        .arg(format!("http://{host}:8090{path}"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (code, size) = text.split_once(' ').unwrap_or(("0", "0"));
+    (code.parse().unwrap_or(0), size.trim().parse().unwrap_or(0))
+}
+
+/// Checks a body against Prometheus's text format (0.0.4) strictly: names
+/// and label names well formed, label values escaped, one HELP and one TYPE
+/// per family before its samples, a family's samples together, no series
+/// twice, counters named `_total`, histograms with increasing `le`,
+/// cumulative buckets, a `+Inf` bucket equal to `_count`, and a `_sum`.
+fn check_exposition(body: &str) {
+    fn name_ok(n: &str) -> bool {
+        let mut c = n.chars();
+        c.next()
+            .is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == ':')
+            && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == ':')
+    }
+    /// (name, [(label, value)], value) of a sample line.
+    fn sample(l: &str) -> (String, Vec<(String, String)>, f64) {
+        let (name, rest) = match l.find(['{', ' ']) {
+            Some(i) => l.split_at(i),
+            None => panic!("no value: {l:?}"),
+        };
+        assert!(name_ok(name), "bad metric name in {l:?}");
+        let mut labels = Vec::new();
+        let mut rest = rest;
+        if let Some(r) = rest.strip_prefix('{') {
+            let b = r.as_bytes();
+            let mut i = 0;
+            while b.get(i) != Some(&b'}') {
+                let eq = r[i..].find('=').unwrap_or_else(|| panic!("no = in {l:?}")) + i;
+                let lname = &r[i..eq];
+                assert!(name_ok(lname) && !lname.contains(':'), "bad label name in {l:?}");
+                assert_eq!(b.get(eq + 1), Some(&b'"'), "unquoted value in {l:?}");
+                let mut value = String::new();
+                i = eq + 2;
+                loop {
+                    match b.get(i) {
+                        Some(b'\\') => {
+                            match b.get(i + 1) {
+                                Some(b'\\') => value.push('\\'),
+                                Some(b'"') => value.push('"'),
+                                Some(b'n') => value.push('\n'),
+                                _ => panic!("bad escape in {l:?}"),
+                            }
+                            i += 2;
+                        }
+                        Some(b'"') => break,
+                        Some(_) => {
+                            let ch = r[i..].chars().next().unwrap();
+                            value.push(ch);
+                            i += ch.len_utf8();
+                        }
+                        None => panic!("unterminated value in {l:?}"),
+                    }
+                }
+                assert!(
+                    !labels.iter().any(|(n, _): &(String, String)| n == lname),
+                    "label twice in {l:?}"
+                );
+                labels.push((lname.to_string(), value));
+                i += 1;
+                match b.get(i) {
+                    Some(b',') => i += 1,
+                    Some(b'}') => {}
+                    _ => panic!("bad label list in {l:?}"),
+                }
+            }
+            rest = &r[i + 1..];
+        }
+        let v = rest
+            .strip_prefix(' ')
+            .unwrap_or_else(|| panic!("no space before the value in {l:?}"));
+        assert!(!v.contains(' '), "timestamps are not written: {l:?}");
+        let value = match v {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            v => v.parse().unwrap_or_else(|_| panic!("bad value in {l:?}")),
+        };
+        (name.to_string(), labels, value)
+    }
+    let mut helped = std::collections::HashSet::new();
+    let mut types = std::collections::HashMap::<String, String>::new();
+    let mut done = std::collections::HashSet::<String>::new();
+    let mut current: Option<String> = None;
+    let mut series = std::collections::HashSet::new();
+    // Histogram buckets of the current family: labels without le -> (le, count).
+    let mut buckets = std::collections::BTreeMap::<String, Vec<(f64, f64)>>::new();
+    let mut counts = std::collections::BTreeMap::<String, f64>::new();
+    let mut sums = std::collections::HashSet::<String>::new();
+    let finish = |family: &str,
+                  kind: &str,
+                  buckets: &mut std::collections::BTreeMap<String, Vec<(f64, f64)>>,
+                  counts: &mut std::collections::BTreeMap<String, f64>,
+                  sums: &mut std::collections::HashSet<String>| {
+        if kind == "histogram" {
+            assert!(!buckets.is_empty(), "{family}: no buckets");
+            for (k, b) in buckets.iter() {
+                assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "{family}{k}: le not increasing");
+                assert!(b.windows(2).all(|w| w[0].1 <= w[1].1), "{family}{k}: not cumulative");
+                let last = b.last().unwrap();
+                assert!(last.0.is_infinite(), "{family}{k}: no +Inf bucket");
+                assert_eq!(Some(&last.1), counts.get(k), "{family}{k}: +Inf bucket != _count");
+                assert!(sums.contains(k), "{family}{k}: no _sum");
+            }
+        }
+        buckets.clear();
+        counts.clear();
+        sums.clear();
+    };
     for l in body.lines() {
-        if let Some(rest) = l.strip_prefix("# TYPE ") {
+        if l.is_empty() {
+            continue; // the text format ignores empty lines
+        }
+        if let Some(rest) = l.strip_prefix("# HELP ") {
             let name = rest.split(' ').next().unwrap();
-            assert!(!families.contains(&name.to_string()), "{name} twice");
-            families.push(name.to_string());
-        } else if !l.starts_with('#') && !l.is_empty() {
-            let name = l.split(['{', ' ']).next().unwrap();
-            assert!(families.iter().any(|f| f == name), "{name} has no TYPE");
+            assert!(name_ok(name), "{l}");
+            assert!(helped.insert(name.to_string()), "HELP twice for {name}");
+            assert!(!done.contains(name), "{name} started twice");
+            continue;
+        }
+        if let Some(rest) = l.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(
+                ["counter", "gauge", "histogram"].contains(&kind),
+                "{l}: unknown type"
+            );
+            assert!(types.insert(name.to_string(), kind.to_string()).is_none(), "TYPE twice: {l}");
+            if kind == "counter" {
+                assert!(name.ends_with("_total"), "counter {name} not named _total");
+            }
+            if let Some(prev) = current.take() {
+                finish(&prev, &types[&prev], &mut buckets, &mut counts, &mut sums);
+                done.insert(prev);
+            }
+            current = Some(name.to_string());
+            continue;
+        }
+        assert!(!l.starts_with('#'), "stray comment {l:?}");
+        let (name, labels, value) = sample(l);
+        let family = current.clone().unwrap_or_else(|| panic!("sample before any TYPE: {l}"));
+        let kind = types[&family].clone();
+        let suffix = name.strip_prefix(family.as_str()).unwrap_or_else(|| {
+            panic!("{l}: sample outside its family {family} (families must be contiguous)")
+        });
+        let key = |labels: &[(String, String)]| {
+            labels
+                .iter()
+                .filter(|(n, _)| n != "le")
+                .map(|(n, v)| format!("{n}={v:?}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match (kind.as_str(), suffix) {
+            ("histogram", "_bucket") => {
+                let le = labels
+                    .iter()
+                    .find(|(n, _)| n == "le")
+                    .unwrap_or_else(|| panic!("{l}: bucket without le"));
+                let le: f64 = if le.1 == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.1.parse().unwrap()
+                };
+                buckets.entry(key(&labels)).or_default().push((le, value));
+            }
+            ("histogram", "_count") => {
+                counts.insert(key(&labels), value);
+            }
+            ("histogram", "_sum") => {
+                sums.insert(key(&labels));
+            }
+            (_, "") => {}
+            _ => panic!("{l}: {name} is not a sample of {kind} {family}"),
+        }
+        if kind != "histogram" {
+            assert!(value >= 0.0 || kind == "gauge", "{l}: negative counter");
+        }
+        let id = format!("{name}{{{}}}", {
+            let mut ls: Vec<String> = labels.iter().map(|(n, v)| format!("{n}={v:?}")).collect();
+            ls.sort();
+            ls.join(",")
+        });
+        assert!(series.insert(id), "series twice: {l}");
+    }
+    if let Some(prev) = current.take() {
+        finish(&prev, &types[&prev], &mut buckets, &mut counts, &mut sums);
+    }
+    for t in types.keys() {
+        assert!(helped.contains(t), "{t} has no HELP");
+    }
+}
+
+/// The samples of `family` (all label sets) added up.
+fn metric_sum(body: &str, family: &str) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(family)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+fn scrape(admin: &str) -> String {
+    let (status, body) = http_get(admin.parse().unwrap(), "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// `/metrics` after a known sequence through CoralProxy and dnssrv, with
+/// nginx as the origin: a miss (from the origin), a hit, a 404, a POST
+/// (405), and one DNS query with kdig. Exact counters, the duration
+/// histogram counting every response, and a strictly valid exposition.
+#[test]
+fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
+    let dir = TempDir::new("metrics-http");
+    let root = dir.0.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.bin"), vec![7u8; 41_000]).unwrap();
+    let _nginx = Nginx::start(&dir, "127.15.20.100:8080", &root);
+    let _n = proxy_node(&dir, "127.15.20.1", "127.15.20.100", &[]);
+    let ip = "127.15.20.1";
+    assert_eq!(curl_proxy(ip, "/a.bin", &[]), (200, 41_000));
+    assert_eq!(curl_proxy(ip, "/a.bin", &[]), (200, 41_000));
+    let (status, missing_bytes) = curl_proxy(ip, "/missing", &[]);
+    assert_eq!(status, 404);
+    // A request that may not be answered from the cache: passed through.
+    assert_eq!(
+        curl_proxy(ip, "/a.bin", &["-H", "Cache-Control: no-store"]),
+        (200, 41_000)
+    );
+    let (status, post_bytes) = curl_proxy(ip, "/form", &["-X", "POST", "-d", "x=1"]);
+    assert_eq!(status, 405);
+    let dig = Command::new("kdig")
+        .args(["@127.15.20.1", "-p", "7053", "+retry=0", "+timeout=10"])
+        .args(["coralcdn.test", "SOA"])
+        .output()
+        .expect("kdig (knot-dnsutils)");
+    let dig = String::from_utf8_lossy(&dig.stdout).into_owned();
+    assert!(dig.contains("status: NOERROR"), "{dig}");
+    // A response is counted once its last byte is handed to the kernel,
+    // which may be a moment after curl has it: scrape until all five are.
+    let start = Instant::now();
+    let body = loop {
+        let body = scrape(&format!("{ip}:7080"));
+        if metric_sum(&body, "coral_http_requests_total") >= 5.0 {
+            break body;
+        }
+        assert!(start.elapsed() < START_WAIT, "responses not counted:\n{body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    check_exposition(&body);
+    let req = |m: &str, s: u16, c: &str| {
+        metric(
+            &body,
+            &format!("coral_http_requests_total{{method=\"{m}\",status=\"{s}\",cache=\"{c}\"}}"),
+        )
+    };
+    assert_eq!(req("GET", 200, "origin"), 1.0, "{body}");
+    assert_eq!(req("GET", 200, "local"), 1.0, "{body}");
+    assert_eq!(req("POST", 405, "error"), 1.0, "{body}");
+    // A 404 is stored briefly (negative_ttl_secs): from the origin.
+    assert_eq!(req("GET", 404, "origin"), 1.0, "{body}");
+    assert_eq!(req("GET", 200, "pass"), 1.0, "{body}");
+    assert_eq!(metric_sum(&body, "coral_http_requests_total"), 5.0, "{body}");
+    assert_eq!(
+        metric(&body, "coral_http_request_duration_seconds_count"),
+        5.0
+    );
+    assert_eq!(
+        metric(&body, "coral_http_request_duration_seconds_bucket{le=\"+Inf\"}"),
+        5.0
+    );
+    assert!(metric(&body, "coral_http_request_duration_seconds_sum") > 0.0);
+    assert_eq!(
+        metric(&body, "coral_http_response_bytes_total"),
+        (3 * 41_000 + missing_bytes + post_bytes) as f64
+    );
+    assert_eq!(
+        metric(&body, "coral_http_origin_fetches_total{mode=\"fill\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(&body, "coral_http_origin_fetches_total{mode=\"pass\"}"),
+        1.0
+    );
+    assert_eq!(metric_sum(&body, "coral_http_origin_errors_total"), 0.0);
+    assert_eq!(metric_sum(&body, "coral_http_peer_fetches_total"), 0.0);
+    assert_eq!(metric(&body, "coral_http_bad_requests_total"), 0.0);
+    assert_eq!(metric(&body, "coral_http_connections_accepted_total"), 5.0);
+    assert_eq!(metric(&body, "coral_cache_objects"), 2.0);
+    assert_eq!(
+        metric(&body, "coral_cache_size_limit_bytes"),
+        (64u64 << 20) as f64
+    );
+    assert!(metric(&body, "coral_cache_bytes") >= 41_000.0);
+    assert_eq!(
+        metric(
+            &body,
+            "coral_dns_queries_total{qtype=\"SOA\",rcode=\"NOERROR\",level=\"none\"}"
+        ),
+        1.0,
+        "{body}"
+    );
+    assert_eq!(metric_sum(&body, "coral_dns_queries_total"), 1.0);
+    assert_eq!(metric(&body, "coral_dns_queries_received_total"), 1.0);
+    assert_eq!(metric(&body, "coral_dns_dropped_total"), 0.0);
+    // An SOA query places no client: no RTT probe.
+    assert_eq!(metric(&body, "coral_dns_rtt_probes_total"), 0.0);
+    assert_eq!(metric(&body, "coral_dns_rtt_probes_dropped_total"), 0.0);
+    assert!(!body.contains("coral_dns_events_total"), "every dnssrv counter by name");
+}
+
+/// A Combined Log Format line with coral's `cache=`, `rt=` and `host=`
+/// after it: (client, request, status, bytes, referer, agent, cache, rt,
+/// host); None if the line is not exactly that.
+#[allow(clippy::type_complexity)]
+fn parse_access_line(
+    l: &str,
+) -> Option<(String, String, u16, u64, String, String, String, f64, String)> {
+    fn quoted(s: &str) -> Option<(&str, &str)> {
+        let s = s.strip_prefix('"')?;
+        let end = s.find('"')?;
+        Some((&s[..end], &s[end + 1..]))
+    }
+    let (client, rest) = l.split_once(" - - [")?;
+    client.parse::<std::net::IpAddr>().ok()?;
+    let (date, rest) = rest.split_once("] ")?;
+    // dd/Mon/yyyy:hh:mm:ss +0000
+    let b = date.as_bytes();
+    let months = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    if date.len() != 26
+        || !date.ends_with(" +0000")
+        || b[2] != b'/'
+        || b[6] != b'/'
+        || b[11] != b':'
+        || !months.contains(&&date[3..6])
+        || ![0..2, 7..11, 12..14, 15..17, 18..20]
+            .iter()
+            .all(|r| date[r.clone()].bytes().all(|c| c.is_ascii_digit()))
+    {
+        return None;
+    }
+    let (request, rest) = quoted(rest)?;
+    let rest = rest.strip_prefix(' ')?;
+    let (status, rest) = rest.split_once(' ')?;
+    let (bytes, rest) = rest.split_once(' ')?;
+    let (referer, rest) = quoted(rest)?;
+    let (agent, rest) = quoted(rest.strip_prefix(' ')?)?;
+    let rest = rest.strip_prefix(" cache=")?;
+    let (cache, rest) = rest.split_once(" rt=")?;
+    let (rt, rest) = rest.split_once(" host=")?;
+    let (host, rest) = quoted(rest)?;
+    if !rest.is_empty() || status.len() != 3 || rt.split_once('.')?.1.len() != 6 {
+        return None;
+    }
+    Some((
+        client.to_string(),
+        request.to_string(),
+        status.parse().ok()?,
+        bytes.parse().ok()?,
+        referer.to_string(),
+        agent.to_string(),
+        cache.to_string(),
+        rt.parse().ok()?,
+        host.to_string(),
+    ))
+}
+
+/// Waits until the file at `path` holds `n` lines (the cores hand their
+/// lines to the writer within a second); returns them.
+fn wait_lines(path: &Path, n: usize) -> Vec<String> {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        if lines.len() >= n {
+            assert_eq!(lines.len(), n, "{text}");
+            assert!(text.ends_with('\n'), "a partial line: {text:?}");
+            return lines;
+        }
+        assert!(
+            start.elapsed() < START_WAIT,
+            "{} has {} lines, not {n}:\n{text}",
+            path.display(),
+            lines.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The access log: one Combined Log Format line per response with the
+/// right status, bytes and cache result; after `mv` and SIGUSR1 (what
+/// logrotate does) the next lines go to a new file at the path, and
+/// SIGTERM hands over the last lines before the node exits.
+#[test]
+fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
+    let dir = TempDir::new("access-log");
+    let root = dir.0.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("a.bin"), vec![7u8; 12_345]).unwrap();
+    let _nginx = Nginx::start(&dir, "127.15.21.100:8080", &root);
+    let log = dir.0.join("access.log");
+    let mut n = proxy_node(
+        &dir,
+        "127.15.21.1",
+        "127.15.21.100",
+        &["--access-log", log.to_str().unwrap()],
+    );
+    let ip = "127.15.21.1";
+    assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
+    assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
+    assert_eq!(curl_proxy(ip, "/x?q=\"1\"", &["-X", "POST", "-d", "x"]).0, 405);
+    let lines = wait_lines(&log, 3);
+    let parsed: Vec<_> = lines
+        .iter()
+        .map(|l| parse_access_line(l).unwrap_or_else(|| panic!("not CLF: {l:?}")))
+        .collect();
+    let host = "www.origin.test.8080.coral.test:8090";
+    // The cores write in batches: order lines by what they say, not place.
+    let mut seen: Vec<(String, u16, u64, String)> = parsed
+        .iter()
+        .map(|p| (p.1.clone(), p.2, p.3, p.6.clone()))
+        .collect();
+    seen.sort();
+    let mut want = vec![
+        ("GET /a.bin HTTP/1.1".to_string(), 200, 12_345, "origin".to_string()),
+        ("GET /a.bin HTTP/1.1".to_string(), 200, 12_345, "local".to_string()),
+        ("POST /x?q=\\x221\\x22 HTTP/1.1".to_string(), 405, 0, "error".to_string()),
+    ];
+    want.sort();
+    // The 405's body is coral's short text: its length, not 0.
+    for (s, w) in seen.iter().zip(want.iter_mut()) {
+        if w.1 == 405 {
+            assert!(s.2 > 0, "{s:?}");
+            w.2 = s.2;
         }
     }
+    assert_eq!(seen, want, "{lines:#?}");
+    for p in &parsed {
+        assert!(p.0.parse::<std::net::IpAddr>().unwrap().is_loopback(), "{p:?}");
+        assert_eq!(p.4, "http://ref.example/");
+        assert_eq!(p.5, "ops-test/1.0");
+        assert_eq!(p.8, host);
+        assert!(p.7 >= 0.0 && p.7 < 60.0);
+    }
+    // logrotate: move the file away, SIGUSR1, and the next line goes to a
+    // new file at the path.
+    let rotated = dir.0.join("access.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    n.signal("USR1");
+    n.wait_log("access log reopened");
+    assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
+    let fresh = wait_lines(&log, 1);
+    let p = parse_access_line(&fresh[0]).unwrap();
+    assert_eq!((p.2, p.3, p.6.as_str()), (200, 12_345, "local"));
+    assert_eq!(wait_lines(&rotated, 3), lines);
+    // A line still in a core's buffer at SIGTERM is written before exit.
+    assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
+    n.signal("TERM");
+    assert!(n.wait_exit(Duration::from_secs(30)).success());
+    assert_eq!(wait_lines(&log, 2).len(), 2);
 }

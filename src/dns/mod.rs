@@ -265,6 +265,9 @@ pub struct Counters {
     pub held_expired: u64,
     /// Queries not held because `held_max` were already held.
     pub held_refused: u64,
+    /// Answers sent, by query type, response code and the client's level
+    /// (see [`AnswerCounts`]).
+    pub answers: AnswerCounts,
 }
 
 impl Counters {
@@ -332,6 +335,52 @@ pub enum Hold {
     /// A held query, asked again; it was held at this time, and is answered
     /// once a proxy is live or `hold_ms` after it.
     Retry(Time),
+}
+
+/// Answers sent, by query type (`QTYPE_NAMES`), response code
+/// (`RCODE_NAMES`) and the level whose proxies the answer named
+/// (`LEVEL_NAMES`: 0 to 2, or `none` for answers without proxies). Plain
+/// counts, one table per core; `/metrics` adds the cores' tables up.
+pub type AnswerCounts = [[[u64; LEVELS + 1]; RCODE_NAMES.len()]; QTYPE_NAMES.len()];
+
+/// The query types counted by name; every other type counts as `OTHER`.
+pub const QTYPE_NAMES: [&str; 10] = [
+    "A", "AAAA", "NS", "SOA", "CNAME", "DNAME", "TXT", "MX", "ANY", "OTHER",
+];
+/// The response codes counted by name (BADVERS is extended, from the OPT record).
+pub const RCODE_NAMES: [&str; 8] = [
+    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "BADVERS", "OTHER",
+];
+/// The client levels counted: the level of the proxies named, or none.
+pub const LEVEL_NAMES: [&str; LEVELS + 1] = ["0", "1", "2", "none"];
+
+/// The index in `QTYPE_NAMES` of a query's type, read from its question
+/// (`OTHER` for anything that does not parse).
+fn qtype_index(query: &[u8]) -> usize {
+    let other = QTYPE_NAMES.len() - 1;
+    let mut p = 12;
+    loop {
+        match query.get(p) {
+            Some(0) => break,
+            Some(&l) if l < 64 => p += 1 + usize::from(l),
+            _ => return other,
+        }
+    }
+    let Some(t) = query.get(p + 1..p + 3) else {
+        return other;
+    };
+    match u16::from_be_bytes([t[0], t[1]]) {
+        1 => 0,
+        28 => 1,
+        2 => 2,
+        6 => 3,
+        5 => 4,
+        39 => 5,
+        16 => 6,
+        15 => 7,
+        255 => 8,
+        _ => other,
+    }
 }
 
 /// The zone apexes we serve.
@@ -675,6 +724,8 @@ pub struct Dnssrv {
     badvers: bool,
     /// When a held query last reached its deadline with no proxy verified.
     hold_failed: Option<Time>,
+    /// The level whose proxies the answer being built names, if any.
+    answer_level: Option<Level>,
     /// The compressor's state, kept between answers.
     compress: Option<Box<Compress>>,
     /// The apexes' names in wire form, without the root: Z, L0, L1, L2, A.
@@ -849,6 +900,7 @@ impl Dnssrv {
             hold_now: false,
             badvers: false,
             hold_failed: None,
+            answer_level: None,
             compress: None,
             apex_flat: Vec::new(),
             apex_names: Vec::new(),
@@ -1043,6 +1095,7 @@ impl Dnssrv {
         self.hold_now = false;
         self.badvers = false;
         let buf = std::mem::take(out);
+        self.answer_level = None;
         let r = self.respond(now, &msg, rrl, client, transport, view, buf);
         self.hold = Hold::Never;
         match r {
@@ -1056,6 +1109,7 @@ impl Dnssrv {
             }
             Some(b) => {
                 self.count_rcode(&b);
+                self.count_answer(query, &b, self.badvers);
                 *out = b;
                 self.settle(retry, Outcome::Answer)
             }
@@ -1089,6 +1143,22 @@ impl Dnssrv {
             Some(5) => c.rcode_refused += 1,
             _ => c.rcode_other += 1,
         }
+    }
+
+    /// Counts an answer sent by its query type, rcode and client level.
+    fn count_answer(&mut self, query: &[u8], answer: &[u8], badvers: bool) {
+        let rcode = if badvers {
+            6
+        } else {
+            match answer.get(3).map_or(0xf, |b| b & 0xf) {
+                r @ 0..=5 => usize::from(r),
+                _ => RCODE_NAMES.len() - 1,
+            }
+        };
+        let level = self
+            .answer_level
+            .map_or(LEVELS, |l| usize::from(l).min(LEVELS - 1));
+        self.counters.answers[qtype_index(query)][rcode][level] += 1;
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1786,6 +1856,7 @@ impl Dnssrv {
             self.counters.answers_hinted += 1;
         }
         self.counters.answers_proxied += 1;
+        self.answer_level = Some(level as Level);
         let ttl = Ttl::from_secs(if level >= 2 {
             A_TTL_SECS_LEVEL2
         } else {

@@ -806,6 +806,19 @@ fn counters_count_types_rcodes_levels_and_probes() {
         &query("nothing.coralcdn.test", Rtype::TXT, None),
     );
     let _ = ask(
+/// The per-answer counts behind `coral_dns_queries_total{qtype,rcode,level}`.
+#[test]
+fn answers_are_counted_by_qtype_rcode_and_client_level() {
+    let v = view_with_levels();
+    let mut s = srv();
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    ask(&mut s, &v, &q); // not measured: level 0
+    s.on_rtt(client().ip(), Duration::from_millis(40), NOW);
+    ask(&mut s, &v, &q); // level 1
+    ask(&mut s, &v, &query("coralcdn.test", Rtype::SOA, None));
+    ask(&mut s, &v, &query("nothing.coralcdn.test", Rtype::AAAA, None));
+    ask(&mut s, &v, &query("www.example.com", Rtype::MX, None));
+    ask(
         &mut s,
         &v,
         &query("coralcdn.test", Rtype::SOA, Some((1, &[]))),
@@ -832,4 +845,30 @@ fn counters_count_types_rcodes_levels_and_probes() {
     unique.dedup();
     assert_eq!(unique.len(), names.len());
     assert!(c.fields().contains(&("queries_a", 2)));
+    let idx = |t: &str, r: &str, l: &str| {
+        (
+            QTYPE_NAMES.iter().position(|x| *x == t).unwrap(),
+            RCODE_NAMES.iter().position(|x| *x == r).unwrap(),
+            LEVEL_NAMES.iter().position(|x| *x == l).unwrap(),
+        )
+    };
+    let c = s.counters().answers;
+    let mut want = [[[0u64; LEVELS + 1]; RCODE_NAMES.len()]; QTYPE_NAMES.len()];
+    for (t, r, l) in [
+        ("A", "NOERROR", "0"),
+        ("A", "NOERROR", "1"),
+        ("SOA", "NOERROR", "none"),
+        ("AAAA", "NXDOMAIN", "none"),
+        ("MX", "REFUSED", "none"),
+        ("SOA", "BADVERS", "none"),
+    ] {
+        let (t, r, l) = idx(t, r, l);
+        want[t][r][l] += 1;
+    }
+    assert_eq!(c, want);
+    // A runt is not answered, so not counted here (it is `dropped`).
+    let mut out = Vec::new();
+    assert!(!s.answer(NOW, &[0u8; 5], client(), Transport::Udp, &v, &mut out));
+    assert_eq!(s.counters().answers, want);
+    assert_eq!(qtype_index(&[0u8; 12]), QTYPE_NAMES.len() - 1);
 }

@@ -218,6 +218,15 @@ impl ProxyCore {
                     self.stats
                         .peer_fetches
                         .set(self.stats.peer_fetches.get() + 1);
+                    let level = self
+                        .fetch
+                        .policy
+                        .borrow()
+                        .fetching_from(&key)
+                        .and_then(peer_level)
+                        .unwrap_or(0);
+                    let c = &self.stats.peer_fetches_by_level[usize::from(level).min(2)];
+                    c.set(c.get() + 1);
                     self.spawn_fetch(key, Some(addr));
                 }
                 Action::FetchOrigin { key } => {
@@ -300,6 +309,7 @@ impl ProxyCore {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::info!(host = %job.origin.host, error = %e, "origin not fetched");
+                    self.stats.origin_error("resolve");
                     let status = match e {
                         super::resolve::ResolveError::Refused(..) => 403,
                         super::resolve::ResolveError::Timeout => 504,
@@ -323,6 +333,9 @@ impl ProxyCore {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
+                    if peer.is_none() {
+                        self.stats.origin_error(e.reason());
+                    }
                     self.set_error(
                         &key,
                         if matches!(e, UpstreamError::FirstByteTimeout) {
@@ -360,6 +373,7 @@ impl ProxyCore {
             return Outcome::Failed;
         }
         if status >= 500 {
+            self.stats.origin_error("status_5xx");
             self.set_error(&key, status);
         }
         // "Serve liberally": an origin that fails or refuses never replaces
@@ -394,6 +408,9 @@ impl ProxyCore {
         }
         if let Framing::Length(n) = resp.head.framing {
             if n > self.cfg.object_bytes_max {
+                if peer.is_none() {
+                    self.stats.origin_error("too_large");
+                }
                 self.set_error(&key, 502);
                 tracing::info!(%key, bytes = n, "object larger than object_bytes_max");
                 return Outcome::Failed;
@@ -452,6 +469,9 @@ impl ProxyCore {
                     total += data.len() as u64;
                     if total > self.cfg.object_bytes_max {
                         tracing::info!(%key, "object larger than object_bytes_max: dropped");
+                        if peer.is_none() {
+                            self.stats.origin_error("too_large");
+                        }
                         writer.abort();
                         self.set_error(&key, 502);
                         return Outcome::Failed;
@@ -469,6 +489,9 @@ impl ProxyCore {
                 }
                 Err(e) => {
                     tracing::info!(%key, %addr, error = %e, "transfer failed: object dropped");
+                    if peer.is_none() {
+                        self.stats.origin_error(e.reason());
+                    }
                     writer.abort();
                     return self.stale_or_failed(&key, peer, old.as_ref());
                 }

@@ -142,6 +142,71 @@ pub struct ProxyStats {
     pub peer_fetches: Cell<u64>,
     /// Malformed requests (answered 4xx, connection closed).
     pub bad_requests: Cell<u64>,
+    /// Fetches from peers started on this core, by the level at which the
+    /// DSHT named the peer (0 for a peer named by a lost claim).
+    pub peer_fetches_by_level: [Cell<u64>; 3],
+    /// Origin fetches that failed, by reason (`metrics::ORIGIN_ERROR_REASONS`).
+    pub origin_errors: [Cell<u64>; crate::metrics::ORIGIN_ERROR_REASONS.len()],
+    /// Uncacheable requests fetched from the origin for one client.
+    pub origin_passes: Cell<u64>,
+    /// Client connections accepted.
+    pub connections_accepted: Cell<u64>,
+    /// Client connections closed at once (`connections_max` reached).
+    pub connections_refused: Cell<u64>,
+    /// Responses by method, status and cache result; bytes; durations.
+    pub http: RefCell<crate::metrics::HttpCounters>,
+}
+
+impl ProxyStats {
+    /// Counts an origin fetch that failed for `reason` (one of
+    /// `metrics::ORIGIN_ERROR_REASONS`).
+    pub fn origin_error(&self, reason: &str) {
+        if let Some(i) = crate::metrics::ORIGIN_ERROR_REASONS
+            .iter()
+            .position(|r| *r == reason)
+        {
+            self.origin_errors[i].set(self.origin_errors[i].get() + 1);
+        }
+    }
+}
+
+/// This core's proxy numbers for `/metrics` (`Call::Metrics`); null before
+/// the proxy started.
+pub fn metrics_json() -> serde_json::Value {
+    let Some(pc) = CORE.with(|c| c.borrow().clone()) else {
+        return serde_json::Value::Null;
+    };
+    let s = &pc.stats;
+    let mut v = s.http.borrow().to_json();
+    let cache = pc.cache.stats();
+    let errors: serde_json::Map<String, serde_json::Value> = crate::metrics::ORIGIN_ERROR_REASONS
+        .iter()
+        .zip(s.origin_errors.iter())
+        .map(|(r, c)| (r.to_string(), c.get().into()))
+        .collect();
+    let extra = serde_json::json!({
+        "hits": s.hits.get(),
+        "misses": s.misses.get(),
+        "origin_fetches": s.origin_fetches.get(),
+        "origin_passes": s.origin_passes.get(),
+        "origin_errors": errors,
+        "peer_fetches": s.peer_fetches_by_level.iter().map(Cell::get).collect::<Vec<_>>(),
+        "bad_requests": s.bad_requests.get(),
+        "connections_open": pc.connections.get(),
+        "connections_accepted": s.connections_accepted.get(),
+        "connections_refused": s.connections_refused.get(),
+        "cache": {
+            "objects": cache.objects,
+            "bytes": cache.bytes,
+            "size_bytes": pc.cfg.cache_size_bytes,
+            "evictions": cache.evictions,
+        },
+        "access_log_dropped": crate::accesslog::dropped(),
+    });
+    if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
+        o.extend(e);
+    }
+    v
 }
 
 /// One core's proxy.
@@ -246,6 +311,10 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     shard.set_services(services);
     CORE.with(|c| *c.borrow_mut() = Some(pc.clone()));
     glommio::spawn_local(server::accept_loop(pc.clone(), listener)).detach();
+    if crate::accesslog::enabled() {
+        let shard = pc.shard.clone();
+        glommio::spawn_local(crate::accesslog::flush_loop(move || shard.stopping())).detach();
+    }
     glommio::spawn_local(async move {
         // Objects kept from before a restart get their pointers once the
         // node has had a moment to join.

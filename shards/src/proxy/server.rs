@@ -3,7 +3,7 @@
 
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use coral::proxy::hot::{self, HitHead, HitInputs};
 use coral::proxy::http::{self, Framing, HttpError, Method, RequestHead};
@@ -19,6 +19,7 @@ use super::stored::Stored;
 use super::{unix_now, Job, MissAnswer, ProxyCore};
 use crate::cache::{ObjectRef, ObjectState};
 use coral::Id;
+use crate::metrics::CacheResult;
 
 /// Bytes read from a client at once.
 const READ_BYTES: usize = 16 << 10;
@@ -52,9 +53,13 @@ pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
             Ok(stream) => {
                 backoff = Duration::from_millis(5);
                 if pc.connections.get() >= pc.cfg.connections_max {
+                    let refused = &pc.stats.connections_refused;
+                    refused.set(refused.get() + 1);
                     drop(stream);
                     continue;
                 }
+                let accepted = &pc.stats.connections_accepted;
+                accepted.set(accepted.get() + 1);
                 pc.connections.set(pc.connections.get() + 1);
                 let pc2 = pc.clone();
                 glommio::spawn_local(async move {
@@ -89,6 +94,11 @@ struct Conn<'a> {
     /// residency is being checked); its buffer is reused.
     cold_name: Vec<u8>,
     cold_host_len: usize,
+    /// The answer to the current request, counted and logged once sent.
+    resp: Resp,
+    /// The client's address and request, for the access log (when it is on).
+    client: Option<std::net::SocketAddr>,
+    log: crate::accesslog::Request,
 }
 
 /// What the fast path of a hit knows of an object: its key, the stored head
@@ -174,6 +184,49 @@ enum Hot {
     NotPlain,
 }
 
+/// What a request was answered with: set where the answer's head is made
+/// (`serve`, `pass_through`, `error`), counted by `run` when it ends.
+#[derive(Clone, Copy)]
+struct Resp {
+    method: &'static str,
+    status: u16,
+    body_bytes: u64,
+    cache: CacheResult,
+}
+
+impl Default for Resp {
+    fn default() -> Resp {
+        Resp {
+            method: "OTHER",
+            status: 0,
+            body_bytes: 0,
+            cache: CacheResult::Error,
+        }
+    }
+}
+
+/// The status of the response head in `head` (`HTTP/1.1 200 ...`).
+fn head_status(head: &[u8]) -> u16 {
+    head.get(9..12)
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The cache result of an answer from the cache with `cs`.
+fn cache_result(cs: &CacheStatus) -> CacheResult {
+    if cs.hit {
+        return CacheResult::Local;
+    }
+    match cs.detail {
+        Some("stale-on-error") => CacheResult::Stale,
+        Some("peer-l2") => CacheResult::Peer(2),
+        Some("peer-l1") => CacheResult::Peer(1),
+        Some("peer-l0") => CacheResult::Peer(0),
+        _ => CacheResult::Origin,
+    }
+}
+
 /// A connection's input: one buffer, allocated (and zeroed) once, read into
 /// at `end` and parsed from `start`.
 struct InBuf {
@@ -231,6 +284,11 @@ enum Next {
 
 impl<'a> Conn<'a> {
     fn new(pc: &'a Rc<ProxyCore>, stream: TcpStream) -> Conn<'a> {
+        let client = if crate::accesslog::enabled() {
+            stream.peer_addr().ok()
+        } else {
+            None
+        };
         Conn {
             pc,
             inb: InBuf::new(pc.limits.head_bytes_max + READ_BYTES),
@@ -240,7 +298,38 @@ impl<'a> Conn<'a> {
             cold: false,
             cold_name: Vec::new(),
             cold_host_len: 0,
+            resp: Resp::default(),
+            client,
+            log: crate::accesslog::Request::default(),
         }
+    }
+
+    /// Starts a response to `req` (or to an unparsed request).
+    fn begin(&mut self, req: Option<&RequestHead>) {
+        self.resp = Resp::default();
+        if let Some(r) = req {
+            self.resp.method = crate::metrics::method_label(r.method.as_str());
+        }
+        if crate::accesslog::enabled() {
+            match req {
+                Some(r) => self.log.note(r),
+                None => self.log.unparsed(),
+            }
+        }
+    }
+
+    /// Counts (and logs) the response begun at `started`. One that sent
+    /// nothing counts as 499, nginx's "client closed the request".
+    fn end(&mut self, started: Instant) {
+        let took = started.elapsed();
+        let r = self.resp;
+        let status = if r.status == 0 { 499 } else { r.status };
+        self.pc
+            .stats
+            .http
+            .borrow_mut()
+            .record(r.method, status, r.cache, r.body_bytes, took);
+        crate::accesslog::log(self.client, &self.log, status, r.body_bytes, r.cache, took);
     }
 
     async fn run(mut self) {
@@ -262,7 +351,10 @@ impl<'a> Conn<'a> {
             match parsed {
                 Ok(Some((req, len))) => {
                     self.inb.consume(len);
+                    let started = Instant::now();
+                    self.begin(Some(&req));
                     let next = self.handle(req).await;
+                    self.end(started);
                     self.cold = false;
                     match next {
                         Next::KeepAlive => continue,
@@ -271,11 +363,14 @@ impl<'a> Conn<'a> {
                 }
                 Ok(None) => {
                     if self.inb.filled().len() >= self.pc.limits.head_bytes_max {
+                        let started = Instant::now();
+                        self.begin(None);
                         self.bad(HttpError {
                             status: 431,
                             reason: "request head too large",
                         })
                         .await;
+                        self.end(started);
                         break;
                     }
                     if !self.read_more().await {
@@ -283,7 +378,10 @@ impl<'a> Conn<'a> {
                     }
                 }
                 Err(e) => {
+                    let started = Instant::now();
+                    self.begin(None);
                     self.bad(e).await;
+                    self.end(started);
                     break;
                 }
             }
@@ -299,9 +397,14 @@ impl<'a> Conn<'a> {
     /// segment alive while the body is sent) and compares its stored head.
     async fn hot_hit(&mut self) -> Hot {
         let pc = self.pc;
+        // The access log needs the request's fields: the full path logs.
+        if crate::accesslog::enabled() {
+            return Hot::NotPlain;
+        }
         let Some(plain) = hot::parse_plain(self.inb.filled(), &pc.limits) else {
             return Hot::NotPlain;
         };
+        let started = Instant::now();
         let now = unix_now();
         let found = pc
             .hot
@@ -323,6 +426,7 @@ impl<'a> Conn<'a> {
             self.cold_host_len = name_to(&mut self.cold_name);
         }
         let (head_only, ka) = (plain.head_only, plain.keep_alive);
+        crate::status::served_named(obj.key_prefix(), plain.host, plain.target, len, true);
         self.inb.consume(plain.len);
         pc.stats.hits.set(pc.stats.hits.get() + 1);
         let next = if ka { Next::KeepAlive } else { Next::Close };
@@ -342,6 +446,13 @@ impl<'a> Conn<'a> {
             send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len).await
         };
         self.out = out;
+        self.resp = Resp {
+            method: if head_only { "HEAD" } else { "GET" },
+            status: 200,
+            body_bytes: if head_only || sent.is_err() { 0 } else { len },
+            cache: CacheResult::Local,
+        };
+        self.end(started);
         Hot::Served(if sent.is_ok() { next } else { Next::Close })
     }
 
@@ -393,6 +504,9 @@ impl<'a> Conn<'a> {
             "Connection: close\r\n\r\n"
         });
         head.push_str(&body);
+        self.resp.status = status;
+        self.resp.cache = CacheResult::Error;
+        self.resp.body_bytes = body.len() as u64;
         let _ = self.stream.write_all(head.as_bytes()).await;
     }
 
@@ -672,6 +786,8 @@ impl<'a> Conn<'a> {
         };
         self.out.clear();
         let framing = policy::client_head(&st.head, &info, &mut self.out);
+        self.resp.status = head_status(&self.out);
+        self.resp.cache = cache_result(&cache_status);
         let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
         let next = if ka { Next::KeepAlive } else { Next::Close };
         if req.method == Method::Head || framing == Framing::Empty {
@@ -695,6 +811,9 @@ impl<'a> Conn<'a> {
                 let r =
                     send_complete(&mut self.stream, self.nonblocking, &out, obj, start, end).await;
                 self.out = out;
+                if r.is_ok() {
+                    self.resp.body_bytes = end - start;
+                }
                 return if r.is_ok() { next } else { Next::Close };
             }
         }
@@ -753,6 +872,7 @@ impl<'a> Conn<'a> {
             Ok(())
         }
         .await;
+        self.resp.body_bytes = pos - start;
         match result {
             Ok(()) => next,
             // A transfer that failed mid-way: close, so the client sees it
@@ -773,6 +893,7 @@ impl<'a> Conn<'a> {
         let addr = match pc.resolver.resolve(&origin.host, origin.port).await {
             Ok(a) => a,
             Err(e) => {
+                pc.stats.origin_error("resolve");
                 let status = match e {
                     super::resolve::ResolveError::Refused(..) => 403,
                     super::resolve::ResolveError::Timeout => 504,
@@ -790,6 +911,7 @@ impl<'a> Conn<'a> {
         let mut up = Vec::with_capacity(1024);
         policy::upstream_request(req, origin, false, &http::Headers::new(), &mut up);
         let is_head = req.method == Method::Head;
+        pc.stats.origin_passes.set(pc.stats.origin_passes.get() + 1);
         let mut resp = match super::upstream::send(
             &pc.pool,
             addr,
@@ -802,6 +924,7 @@ impl<'a> Conn<'a> {
         {
             Ok(r) => r,
             Err(e) => {
+                pc.stats.origin_error(e.reason());
                 self.error(502, &e.to_string(), false, None).await;
                 return Next::Close;
             }
@@ -829,6 +952,8 @@ impl<'a> Conn<'a> {
         };
         let mut out = Vec::with_capacity(1024);
         let framing = policy::client_head(&head, &info, &mut out);
+        self.resp.status = head_status(&out);
+        self.resp.cache = CacheResult::Pass;
         let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
         if is_head || framing == Framing::Empty {
             if send_all(&mut self.stream, &[&out]).await.is_err() {
@@ -852,6 +977,7 @@ impl<'a> Conn<'a> {
             if total > pc.cfg.object_bytes_max {
                 return Next::Close;
             }
+            self.resp.body_bytes = total;
             if chunked {
                 if !data.is_empty() {
                     http::write_chunk(&mut out, data);

@@ -42,6 +42,19 @@ pub enum UpstreamError {
     Io(String),
 }
 
+impl UpstreamError {
+    /// The reason label of `coral_http_origin_errors_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::FirstByteTimeout | UpstreamError::IdleTimeout => "timeout",
+            UpstreamError::Truncated => "truncated",
+            UpstreamError::Malformed(_) => "malformed",
+            UpstreamError::Io(_) => "io",
+        }
+    }
+}
+
 impl std::fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
