@@ -806,19 +806,6 @@ fn counters_count_types_rcodes_levels_and_probes() {
         &query("nothing.coralcdn.test", Rtype::TXT, None),
     );
     let _ = ask(
-/// The per-answer counts behind `coral_dns_queries_total{qtype,rcode,level}`.
-#[test]
-fn answers_are_counted_by_qtype_rcode_and_client_level() {
-    let v = view_with_levels();
-    let mut s = srv();
-    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
-    ask(&mut s, &v, &q); // not measured: level 0
-    s.on_rtt(client().ip(), Duration::from_millis(40), NOW);
-    ask(&mut s, &v, &q); // level 1
-    ask(&mut s, &v, &query("coralcdn.test", Rtype::SOA, None));
-    ask(&mut s, &v, &query("nothing.coralcdn.test", Rtype::AAAA, None));
-    ask(&mut s, &v, &query("www.example.com", Rtype::MX, None));
-    ask(
         &mut s,
         &v,
         &query("coralcdn.test", Rtype::SOA, Some((1, &[]))),
@@ -845,6 +832,25 @@ fn answers_are_counted_by_qtype_rcode_and_client_level() {
     unique.dedup();
     assert_eq!(unique.len(), names.len());
     assert!(c.fields().contains(&("queries_a", 2)));
+}
+
+/// The per-answer counts behind `coral_dns_queries_total{qtype,rcode,level}`.
+#[test]
+fn answers_are_counted_by_qtype_rcode_and_client_level() {
+    let v = view_with_levels();
+    let mut s = srv();
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    ask(&mut s, &v, &q); // not measured: level 0
+    s.on_rtt(client().ip(), Duration::from_millis(40), NOW);
+    ask(&mut s, &v, &q); // level 1
+    ask(&mut s, &v, &query("coralcdn.test", Rtype::SOA, None));
+    ask(&mut s, &v, &query("nothing.coralcdn.test", Rtype::AAAA, None));
+    ask(&mut s, &v, &query("www.example.com", Rtype::MX, None));
+    ask(
+        &mut s,
+        &v,
+        &query("coralcdn.test", Rtype::SOA, Some((1, &[]))),
+    );
     let idx = |t: &str, r: &str, l: &str| {
         (
             QTYPE_NAMES.iter().position(|x| *x == t).unwrap(),
