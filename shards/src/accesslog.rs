@@ -352,6 +352,43 @@ mod tests {
         assert_eq!(s, "[23/Nov/2026:12:16:18 +0000]");
     }
 
+    /// A writer that cannot keep up (a FIFO nobody reads: its writes block
+    /// once the pipe is full) never blocks the cores: batches that find the
+    /// queue full are dropped and their lines counted. The only test in
+    /// this binary that opens the (process-wide) log.
+    #[test]
+    fn a_stuck_writer_drops_and_counts_lines_instead_of_blocking() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir().join(format!("coral-accesslog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A reader that never reads, so opening for writing does not wait.
+        let _reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        init(&fifo).unwrap();
+        let mut req = Request::default();
+        req.unparsed();
+        let lines = 200_000u64;
+        let start = std::time::Instant::now();
+        for _ in 0..lines {
+            log(None, &req, 200, 1, CacheResult::Local, Duration::ZERO);
+        }
+        flush();
+        // Far more than the pipe (64 KiB) and the queue (64 batches of
+        // 32 KiB) hold: most lines are dropped, counted, and nothing waited.
+        assert!(dropped() > lines / 2, "dropped {}", dropped());
+        assert!(dropped() < lines);
+        assert!(start.elapsed() < Duration::from_secs(30));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn fields_are_escaped_and_bounded() {
         let mut out = Vec::new();
