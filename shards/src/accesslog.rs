@@ -3,7 +3,7 @@
 //! with `$upstream_cache_status $request_time`:
 //!
 //! ```text
-//! 127.0.0.1 - - [23/Nov/2026:12:00:00 +0000] "GET /a.jpg HTTP/1.1" 200 41000 "-" "curl/8.5.0" cache=origin rt=0.004512 host="www.x.com.coral.test:8090"
+//! 127.0.0.1 - - [23/Nov/2026:13:08:51 +0000] "GET /o.bin HTTP/1.1" 200 4096 "-" "curl/7.88.1" cache=origin rt=0.052923 host="www.origin.test.8080.coral.test:8090"
 //! ```
 //!
 //! Off by default; `access_log = "PATH"` in `[proxy]` or `--access-log
