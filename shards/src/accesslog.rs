@@ -3,7 +3,7 @@
 //! with `$upstream_cache_status $request_time`:
 //!
 //! ```text
-//! 127.0.0.1 - - [23/Nov/2026:12:00:00 +0000] "GET /a.jpg HTTP/1.1" 200 41000 "-" "curl/8.5.0" cache=origin rt=0.004512 host="www.x.com.coral.test:8090"
+//! 127.0.0.1 - - [23/Nov/2026:13:08:51 +0000] "GET /o.bin HTTP/1.1" 200 4096 "-" "curl/7.88.1" cache=origin rt=0.052923 host="www.origin.test.8080.coral.test:8090"
 //! ```
 //!
 //! Off by default; `access_log = "PATH"` in `[proxy]` or `--access-log
@@ -350,6 +350,43 @@ mod tests {
         assert_eq!(s, "[29/Feb/2000:23:59:59 +0000]");
         clf_date(1_795_436_178, &mut s);
         assert_eq!(s, "[23/Nov/2026:12:16:18 +0000]");
+    }
+
+    /// A writer that cannot keep up (a FIFO nobody reads: its writes block
+    /// once the pipe is full) never blocks the cores: batches that find the
+    /// queue full are dropped and their lines counted. The only test in
+    /// this binary that opens the (process-wide) log.
+    #[test]
+    fn a_stuck_writer_drops_and_counts_lines_instead_of_blocking() {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir().join(format!("coral-accesslog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A reader that never reads, so opening for writing does not wait.
+        let _reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        init(&fifo).unwrap();
+        let mut req = Request::default();
+        req.unparsed();
+        let lines = 200_000u64;
+        let start = std::time::Instant::now();
+        for _ in 0..lines {
+            log(None, &req, 200, 1, CacheResult::Local, Duration::ZERO);
+        }
+        flush();
+        // Far more than the pipe (64 KiB) and the queue (64 batches of
+        // 32 KiB) hold: most lines are dropped, counted, and nothing waited.
+        assert!(dropped() > lines / 2, "dropped {}", dropped());
+        assert!(dropped() < lines);
+        assert!(start.elapsed() < Duration::from_secs(30));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

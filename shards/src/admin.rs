@@ -2,7 +2,8 @@
 //! the client commands (`coral put | get | nodes | levels | stats`) reach the
 //! node, as the paper's client library reached its daemon (§5).
 //!
-//! One request per connection, `GET` only, answers in JSON. Requests are
+//! One request per connection, `GET` only, answers in JSON. `/status` is
+//! the status page (HTML, see `status`), `/status.json` its numbers. Requests are
 //! bounded (`REQUEST_BYTES_MAX`) and parsed strictly; anything else gets a
 //! 4xx and the connection closes.
 
