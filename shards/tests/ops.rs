@@ -721,13 +721,15 @@ fn metrics_count_a_known_sequence_across_cores() {
             metric(body, &format!("coral_dsht_keys{{level=\"{level}\"}}")),
             2.0
         );
-        assert_eq!(
-            metric(
-                body,
-                &format!("coral_dsht_loaded_keys{{level=\"{level}\"}}")
-            ),
-            0.0
+        // k0 was probed twice in a moment: a new key's leakage bucket holds
+        // one token (store.rs), so k0 is loaded until the token comes back,
+        // 60/β s after its first put (1 or 0, depending on how long the
+        // gets above took); k1, probed once, is not.
+        let loaded = metric(
+            body,
+            &format!("coral_dsht_loaded_keys{{level=\"{level}\"}}"),
         );
+        assert!(loaded == 0.0 || loaded == 1.0, "{loaded}");
     }
     let ops = "coral_dsht_client_operations_total";
     assert_eq!(
