@@ -953,14 +953,16 @@ mod tests {
         for k in [&hot, &warm, &cold] {
             s.store(k, v(k.0[0]), Duration::from_secs(3600), Time::ZERO);
         }
-        // 20 requests for `hot` (past β = 12: loaded), 3 for `warm`, none for `cold`.
+        // 20 requests for `hot` in a moment (past its bucket: loaded), 3 for
+        // `warm` 5 s apart long enough ago (at β = 12 a minute, never
+        // loaded), none for `cold`.
         for i in 0..20u64 {
-            s.probe(&hot, Time(i * 1000));
+            s.probe(&hot, Time(29_980_000 + i * 1000));
         }
         for i in 0..3u64 {
-            s.probe(&warm, Time(i * 1000));
+            s.probe(&warm, Time(i * 5_000_000));
         }
-        let now = Time(30_000);
+        let now = Time(30_000_000);
         let top = s.hottest(now, 2);
         assert_eq!(top.len(), 2);
         assert_eq!((top[0].key, top[0].requests_past_minute, top[0].loaded), (hot, 20, true));
