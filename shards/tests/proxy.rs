@@ -1784,3 +1784,76 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(closed);
 }
+
+/// Reads from `s` until the node closes it; how long that took from `from`.
+fn closed_after(s: &mut TcpStream, from: Instant) -> Duration {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut b = [0u8; 4096];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return from.elapsed(),
+            Ok(_) => {}
+            Err(e) => panic!("not closed after {:?}: {e}", from.elapsed()),
+        }
+    }
+}
+
+#[test]
+fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not() {
+    let dir = TempDir::new("client-idle");
+    // The origin answers after 3 s: longer than the client idle timeout,
+    // which must not cut a connection that is being answered.
+    let _origin = FaultOrigin::start("127.11.42.100:8080", |_, _, s| {
+        std::thread::sleep(Duration::from_secs(3));
+        let _ = s.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: max-age=600\r\n\r\nhello",
+        );
+    });
+    let conf = dir.path().join("coral.toml");
+    std::fs::write(
+        &conf,
+        "[proxy]\nclient_idle_timeout_ms = 1000\nfirst_byte_timeout_ms = 20000\n",
+    )
+    .unwrap();
+    let node = Node::start(
+        "127.11.42.1",
+        &dir.path().join("cache"),
+        None,
+        &[
+            "--config",
+            conf.to_str().unwrap(),
+            "--allow-private-origins",
+            "--resolve",
+            "www.origin.test=127.11.42.100",
+        ],
+    );
+    // Silent from the start, and silent halfway through a head: both idle.
+    let start = Instant::now();
+    let mut silent = TcpStream::connect(node.http).unwrap();
+    let mut half = TcpStream::connect(node.http).unwrap();
+    half.write_all(b"GET /x HTTP/1.1\r\nHo").unwrap();
+    for s in [&mut silent, &mut half] {
+        let took = closed_after(s, start);
+        assert!(took >= Duration::from_millis(900), "{took:?}");
+        assert!(took < Duration::from_secs(20), "{took:?}");
+    }
+    // Busy for 3 s on a slow origin, then answered, then idle and closed.
+    let host = format!("www.origin.test.8080.{ALIAS}");
+    let mut busy = TcpStream::connect(node.http).unwrap();
+    busy.write_all(format!("GET /slow HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .unwrap();
+    busy.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let asked = Instant::now();
+    let mut out = Vec::new();
+    let mut b = [0u8; 4096];
+    while !out.ends_with(b"hello") {
+        let k = busy.read(&mut b).unwrap();
+        assert!(k > 0, "closed while busy: {}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&b[..k]);
+    }
+    assert!(out.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&out));
+    assert!(asked.elapsed() >= Duration::from_millis(2900));
+    let answered = Instant::now();
+    let took = closed_after(&mut busy, answered);
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+}

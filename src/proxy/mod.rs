@@ -15,6 +15,7 @@
 
 pub mod date;
 pub mod hot;
+pub mod idle;
 pub mod http;
 pub mod names;
 pub mod origin_addr;

@@ -98,6 +98,9 @@ struct Conn<'a> {
     resp: Resp,
     /// The client's address and request, for the access log (when it is on).
     client: Option<std::net::SocketAddr>,
+    /// This connection's slot in the core's idle table: stamped waiting
+    /// while a read is pending, busy otherwise (no timer per read).
+    idle_slot: coral::proxy::idle::Slot,
     log: crate::accesslog::Request,
 }
 
@@ -282,6 +285,14 @@ enum Next {
     Close,
 }
 
+impl Drop for Conn<'_> {
+    fn drop(&mut self) {
+        // Released once (again harmless) even when the task is dropped
+        // before `run` ends: the sweep never sees a closed descriptor.
+        self.pc.idle.borrow_mut().release(self.idle_slot);
+    }
+}
+
 impl<'a> Conn<'a> {
     fn new(pc: &'a Rc<ProxyCore>, stream: TcpStream) -> Conn<'a> {
         let client = if crate::accesslog::enabled() {
@@ -289,7 +300,9 @@ impl<'a> Conn<'a> {
         } else {
             None
         };
+        let idle_slot = pc.idle.borrow_mut().register(stream.as_raw_fd());
         Conn {
+            idle_slot,
             pc,
             inb: InBuf::new(pc.limits.head_bytes_max + READ_BYTES),
             out: Vec::with_capacity(1024),
@@ -333,8 +346,9 @@ impl<'a> Conn<'a> {
     }
 
     async fn run(mut self) {
-        let idle = Duration::from_millis(self.pc.cfg.client_idle_timeout_ms);
-        let _ = self.stream.set_read_timeout(Some(idle));
+        // `client_idle_timeout_ms` is kept by the core's idle sweep
+        // (`mod.rs`), not by a read timeout: glommio arms and cancels a
+        // timer for every read that waits, about 700 instructions a hit.
         loop {
             if !self.inb.filled().is_empty() {
                 match self.hot_hit().await {
@@ -386,6 +400,7 @@ impl<'a> Conn<'a> {
                 }
             }
         }
+        self.pc.idle.borrow_mut().release(self.idle_slot);
         let _ = self.stream.close().await;
     }
 
@@ -475,9 +490,13 @@ impl<'a> Conn<'a> {
         self.pc.hot.borrow_mut().insert(host, target, entry);
     }
 
-    /// Reads more bytes; false on EOF, error or idle timeout.
+    /// Reads more bytes; false on EOF, error or idle timeout (the idle
+    /// sweep shuts the socket down, which ends the read).
     async fn read_more(&mut self) -> bool {
-        self.inb.fill(&mut self.stream).await
+        self.pc.idle.borrow_mut().waiting(self.idle_slot);
+        let more = self.inb.fill(&mut self.stream).await;
+        self.pc.idle.borrow_mut().busy(self.idle_slot);
+        more
     }
 
     /// A malformed request: its status and a closed connection.
