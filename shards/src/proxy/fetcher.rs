@@ -147,11 +147,11 @@ impl ProxyCore {
             match a {
                 Action::Serve { key, first, .. } => {
                     let peer = peer_level(first);
-                    self.finish_job(&key, MissAnswer::Ready { peer });
+                    self.finish_job(&key, || MissAnswer::Ready { peer });
                 }
                 Action::Fail { key, .. } => {
                     let status = self.fetch.jobs.borrow().get(&key).map_or(502, |j| j.error);
-                    self.finish_job(&key, MissAnswer::Error(status));
+                    self.finish_job(&key, || MissAnswer::Error(status));
                 }
                 Action::DshtGet { key } => {
                     let pc = self.clone();
@@ -260,23 +260,27 @@ impl ProxyCore {
     }
 
     /// Answers every waiter of `key` and forgets the job.
-    fn finish_job(&self, key: &Id, answer: MissAnswer) {
+    fn finish_job(&self, key: &Id, answer: impl Fn() -> MissAnswer) {
         let Some(js) = self.fetch.jobs.borrow_mut().remove(key) else {
             return;
         };
         for w in js.waiters {
-            self.answer(w, answer);
+            self.answer(w, answer());
         }
     }
 
     /// Answers the waiters so far without forgetting the job.
-    fn answer_waiters(&self, key: &Id, answer: MissAnswer) {
-        let waiters = match self.fetch.jobs.borrow_mut().get_mut(key) {
+    fn answer_waiters(&self, key: &Id, answer: impl Fn() -> MissAnswer) {
+        for w in self.take_waiters(key) {
+            self.answer(w, answer());
+        }
+    }
+
+    /// The waiters so far, taken from the job.
+    fn take_waiters(&self, key: &Id) -> Vec<Waiter> {
+        match self.fetch.jobs.borrow_mut().get_mut(key) {
             Some(js) => std::mem::take(&mut js.waiters),
-            None => return,
-        };
-        for w in waiters {
-            self.answer(w, answer);
+            None => Vec::new(),
         }
     }
 
@@ -394,8 +398,16 @@ impl ProxyCore {
                 if peer.is_some() {
                     return Outcome::Failed;
                 }
-                // Each waiter fetches it for itself.
-                self.answer_waiters(&key, MissAnswer::Uncacheable);
+                // The request that made this fetch gets its answer, to
+                // relay on its own core (the origin is asked once for it);
+                // every other waiter fetches it for itself.
+                let mut waiters = self.take_waiters(&key).into_iter();
+                if let Some(first) = waiters.next() {
+                    self.answer(first, MissAnswer::Pass(Box::new(resp.hand_over())));
+                }
+                for w in waiters {
+                    self.answer(w, MissAnswer::Uncacheable);
+                }
                 return Outcome::Failed;
             }
         };
@@ -457,7 +469,7 @@ impl ProxyCore {
             js.writing = true;
             js.peer = level;
         }
-        self.answer_waiters(&key, MissAnswer::Ready { peer: level });
+        self.answer_waiters(&key, || MissAnswer::Ready { peer: level });
         let mut chunk = Vec::with_capacity(64 << 10);
         let mut rewritten = Vec::new();
         let mut total: u64 = 0;
@@ -534,7 +546,7 @@ impl ProxyCore {
         if peer.is_none() {
             if let Some((_, s)) = old {
                 if !s.must_revalidate {
-                    self.answer_waiters(key, MissAnswer::Stale);
+                    self.answer_waiters(key, || MissAnswer::Stale);
                     return Outcome::Ok;
                 }
             }
