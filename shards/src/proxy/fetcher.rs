@@ -55,10 +55,18 @@ pub struct Fetcher {
     /// Complete objects found in the cache at start, waiting for their
     /// pointers.
     adopt: RefCell<Vec<Id>>,
+    /// URL key → variant key of the URL's first `Vary` variant (stored under
+    /// the URL key): its pointer under the variant key is renewed with the
+    /// URL key's own (at most `VARIANT_POINTERS_MAX`).
+    variant_pointers: RefCell<HashMap<Id, Id>>,
 }
 
-/// Life of the pointer under the variant key of a URL's first variant.
+/// Life of the pointer under the variant key of a URL's first variant (put
+/// again with the URL key's own pointer while the object stays cached).
 const VARIANT_POINTER_TTL_SECS: u32 = 3600;
+
+/// URLs whose first variant's pointer under its variant key is renewed.
+const VARIANT_POINTERS_MAX: usize = 1 << 16;
 
 /// Objects found in the cache at start whose pointers are put per tick.
 const ADOPT_PER_TICK: usize = 64;
@@ -69,6 +77,7 @@ impl Fetcher {
             policy: RefCell::new(policy),
             jobs: RefCell::new(HashMap::new()),
             adopt: RefCell::new(Vec::new()),
+            variant_pointers: RefCell::new(HashMap::new()),
         }
     }
 }
@@ -127,6 +136,7 @@ impl ProxyCore {
             // start over at the DSHT.
             policy.forget(&key);
             policy.request(now, key, &mut out);
+            self.fetch.variant_pointers.borrow_mut().remove(&key);
         }
         self.fetch.jobs.borrow_mut().insert(
             key,
@@ -516,17 +526,21 @@ impl ProxyCore {
         // The first variant of a URL is stored under the URL's key: a pointer
         // under its variant key too lets nodes that ask for this variant by
         // that key find it here (a peer's request selects it by its fields).
-        // It lives its 1 h, not renewed; the object's own pointer pins it.
+        // It is renewed with the URL key's pointer (`tick`) while the object
+        // stays cached; the object's own pointer pins it.
         if key == job.url_key {
-            if let Some(vk) = coral::proxy::vary::variant_key(&key, &resp.head, &job.request) {
-                let value = coral::wire::Value::from_addr(self.http);
-                let pc = self.clone();
-                glommio::spawn_local(async move {
-                    pc.shard
-                        .dsht_start(|n, now| n.put(now, vk, value, VARIANT_POINTER_TTL_SECS, None))
-                        .await;
-                })
-                .detach();
+            let mut pointers = self.fetch.variant_pointers.borrow_mut();
+            match coral::proxy::vary::variant_key(&key, &resp.head, &job.request) {
+                Some(vk) => {
+                    if pointers.len() < VARIANT_POINTERS_MAX || pointers.contains_key(&key) {
+                        pointers.insert(key, vk);
+                    }
+                    drop(pointers);
+                    self.put_variant_pointer(vk, VARIANT_POINTER_TTL_SECS);
+                }
+                None => {
+                    pointers.remove(&key);
+                }
             }
         }
         if peer.is_none() {
@@ -573,7 +587,7 @@ impl ProxyCore {
         let mut kept: Option<std::collections::HashSet<Id>> = None;
         let mut keep = Vec::with_capacity(out.len());
         for a in out {
-            if let Action::DshtPut { key, .. } = &a {
+            if let Action::DshtPut { key, ttl_secs, .. } = &a {
                 let pending = self.fetch.jobs.borrow().contains_key(key);
                 if !pending {
                     let kept = kept.get_or_insert_with(|| {
@@ -581,13 +595,33 @@ impl ProxyCore {
                     });
                     if !kept.contains(key) {
                         self.fetch.policy.borrow_mut().forget(key);
+                        self.fetch.variant_pointers.borrow_mut().remove(key);
                         continue;
+                    }
+                    // The complete object's pointer is renewed: so is the
+                    // one under its first variant's key.
+                    let vk = self.fetch.variant_pointers.borrow().get(key).copied();
+                    if let Some(vk) = vk {
+                        self.put_variant_pointer(vk, *ttl_secs);
                     }
                 }
             }
             keep.push(a);
         }
         self.run(keep);
+    }
+
+    /// Puts this proxy's pointer under `vk`, the variant key of a URL's
+    /// first variant (stored under the URL's key).
+    fn put_variant_pointer(self: &Rc<Self>, vk: Id, ttl_secs: u32) {
+        let value = coral::wire::Value::from_addr(self.http);
+        let pc = self.clone();
+        glommio::spawn_local(async move {
+            pc.shard
+                .dsht_start(|n, now| n.put(now, vk, value, ttl_secs, None))
+                .await;
+        })
+        .detach();
     }
 
     /// Queues the complete objects this core owns in the cache for their
