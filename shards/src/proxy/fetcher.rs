@@ -55,10 +55,18 @@ pub struct Fetcher {
     /// Complete objects found in the cache at start, waiting for their
     /// pointers.
     adopt: RefCell<Vec<Id>>,
+    /// URL key → variant key of the URL's first `Vary` variant (stored under
+    /// the URL key): its pointer under the variant key is renewed with the
+    /// URL key's own (at most `VARIANT_POINTERS_MAX`).
+    variant_pointers: RefCell<HashMap<Id, Id>>,
 }
 
-/// Life of the pointer under the variant key of a URL's first variant.
+/// Life of the pointer under the variant key of a URL's first variant (put
+/// again with the URL key's own pointer while the object stays cached).
 const VARIANT_POINTER_TTL_SECS: u32 = 3600;
+
+/// URLs whose first variant's pointer under its variant key is renewed.
+const VARIANT_POINTERS_MAX: usize = 1 << 16;
 
 /// Objects found in the cache at start whose pointers are put per tick.
 const ADOPT_PER_TICK: usize = 64;
@@ -69,6 +77,7 @@ impl Fetcher {
             policy: RefCell::new(policy),
             jobs: RefCell::new(HashMap::new()),
             adopt: RefCell::new(Vec::new()),
+            variant_pointers: RefCell::new(HashMap::new()),
         }
     }
 }
@@ -127,6 +136,7 @@ impl ProxyCore {
             // start over at the DSHT.
             policy.forget(&key);
             policy.request(now, key, &mut out);
+            self.fetch.variant_pointers.borrow_mut().remove(&key);
         }
         self.fetch.jobs.borrow_mut().insert(
             key,
@@ -147,11 +157,11 @@ impl ProxyCore {
             match a {
                 Action::Serve { key, first, .. } => {
                     let peer = peer_level(first);
-                    self.finish_job(&key, MissAnswer::Ready { peer });
+                    self.finish_job(&key, || MissAnswer::Ready { peer });
                 }
                 Action::Fail { key, .. } => {
                     let status = self.fetch.jobs.borrow().get(&key).map_or(502, |j| j.error);
-                    self.finish_job(&key, MissAnswer::Error(status));
+                    self.finish_job(&key, || MissAnswer::Error(status));
                 }
                 Action::DshtGet { key } => {
                     let pc = self.clone();
@@ -260,23 +270,27 @@ impl ProxyCore {
     }
 
     /// Answers every waiter of `key` and forgets the job.
-    fn finish_job(&self, key: &Id, answer: MissAnswer) {
+    fn finish_job(&self, key: &Id, answer: impl Fn() -> MissAnswer) {
         let Some(js) = self.fetch.jobs.borrow_mut().remove(key) else {
             return;
         };
         for w in js.waiters {
-            self.answer(w, answer);
+            self.answer(w, answer());
         }
     }
 
     /// Answers the waiters so far without forgetting the job.
-    fn answer_waiters(&self, key: &Id, answer: MissAnswer) {
-        let waiters = match self.fetch.jobs.borrow_mut().get_mut(key) {
+    fn answer_waiters(&self, key: &Id, answer: impl Fn() -> MissAnswer) {
+        for w in self.take_waiters(key) {
+            self.answer(w, answer());
+        }
+    }
+
+    /// The waiters so far, taken from the job.
+    fn take_waiters(&self, key: &Id) -> Vec<Waiter> {
+        match self.fetch.jobs.borrow_mut().get_mut(key) {
             Some(js) => std::mem::take(&mut js.waiters),
-            None => return,
-        };
-        for w in waiters {
-            self.answer(w, answer);
+            None => Vec::new(),
         }
     }
 
@@ -394,8 +408,16 @@ impl ProxyCore {
                 if peer.is_some() {
                     return Outcome::Failed;
                 }
-                // Each waiter fetches it for itself.
-                self.answer_waiters(&key, MissAnswer::Uncacheable);
+                // The request that made this fetch gets its answer, to
+                // relay on its own core (the origin is asked once for it);
+                // every other waiter fetches it for itself.
+                let mut waiters = self.take_waiters(&key).into_iter();
+                if let Some(first) = waiters.next() {
+                    self.answer(first, MissAnswer::Pass(Box::new(resp.hand_over())));
+                }
+                for w in waiters {
+                    self.answer(w, MissAnswer::Uncacheable);
+                }
                 return Outcome::Failed;
             }
         };
@@ -457,7 +479,7 @@ impl ProxyCore {
             js.writing = true;
             js.peer = level;
         }
-        self.answer_waiters(&key, MissAnswer::Ready { peer: level });
+        self.answer_waiters(&key, || MissAnswer::Ready { peer: level });
         let mut chunk = Vec::with_capacity(64 << 10);
         let mut rewritten = Vec::new();
         let mut total: u64 = 0;
@@ -504,17 +526,21 @@ impl ProxyCore {
         // The first variant of a URL is stored under the URL's key: a pointer
         // under its variant key too lets nodes that ask for this variant by
         // that key find it here (a peer's request selects it by its fields).
-        // It lives its 1 h, not renewed; the object's own pointer pins it.
+        // It is renewed with the URL key's pointer (`tick`) while the object
+        // stays cached; the object's own pointer pins it.
         if key == job.url_key {
-            if let Some(vk) = coral::proxy::vary::variant_key(&key, &resp.head, &job.request) {
-                let value = coral::wire::Value::from_addr(self.http);
-                let pc = self.clone();
-                glommio::spawn_local(async move {
-                    pc.shard
-                        .dsht_start(|n, now| n.put(now, vk, value, VARIANT_POINTER_TTL_SECS, None))
-                        .await;
-                })
-                .detach();
+            let mut pointers = self.fetch.variant_pointers.borrow_mut();
+            match coral::proxy::vary::variant_key(&key, &resp.head, &job.request) {
+                Some(vk) => {
+                    if pointers.len() < VARIANT_POINTERS_MAX || pointers.contains_key(&key) {
+                        pointers.insert(key, vk);
+                    }
+                    drop(pointers);
+                    self.put_variant_pointer(vk, VARIANT_POINTER_TTL_SECS);
+                }
+                None => {
+                    pointers.remove(&key);
+                }
             }
         }
         if peer.is_none() {
@@ -534,7 +560,7 @@ impl ProxyCore {
         if peer.is_none() {
             if let Some((_, s)) = old {
                 if !s.must_revalidate {
-                    self.answer_waiters(key, MissAnswer::Stale);
+                    self.answer_waiters(key, || MissAnswer::Stale);
                     return Outcome::Ok;
                 }
             }
@@ -561,7 +587,7 @@ impl ProxyCore {
         let mut kept: Option<std::collections::HashSet<Id>> = None;
         let mut keep = Vec::with_capacity(out.len());
         for a in out {
-            if let Action::DshtPut { key, .. } = &a {
+            if let Action::DshtPut { key, ttl_secs, .. } = &a {
                 let pending = self.fetch.jobs.borrow().contains_key(key);
                 if !pending {
                     let kept = kept.get_or_insert_with(|| {
@@ -569,13 +595,33 @@ impl ProxyCore {
                     });
                     if !kept.contains(key) {
                         self.fetch.policy.borrow_mut().forget(key);
+                        self.fetch.variant_pointers.borrow_mut().remove(key);
                         continue;
+                    }
+                    // The complete object's pointer is renewed: so is the
+                    // one under its first variant's key.
+                    let vk = self.fetch.variant_pointers.borrow().get(key).copied();
+                    if let Some(vk) = vk {
+                        self.put_variant_pointer(vk, *ttl_secs);
                     }
                 }
             }
             keep.push(a);
         }
         self.run(keep);
+    }
+
+    /// Puts this proxy's pointer under `vk`, the variant key of a URL's
+    /// first variant (stored under the URL's key).
+    fn put_variant_pointer(self: &Rc<Self>, vk: Id, ttl_secs: u32) {
+        let value = coral::wire::Value::from_addr(self.http);
+        let pc = self.clone();
+        glommio::spawn_local(async move {
+            pc.shard
+                .dsht_start(|n, now| n.put(now, vk, value, ttl_secs, None))
+                .await;
+        })
+        .detach();
     }
 
     /// Queues the complete objects this core owns in the cache for their

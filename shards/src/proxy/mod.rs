@@ -84,7 +84,7 @@ pub struct Job {
 }
 
 /// The owning core's answer to a miss.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum MissAnswer {
     /// The object is in the cache (complete or arriving): serve it.
     /// `peer`: it came (or comes) from a peer proxy, found at that level.
@@ -97,6 +97,10 @@ pub enum MissAnswer {
     Stale,
     /// The origin's answer may not be stored: fetch it for this client alone.
     Uncacheable,
+    /// The origin's answer may not be stored, and this client's request is
+    /// the one that fetched it: here it is, its head read, to relay to this
+    /// client alone (one client request, one origin request).
+    Pass(Box<upstream::Handover>),
     /// Answer the client with this status.
     Error(u16),
 }

@@ -744,6 +744,13 @@ impl<'a> Conn<'a> {
                     pc.passes.borrow_mut().mark(key, unix_now());
                     return self.pass_through(&req, &origin, Forward::UriMiss).await;
                 }
+                MissAnswer::Pass(answer) => {
+                    // The owning core's fetch for this request: relayed,
+                    // not fetched again.
+                    pc.passes.borrow_mut().mark(key, unix_now());
+                    let resp = answer.resume();
+                    return self.relay(&req, &origin, Forward::UriMiss, resp).await;
+                }
                 MissAnswer::Error(status) => {
                     let why = match status {
                         403 => "the origin's address is not allowed",
@@ -931,7 +938,7 @@ impl<'a> Conn<'a> {
         policy::upstream_request(req, origin, false, &http::Headers::new(), &mut up);
         let is_head = req.method == Method::Head;
         pc.stats.origin_passes.set(pc.stats.origin_passes.get() + 1);
-        let mut resp = match super::upstream::send(
+        let resp = match super::upstream::send(
             &pc.pool,
             addr,
             &up,
@@ -948,6 +955,20 @@ impl<'a> Conn<'a> {
                 return Next::Close;
             }
         };
+        self.relay(req, origin, why, resp).await
+    }
+
+    /// Relays an origin's response to this client alone, without storing
+    /// it (a `HEAD` gets the head only).
+    async fn relay(
+        &mut self,
+        req: &RequestHead,
+        origin: &names::Origin,
+        why: Forward,
+        mut resp: super::upstream::Response,
+    ) -> Next {
+        let pc = self.pc;
+        let is_head = req.method == Method::Head;
         let mut head = policy::head_to_store(&resp.head);
         // §2.1: redirects and links to the origin stay Coralized (HTML that
         // is content-coded is passed through untouched).
@@ -956,6 +977,17 @@ impl<'a> Conn<'a> {
             .then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
         let body_len = match resp.head.framing {
             Framing::Length(n) if rewriter.is_none() => Some(n),
+            // The origin's answer to a HEAD: the length it names.
+            Framing::Empty if is_head && resp.head.status == 200 => {
+                if rewriter.is_none() {
+                    resp.head
+                        .headers
+                        .get("content-length")
+                        .and_then(http::parse_digits)
+                } else {
+                    None
+                }
+            }
             Framing::Empty => Some(0),
             _ => None,
         };

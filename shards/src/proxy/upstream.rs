@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use coral::proxy::http::{self, ChunkedDecoder, Framing, HttpError, Limits, ResponseHead};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+
 use glommio::net::TcpStream;
 
 /// Idle origin connections kept per core.
@@ -313,6 +315,26 @@ impl Response {
         }
     }
 
+    /// Moves this response, its head read, to another core: a glommio
+    /// stream belongs to the executor that made it, so the connection
+    /// travels as its bare descriptor ([`Handover::resume`] there).
+    pub fn hand_over(mut self) -> Handover {
+        Handover {
+            // SAFETY: the descriptor glommio let go of, owned by no one else.
+            fd: self
+                .stream
+                .take()
+                .map(|s| unsafe { OwnedFd::from_raw_fd(s.into_raw_fd()) }),
+            head: self.head,
+            addr: self.addr,
+            buf: self.buf,
+            body: self.body,
+            idle: self.idle,
+            received: self.received,
+            reusable: self.reusable,
+        }
+    }
+
     /// Whether the whole body has been read.
     pub fn complete(&self) -> bool {
         matches!(self.body, Body::Done)
@@ -327,5 +349,48 @@ impl Response {
                 pool.put(self.addr, s);
             }
         }
+    }
+}
+
+/// A [`Response`] on its way to another core (`Send`): its head, what was
+/// read past it, and the connection's descriptor (closed if it never
+/// arrives: `OwnedFd`).
+pub struct Handover {
+    /// The response head.
+    pub head: ResponseHead,
+    fd: Option<OwnedFd>,
+    addr: SocketAddr,
+    buf: Vec<u8>,
+    body: Body,
+    idle: Duration,
+    received: u64,
+    reusable: bool,
+}
+
+impl Handover {
+    /// The response again, on the core that calls this (it reads on).
+    pub fn resume(self) -> Response {
+        let stream = self.fd.map(|fd| {
+            // SAFETY: an open socket, owned by this handover alone.
+            let s = unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) };
+            let _ = s.set_read_timeout(Some(self.idle));
+            s
+        });
+        Response {
+            head: self.head,
+            stream,
+            addr: self.addr,
+            buf: self.buf,
+            body: self.body,
+            idle: self.idle,
+            received: self.received,
+            reusable: self.reusable,
+        }
+    }
+}
+
+impl std::fmt::Debug for Handover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handover {{ status: {}, addr: {} }}", self.head.status, self.addr)
     }
 }
