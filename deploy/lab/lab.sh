@@ -25,13 +25,22 @@
 #
 # Everything `up` creates is listed in $STATE/created (one line per thing:
 # `netns NAME`, `pid PID NAME`, `dir PATH`); `down` removes exactly those, and
-# only names with the coral-lab- prefix. Needs root (ip netns), iproute2, tc,
-# nginx, unbound, curl, and the coral binary ($CORAL, default: coral on PATH).
+# only names with the prefix `up` used. The prefix (default coral-lab-; the
+# names above) comes from $CORAL_LAB_PREFIX, so two labs can run at once with
+# different prefixes and state directories ($CORAL_LAB_STATE); `up` records
+# it in $STATE/prefix and the other commands use the recorded one.
+# Needs root (ip netns), iproute2, tc, nginx, unbound, curl, and the coral
+# binary ($CORAL, default: coral on PATH).
 
 set -euo pipefail
 
-PREFIX=coral-lab-
 STATE=${CORAL_LAB_STATE:-/tmp/coral-lab}
+# The namespace-name prefix: the one `up` recorded, else $CORAL_LAB_PREFIX.
+if [ -e "$STATE/prefix" ]; then PREFIX=$(cat "$STATE/prefix"); else PREFIX=${CORAL_LAB_PREFIX:-coral-lab-}; fi
+# Letters, digits, '-' and '_' only, short enough that PREFIX+origin is a
+# valid file name under /run/netns and /etc/netns.
+case $PREFIX in ''|*[!A-Za-z0-9_-]*) printf 'lab: bad prefix %q\n' "$PREFIX" >&2; exit 2 ;; esac
+[ "${#PREFIX}" -le 40 ] || { printf 'lab: prefix %s longer than 40 characters\n' "$PREFIX" >&2; exit 2; }
 CORAL=${CORAL:-$(command -v coral || true)}
 NET=10.99.0
 ORIGIN_IP=$NET.250
@@ -68,6 +77,14 @@ add_host() {
   in_ns "${PREFIX}br" ip link set "$v" master br0 up
 }
 
+# Whether process PID runs (exists and is not a zombie: an exited process
+# whose parent has not reaped it is gone for our purposes).
+running() {
+  local st
+  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) || return 1
+  [ -n "$st" ] && [ "$st" != Z ]
+}
+
 # Waits until COMMAND succeeds (at most 30 s).
 wait_for() {
   local what=$1; shift
@@ -81,6 +98,7 @@ up() {
   [ -x "$CORAL" ] || die "no coral binary (set CORAL=path)"
   [ ! -e "$STATE/created" ] || die "$STATE/created exists: run '$0 down' first"
   mkdir -p "$STATE"; : >"$STATE/created"
+  echo "$PREFIX" >"$STATE/prefix"
   echo "$nodes $clients" >"$STATE/size"
 
   # The bridge.
@@ -223,7 +241,17 @@ down() {
     [ "$kind" = pid ] || continue
     kill -TERM "$a" 2>/dev/null || true
   done <"$STATE/created"
-  sleep 0.5
+  # Give them up to 10 s to exit on TERM (nodes flush and stop), then KILL
+  # whatever is left in our namespaces.
+  local alive
+  for _ in $(seq 100); do
+    alive=0
+    while read -r kind a b; do
+      if [ "$kind" = pid ] && running "$a"; then alive=1; fi
+    done <"$STATE/created"
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
   while read -r kind a b; do
     [ "$kind" = netns ] || continue
     case $a in "$PREFIX"*) ;; *) say "refusing to touch netns $a"; continue ;; esac
@@ -249,5 +277,5 @@ case ${1:-} in
   run) shift; run "$@" ;;
   browser) shift; browser "$@" ;;
   down) down ;;
-  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

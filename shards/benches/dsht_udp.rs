@@ -6,7 +6,8 @@
 //!
 //! `cargo bench -p coral-shards --bench dsht_udp [-- SECONDS [WINDOW]]`
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -98,6 +99,46 @@ fn echo_server(addr: &str, cpu: usize) {
     }
 }
 
+/// How long a server started by this bench may take to answer (generous:
+/// the machine may be loaded).
+const START_TIMEOUT_SECS: u64 = 60;
+
+/// Waits until the UDP echo server at `addr` echoes a probe.
+fn wait_for_echo(addr: SocketAddr, from: &str) {
+    let sock = UdpSocket::bind(from).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(START_TIMEOUT_SECS);
+    let mut buf = [0u8; 64];
+    while Instant::now() < deadline {
+        let _ = sock.send_to(b"ready?", addr);
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            if &buf[..n] == b"ready?" {
+                return;
+            }
+        }
+    }
+    panic!("echo server at {addr} did not answer in {START_TIMEOUT_SECS} s");
+}
+
+/// Waits until the node's admin endpoint answers `GET /readyz` with 200.
+fn wait_for_readyz(admin: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(START_TIMEOUT_SECS);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = TcpStream::connect_timeout(&admin, Duration::from_millis(500)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.write_all(b"GET /readyz HTTP/1.0\r\nHost: bench\r\n\r\n");
+            let mut reply = Vec::new();
+            let _ = s.read_to_end(&mut reply);
+            if reply.starts_with(b"HTTP/1.1 200") || reply.starts_with(b"HTTP/1.0 200") {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("node at {admin} not ready (/readyz) in {START_TIMEOUT_SECS} s");
+}
+
 struct Kill(Child);
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -131,7 +172,7 @@ fn main() {
             .spawn()
             .unwrap(),
     );
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_echo(echo_addr, "127.0.0.61:0");
     let payload = vec![0u8; 64];
     let (e_n, e_wall, e_cpu) = load(
         echo_addr,
@@ -162,7 +203,7 @@ fn main() {
             .spawn()
             .unwrap(),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_readyz("127.0.0.62:7080".parse().unwrap());
     let key = Id::from_url("http://www.x.com/y.jpg");
     let put = Command::new(CORAL)
         .args([

@@ -8,20 +8,74 @@ use std::time::{Duration, Instant};
 
 const CORAL: &str = env!("CARGO_BIN_EXE_coral");
 
-/// Pids of processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<String> {
+/// A process's parent pid, state and start time (clock ticks since boot),
+/// from /proc/PID/stat; None when it is gone.
+fn stat_of(pid: u32) -> Option<(u32, char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let state = f.first()?.chars().next()?;
+    let ppid = f.get(1)?.parse().ok()?;
+    // Field 22 of the whole line; `rest` starts at field 3.
+    let start = f.get(19)?.parse().ok()?;
+    Some((ppid, state, start))
+}
+
+fn cmdline_of(pid: u32) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&cmdline).replace('\0', " ")
+}
+
+/// A process this test saw start: its pid and start time, so a recycled pid
+/// is not mistaken for it.
+#[derive(Debug, Clone, Copy)]
+struct Started {
+    pid: u32,
+    start: u64,
+}
+
+/// The coral nodes `demo` (a child of this test) has started: its children
+/// running `coral node`. Only these are checked afterwards, never other
+/// processes on the machine (another run of coral may be going on).
+fn nodes_of(demo: u32) -> Vec<Started> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(needle) {
-            found.push(format!(
-                "{}: {cmdline}",
-                entry.file_name().to_string_lossy()
-            ));
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if let Some((ppid, _, start)) = stat_of(pid) {
+            if ppid == demo && cmdline_of(pid).contains(" node ") {
+                found.push(Started { pid, start });
+            }
         }
     }
     found
+}
+
+/// Which of `started` still run: same pid, same start time, not a zombie.
+fn still_running(started: &[Started]) -> Vec<String> {
+    started
+        .iter()
+        .filter(|p| {
+            stat_of(p.pid).is_some_and(|(_, state, start)| start == p.start && state != 'Z')
+        })
+        .map(|p| format!("{}: {}", p.pid, cmdline_of(p.pid)))
+        .collect()
+}
+
+/// Reads the demo's stderr until its `ready` line; returns the lines read.
+fn read_until_ready(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> String {
+    let mut text = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        text.push_str(&line);
+        text.push('\n');
+        if line.trim_start().starts_with("ready") {
+            break;
+        }
+    }
+    text
 }
 
 /// The scratch directory the demo announced.
@@ -57,15 +111,33 @@ impl Drop for TempDir {
 fn nsdi2004_6_1_demo_flash_crowd_fetches_each_object_once_from_the_origin() {
     let dir = TempDir::new("demo");
     let plot = dir.0.join("fig4.svg");
-    let out = Command::new(CORAL)
+    let mut child = Command::new(CORAL)
         .args(["demo", "--nodes", "3", "--clients", "8", "--seconds", "15"])
         .args(["--think-ms", "300", "--net", "127.17.1", "--json", "--plot"])
         .arg(&plot)
-        .output()
-        .expect("run coral demo");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "coral demo failed: {stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start coral demo");
+    let mut stdout = child.stdout.take().unwrap();
+    let report = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut v).map(|_| v)
+    });
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut stderr = read_until_ready(&mut lines);
+    // The demo has started its nodes (it is ready): note them, to check
+    // they are gone when it ends.
+    let nodes = nodes_of(child.id());
+    assert_eq!(nodes.len(), 3, "the demo's 3 nodes: {nodes:?}\n{stderr}");
+    for line in lines {
+        stderr.push_str(&line.unwrap());
+        stderr.push('\n');
+    }
+    let status = child.wait().unwrap();
+    let stdout = report.join().unwrap().expect("the demo's report");
+    assert!(status.success(), "coral demo failed: {stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&stdout).expect("JSON report");
     let requests = v["requests"].as_u64().unwrap();
     assert!(requests > 0, "{v}");
     assert_eq!(
@@ -86,7 +158,7 @@ fn nsdi2004_6_1_demo_flash_crowd_fetches_each_object_once_from_the_origin() {
     );
     let svg = std::fs::read_to_string(&plot).expect("the plot");
     assert!(svg.starts_with("<svg") && svg.contains("origin server"));
-    let left = processes_with("--dsht 127.17.1.");
+    let left = still_running(&nodes);
     assert!(left.is_empty(), "nodes left behind: {left:?}");
     let scratch = scratch_of(&stderr).expect("the demo names its scratch directory");
     assert!(!scratch.exists(), "{} left behind", scratch.display());
@@ -103,22 +175,11 @@ fn demo_interrupted_leaves_nothing_behind() {
         .spawn()
         .expect("start coral demo");
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut scratch = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(s) = scratch_of(&line) {
-            scratch = Some(s);
-        }
-        if line.contains("ready") {
-            break;
-        }
-    }
-    let scratch = scratch.expect("scratch line");
+    let text = read_until_ready(&mut lines);
+    let scratch = scratch_of(&text).expect("scratch line");
     assert!(scratch.exists());
-    assert!(
-        !processes_with("--dsht 127.17.2.").is_empty(),
-        "nodes running"
-    );
+    let nodes = nodes_of(child.id());
+    assert_eq!(nodes.len(), 2, "the demo's 2 nodes running: {nodes:?}");
     // SIGINT, as a terminal's Ctrl-C sends.
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -138,7 +199,7 @@ fn demo_interrupted_leaves_nothing_behind() {
     };
     for _ in lines {}
     assert_eq!(code.code(), Some(130));
-    let left = processes_with("--dsht 127.17.2.");
+    let left = still_running(&nodes);
     assert!(left.is_empty(), "nodes left behind: {left:?}");
     assert!(!scratch.exists(), "{} left behind", scratch.display());
 }
@@ -157,12 +218,19 @@ fn namespaces_work() -> Result<(), String> {
     }
 }
 
-/// Runs lab.sh with our binary and state directory.
+/// This run's namespace-name prefix: unique to this test process, so two
+/// runs at once (or a lab someone left up) do not collide.
+fn lab_prefix() -> String {
+    format!("clab{}-", std::process::id())
+}
+
+/// Runs lab.sh with our binary, state directory and namespace prefix.
 fn lab(state: &Path, args: &[&str]) -> std::process::Output {
     Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/lab/lab.sh"))
         .args(args)
         .env("CORAL", CORAL)
         .env("CORAL_LAB_STATE", state)
+        .env("CORAL_LAB_PREFIX", lab_prefix())
         .output()
         .expect("run lab.sh")
 }
@@ -239,10 +307,25 @@ fn lab_clients_fetch_through_unbound_and_coral_and_down_leaves_nothing() {
         "clients reached the origin directly: {direct:?}"
     );
     eprintln!("lab screenshot: {}", png.display());
+    // The processes `up` started (nginx, the nodes, unbound), as it recorded
+    // them: `down` must stop exactly these.
+    let created = std::fs::read_to_string(state.join("created")).unwrap();
+    let started: Vec<Started> = created
+        .lines()
+        .filter_map(|l| l.strip_prefix("pid "))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .filter_map(|pid| stat_of(pid).map(|(_, _, start)| Started { pid, start }))
+        .collect();
+    assert_eq!(started.len(), 5, "nginx, 3 nodes, unbound running: {created}");
+    let prefix = lab_prefix();
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let ns = String::from_utf8_lossy(&ns.stdout);
+    assert!(ns.contains(&format!("{prefix}br")), "our namespaces: {ns}");
     drop(guard);
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let ns = String::from_utf8_lossy(&ns.stdout);
-    assert!(!ns.contains("coral-lab-"), "namespaces left: {ns}");
+    assert!(!ns.contains(&prefix), "namespaces left: {ns}");
     assert!(!state.exists());
-    assert!(processes_with(&format!("--cache-dir {}", state.display())).is_empty());
+    let left = still_running(&started);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
 }

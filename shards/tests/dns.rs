@@ -487,7 +487,7 @@ fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(30),
             "no room after the idle ones closed"
         );
     }

@@ -125,7 +125,19 @@ fn probe_finds_the_router_and_the_node_stores_its_hint() {
         .env("RUST_LOG", "warn")
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // A's bootstrap needs B up: wait until B's admin answers.
+    let start = Instant::now();
+    while !lab
+        .exec(&lab.b, &["levels", "--node", "127.0.0.1:7080", "--json"])
+        .status
+        .success()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "node B did not start in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let mut a = Command::new("ip")
         .args([
             "netns",
@@ -145,7 +157,7 @@ fn probe_finds_the_router_and_the_node_stores_its_hint() {
     let router_key = coral::Id::from_ip("198.18.1.1".parse().unwrap()).to_string();
     let start = Instant::now();
     let mut hint = serde_json::Value::Null;
-    while start.elapsed() < Duration::from_secs(15) {
+    while start.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(500));
         let out = lab.exec(
             &lab.b,

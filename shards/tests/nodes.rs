@@ -100,8 +100,8 @@ fn wait_for_admin(admin: SocketAddr) {
     let start = Instant::now();
     while std::net::TcpStream::connect_timeout(&admin, Duration::from_millis(200)).is_err() {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "node at {admin} did not start"
+            start.elapsed() < Duration::from_secs(60),
+            "node at {admin} did not start in 60 s"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -138,14 +138,21 @@ fn twelve_nodes_put_get_nodes_levels_and_survive_losing_a_third() {
     std::fs::write(&config, "[limits]\nbucket_contacts_per_prefix_max = 8\n").unwrap();
     let mut c = Cluster::start_with(31, 12, 1, Some(&config));
     let _ = std::fs::remove_dir_all(&dir);
-    // Let the joins settle (self-lookups and bucket refreshes).
-    std::thread::sleep(Duration::from_secs(2));
-    let levels = c.client(5, &["levels"]);
+    // Let the joins settle (self-lookups and bucket refreshes): wait until
+    // node 5 knows at least 6 others, with a deadline a loaded machine meets.
+    let start = Instant::now();
+    let levels = loop {
+        let levels = c.client(5, &["levels"]);
+        if levels["levels"][0]["contacts"].as_u64().unwrap_or(0) >= 6 {
+            break levels;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "node 5 knows fewer than 6 others after 60 s: {levels}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert_eq!(levels["levels"].as_array().unwrap().len(), 3);
-    assert!(
-        levels["levels"][0]["contacts"].as_u64().unwrap() >= 6,
-        "{levels}"
-    );
     let nodes = c.client(7, &["nodes", "--level", "0", "--count", "5"]);
     assert_eq!(nodes["nodes"].as_array().unwrap().len(), 5);
     // Ten objects, each cached by the four proxies j, j+3, j+6, j+9 (mod 12).
@@ -283,8 +290,8 @@ fn sigterm_stops_a_node_cleanly() {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "node did not stop on SIGTERM"
+            start.elapsed() < Duration::from_secs(30),
+            "node did not stop on SIGTERM in 30 s"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -318,7 +325,7 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
     let start = Instant::now();
     while progress.load(std::sync::atomic::Ordering::Relaxed) < 20_000 {
         assert!(
-            start.elapsed() < Duration::from_secs(10),
+            start.elapsed() < Duration::from_secs(60),
             "the flooder did not get going"
         );
         std::thread::sleep(Duration::from_millis(1));
@@ -376,16 +383,34 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
     assert!(malformed > 1000, "only {malformed} counted as malformed");
 }
 
-/// §4.4 on real processes: nodes a loopback hop apart (well within 20 ms)
-/// start as singletons and end in one cluster at levels 1 and 2. With two
-/// cores each, core 0 decides and core 1 follows: a value put at level 2
-/// only is found at level 2 only, wherever its key's owning core is.
+/// How long the nodes may take to settle into one stable cluster per level:
+/// generous, for a loaded machine (it takes seconds when idle).
+const CLUSTERS_STABLE_TIMEOUT_SECS: u64 = 240;
+
+/// §4.4 on real processes: nodes a loopback hop apart (well within the
+/// thresholds) start as singletons and end in one cluster at levels 1 and 2.
+/// With two cores each, core 0 decides and core 1 follows: a value put at
+/// level 2 only is found at level 2 only, wherever its key's owning core is.
 #[test]
 fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
     let dir = std::env::temp_dir().join(format!("coral-clusters-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("coral.toml");
-    std::fs::write(&config, "[clusters]\neval_secs = 2\njoin_eval_secs = 1\n").unwrap();
+    // The thresholds: a loopback hop is a few µs of network, but what a node
+    // measures is the RPC's whole round trip, run-queue waits included. On a
+    // loaded 2-core machine (load average 11) that is often over 20 ms, so
+    // with the default [60, 20] ms more than half of a 2 s period's accesses
+    // can miss level 2's threshold: nodes leave by the §4.4 leave rule, the
+    // clusters never hold still, and the wait below ran out. The test's
+    // premise is "a hop well within the thresholds"; it keeps that premise
+    // with thresholds a loaded machine's hop stays within. What it checks is
+    // unchanged: singletons merge into one cluster per level, it holds, and
+    // level-2-only puts are found at level 2.
+    std::fs::write(
+        &config,
+        "[dht]\nlevel_thresholds_ms = [0, 1000, 500]\n[clusters]\neval_secs = 2\njoin_eval_secs = 1\n",
+    )
+    .unwrap();
     let c = Cluster::start_with(35, 4, 2, Some(&config));
     // (cluster, contacts, switches) at each non-global level of node i.
     type Levels = Vec<(String, u64, u64)>;
@@ -436,8 +461,8 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
             _ => stable_since = same.then(|| (Instant::now(), seen.clone())),
         }
         assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "no common, stable clusters with members in every table after 90 s: {seen:?}"
+            start.elapsed() < Duration::from_secs(CLUSTERS_STABLE_TIMEOUT_SECS),
+            "no common, stable clusters with members in every table after {CLUSTERS_STABLE_TIMEOUT_SECS} s: {seen:?}"
         );
         std::thread::sleep(Duration::from_millis(500));
     };
@@ -454,7 +479,7 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
         let start = Instant::now();
         let get = loop {
             let get = c.client(3, &["get", &key, "--levels", "2"]);
-            if found(&get) == 1 || start.elapsed() > Duration::from_secs(10) {
+            if found(&get) == 1 || start.elapsed() > Duration::from_secs(60) {
                 break get;
             }
             std::thread::sleep(Duration::from_millis(200));
