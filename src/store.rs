@@ -954,13 +954,15 @@ mod tests {
             s.store(k, v(k.0[0]), Duration::from_secs(3600), Time::ZERO);
         }
         // 20 requests for `hot` (past β = 12: loaded), 3 for `warm`, none for `cold`.
-        for i in 0..20u64 {
-            s.probe(&hot, Time(i * 1000));
-        }
+        // `warm` one every 10 s, slower than 60/β s: never loaded (a new
+        // key's bucket starts with one token); `hot` in a burst at 20 s.
         for i in 0..3u64 {
-            s.probe(&warm, Time(i * 1000));
+            s.probe(&warm, Time(i * 10_000_000));
         }
-        let now = Time(30_000);
+        for i in 0..20u64 {
+            s.probe(&hot, Time(20_000_000 + i * 1000));
+        }
+        let now = Time(20_100_000);
         let top = s.hottest(now, 2);
         assert_eq!(top.len(), 2);
         assert_eq!((top[0].key, top[0].requests_past_minute, top[0].loaded), (hot, 20, true));
