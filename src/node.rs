@@ -1995,6 +1995,10 @@ impl Node {
                 if probe.full_and_loaded {
                     self.recall
                         .remember(o.key, o.level, from.id, min_ttl_secs, now);
+                } else if !claiming && !self.recall.is_empty() {
+                    // No longer full and loaded: a later answer that is
+                    // starts its recall over at a minute.
+                    self.recall.forget(&o.key, o.level, &from.id);
                 }
                 lookup.on_answer(&from.id, Some(probe), &contacts);
             }

@@ -17,6 +17,18 @@
 //! there without sending anything: each sender probes each such node at
 //! most once a minute.
 //!
+//! Sustained load: at 10,000 nodes the senders whose walks reach the same
+//! first full-and-loaded node outnumber the bound (one probe a minute each
+//! is 365 a minute at seed 3's busiest node, against a bound of 168). A node
+//! that answers full and loaded again right after the sender's previous
+//! recall of it ran out has been loaded (more than β requests a minute) over
+//! two windows in a row; the sender then stays away twice as long as the
+//! time before, up to [`RECALL_LOADED_MAX`], and never longer than the node
+//! stays full for the value being put. A node that stops being loaded is
+//! forgotten on the first answer that is not full and loaded (the entry is
+//! not refreshed and lapses), so the back-off only ever lengthens the
+//! paper's window while the load lasts.
+//!
 //! Bounded: at most [`RECALL_ENTRIES_MAX`] entries; a new one replaces an
 //! expired one, else the oldest.
 
@@ -27,6 +39,11 @@ use crate::time::{Duration, Time};
 /// than β requests within the past minute").
 pub const RECALL_LOADED: Duration = Duration::from_secs(60);
 
+/// The longest a sender stays away from a node that keeps answering full
+/// and loaded (the window doubles from [`RECALL_LOADED`] per answer heard
+/// within one window of the previous recall running out).
+pub const RECALL_LOADED_MAX: Duration = Duration::from_secs(240);
+
 /// The most answers a node remembers (for all keys and levels together).
 pub const RECALL_ENTRIES_MAX: usize = 256;
 
@@ -36,8 +53,12 @@ struct Entry {
     level: u8,
     node: Id,
     /// When the answer was heard: it counts as loaded until
-    /// `heard + RECALL_LOADED`.
+    /// `heard + stay`.
     heard: Time,
+    /// How long it counts as loaded: [`RECALL_LOADED`], doubled per
+    /// answer that followed the previous recall closely, at most
+    /// [`RECALL_LOADED_MAX`].
+    stay: Duration,
     /// When the node's shortest-lived value expires (now + its reported
     /// minimum TTL): it counts as full for a value of TTL T while at least
     /// T/2 of that remains.
@@ -69,11 +90,12 @@ impl Recall {
     /// Remembers that `node` answered full and loaded for `key` at `level`
     /// at `now`, reporting `min_ttl_secs` as its shortest remaining TTL.
     pub fn remember(&mut self, key: Key, level: u8, node: Id, min_ttl_secs: u32, now: Time) {
-        let e = Entry {
+        let mut e = Entry {
             key,
             level,
             node,
             heard: now,
+            stay: RECALL_LOADED,
             min_expires: now + Duration::from_secs(u64::from(min_ttl_secs)),
         };
         if let Some(old) = self
@@ -81,6 +103,13 @@ impl Recall {
             .iter_mut()
             .find(|x| x.key == key && x.level == level && x.node == node)
         {
+            // Loaded again within a window of the previous recall running
+            // out: loaded over consecutive windows, stay away longer.
+            if now < old.heard + old.stay + RECALL_LOADED {
+                e.stay = Duration::from_micros(
+                    (old.stay.as_micros() * 2).min(RECALL_LOADED_MAX.as_micros()),
+                );
+            }
             *old = e;
             return;
         }
@@ -89,8 +118,21 @@ impl Recall {
             return;
         }
         // Replace an expired entry if there is one, else the oldest.
-        if let Some(slot) = self.entries.iter_mut().min_by_key(|x| x.heard) {
+        if let Some(slot) = self.entries.iter_mut().min_by_key(|x| x.heard + x.stay) {
             *slot = e;
+        }
+    }
+
+    /// Forgets `node` for `key` at `level`: it answered a probe and was not
+    /// full and loaded, so the next full-and-loaded answer starts over at
+    /// [`RECALL_LOADED`].
+    pub fn forget(&mut self, key: &Key, level: u8, node: &Id) {
+        if let Some(i) = self
+            .entries
+            .iter()
+            .position(|x| x.node == *node && x.key == *key && x.level == level)
+        {
+            self.entries.swap_remove(i);
         }
     }
 
@@ -108,7 +150,7 @@ impl Recall {
             x.node == *node
                 && x.key == *key
                 && x.level == level
-                && now < x.heard + RECALL_LOADED
+                && now < x.heard + x.stay
                 && x.min_expires.saturating_since(now).as_micros() * 2
                     >= u64::from(ttl_secs) * 1_000_000
         })
@@ -158,6 +200,53 @@ mod tests {
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(10)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(11)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 100, t0));
+    }
+
+    #[test]
+    fn section_4_2_sustained_load_lengthens_the_recall_up_to_its_cap() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO + Duration::from_secs(5);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        r.remember(id(1), 0, id(2), 3600, t0);
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(60)));
+        // Heard loaded again as soon as the first minute ran out: two
+        // minutes now.
+        r.remember(id(1), 0, id(2), 3600, at(60));
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(179)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(180)));
+        // Then four minutes, and no more than RECALL_LOADED_MAX after that.
+        r.remember(id(1), 0, id(2), 3600, at(200));
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(439)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440)));
+        r.remember(id(1), 0, id(2), 3600, at(440));
+        let cap = RECALL_LOADED_MAX.as_micros() / 1_000_000;
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440 + cap - 1)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440 + cap)));
+        // Still bounded by how long the node stays full for the value: its
+        // shortest value has 100 s left, full for a 60 s value for 70 s.
+        r.remember(id(1), 0, id(2), 100, at(440 + cap));
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, at(440 + cap + 70)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 60, at(440 + cap + 71)));
+    }
+
+    #[test]
+    fn section_4_2_load_that_stops_restarts_the_recall_at_a_minute() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO;
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        r.remember(id(1), 0, id(2), 3600, t0);
+        r.remember(id(1), 0, id(2), 3600, at(60));
+        // A gap of more than a minute after the recall ran out: one minute.
+        r.remember(id(1), 0, id(2), 3600, at(60 + 120 + 61));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(60 + 120 + 61 + 60)));
+        // Answered, not full and loaded: forgotten, and the next answer
+        // starts over at a minute.
+        r.remember(id(1), 0, id(2), 3600, at(400));
+        r.forget(&id(1), 0, &id(2));
+        assert!(!r.knows(&id(1), 0));
+        r.remember(id(1), 0, id(2), 3600, at(460));
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(519)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(520)));
     }
 
     #[test]
