@@ -1866,6 +1866,8 @@ fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not
     let answered = Instant::now();
     let took = closed_after(&mut busy, answered);
     assert!(took >= Duration::from_millis(900), "{took:?}");
+}
+
 /// Issue #11: an uncacheable object costs the origin one request per client
 /// request, the first one included (the owning core's fetch is relayed to
 /// the client that asked, not thrown away and fetched again), on a node of
