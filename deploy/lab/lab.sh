@@ -174,7 +174,11 @@ CONF
   start "${PREFIX}dns" unbound unbound -d -c "$STATE/unbound.conf"
 
   # The clients, resolving through unbound.
-  if [ ! -d /etc/netns ]; then mkdir /etc/netns; record "emptydir /etc/netns"; fi
+  # A lab that creates /etc/netns marks it (another lab may be starting at
+  # the same moment, and it may be the last one down); whichever lab's
+  # `down` leaves it holding only the mark removes it.
+  if mkdir /etc/netns 2>/dev/null; then : >/etc/netns/.coral-lab-made; fi
+  [ -d /etc/netns ] || die "cannot create /etc/netns"
   for k in $(seq "$clients"); do
     add_host "c$k" "$NET.$((100 + k))"
     local etc=/etc/netns/${PREFIX}c$k
@@ -268,6 +272,9 @@ down() {
         [ "$a" = /etc/netns ] && rmdir -- "$a" 2>/dev/null || true ;;
     esac
   done
+  if [ -e /etc/netns/.coral-lab-made ] && [ "$(ls -A /etc/netns)" = .coral-lab-made ]; then
+    rm -f /etc/netns/.coral-lab-made; rmdir /etc/netns 2>/dev/null || true
+  fi
   rm -rf -- "$STATE"
   say "down: removed everything listed"
 }
