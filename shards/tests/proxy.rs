@@ -1931,7 +1931,11 @@ fn uncacheable_objects_cost_one_origin_request_per_client_request() {
             while logged(&nginx) < asked && start.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            assert_eq!(logged(&nginx), asked, "{path} #{i}: one origin request per client request");
+            assert_eq!(
+                logged(&nginx),
+                asked,
+                "{path} #{i}: one origin request per client request"
+            );
         }
     }
     // Requests that arrive together for a new uncacheable object: one
@@ -1942,8 +1946,19 @@ fn uncacheable_objects_cost_one_origin_request_per_client_request() {
             let (url, ip) = (url.clone(), node.ip.clone());
             std::thread::spawn(move || {
                 Command::new("curl")
-                    .args(["-sS", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code} %{size_download}"])
-                    .args(["--resolve", &format!("www.origin.test.8080.{ALIAS}:8090:{ip}")])
+                    .args([
+                        "-sS",
+                        "--max-time",
+                        "60",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code} %{size_download}",
+                    ])
+                    .args([
+                        "--resolve",
+                        &format!("www.origin.test.8080.{ALIAS}:8090:{ip}"),
+                    ])
                     .arg(&url)
                     .output()
                     .expect("curl")
@@ -1958,7 +1973,11 @@ fn uncacheable_objects_cost_one_origin_request_per_client_request() {
     while nginx.requests("/private/p.bin?v=4") < 6 && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(nginx.requests("/private/p.bin?v=4"), 6, "six clients, six origin requests");
+    assert_eq!(
+        nginx.requests("/private/p.bin?v=4"),
+        6,
+        "six clients, six origin requests"
+    );
     // A moment later nothing more arrives.
     let settled = Instant::now();
     while settled.elapsed() < Duration::from_millis(500) {
@@ -1980,9 +1999,15 @@ fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
     let origin = FaultOrigin::start("127.11.31.100:8080", move |_, head, s| {
         let ims = head
             .lines()
-            .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case("if-modified-since")))
+            .find_map(|l| {
+                l.split_once(':')
+                    .filter(|(n, _)| n.eq_ignore_ascii_case("if-modified-since"))
+            })
             .map(|(_, v)| v.trim().to_string());
-        assert!(!head.to_ascii_lowercase().contains("if-none-match"), "{head}");
+        assert!(
+            !head.to_ascii_lowercase().contains("if-none-match"),
+            "{head}"
+        );
         if let Some(v) = ims {
             assert_eq!(v, LM, "the stored Last-Modified is sent back");
             nm.fetch_add(1, Ordering::SeqCst);
@@ -2017,14 +2042,25 @@ fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
     // Fresh for 1 s: ask until the node has gone back to the origin.
     let start = Instant::now();
     while origin.connections() < 2 {
-        assert!(start.elapsed() < Duration::from_secs(30), "never revalidated");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never revalidated"
+        );
         std::thread::sleep(Duration::from_millis(200));
         let a = curl(&node, &url, &[]);
         assert_eq!(a.status, 200, "{a:?}");
         assert_eq!(a.body, b"last-modified ok");
     }
-    assert_eq!(not_modified.load(Ordering::SeqCst), 1, "revalidated with If-Modified-Since");
-    assert_eq!(bodies.load(Ordering::SeqCst), 1, "the body was not fetched again");
+    assert_eq!(
+        not_modified.load(Ordering::SeqCst),
+        1,
+        "revalidated with If-Modified-Since"
+    );
+    assert_eq!(
+        bodies.load(Ordering::SeqCst),
+        1,
+        "the body was not fetched again"
+    );
     // Refreshed by the 304: fresh for 600 s, a hit, no origin request.
     let hit = curl(&node, &url, &[]);
     assert_eq!(hit.status, 200, "{hit:?}");

@@ -391,6 +391,10 @@ impl Handover {
 
 impl std::fmt::Debug for Handover {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Handover {{ status: {}, addr: {} }}", self.head.status, self.addr)
+        write!(
+            f,
+            "Handover {{ status: {}, addr: {} }}",
+            self.head.status, self.addr
+        )
     }
 }
