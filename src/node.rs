@@ -1993,8 +1993,9 @@ impl Node {
                     token,
                 };
                 if probe.full_and_loaded {
+                    let jitter = self.rng.next_u64();
                     self.recall
-                        .remember(o.key, o.level, from.id, min_ttl_secs, now);
+                        .remember(o.key, o.level, from.id, min_ttl_secs, now, jitter);
                 } else if !claiming && !self.recall.is_empty() {
                     // No longer full and loaded: a later answer that is
                     // starts its recall over at a minute.

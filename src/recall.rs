@@ -71,6 +71,12 @@ pub struct Recall {
     entries: Vec<Entry>,
 }
 
+/// `w` plus `jitter` modulo `2w`, at most [`RECALL_LOADED_MAX`].
+fn with_jitter(w: Duration, jitter: u64) -> Duration {
+    let w_us = w.as_micros().max(1);
+    Duration::from_micros((w_us + jitter % (2 * w_us)).min(RECALL_LOADED_MAX.as_micros()))
+}
+
 impl Recall {
     /// Nothing remembered.
     pub fn new() -> Recall {
@@ -89,7 +95,19 @@ impl Recall {
 
     /// Remembers that `node` answered full and loaded for `key` at `level`
     /// at `now`, reporting `min_ttl_secs` as its shortest remaining TTL.
-    pub fn remember(&mut self, key: Key, level: u8, node: Id, min_ttl_secs: u32, now: Time) {
+    /// `jitter` (a random number from the node's seeded RNG) spreads the
+    /// stay over [w, 3w) for a window w, so that the senders of a start-up
+    /// wave, all answered within seconds, do not come back in the same
+    /// minute (at most [`RECALL_LOADED_MAX`]).
+    pub fn remember(
+        &mut self,
+        key: Key,
+        level: u8,
+        node: Id,
+        min_ttl_secs: u32,
+        now: Time,
+        jitter: u64,
+    ) {
         let mut e = Entry {
             key,
             level,
@@ -110,9 +128,11 @@ impl Recall {
                     (old.stay.as_micros() * 2).min(RECALL_LOADED_MAX.as_micros()),
                 );
             }
+            e.stay = with_jitter(e.stay, jitter);
             *old = e;
             return;
         }
+        e.stay = with_jitter(e.stay, jitter);
         if self.entries.len() < RECALL_ENTRIES_MAX {
             self.entries.push(e);
             return;
@@ -177,7 +197,7 @@ mod tests {
     fn section_4_2_answer_is_remembered_for_at_most_a_minute() {
         let mut r = Recall::new();
         let t0 = Time::ZERO + Duration::from_secs(10);
-        r.remember(id(1), 0, id(2), 3600, t0);
+        r.remember(id(1), 0, id(2), 3600, t0, 0);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, t0));
         let later = t0 + Duration::from_secs(59);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, later));
@@ -195,7 +215,7 @@ mod tests {
         let t0 = Time::ZERO;
         // Shortest value has 40 s left: full for a 60 s value for 10 s more
         // (40 - 60/2), and never full for a value of 100 s.
-        r.remember(id(1), 0, id(2), 40, t0);
+        r.remember(id(1), 0, id(2), 40, t0, 0);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0));
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(10)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(11)));
@@ -207,24 +227,24 @@ mod tests {
         let mut r = Recall::new();
         let t0 = Time::ZERO + Duration::from_secs(5);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        r.remember(id(1), 0, id(2), 3600, t0);
+        r.remember(id(1), 0, id(2), 3600, t0, 0);
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(60)));
         // Heard loaded again as soon as the first minute ran out: two
         // minutes now.
-        r.remember(id(1), 0, id(2), 3600, at(60));
+        r.remember(id(1), 0, id(2), 3600, at(60), 0);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(179)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(180)));
         // Then four minutes, and no more than RECALL_LOADED_MAX after that.
-        r.remember(id(1), 0, id(2), 3600, at(200));
+        r.remember(id(1), 0, id(2), 3600, at(200), 0);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(439)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440)));
-        r.remember(id(1), 0, id(2), 3600, at(440));
+        r.remember(id(1), 0, id(2), 3600, at(440), 0);
         let cap = RECALL_LOADED_MAX.as_micros() / 1_000_000;
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440 + cap - 1)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440 + cap)));
         // Still bounded by how long the node stays full for the value: its
         // shortest value has 100 s left, full for a 60 s value for 70 s.
-        r.remember(id(1), 0, id(2), 100, at(440 + cap));
+        r.remember(id(1), 0, id(2), 100, at(440 + cap), 0);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, at(440 + cap + 70)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 60, at(440 + cap + 71)));
     }
@@ -234,19 +254,40 @@ mod tests {
         let mut r = Recall::new();
         let t0 = Time::ZERO;
         let at = |s: u64| t0 + Duration::from_secs(s);
-        r.remember(id(1), 0, id(2), 3600, t0);
-        r.remember(id(1), 0, id(2), 3600, at(60));
+        r.remember(id(1), 0, id(2), 3600, t0, 0);
+        r.remember(id(1), 0, id(2), 3600, at(60), 0);
         // A gap of more than a minute after the recall ran out: one minute.
-        r.remember(id(1), 0, id(2), 3600, at(60 + 120 + 61));
+        r.remember(id(1), 0, id(2), 3600, at(60 + 120 + 61), 0);
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(60 + 120 + 61 + 60)));
         // Answered, not full and loaded: forgotten, and the next answer
         // starts over at a minute.
-        r.remember(id(1), 0, id(2), 3600, at(400));
+        r.remember(id(1), 0, id(2), 3600, at(400), 0);
         r.forget(&id(1), 0, &id(2));
         assert!(!r.knows(&id(1), 0));
-        r.remember(id(1), 0, id(2), 3600, at(460));
+        r.remember(id(1), 0, id(2), 3600, at(460), 0);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(519)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(520)));
+    }
+
+    #[test]
+    fn section_4_2_jitter_spreads_the_recall_over_two_more_windows_at_most() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO;
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // 30 s of jitter: a stay of 90 s.
+        r.remember(id(1), 0, id(2), 3600, t0, 30_000_000);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(89)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(90)));
+        // Any jitter stays under three windows.
+        r.remember(id(1), 0, id(3), 3600, t0, 119_999_999);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(3), 3600, at(179)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(3), 3600, at(180)));
+        // The cap holds with jitter: 240 s, not up to 480 s.
+        r.remember(id(1), 0, id(4), 3600, t0, 0);
+        r.remember(id(1), 0, id(4), 3600, at(60), 0);
+        r.remember(id(1), 0, id(4), 3600, at(180), 239_999_999);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(4), 3600, at(180 + 239)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(4), 3600, at(180 + 240)));
     }
 
     #[test]
@@ -261,6 +302,7 @@ mod tests {
                 id(2),
                 3600,
                 Time::ZERO + Duration::from_secs(i as u64),
+                0,
             );
         }
         assert_eq!(r.len(), RECALL_ENTRIES_MAX);

@@ -132,6 +132,7 @@ fn hotspot_bound_holds_across_seeds_sizes_and_b_section_6_4() {
     // (11.0, 109, 25) with them, before a new key's leakage bucket started
     // with one token instead of β (store.rs); (12.0, 41, 25) before a
     // sender stayed away longer from a node loaded over consecutive
-    // windows (recall.rs).
-    assert_eq!(pinned, Some((6.0, 41, 24)), "pinned figures changed");
+    // windows (recall.rs); (6.0, 41, 24) before that stay was spread by a
+    // random jitter, (6.0, 41, 22) with a jitter over one window, not two.
+    assert_eq!(pinned, Some((6.0, 41, 19)), "pinned figures changed");
 }
