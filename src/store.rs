@@ -965,8 +965,14 @@ mod tests {
         let now = Time(30_000_000);
         let top = s.hottest(now, 2);
         assert_eq!(top.len(), 2);
-        assert_eq!((top[0].key, top[0].requests_past_minute, top[0].loaded), (hot, 20, true));
-        assert_eq!((top[1].key, top[1].requests_past_minute, top[1].loaded), (warm, 3, false));
+        assert_eq!(
+            (top[0].key, top[0].requests_past_minute, top[0].loaded),
+            (hot, 20, true)
+        );
+        assert_eq!(
+            (top[1].key, top[1].requests_past_minute, top[1].loaded),
+            (warm, 3, false)
+        );
         assert_eq!(top[0].values, vec![v(1)]);
         // The sliding window forgets: 90 s later half the previous minute counts.
         let later = Time(90_000_000);
@@ -974,7 +980,9 @@ mod tests {
         // Two minutes on, only the stored values rank them.
         let quiet = s.hottest(Time(200_000_000), 3);
         assert_eq!(quiet.len(), 3);
-        assert!(quiet.iter().all(|k| k.requests_past_minute == 0 && !k.loaded));
+        assert!(quiet
+            .iter()
+            .all(|k| k.requests_past_minute == 0 && !k.loaded));
     }
 
     #[test]

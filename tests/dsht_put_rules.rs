@@ -91,7 +91,11 @@ fn section_4_2_client_skips_node_that_answered_full_and_loaded() {
     sim.run_for(Duration::from_secs(181));
     let before = probes(&sim, 1);
     put(&mut sim, 0, key, 30);
-    assert_eq!(probes(&sim, 1) - before, 1, "probed again after three minutes");
+    assert_eq!(
+        probes(&sim, 1) - before,
+        1,
+        "probed again after three minutes"
+    );
 }
 
 #[test]

@@ -318,7 +318,11 @@ pub fn counters_json() -> serde_json::Value {
 
 /// Queries this core's dnssrv answered, if it runs.
 pub fn queries() -> Option<u64> {
-    CORE.with(|c| c.borrow().as_ref().map(|c| c.srv.borrow().counters().queries))
+    CORE.with(|c| {
+        c.borrow()
+            .as_ref()
+            .map(|c| c.srv.borrow().counters().queries)
+    })
 }
 
 /// Starts dnssrv on this core: UDP, TCP, and its upkeep task.

@@ -163,11 +163,7 @@ impl Histogram {
             with_le.push(("le", &le));
             w.sample(&bucket, &with_le, cumulative as f64);
         }
-        w.sample(
-            &format!("{name}_sum"),
-            labels,
-            self.sum_nanos as f64 / 1e9,
-        );
+        w.sample(&format!("{name}_sum"), labels, self.sum_nanos as f64 / 1e9);
         w.sample(&format!("{name}_count"), labels, cumulative as f64);
     }
 }
@@ -509,9 +505,9 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
     // The cache's object and byte counts are the whole cache's (every core
     // reads the same shared totals): core 0's.
     let first = |key: &str| {
-        cores
-            .first()
-            .map_or(0.0, |c| c["http"]["cache"][key].as_u64().unwrap_or(0) as f64)
+        cores.first().map_or(0.0, |c| {
+            c["http"]["cache"][key].as_u64().unwrap_or(0) as f64
+        })
     };
     w.family(
         "coral_cache_objects",
@@ -882,7 +878,11 @@ pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, read
         for c in cores {
             h.merge(&Histogram::from_json(&c["dsht_durations"][op]));
         }
-        h.write(&mut w, "coral_dsht_operation_duration_seconds", &[("op", op)]);
+        h.write(
+            &mut w,
+            "coral_dsht_operation_duration_seconds",
+            &[("op", op)],
+        );
     }
 
     let level_count = cores
@@ -998,12 +998,30 @@ mod tests {
         a.write(&mut w, "d_seconds", &[("op", "get")]);
         let text = w.finish();
         assert!(text.contains("# TYPE d_seconds histogram\n"), "{text}");
-        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"0.0001\"} 1\n"), "{text}");
-        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"0.0025\"} 1\n"), "{text}");
-        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"0.005\"} 2\n"), "{text}");
-        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"30\"} 2\n"), "{text}");
-        assert!(text.contains("d_seconds_bucket{op=\"get\",le=\"+Inf\"} 3\n"), "{text}");
-        assert!(text.contains("d_seconds_sum{op=\"get\"} 60.0031\n"), "{text}");
+        assert!(
+            text.contains("d_seconds_bucket{op=\"get\",le=\"0.0001\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("d_seconds_bucket{op=\"get\",le=\"0.0025\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("d_seconds_bucket{op=\"get\",le=\"0.005\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("d_seconds_bucket{op=\"get\",le=\"30\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("d_seconds_bucket{op=\"get\",le=\"+Inf\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("d_seconds_sum{op=\"get\"} 60.0031\n"),
+            "{text}"
+        );
         assert!(text.contains("d_seconds_count{op=\"get\"} 3\n"), "{text}");
     }
 
@@ -1014,7 +1032,10 @@ mod tests {
         h.record("GET", 200, CacheResult::Local, 10, d);
         h.record("GET", 200, CacheResult::Local, 5, d);
         h.record("GET", 200, CacheResult::Peer(1), 5, d);
-        assert_eq!(h.requests, vec![("GET", 200, "local", 2), ("GET", 200, "peer_l1", 1)]);
+        assert_eq!(
+            h.requests,
+            vec![("GET", 200, "local", 2), ("GET", 200, "peer_l1", 1)]
+        );
         assert_eq!(h.response_bytes, 20);
         for s in 0..1000u16 {
             h.record("GET", s, CacheResult::Origin, 0, d);

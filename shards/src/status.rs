@@ -177,7 +177,13 @@ thread_local! {
 /// allocates nothing unless the URL enters the top objects; the URL shown
 /// is the request's (a Coralized URL, or a peer's absolute-form one).
 pub fn served(key: u64, req: &RequestHead, bytes: u64, hit: bool) {
-    served_named(key, req.host().unwrap_or("").as_bytes(), req.target.as_bytes(), bytes, hit);
+    served_named(
+        key,
+        req.host().unwrap_or("").as_bytes(),
+        req.target.as_bytes(),
+        bytes,
+        hit,
+    );
 }
 
 /// [`served`] for a request known by its Host and target bytes (the fast

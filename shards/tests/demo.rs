@@ -316,7 +316,11 @@ fn lab_clients_fetch_through_unbound_and_coral_and_down_leaves_nothing() {
         .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
         .filter_map(|pid| stat_of(pid).map(|(_, _, start)| Started { pid, start }))
         .collect();
-    assert_eq!(started.len(), 5, "nginx, 3 nodes, unbound running: {created}");
+    assert_eq!(
+        started.len(),
+        5,
+        "nginx, 3 nodes, unbound running: {created}"
+    );
     let prefix = lab_prefix();
     let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let ns = String::from_utf8_lossy(&ns.stdout);

@@ -123,15 +123,24 @@ fn logrotate_snippet_signals_usr1_and_the_readme_shows_it_as_shipped() {
         .filter(|l| !l.starts_with('#'))
         .map(|l| format!("{l}\n"))
         .collect();
-    assert!(body.contains("postrotate") && body.contains("--signal=USR1"), "{body}");
-    assert!(body.contains("nocreate"), "the node creates the new file itself");
+    assert!(
+        body.contains("postrotate") && body.contains("--signal=USR1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("nocreate"),
+        "the node creates the new file itself"
+    );
     let readme = deploy("README.md");
     assert!(
         readme.contains(&format!("```text\n{body}```")),
         "deploy/README.md should show coral.logrotate as shipped"
     );
     let unit = deploy("coral.service");
-    assert!(unit.contains("LogsDirectory=coral"), "/var/log/coral must be writable");
+    assert!(
+        unit.contains("LogsDirectory=coral"),
+        "/var/log/coral must be writable"
+    );
     let toml = deploy("coral.toml");
     assert!(toml.contains("access_log = \"off\""));
 }

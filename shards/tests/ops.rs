@@ -800,7 +800,10 @@ impl Nginx {
         let addr: SocketAddr = addr.parse().unwrap();
         let start = Instant::now();
         while TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
-            assert!(start.elapsed() < START_WAIT, "nginx never listened on {addr}");
+            assert!(
+                start.elapsed() < START_WAIT,
+                "nginx never listened on {addr}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Nginx(child)
@@ -901,7 +904,10 @@ fn check_exposition(body: &str) {
             while b.get(i) != Some(&b'}') {
                 let eq = r[i..].find('=').unwrap_or_else(|| panic!("no = in {l:?}")) + i;
                 let lname = &r[i..eq];
-                assert!(name_ok(lname) && !lname.contains(':'), "bad label name in {l:?}");
+                assert!(
+                    name_ok(lname) && !lname.contains(':'),
+                    "bad label name in {l:?}"
+                );
                 assert_eq!(b.get(eq + 1), Some(&b'"'), "unquoted value in {l:?}");
                 let mut value = String::new();
                 i = eq + 2;
@@ -968,11 +974,21 @@ fn check_exposition(body: &str) {
         if kind == "histogram" {
             assert!(!buckets.is_empty(), "{family}: no buckets");
             for (k, b) in buckets.iter() {
-                assert!(b.windows(2).all(|w| w[0].0 < w[1].0), "{family}{k}: le not increasing");
-                assert!(b.windows(2).all(|w| w[0].1 <= w[1].1), "{family}{k}: not cumulative");
+                assert!(
+                    b.windows(2).all(|w| w[0].0 < w[1].0),
+                    "{family}{k}: le not increasing"
+                );
+                assert!(
+                    b.windows(2).all(|w| w[0].1 <= w[1].1),
+                    "{family}{k}: not cumulative"
+                );
                 let last = b.last().unwrap();
                 assert!(last.0.is_infinite(), "{family}{k}: no +Inf bucket");
-                assert_eq!(Some(&last.1), counts.get(k), "{family}{k}: +Inf bucket != _count");
+                assert_eq!(
+                    Some(&last.1),
+                    counts.get(k),
+                    "{family}{k}: +Inf bucket != _count"
+                );
                 assert!(sums.contains(k), "{family}{k}: no _sum");
             }
         }
@@ -997,7 +1013,10 @@ fn check_exposition(body: &str) {
                 ["counter", "gauge", "histogram"].contains(&kind),
                 "{l}: unknown type"
             );
-            assert!(types.insert(name.to_string(), kind.to_string()).is_none(), "TYPE twice: {l}");
+            assert!(
+                types.insert(name.to_string(), kind.to_string()).is_none(),
+                "TYPE twice: {l}"
+            );
             if kind == "counter" {
                 assert!(name.ends_with("_total"), "counter {name} not named _total");
             }
@@ -1010,7 +1029,9 @@ fn check_exposition(body: &str) {
         }
         assert!(!l.starts_with('#'), "stray comment {l:?}");
         let (name, labels, value) = sample(l);
-        let family = current.clone().unwrap_or_else(|| panic!("sample before any TYPE: {l}"));
+        let family = current
+            .clone()
+            .unwrap_or_else(|| panic!("sample before any TYPE: {l}"));
         let kind = types[&family].clone();
         let suffix = name.strip_prefix(family.as_str()).unwrap_or_else(|| {
             panic!("{l}: sample outside its family {family} (families must be contiguous)")
@@ -1119,7 +1140,10 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
         if metric_sum(&body, "coral_http_requests_total") >= 5.0 {
             break body;
         }
-        assert!(start.elapsed() < START_WAIT, "responses not counted:\n{body}");
+        assert!(
+            start.elapsed() < START_WAIT,
+            "responses not counted:\n{body}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     check_exposition(&body);
@@ -1135,13 +1159,20 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
     // A 404 is stored briefly (negative_ttl_secs): from the origin.
     assert_eq!(req("GET", 404, "origin"), 1.0, "{body}");
     assert_eq!(req("GET", 200, "pass"), 1.0, "{body}");
-    assert_eq!(metric_sum(&body, "coral_http_requests_total"), 5.0, "{body}");
+    assert_eq!(
+        metric_sum(&body, "coral_http_requests_total"),
+        5.0,
+        "{body}"
+    );
     assert_eq!(
         metric(&body, "coral_http_request_duration_seconds_count"),
         5.0
     );
     assert_eq!(
-        metric(&body, "coral_http_request_duration_seconds_bucket{le=\"+Inf\"}"),
+        metric(
+            &body,
+            "coral_http_request_duration_seconds_bucket{le=\"+Inf\"}"
+        ),
         5.0
     );
     assert!(metric(&body, "coral_http_request_duration_seconds_sum") > 0.0);
@@ -1181,7 +1212,10 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
     // An SOA query places no client: no RTT probe.
     assert_eq!(metric(&body, "coral_dns_rtt_probes_total"), 0.0);
     assert_eq!(metric(&body, "coral_dns_rtt_probes_dropped_total"), 0.0);
-    assert!(!body.contains("coral_dns_events_total"), "every dnssrv counter by name");
+    assert!(
+        !body.contains("coral_dns_events_total"),
+        "every dnssrv counter by name"
+    );
 }
 
 /// A Combined Log Format line with coral's `cache=`, `rt=` and `host=`
@@ -1190,7 +1224,17 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
 #[allow(clippy::type_complexity)]
 fn parse_access_line(
     l: &str,
-) -> Option<(String, String, u16, u64, String, String, String, f64, String)> {
+) -> Option<(
+    String,
+    String,
+    u16,
+    u64,
+    String,
+    String,
+    String,
+    f64,
+    String,
+)> {
     fn quoted(s: &str) -> Option<(&str, &str)> {
         let s = s.strip_prefix('"')?;
         let end = s.find('"')?;
@@ -1285,7 +1329,10 @@ fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
     let ip = "127.15.21.1";
     assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
     assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
-    assert_eq!(curl_proxy(ip, "/x?q=\"1\"", &["-X", "POST", "-d", "x"]).0, 405);
+    assert_eq!(
+        curl_proxy(ip, "/x?q=\"1\"", &["-X", "POST", "-d", "x"]).0,
+        405
+    );
     let lines = wait_lines(&log, 3);
     let parsed: Vec<_> = lines
         .iter()
@@ -1299,9 +1346,24 @@ fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
         .collect();
     seen.sort();
     let mut want = vec![
-        ("GET /a.bin HTTP/1.1".to_string(), 200, 12_345, "origin".to_string()),
-        ("GET /a.bin HTTP/1.1".to_string(), 200, 12_345, "local".to_string()),
-        ("POST /x?q=\\x221\\x22 HTTP/1.1".to_string(), 405, 0, "error".to_string()),
+        (
+            "GET /a.bin HTTP/1.1".to_string(),
+            200,
+            12_345,
+            "origin".to_string(),
+        ),
+        (
+            "GET /a.bin HTTP/1.1".to_string(),
+            200,
+            12_345,
+            "local".to_string(),
+        ),
+        (
+            "POST /x?q=\\x221\\x22 HTTP/1.1".to_string(),
+            405,
+            0,
+            "error".to_string(),
+        ),
     ];
     want.sort();
     // The 405's body is coral's short text: its length, not 0.
@@ -1313,7 +1375,10 @@ fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
     }
     assert_eq!(seen, want, "{lines:#?}");
     for p in &parsed {
-        assert!(p.0.parse::<std::net::IpAddr>().unwrap().is_loopback(), "{p:?}");
+        assert!(
+            p.0.parse::<std::net::IpAddr>().unwrap().is_loopback(),
+            "{p:?}"
+        );
         assert_eq!(p.4, "http://ref.example/");
         assert_eq!(p.5, "ops-test/1.0");
         assert_eq!(p.8, host);

@@ -1852,16 +1852,25 @@ fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not
     let mut busy = TcpStream::connect(node.http).unwrap();
     busy.write_all(format!("GET /slow HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
         .unwrap();
-    busy.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    busy.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let asked = Instant::now();
     let mut out = Vec::new();
     let mut b = [0u8; 4096];
     while !out.ends_with(b"hello") {
         let k = busy.read(&mut b).unwrap();
-        assert!(k > 0, "closed while busy: {}", String::from_utf8_lossy(&out));
+        assert!(
+            k > 0,
+            "closed while busy: {}",
+            String::from_utf8_lossy(&out)
+        );
         out.extend_from_slice(&b[..k]);
     }
-    assert!(out.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        out.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     assert!(asked.elapsed() >= Duration::from_millis(2900));
     let answered = Instant::now();
     let took = closed_after(&mut busy, answered);

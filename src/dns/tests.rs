@@ -844,7 +844,11 @@ fn answers_are_counted_by_qtype_rcode_and_client_level() {
     s.on_rtt(client().ip(), Duration::from_millis(40), NOW);
     ask(&mut s, &v, &q); // level 1
     ask(&mut s, &v, &query("coralcdn.test", Rtype::SOA, None));
-    ask(&mut s, &v, &query("nothing.coralcdn.test", Rtype::AAAA, None));
+    ask(
+        &mut s,
+        &v,
+        &query("nothing.coralcdn.test", Rtype::AAAA, None),
+    );
     ask(&mut s, &v, &query("www.example.com", Rtype::MX, None));
     ask(
         &mut s,

@@ -15,8 +15,8 @@
 
 pub mod date;
 pub mod hot;
-pub mod idle;
 pub mod http;
+pub mod idle;
 pub mod names;
 pub mod origin_addr;
 pub mod pass;

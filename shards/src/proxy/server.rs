@@ -18,8 +18,8 @@ use glommio::net::{TcpListener, TcpStream};
 use super::stored::Stored;
 use super::{unix_now, Job, MissAnswer, ProxyCore};
 use crate::cache::{ObjectRef, ObjectState};
-use coral::Id;
 use crate::metrics::CacheResult;
+use coral::Id;
 
 /// Bytes read from a client at once.
 const READ_BYTES: usize = 16 << 10;
@@ -791,7 +791,12 @@ impl<'a> Conn<'a> {
                 return Next::Close;
             }
         };
-        crate::status::served(obj.key_prefix(), req, body_len.unwrap_or(0), cache_status.hit);
+        crate::status::served(
+            obj.key_prefix(),
+            req,
+            body_len.unwrap_or(0),
+            cache_status.hit,
+        );
         let not_modified = st.head.status == 200
             && policy::evaluate_conditional(req, &st.head) == Conditional::NotModified;
         let range = match (body_len, obj.state(), req.method == Method::Get) {
