@@ -5,13 +5,17 @@
 //! (the parser never decides early on a partial head); an accepted head has none of
 //! what our framing rules reject (bare LF, NUL, both Content-Length and
 //! Transfer-Encoding, two Host fields); and a chunked body decodes to the same bytes
-//! and stops at the same place however it is split.
+//! and stops at the same place however it is split. A request the hit's fast
+//! path takes as plain (`hot::parse_plain`) is one the full parser accepts, with
+//! the same length, method, Host, target and keep-alive.
 
 #![no_main]
 
 use coral::proxy::http::{
     parse_request_head, parse_response_head, ChunkedDecoder, Framing, Limits,
 };
+use coral::proxy::hot::parse_plain;
+use coral::proxy::http::Method;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -28,6 +32,16 @@ fuzz_target!(|data: &[u8]| {
     match parse_request_head(&bytes[..cut], &limits) {
         Ok(None) => {}
         prefix => assert_eq!(prefix, whole, "prefix of {cut} bytes decided differently"),
+    }
+    if let Some(plain) = parse_plain(bytes, &limits) {
+        let Ok(Some((full, n))) = &whole else {
+            panic!("plain request the full parser refused: {whole:?}");
+        };
+        assert_eq!(plain.len, *n);
+        assert_eq!(plain.head_only, full.method == Method::Head);
+        assert_eq!(Some(plain.host), full.host().map(str::as_bytes));
+        assert_eq!(plain.target, full.target.as_bytes());
+        assert_eq!(plain.keep_alive, full.keep_alive);
     }
     let Ok(Some((head, n))) = whole else {
         return;

@@ -218,13 +218,9 @@ async fn exchange(
             return Err(UpstreamError::FirstByteTimeout);
         }
         let _ = s.set_read_timeout(Some(left));
-        let n = read_some(&mut s, &mut buf).await.map_err(|e| {
-            if is_timeout(&e) {
-                UpstreamError::FirstByteTimeout
-            } else {
-                UpstreamError::Io(e.to_string())
-            }
-        })?;
+        let n = read_some(&mut s, &mut buf)
+            .await
+            .map_err(|e| upstream_error(e, UpstreamError::FirstByteTimeout))?;
         if n == 0 {
             return Err(UpstreamError::Truncated);
         }
@@ -236,6 +232,16 @@ fn is_timeout(e: &std::io::Error) -> bool {
         e.kind(),
         std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
     )
+}
+
+/// A read's error as the upstream error it is: `timeout` when the read
+/// timed out, an I/O error otherwise.
+fn upstream_error(e: std::io::Error, timeout: UpstreamError) -> UpstreamError {
+    if is_timeout(&e) {
+        timeout
+    } else {
+        UpstreamError::Io(e.to_string())
+    }
 }
 
 async fn read_some(s: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
@@ -297,13 +303,9 @@ impl Response {
             let Some(s) = self.stream.as_mut() else {
                 return Err(UpstreamError::Truncated);
             };
-            let n = read_some(s, &mut self.buf).await.map_err(|e| {
-                if is_timeout(&e) {
-                    UpstreamError::IdleTimeout
-                } else {
-                    UpstreamError::Io(e.to_string())
-                }
-            })?;
+            let n = read_some(s, &mut self.buf)
+                .await
+                .map_err(|e| upstream_error(e, UpstreamError::IdleTimeout))?;
             if n == 0 {
                 self.stream = None;
                 if matches!(self.body, Body::UntilClose) {
