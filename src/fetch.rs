@@ -16,7 +16,9 @@
 //! 5. While fetching, the proxy keeps a pointer to itself in the DSHT with a
 //!    20-second TTL, renewed until the download completes; then it inserts a
 //!    1-hour pointer, renewed while the object stays cached. Fetches from
-//!    peers thus form a multicast tree under a flash crowd.
+//!    peers thus form a multicast tree under a flash crowd. (Both TTLs are
+//!    [`FetchConfig`]'s; a pointer is renewed at 3/4 of its TTL, and at least
+//!    [`RENEW_SLACK_SECS`] before it lapses.)
 //!
 //! The policy decides; the caller acts. Inputs are requests, DSHT results,
 //! fetch results and time; outputs are [`Action`]s. The simulator and the
@@ -58,6 +60,18 @@ impl Default for FetchConfig {
             objects_max: 1 << 20,
         }
     }
+}
+
+/// Seconds before its expiry a pointer is renewed at the latest: the
+/// caller's `tick` runs about once a second, so a short TTL is renewed
+/// early enough for the put to land before the old pointer lapses.
+pub const RENEW_SLACK_SECS: u64 = 2;
+
+/// How long after a put of `ttl_secs` its pointer is renewed: at 3/4 of the
+/// TTL, and at least [`RENEW_SLACK_SECS`] before it expires.
+fn renew_after(ttl_secs: u32) -> Duration {
+    let ttl = u64::from(ttl_secs);
+    Duration::from_secs((ttl * 3 / 4).min(ttl.saturating_sub(RENEW_SLACK_SECS)))
 }
 
 /// Where a request was served from.
@@ -386,11 +400,11 @@ impl FetchPolicy {
 
     /// Renew a fetching pointer a little before it expires.
     fn renew_fetching(&self) -> Duration {
-        Duration::from_secs(u64::from(self.config.fetching_pointer_ttl_secs) * 3 / 4)
+        renew_after(self.config.fetching_pointer_ttl_secs)
     }
 
     fn renew_complete(&self) -> Duration {
-        Duration::from_secs(u64::from(self.config.complete_pointer_ttl_secs) * 3 / 4)
+        renew_after(self.config.complete_pointer_ttl_secs)
     }
 
     /// The fetch of `key` finished, successfully or not.
@@ -525,6 +539,45 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
         p.request(Time::ZERO, k, &mut out);
         assert_eq!(out, vec![Action::DshtGet { key: k }]);
+    }
+
+    #[test]
+    fn short_complete_pointers_are_renewed_before_they_lapse_section_3_2() {
+        let config = FetchConfig {
+            fetching_pointer_ttl_secs: 2,
+            complete_pointer_ttl_secs: 3,
+            ..FetchConfig::default()
+        };
+        let mut p = FetchPolicy::new(config, me());
+        let k = Id::from_url("http://x.com/short.jpg");
+        let mut out = Vec::new();
+        p.adopt(Time::ZERO, k, &mut out);
+        let put = Action::DshtPut {
+            key: k,
+            value: Value::from_addr(me()),
+            ttl_secs: 3,
+        };
+        assert_eq!(out, vec![put.clone()]);
+        // Ticks once a second: each put is renewed at least RENEW_SLACK_SECS
+        // before it lapses, however long the object stays.
+        let mut last_put = 0u64;
+        for s in 1..=30u64 {
+            out.clear();
+            p.tick(Time::ZERO + Duration::from_secs(s), &mut out);
+            if !out.is_empty() {
+                assert_eq!(out, vec![put.clone()], "at {s} s");
+                assert!(
+                    s - last_put <= 3 - RENEW_SLACK_SECS,
+                    "late renewal at {s} s"
+                );
+                last_put = s;
+            }
+        }
+        assert!(last_put >= 29, "still renewed: {last_put}");
+        // The defaults keep §3.2's 3/4 of 20 s and 1 h.
+        assert_eq!(renew_after(20), Duration::from_secs(15));
+        assert_eq!(renew_after(3600), Duration::from_secs(2700));
+        assert_eq!(renew_after(2), Duration::from_secs(0));
     }
 
     #[test]

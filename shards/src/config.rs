@@ -48,9 +48,14 @@ connections_max = 10000    # client connections per core
 negative_ttl_secs = 60     # longest an error answer (404, 410 ...) is cached
 resolve_ttl_secs = 60      # how long a resolved origin address is reused
 vary_variants_max = 8      # Vary: variants of one URL stored beside the first, per core
+fetching_pointer_ttl_secs = 20     # §3.2: TTL of the DSHT pointer to this proxy while it fetches
+complete_pointer_ttl_secs = 3600   # §3.2: ... once it holds the object (renewed at 3/4 of the TTL)
 access_log = "off"         # "off", or a file: one Combined Log Format line per response, plus
                            # cache= and rt= (SIGUSR1 reopens it; "/dev/stdout" for a terminal)
 "#;
+
+/// Shortest pointer TTL the proxy accepts (`[proxy] *_pointer_ttl_secs`).
+pub const POINTER_TTL_SECS_MIN: u32 = 2;
 
 /// CoralProxy's port when `http` is not set (the paper's 8090).
 pub const DEFAULT_HTTP_PORT: u16 = 8090;
@@ -152,6 +157,10 @@ pub struct ProxySection {
     pub resolve_ttl_secs: Option<u64>,
     /// `Vary`: variants of one URL stored beside the first, per core.
     pub vary_variants_max: Option<usize>,
+    /// TTL of the pointer to this proxy while it fetches an object (§3.2).
+    pub fetching_pointer_ttl_secs: Option<u32>,
+    /// TTL of the pointer to this proxy once it holds the object (§3.2).
+    pub complete_pointer_ttl_secs: Option<u32>,
     /// The access log's path, or "off".
     pub access_log: Option<String>,
 }
@@ -188,6 +197,12 @@ pub struct ProxyConfig {
     /// `Vary`: variants of one URL stored beside the first response, per
     /// core (0: only the first is stored, others pass through).
     pub vary_variants_max: usize,
+    /// TTL of the DSHT pointer to this proxy while it fetches an object
+    /// (§3.2: 20 s), renewed at 3/4 of it until the fetch ends.
+    pub fetching_pointer_ttl_secs: u32,
+    /// TTL of the DSHT pointer to this proxy once it holds the object
+    /// (§3.2: 1 h), renewed at 3/4 of it while the object stays cached.
+    pub complete_pointer_ttl_secs: u32,
     /// Where the access log is appended (`None`: no access log).
     pub access_log: Option<std::path::PathBuf>,
 }
@@ -208,6 +223,10 @@ impl Default for ProxyConfig {
             negative_ttl_secs: 60,
             resolve_ttl_secs: 60,
             vary_variants_max: coral::proxy::vary::VARY_VARIANTS_MAX,
+            fetching_pointer_ttl_secs: coral::fetch::FetchConfig::default()
+                .fetching_pointer_ttl_secs,
+            complete_pointer_ttl_secs: coral::fetch::FetchConfig::default()
+                .complete_pointer_ttl_secs,
             access_log: None,
         }
     }
@@ -519,6 +538,12 @@ impl NodeConfig {
         if let Some(v) = p.vary_variants_max {
             self.proxy.vary_variants_max = v;
         }
+        if let Some(t) = p.fetching_pointer_ttl_secs {
+            self.proxy.fetching_pointer_ttl_secs = t;
+        }
+        if let Some(t) = p.complete_pointer_ttl_secs {
+            self.proxy.complete_pointer_ttl_secs = t;
+        }
         if let Some(a) = &p.access_log {
             self.proxy.access_log = parse_access_log(a)?;
         }
@@ -592,6 +617,30 @@ impl NodeConfig {
             if v == 0 {
                 return Err(format!("proxy.{name} must be positive"));
             }
+        }
+        for (name, t) in [
+            ("fetching_pointer_ttl_secs", p.fetching_pointer_ttl_secs),
+            ("complete_pointer_ttl_secs", p.complete_pointer_ttl_secs),
+        ] {
+            if t < POINTER_TTL_SECS_MIN {
+                return Err(format!(
+                    "proxy.{name} = {t}: at least {POINTER_TTL_SECS_MIN} (pointers are renewed at \
+                     3/4 of their TTL, looked at once a second)"
+                ));
+            }
+            if t > self.dht.ttl_max_secs {
+                return Err(format!(
+                    "proxy.{name} = {t}: at most [limits] ttl_max_secs ({}), the longest TTL the \
+                     DSHT keeps",
+                    self.dht.ttl_max_secs
+                ));
+            }
+        }
+        if p.fetching_pointer_ttl_secs > p.complete_pointer_ttl_secs {
+            return Err(format!(
+                "proxy.fetching_pointer_ttl_secs = {} exceeds proxy.complete_pointer_ttl_secs = {}",
+                p.fetching_pointer_ttl_secs, p.complete_pointer_ttl_secs
+            ));
         }
         if p.cache_size_bytes < 1 << 20 {
             return Err("proxy.cache_size: at least 1MiB".into());
@@ -940,6 +989,47 @@ mod tests {
         assert!(c.overlay(&f).unwrap_err().contains("connect_timeout_ms"));
         let f: FileConfig = toml::from_str("[proxy]\ncache_size = \"1KiB\"").unwrap();
         assert!(c.overlay(&f).is_err());
+    }
+
+    #[test]
+    fn pointer_ttls_are_set_in_the_proxy_section_and_checked() {
+        let load = |text: &str| {
+            let mut c = NodeConfig::load(None).unwrap();
+            let f: FileConfig = toml::from_str(text).unwrap();
+            c.overlay(&f).map(|()| c.proxy)
+        };
+        let d = ProxyConfig::default();
+        assert_eq!(
+            (d.fetching_pointer_ttl_secs, d.complete_pointer_ttl_secs),
+            (20, 3600)
+        );
+        let p =
+            load("[proxy]\nfetching_pointer_ttl_secs = 2\ncomplete_pointer_ttl_secs = 3").unwrap();
+        assert_eq!(
+            (p.fetching_pointer_ttl_secs, p.complete_pointer_ttl_secs),
+            (2, 3)
+        );
+        for (text, key) in [
+            (
+                "[proxy]\ncomplete_pointer_ttl_secs = 0",
+                "complete_pointer_ttl_secs",
+            ),
+            (
+                "[proxy]\nfetching_pointer_ttl_secs = 1",
+                "fetching_pointer_ttl_secs",
+            ),
+            // The fetching pointer outlives the complete one: refused.
+            ("[proxy]\ncomplete_pointer_ttl_secs = 10", "exceeds"),
+            ("[proxy]\ncomplete_pointer_ttl_secs = 90000", "ttl_max_secs"),
+            (
+                "[limits]\nttl_max_secs = 600\n[proxy]\ncomplete_pointer_ttl_secs = 601",
+                "ttl_max_secs (600)",
+            ),
+        ] {
+            let e = load(text).unwrap_err();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        assert!(toml::from_str::<FileConfig>("[proxy]\ncomplete_pointer_ttl_secs = -1").is_err());
     }
 
     #[test]

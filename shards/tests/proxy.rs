@@ -2078,3 +2078,259 @@ fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
     assert_eq!(origin.connections(), 2);
     assert_eq!(bodies.load(Ordering::SeqCst), 1);
 }
+
+/// The sample `sample` (name and labels as exposed) in `node`'s `/metrics`.
+fn metric(node: &Node, sample: &str) -> f64 {
+    let admin: SocketAddr = format!("{}:7080", node.ip).parse().unwrap();
+    let (out, _) = raw_to(
+        admin,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let text = String::from_utf8_lossy(&out);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(sample)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no {sample} in /metrics:\n{text}"))
+}
+
+/// Waits until `node` knows `contacts` other nodes at level 0.
+fn wait_joined(node: &Node, contacts: u64) {
+    let admin = format!("{}:7080", node.ip);
+    let start = Instant::now();
+    loop {
+        let out = Command::new(CORAL)
+            .args(["levels", "--node", &admin, "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["levels"][0]["contacts"].as_u64().unwrap_or(0) >= contacts {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "node {} did not join",
+            node.ip
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until a DSHT get of `url` through `node` names `holder`'s proxy.
+fn wait_for_pointer(node: &Node, url: &str, holder: &Node) {
+    let admin = format!("{}:7080", node.ip);
+    let start = Instant::now();
+    loop {
+        let out = Command::new(CORAL)
+            .args(["get", &format!("url:{url}"), "--node", &admin, "--json"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).contains(&holder.http.to_string()) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no pointer to {} for {url}",
+            holder.http
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A config file with short pointer TTLs (§3.2's are 20 s and 1 h).
+fn short_ttl_config(dir: &Path, complete_secs: u32) -> PathBuf {
+    let conf = dir.join("short-ttl.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[proxy]\nfetching_pointer_ttl_secs = 2\ncomplete_pointer_ttl_secs = {complete_secs}\n"
+        ),
+    )
+    .unwrap();
+    conf
+}
+
+/// Long enough past a 3 s pointer TTL that an unrenewed pointer is gone.
+const PAST_SHORT_TTL: Duration = Duration::from_secs(8);
+
+#[test]
+fn section_3_2_complete_pointers_with_a_short_ttl_are_renewed_and_peers_still_find_them() {
+    let dir = TempDir::new("renew");
+    let root = web_root(dir.path());
+    let nginx = Nginx::start(dir.path(), "127.11.72.100:8080".parse().unwrap(), &root);
+    let conf = short_ttl_config(dir.path(), 3);
+    let args = [
+        "--config",
+        conf.to_str().unwrap(),
+        "--allow-private-origins",
+        "--resolve",
+        "www.origin.test=127.11.72.100",
+    ];
+    let a = Node::start("127.11.72.1", &dir.path().join("cache1"), None, &args);
+    let b = Node::start(
+        "127.11.72.2",
+        &dir.path().join("cache2"),
+        Some("127.11.72.1"),
+        &args,
+    );
+    wait_joined(&a, 1);
+    wait_joined(&b, 1);
+    let url = coralized("www.origin.test", 8080, "/b.bin");
+    let first = curl(&a, &url, &[]);
+    assert_eq!(first.status, 200, "{first:?}");
+    assert_eq!(nginx.requests("/b.bin"), 1);
+    wait_for_pointer(&b, "http://www.origin.test:8080/b.bin", &a);
+    // Well past the 3 s TTL: only a renewed pointer is still there.
+    std::thread::sleep(PAST_SHORT_TTL);
+    let second = curl(&b, &url, &[]);
+    assert_eq!(second.status, 200, "{second:?}");
+    assert_eq!(second.body, object(4096, 2));
+    assert!(
+        second.header("cache-status").contains("detail=peer-l"),
+        "from the peer: {second:?}"
+    );
+    assert_eq!(nginx.requests("/b.bin"), 1, "no second origin request");
+}
+
+#[test]
+fn rfc9111_4_1_a_restarted_node_puts_back_and_renews_its_vary_variants_pointers() {
+    let dir = TempDir::new("vary-restart");
+    let root = web_root(dir.path());
+    let nginx = Nginx::start_with(
+        dir.path(),
+        "127.11.71.100:8080".parse().unwrap(),
+        &root,
+        "location = /lang { add_header Vary Accept-Language; default_type text/plain;\n\
+         return 200 \"lang=$http_accept_language\\n\"; }",
+    );
+    let conf = short_ttl_config(dir.path(), 3);
+    let args = [
+        "--config",
+        conf.to_str().unwrap(),
+        "--allow-private-origins",
+        "--resolve",
+        "www.origin.test=127.11.71.100",
+    ];
+    let lang = coralized("www.origin.test", 8080, "/lang");
+    let ask = |node: &Node, l: &str| {
+        let h = format!("Accept-Language: {l}");
+        let a = curl(node, &lang, &["-H", &h]);
+        assert_eq!(a.status, 200, "{l}: {a:?}");
+        assert_eq!(String::from_utf8_lossy(&a.body), format!("lang={l}\n"));
+        a.header("cache-status").to_string()
+    };
+    // Node 1 alone: "en" is stored under the URL's key (its first variant,
+    // with a pointer under its variant key too), "fr" under its variant key.
+    let mut a = Node::start("127.11.71.1", &dir.path().join("cache1"), None, &args);
+    assert!(ask(&a, "en").contains("fwd=uri-miss"));
+    assert!(ask(&a, "fr").contains("stored"));
+    assert_eq!(nginx.requests("/lang"), 2);
+    // Restarted: the DSHT's pointers (held by node 1 alone) are gone.
+    a.kill();
+    a.restart();
+    assert!(ask(&a, "en").contains("hit"), "kept across the restart");
+    assert!(ask(&a, "fr").contains("hit"), "kept across the restart");
+    let b = Node::start(
+        "127.11.71.2",
+        &dir.path().join("cache2"),
+        Some("127.11.71.1"),
+        &args,
+    );
+    wait_joined(&a, 1);
+    wait_joined(&b, 1);
+    wait_for_pointer(&b, "http://www.origin.test:8080/lang", &a);
+    // Past the TTL: the pointers put after the restart are renewed.
+    std::thread::sleep(PAST_SHORT_TTL);
+    // Node 2 stores "fr" under the URL's key (found by the URL's pointer);
+    // "en" then differs from it: node 2 looks up its variant key, which
+    // only node 1's restored variant pointer names.
+    for l in ["fr", "en"] {
+        let cs = ask(&b, l);
+        assert!(cs.contains("detail=peer-l"), "{l} from node 1: {cs}");
+    }
+    assert_eq!(
+        nginx.requests("/lang"),
+        2,
+        "both variants from the restarted peer, none from the origin"
+    );
+}
+
+#[test]
+fn a_pass_through_answer_the_origin_cuts_short_counts_as_an_origin_error() {
+    let dir = TempDir::new("pass-cut");
+    let origin = FaultOrigin::start("127.11.70.100:8080", |_, head, s| {
+        let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+        match path.as_str() {
+            // May not be stored; claims 100000 bytes, sends 10 and closes.
+            "/private-cut" => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Length: 100000\r\n\r\n0123456789");
+            }
+            // Chunked, cut off before the last chunk.
+            "/private-chunked-cut" => {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n");
+            }
+            // Larger than object_bytes_max (1 MB here), without a length.
+            "/private-huge" => {
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+                );
+                let block = vec![b'x'; 100_000];
+                for _ in 0..15 {
+                    if s.write_all(&block).is_err() {
+                        return;
+                    }
+                }
+            }
+            _ => {
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nCache-Control: no-store\r\nContent-Length: 5\r\n\r\nhello",
+                );
+            }
+        }
+    });
+    let node = fault_node(dir.path(), "127.11.70.1", "127.11.70.100");
+    let errors = |reason: &str| {
+        metric(
+            &node,
+            &format!("coral_http_origin_errors_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    // A whole pass-through answer is no error.
+    let ok = curl(
+        &node,
+        &coralized("www.origin.test", 8080, "/private-ok"),
+        &[],
+    );
+    assert_eq!(
+        (ok.status, ok.body.as_slice()),
+        (200, &b"hello"[..]),
+        "{ok:?}"
+    );
+    assert_eq!(errors("truncated"), 0.0);
+    let before = origin.connections();
+    for path in ["/private-cut", "/private-chunked-cut"] {
+        let url = coralized("www.origin.test", 8080, path);
+        // The owning core's fetch finds it uncacheable and hands its answer
+        // over; then hit-for-pass; then a request that may not be cached.
+        for args in [&[][..], &[][..], &["-H", "Cache-Control: no-store"][..]] {
+            let a = curl(&node, &url, args);
+            assert!(
+                !a.curl_ok,
+                "{path} {args:?}: the client sees it cut short: {a:?}"
+            );
+        }
+    }
+    assert_eq!(origin.connections(), before + 6, "one origin request each");
+    assert_eq!(errors("truncated"), 6.0, "every cut answer counted");
+    let huge = curl(
+        &node,
+        &coralized("www.origin.test", 8080, "/private-huge"),
+        &[],
+    );
+    assert!(!huge.curl_ok, "{huge:?}");
+    assert_eq!(errors("too_large"), 1.0);
+}

@@ -61,10 +61,6 @@ pub struct Fetcher {
     variant_pointers: RefCell<HashMap<Id, Id>>,
 }
 
-/// Life of the pointer under the variant key of a URL's first variant (put
-/// again with the URL key's own pointer while the object stays cached).
-const VARIANT_POINTER_TTL_SECS: u32 = 3600;
-
 /// URLs whose first variant's pointer under its variant key is renewed.
 const VARIANT_POINTERS_MAX: usize = 1 << 16;
 
@@ -446,7 +442,13 @@ impl ProxyCore {
             .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         let vary_req = policy::vary_request_headers(&resp.head, &job.request);
         let mut head_bytes = Vec::with_capacity(1024);
-        stored::encode(&head, &fresh, &vary_req, &mut head_bytes);
+        stored::encode(
+            &head,
+            &fresh,
+            &vary_req,
+            key != job.url_key,
+            &mut head_bytes,
+        );
         let expected_len = match resp.head.framing {
             Framing::Length(n) if rewriter.is_none() => Some(n),
             Framing::Empty => Some(0),
@@ -536,7 +538,8 @@ impl ProxyCore {
                         pointers.insert(key, vk);
                     }
                     drop(pointers);
-                    self.put_variant_pointer(vk, VARIANT_POINTER_TTL_SECS);
+                    // As long as the URL key's own (`complete_pointer_ttl_secs`).
+                    self.put_variant_pointer(vk, self.cfg.complete_pointer_ttl_secs);
                 }
                 None => {
                     pointers.remove(&key);
@@ -581,6 +584,16 @@ impl ProxyCore {
             let mut policy = self.fetch.policy.borrow_mut();
             for _ in 0..ADOPT_PER_TICK {
                 let Some(key) = queue.pop() else { break };
+                // A URL's first variant: its pointer under its variant key
+                // is put and renewed with the URL key's (below).
+                if !policy.tracks(&key) {
+                    if let Some(vk) = self.first_variant_key(&key) {
+                        let mut pointers = self.fetch.variant_pointers.borrow_mut();
+                        if pointers.len() < VARIANT_POINTERS_MAX {
+                            pointers.insert(key, vk);
+                        }
+                    }
+                }
                 policy.adopt(now, key, &mut out);
             }
         }
@@ -609,6 +622,27 @@ impl ProxyCore {
             keep.push(a);
         }
         self.run(keep);
+    }
+
+    /// The variant key of the object cached under `key` when it is a URL's
+    /// first `Vary` variant (stored under the URL's key): what its pointer
+    /// under the variant key needs after a restart. From the stored head:
+    /// its `Vary` and the fields of the request it was fetched for.
+    fn first_variant_key(&self, key: &Id) -> Option<Id> {
+        let obj = self.cache.lookup(key)?;
+        let st = stored::decode(obj.head(), &self.limits)?;
+        if st.variant || !st.head.headers.contains("vary") {
+            return None;
+        }
+        let req = coral::proxy::http::RequestHead {
+            method: coral::proxy::http::Method::Get,
+            target: "/".into(),
+            minor_version: 1,
+            headers: st.vary_req,
+            framing: Framing::Empty,
+            keep_alive: false,
+        };
+        coral::proxy::vary::variant_key(key, &st.head, &req)
     }
 
     /// Puts this proxy's pointer under `vk`, the variant key of a URL's

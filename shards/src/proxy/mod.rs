@@ -16,7 +16,10 @@
 //!   told (`ProxyMsg::Answer`) and streams it from the cache on its own core.
 //!
 //! Pointers (§3.2): 20 s to this proxy while fetching, renewed; 1 h once
-//! complete, renewed while the object stays cached.
+//! complete, renewed while the object stays cached (`[proxy]
+//! fetching_pointer_ttl_secs`, `complete_pointer_ttl_secs`). A URL's first
+//! `Vary` variant, stored under the URL's key, has a second pointer under
+//! its variant key, renewed alike, and put again after a restart.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -43,11 +46,6 @@ pub mod upstream;
 /// Longest a client waits for the owning core's answer to a miss (DSHT
 /// lookups, a claim, peers and the origin's first byte all fit in it).
 const MISS_TIMEOUT: Duration = Duration::from_secs(60);
-/// A stored head's bytes and what they decode to.
-type DecodedHead = (Box<[u8]>, Rc<stored::Stored>);
-
-/// Decoded stored heads kept per core.
-const DECODED_HEADS_MAX: usize = 4096;
 /// Objects per core whose hits take the fast path (`server::HotEntry`):
 /// slots of the direct-mapped table from Host and target bytes to the key.
 const HOT_OBJECTS_MAX: usize = 2048;
@@ -238,8 +236,9 @@ pub struct ProxyCore {
     fetch: fetcher::Fetcher,
     stats: ProxyStats,
     /// Decoded stored heads of recently served objects, with the raw bytes
-    /// they were decoded from (a hit compares bytes instead of parsing).
-    heads: RefCell<HashMap<Id, DecodedHead>>,
+    /// they were decoded from (a hit compares bytes instead of parsing);
+    /// at most `DECODED_HEADS_MAX`, each of at most `DECODED_HEAD_BYTES_MAX`.
+    heads: RefCell<stored::DecodedHeads>,
     /// Host and target bytes of recently hit objects → their key and built
     /// hit head (the fast path of a hit, `server::Conn::hot_hit`).
     hot: RefCell<coral::proxy::hot::HotTable<server::HotEntry>>,
@@ -272,7 +271,12 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     // Its objects are keyed by hashes of URLs anyone can ask for: a secret
     // keys the map's hash (SECURITY.md, hash flooding).
     let secret = crate::runtime::seed_from_os().to_le_bytes();
-    let policy = FetchPolicy::new(FetchConfig::default(), config.http_addr())
+    let fetch_config = FetchConfig {
+        fetching_pointer_ttl_secs: cfg.fetching_pointer_ttl_secs,
+        complete_pointer_ttl_secs: cfg.complete_pointer_ttl_secs,
+        ..FetchConfig::default()
+    };
+    let policy = FetchPolicy::new(fetch_config, config.http_addr())
         .with_hasher(coral::id::keyed_hasher(&secret, "fetch objects"));
     let pc = Rc::new(ProxyCore {
         core: shard.core,
@@ -301,7 +305,10 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         replies: RefCell::new(HashMap::new()),
         fetch: fetcher::Fetcher::new(policy),
         stats: ProxyStats::default(),
-        heads: RefCell::new(HashMap::new()),
+        heads: RefCell::new(stored::DecodedHeads::new(
+            stored::DECODED_HEADS_MAX,
+            stored::DECODED_HEAD_BYTES_MAX,
+        )),
         hot: RefCell::new(coral::proxy::hot::HotTable::new(
             HOT_OBJECTS_MAX,
             coral::id::keyed_hasher(&secret, "hot objects"),
@@ -411,18 +418,7 @@ impl ProxyCore {
     /// The decoded stored head of `obj` (cached per core while its bytes
     /// stay the same); `None` if it is not a head this proxy wrote.
     fn stored_head(&self, key: &Id, obj: &crate::cache::ObjectRef) -> Option<Rc<stored::Stored>> {
-        if let Some((raw, st)) = self.heads.borrow().get(key) {
-            if **raw == *obj.head() {
-                return Some(st.clone());
-            }
-        }
-        let st = Rc::new(stored::decode(obj.head(), &self.limits)?);
-        let mut heads = self.heads.borrow_mut();
-        if heads.len() >= DECODED_HEADS_MAX {
-            heads.clear();
-        }
-        heads.insert(*key, (obj.head().into(), st.clone()));
-        Some(st)
+        self.heads.borrow_mut().get(key, obj.head(), &self.limits)
     }
 
     /// The key of the variant of `url_key` that `req` selects when the

@@ -1026,11 +1026,18 @@ impl<'a> Conn<'a> {
             chunk.clear();
             let more = match resp.next(&mut chunk).await {
                 Ok(m) => m,
-                Err(_) => return Next::Close,
+                Err(e) => {
+                    // The client's answer is cut short (closed, never a
+                    // short body that looks complete); the origin failed.
+                    tracing::info!(error = %e, "pass-through transfer failed: answer cut short");
+                    pc.stats.origin_error(e.reason());
+                    return Next::Close;
+                }
             };
             let data = super::rewritten(rewriter.as_mut(), &chunk, more, &mut rewritten);
             total += data.len() as u64;
             if total > pc.cfg.object_bytes_max {
+                pc.stats.origin_error("too_large");
                 return Next::Close;
             }
             self.resp.body_bytes = total;
