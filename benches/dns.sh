@@ -13,6 +13,11 @@
 # and per second of server CPU time (utime + stime of all the server's
 # processes from /proc/<pid>/stat, before and after the run).
 #
+# With shards/examples/floor.rs built (`cargo build --release --examples`),
+# a fourth row: the floor, a bare recvmmsg/sendmmsg loop that answers every
+# query with its question and one canned A record and does nothing else —
+# the least server CPU an answer can cost on this kernel.
+#
 # Usage: benches/dns.sh [seconds per run] [rounds]
 # Needs: knotd (knot), nsd, dnsperf; `cargo build --release` first.
 set -euo pipefail
@@ -23,6 +28,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 IP=127.13.200.1
 CORAL=${CORAL:-$(dirname "$0")/../target/release/coral}
+FLOOR=${FLOOR:-$(dirname "$CORAL")/examples/floor}
 TMP=$(mktemp -d /tmp/coral-dns-bench.XXXXXX)
 PIDS=()
 cleanup() {
@@ -142,9 +148,19 @@ taskset -c "$SERVER_CPU" nsd -d -c "$TMP/nsd.conf" >/dev/null 2>&1 &
 NSD_PID=$!
 PIDS+=("$NSD_PID")
 
+FLOOR_PID=
+if [ -x "$FLOOR" ]; then
+    taskset -c "$SERVER_CPU" "$FLOOR" dns "$IP:5403" >/dev/null 2>&1 &
+    FLOOR_PID=$!
+    PIDS+=("$FLOOR_PID")
+else
+    echo "(no floor row: build it with \`cargo build --release --examples\`)"
+fi
+
 wait_dns 5400
 wait_dns 5401
 wait_dns 5402
+if [ -n "$FLOOR_PID" ]; then wait_dns 5403; fi
 # NSD forks its xfrd and server processes (and re-forks the servers on a
 # reload): every process whose command line names our config.
 nsd_pids() { pgrep -f "nsd -d -c $TMP/nsd.conf" | tr '\n' ' '; }
@@ -156,4 +172,5 @@ for r in $(seq 1 "$ROUNDS"); do
     run_one knot 5401 "$KNOT_PID"
     # shellcheck disable=SC2046
     run_one nsd 5402 $(nsd_pids)
+    if [ -n "$FLOOR_PID" ]; then run_one floor 5403 "$FLOOR_PID"; fi
 done

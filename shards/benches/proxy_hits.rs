@@ -5,6 +5,12 @@
 //! of wall time, per second of server CPU time (from /proc before and
 //! after), and wrk's p99; ratios against nginx static. Rounds alternate.
 //!
+//! With `shards/examples/floor.rs` built (`cargo build --release --examples`),
+//! a fourth row: the floor, a bare epoll server that answers every request
+//! with the file's bytes by `send` + `sendfile` and does nothing else — the
+//! least server CPU a hit can cost on this kernel, which no real server
+//! reaches.
+//!
 //! `cargo bench -p coral-shards --bench proxy_hits [-- SECONDS ROUNDS CONNECTIONS]`
 //! (defaults 5 3 32). Needs nginx and wrk (`.ci/run` installs both).
 
@@ -199,15 +205,46 @@ fn main() {
             .spawn()
             .expect("coral node"),
     );
-    for port in [8080, 8081, 8090] {
+    // The floor (shards/examples/floor.rs): the least a server can do per
+    // hit here, when built (`cargo build --release --examples`).
+    let floor_bin = Path::new(CORAL)
+        .parent()
+        .map(|d| d.join("examples").join("floor"))
+        .filter(|p| p.exists());
+    let floor = floor_bin.map(|bin| {
+        Proc(
+            Command::new("taskset")
+                .args(["-c", &server_cpu.to_string()])
+                .arg(bin)
+                .args(["http", &format!("{IP}:8070")])
+                .arg(&www)
+                .arg("sendfile")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("floor"),
+        )
+    });
+    let mut ports = vec![8080, 8081, 8090];
+    if floor.is_some() {
+        ports.push(8070);
+    }
+    for port in ports {
         wait_for_port(format!("{IP}:{port}").parse().unwrap());
     }
     let coral_host = "origin.test.8080.coral.test";
-    let contenders: [(&str, u32, u16, &str); 3] = [
+    let mut contenders: Vec<(&str, u32, u16, &str)> = vec![
         ("nginx static", origin.0.id(), 8080, "origin.test"),
         ("nginx proxy_cache", proxy.0.id(), 8081, "origin.test"),
         ("coral", coral.0.id(), 8090, coral_host),
     ];
+    match &floor {
+        Some(f) => contenders.push(("floor (sendfile)", f.0.id(), 8070, "floor.test")),
+        None => println!(
+            "(no floor row: build it with `cargo build --release --examples` to see the least \
+             a server can spend per hit here)"
+        ),
+    }
     for (_, _, port, host) in &contenders {
         for f in ["4k.bin", "41k.bin"] {
             curl_ok(&format!("http://{IP}:{port}/{f}"), host);
@@ -263,6 +300,7 @@ fn main() {
             );
         }
     }
+    drop(floor);
     drop(coral);
     drop(proxy);
     drop(origin);

@@ -351,6 +351,8 @@ pub struct ObjectWriter {
     handle: u32,
     seg: u32,
     rec: *mut u8,
+    /// The record's offset in its segment file.
+    rec_off: u64,
     head_len: usize,
     /// The most body bytes (announced length, or the object limit).
     body_max: u64,
@@ -360,6 +362,35 @@ pub struct ObjectWriter {
     len: u64,
     checksum: Checksum,
     done: bool,
+}
+
+/// Writes `data` at `at` of a segment file with `pwrite`, as a whole.
+///
+/// Records are written through the file, not the mapping: the page cache
+/// then holds them in large folios (a write fault on a shared mapping makes
+/// one 4 KiB folio per page), which `sendfile` moves with a fraction of the
+/// per-page work; and a disk with no room left for the sparse file's blocks
+/// fails the write with ENOSPC instead of raising SIGBUS on the executor.
+/// The mapping sees the bytes at once (one page cache).
+fn write_file(fd: RawFd, mut data: &[u8], mut at: u64) -> std::io::Result<()> {
+    while !data.is_empty() {
+        // SAFETY: `data` is a live slice; `fd` is a segment file open for
+        // writing while its slot is live.
+        let n = unsafe { libc::pwrite(fd, data.as_ptr().cast(), data.len(), at as libc::off_t) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        data = &data[n as usize..];
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn now_secs() -> u64 {
@@ -729,11 +760,22 @@ impl CoreCache {
         // SAFETY: the record's space was just handed to this writer alone.
         let rec = unsafe { slot.ptr.load(Ordering::Acquire).add(off as usize) };
         let header = record::encode_header(&key, &meta, head.len() as u32, alloc_len);
-        // SAFETY: [rec, rec + alloc_len) is this writer's, inside the
-        // mapping, and no reader sees it until the index entry below.
-        unsafe {
-            std::ptr::copy_nonoverlapping(header.as_ptr(), rec, HEADER_BYTES);
-            std::ptr::copy_nonoverlapping(head.as_ptr(), rec.add(HEADER_BYTES), head.len());
+        // [rec, rec + alloc_len) is this writer's, and no reader sees it
+        // until the index entry below. Written through the file, not the
+        // mapping (`write_file`).
+        let fd = slot.fd.load(Ordering::Relaxed);
+        let written = write_file(fd, &header[..HEADER_BYTES], u64::from(off))
+            .and_then(|()| write_file(fd, head, u64::from(off) + HEADER_BYTES as u64));
+        if let Err(e) = written {
+            // The space stays allocated in the packing segment (dead bytes
+            // that cleaning reclaims); a solo segment is freed by the sweep.
+            if solo {
+                if let Some(s) = own.segs.get_mut(&seg) {
+                    s.sealed = true;
+                }
+                self.local.sweep(&mut own);
+            }
+            return Err(e.into());
         }
         slot.live.fetch_add(1, Ordering::AcqRel);
         if let Some(s) = own.segs.get_mut(&seg) {
@@ -767,6 +809,7 @@ impl CoreCache {
             handle: h,
             seg,
             rec,
+            rec_off: u64::from(off),
             head_len: head.len(),
             body_max,
             known: meta.expected_len.is_some(),
@@ -1297,20 +1340,26 @@ impl Local {
             return false;
         };
         let dst = shared.segs[seg as usize].ptr.load(Ordering::Acquire);
-        // SAFETY: [dst + off, + alloc) was just handed out; the source is a
-        // complete record nobody writes. The commit word goes last.
+        let fd = shared.segs[seg as usize].fd.load(Ordering::Relaxed);
+        // SAFETY: the source is a complete, resident record nobody writes,
+        // inside its live segment.
+        let src_rec = unsafe { std::slice::from_raw_parts(src, hd.alloc as usize) };
+        // [off, + alloc) of the new segment was just handed out: written
+        // through the file (`write_file`), the commit word zero until last.
+        let at = u64::from(off);
+        let tail = record::COMMIT_AT + 8;
+        let copied = write_file(fd, &src_rec[..record::COMMIT_AT], at)
+            .and_then(|()| write_file(fd, &[0; 8], at + record::COMMIT_AT as u64))
+            .and_then(|()| write_file(fd, &src_rec[tail..], at + tail as u64));
+        if copied.is_err() {
+            // Dead bytes in the packing segment; the object stays where it is.
+            return false;
+        }
+        // SAFETY: the new record lies inside its live segment's mapping.
         unsafe {
-            let d = dst.add(off as usize);
-            std::ptr::copy_nonoverlapping(src, d, record::COMMIT_AT);
-            std::ptr::write_bytes(d.add(record::COMMIT_AT), 0, 8);
-            let tail = hd.alloc as usize - (record::COMMIT_AT + 8);
-            std::ptr::copy_nonoverlapping(
-                src.add(record::COMMIT_AT + 8),
-                d.add(record::COMMIT_AT + 8),
-                tail,
-            );
             fence(Ordering::Release);
-            commit_word(d).store(commit_word(src).load(Ordering::Acquire), Ordering::Release);
+            commit_word(dst.add(off as usize))
+                .store(commit_word(src).load(Ordering::Acquire), Ordering::Release);
         }
         self.move_handle(own, h, seg, off);
         own.cleaned_bytes += u64::from(hd.alloc);
@@ -1667,18 +1716,19 @@ impl ObjectWriter {
                 self.cache.shared().bytes.fetch_add(grow, Ordering::Relaxed);
             }
         }
-        // SAFETY: [len, new_len) of the body lies inside this writer's
-        // record space and beyond the published length: no reader reads it
-        // until the store below.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.rec
-                    .add(HEADER_BYTES + self.head_len + self.len as usize),
-                data.len(),
-            );
-            body_len_word(self.rec).store(new_len, Ordering::Release);
+        // [len, new_len) of the body lies inside this writer's record space
+        // and beyond the published length: no reader reads it until the
+        // store below.
+        let fd = self.cache.shared().segs[self.seg as usize]
+            .fd
+            .load(Ordering::Relaxed);
+        let at = self.rec_off + (HEADER_BYTES + self.head_len) as u64 + self.len;
+        if let Err(e) = write_file(fd, data, at) {
+            self.fail();
+            return Err(e.into());
         }
+        // SAFETY: the record's header lies inside the mapping.
+        unsafe { body_len_word(self.rec).store(new_len, Ordering::Release) };
         self.checksum.update(data);
         self.len = new_len;
         Ok(())

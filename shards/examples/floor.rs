@@ -1,0 +1,342 @@
+//! The floors of the side-by-side benchmarks: the least work a server can do
+//! per answer on this kernel, to read coral's and its peers' figures against.
+//!
+//! - `floor http ADDR DIR [copy|sendfile]`: one thread, epoll, keep-alive;
+//!   the files of DIR are read once at start; a request (anything up to a
+//!   blank line) for `/NAME` gets file NAME with a fixed head — one
+//!   `sendmsg` of head and body from memory (`copy`, the default), or the
+//!   head with `MSG_MORE` and then `sendfile` from the page cache
+//!   (`sendfile`); anything else gets the first file. No header parsing,
+//!   no cache policy, no clock, no logging.
+//! - `floor dns ADDR`: one thread, `recvmmsg` / `sendmmsg` batches of 64;
+//!   every query gets its question back with one A record (a compression
+//!   pointer to the question, TTL 30, 127.0.0.1). No zone, no EDNS, no
+//!   rate limiting.
+//!
+//! Neither is a server anyone should run: they bound what any server can
+//! reach here. `shards/benches/proxy_hits.rs` and `benches/dns.sh` run them
+//! beside coral, nginx, Knot and NSD when this example is built
+//! (`cargo build --release --examples`).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: floor http ADDR DIR [copy|sendfile] | floor dns ADDR";
+    let addr: SocketAddr = args
+        .get(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{usage}"));
+    let result = match args.first().map(String::as_str) {
+        Some("http") => {
+            let dir = args.get(2).unwrap_or_else(|| panic!("{usage}"));
+            let sendfile = args.get(3).map(String::as_str) == Some("sendfile");
+            http(addr, dir, sendfile)
+        }
+        Some("dns") => dns(addr),
+        _ => panic!("{usage}"),
+    };
+    if let Err(e) = result {
+        eprintln!("floor: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// A connection: bytes of requests not yet answered.
+struct Conn {
+    fd: RawFd,
+    buf: Vec<u8>,
+}
+
+/// A file served by the HTTP floor.
+struct Served {
+    target: Vec<u8>,
+    head: Vec<u8>,
+    body: Vec<u8>,
+    file: std::fs::File,
+}
+
+fn http(addr: SocketAddr, dir: &str, sendfile: bool) -> io::Result<()> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if !path.is_file() {
+            continue;
+        }
+        let body = std::fs::read(&path)?;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nServer: floor\r\nContent-Type: application/octet-stream\r\n\
+             Content-Length: {}\r\nConnection: keep-alive\r\n\r\n",
+            body.len()
+        );
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        files.push(Served {
+            target: format!("/{name}").into_bytes(),
+            head: head.into_bytes(),
+            body,
+            file: std::fs::File::open(&path)?,
+        });
+    }
+    if files.is_empty() {
+        return Err(io::Error::other(format!("no file in {dir}")));
+    }
+    let listener = TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let lfd = listener.as_raw_fd();
+    // SAFETY: plain syscalls on descriptors this function owns; every
+    // pointer passed points at live memory of the stated length.
+    unsafe {
+        let ep = check(libc::epoll_create1(0))?;
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: u64::MAX,
+        };
+        check(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, lfd, &mut ev))?;
+        let mut conns: Vec<Option<Conn>> = Vec::new();
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+        let mut rbuf = vec![0u8; 64 << 10];
+        loop {
+            let n = libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, -1);
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            for ev in &events[..n as usize] {
+                if ev.u64 == u64::MAX {
+                    while let Ok((s, _)) = listener.accept() {
+                        s.set_nodelay(true)?;
+                        s.set_nonblocking(true)?;
+                        let fd = s.into_raw_fd();
+                        let slot = conns.iter().position(Option::is_none).unwrap_or_else(|| {
+                            conns.push(None);
+                            conns.len() - 1
+                        });
+                        conns[slot] = Some(Conn {
+                            fd,
+                            buf: Vec::new(),
+                        });
+                        let mut cev = libc::epoll_event {
+                            events: libc::EPOLLIN as u32,
+                            u64: slot as u64,
+                        };
+                        check(libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut cev))?;
+                    }
+                    continue;
+                }
+                let slot = ev.u64 as usize;
+                let Some(c) = conns[slot].as_mut() else {
+                    continue;
+                };
+                let got = libc::recv(c.fd, rbuf.as_mut_ptr().cast(), rbuf.len(), 0);
+                let mut close = got <= 0;
+                if got > 0 {
+                    c.buf.extend_from_slice(&rbuf[..got as usize]);
+                    while let Some(end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let target = c.buf[..end].split(|&b| b == b' ').nth(1).unwrap_or(b"");
+                        let f = files.iter().find(|f| f.target == target).unwrap_or(&files[0]);
+                        let sent = answer(c.fd, &f.head, &f.body, f.file.as_raw_fd(), sendfile);
+                        c.buf.drain(..end + 4);
+                        if !sent {
+                            close = true;
+                            break;
+                        }
+                    }
+                }
+                if close {
+                    libc::close(c.fd);
+                    conns[slot] = None;
+                }
+            }
+        }
+    }
+}
+
+/// Sends one answer whole (blocking on a full socket, which a benchmark's
+/// client with one request in flight never causes); false on error.
+fn answer(fd: RawFd, head: &[u8], body: &[u8], file: RawFd, sendfile: bool) -> bool {
+    // SAFETY: the iovecs point at live slices; `fd` and `file` are open.
+    unsafe {
+        if sendfile {
+            if libc::send(
+                fd,
+                head.as_ptr().cast(),
+                head.len(),
+                libc::MSG_MORE | libc::MSG_NOSIGNAL,
+            ) != head.len() as isize
+            {
+                return false;
+            }
+            let mut off: libc::off_t = 0;
+            while (off as usize) < body.len() {
+                let n = libc::sendfile(fd, file, &mut off, body.len() - off as usize);
+                if n <= 0 {
+                    return false;
+                }
+            }
+            return true;
+        }
+        let mut iov = [
+            libc::iovec {
+                iov_base: head.as_ptr() as *mut _,
+                iov_len: head.len(),
+            },
+            libc::iovec {
+                iov_base: body.as_ptr() as *mut _,
+                iov_len: body.len(),
+            },
+        ];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = 2;
+        let total = head.len() + body.len();
+        let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
+        if n == total as isize {
+            return true;
+        }
+        if n < 0 {
+            return false;
+        }
+        // A short send: the rest in order.
+        let mut rest = Vec::with_capacity(total - n as usize);
+        rest.extend_from_slice(head);
+        rest.extend_from_slice(body);
+        let mut at = n as usize;
+        while at < total {
+            let m = libc::send(
+                fd,
+                rest[at..].as_ptr().cast(),
+                total - at,
+                libc::MSG_NOSIGNAL,
+            );
+            if m <= 0 {
+                return false;
+            }
+            at += m as usize;
+        }
+        true
+    }
+}
+
+const BATCH: usize = 64;
+const DGRAM_BYTES: usize = 1232;
+
+fn dns(addr: SocketAddr) -> io::Result<()> {
+    let sock = UdpSocket::bind(addr)?;
+    let fd = sock.as_raw_fd();
+    let mut rx = vec![[0u8; DGRAM_BYTES]; BATCH];
+    let mut tx = vec![[0u8; DGRAM_BYTES]; BATCH];
+    // SAFETY: zeroed sockaddr_storage, iovec and mmsghdr are valid values;
+    // every pointer set below points into the vectors above, which outlive
+    // the syscalls.
+    unsafe {
+        let mut names: Vec<libc::sockaddr_storage> = vec![std::mem::zeroed(); BATCH];
+        let mut riov: Vec<libc::iovec> = (0..BATCH)
+            .map(|i| libc::iovec {
+                iov_base: rx[i].as_mut_ptr().cast(),
+                iov_len: DGRAM_BYTES,
+            })
+            .collect();
+        let mut tiov: Vec<libc::iovec> = (0..BATCH)
+            .map(|i| libc::iovec {
+                iov_base: tx[i].as_mut_ptr().cast(),
+                iov_len: 0,
+            })
+            .collect();
+        let mut rmsgs: Vec<libc::mmsghdr> = vec![std::mem::zeroed(); BATCH];
+        let mut tmsgs: Vec<libc::mmsghdr> = vec![std::mem::zeroed(); BATCH];
+        loop {
+            for i in 0..BATCH {
+                rmsgs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+                rmsgs[i].msg_hdr.msg_namelen =
+                    std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                rmsgs[i].msg_hdr.msg_iov = &mut riov[i];
+                rmsgs[i].msg_hdr.msg_iovlen = 1;
+            }
+            let n = libc::recvmmsg(
+                fd,
+                rmsgs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            );
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let mut out = 0;
+            for i in 0..n as usize {
+                let q = &rx[i][..rmsgs[i].msg_len as usize];
+                let Some(len) = canned_answer(q, &mut tx[out]) else {
+                    continue;
+                };
+                tiov[out].iov_len = len;
+                tmsgs[out].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+                tmsgs[out].msg_hdr.msg_namelen = rmsgs[i].msg_hdr.msg_namelen;
+                tmsgs[out].msg_hdr.msg_iov = &mut tiov[out];
+                tmsgs[out].msg_hdr.msg_iovlen = 1;
+                out += 1;
+            }
+            let mut sent = 0;
+            while sent < out {
+                let m = libc::sendmmsg(fd, tmsgs[sent..].as_mut_ptr(), (out - sent) as u32, 0);
+                if m <= 0 {
+                    break;
+                }
+                sent += m as usize;
+            }
+        }
+    }
+}
+
+/// The query's header and question, answered with one A record; None for a
+/// datagram that is not a one-question query.
+fn canned_answer(q: &[u8], out: &mut [u8; DGRAM_BYTES]) -> Option<usize> {
+    if q.len() < 12 || q[2] & 0x80 != 0 || q[4..6] != [0, 1] {
+        return None;
+    }
+    let mut at = 12;
+    loop {
+        let l = *q.get(at)? as usize;
+        if l == 0 {
+            at += 1;
+            break;
+        }
+        if l > 63 {
+            return None;
+        }
+        at += 1 + l;
+    }
+    let end = at + 4;
+    if end > q.len() {
+        return None;
+    }
+    const RECORD: [u8; 16] = [
+        0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 127, 0, 0, 1,
+    ];
+    let len = end + RECORD.len();
+    if len > out.len() {
+        return None;
+    }
+    out[..end].copy_from_slice(&q[..end]);
+    out[2] = 0x84 | (q[2] & 0x01); // QR, AA, RD echoed
+    out[3] = 0;
+    out[6..12].copy_from_slice(&[0, 1, 0, 0, 0, 0]);
+    out[end..len].copy_from_slice(&RECORD);
+    Some(len)
+}
