@@ -225,8 +225,9 @@ impl Net {
     }
 
     /// A veth link between `a` (address `a_addr`) and `b`, each with its
-    /// prefix length: a /24 for IPv4, a /64 for IPv6.
-    fn link(&mut self, a: &str, a_addr: &str, b: &str, b_addr: &str) {
+    /// prefix length: a /24 for IPv4, a /64 for IPv6. Returns the two
+    /// ends' names.
+    fn link(&mut self, a: &str, a_addr: &str, b: &str, b_addr: &str) -> (String, String) {
         self.links += 1;
         let (va, vb) = (
             format!("{}v{}a{}", self.prefix, self.links, self.tag),
@@ -254,6 +255,22 @@ impl Net {
         }
         ip(&["-n", a, "link", "set", &va, "up"]);
         ip(&["-n", b, "link", "set", &vb, "up"]);
+        (va, vb)
+    }
+
+    /// One more IPv6 address (a /64) on `dev` in `ns`.
+    fn addr6(&self, ns: &str, dev: &str, addr: &str) {
+        ip(&[
+            "-n",
+            ns,
+            "-6",
+            "addr",
+            "add",
+            &format!("{addr}/64"),
+            "dev",
+            dev,
+            "nodad",
+        ]);
     }
 
     fn route(&self, ns: &str, to: &str, via: &str) {
@@ -712,5 +729,140 @@ fn ipv6_dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `f` on a thread inside the network namespace `ns`: the sockets it
+/// makes are that namespace's.
+fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a valid namespace descriptor; only this thread moves.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// A recursive AAAA query for `name`, with message id `id`.
+fn aaaa_query(id: u16, name: &str) -> Vec<u8> {
+    let mut q = Vec::new();
+    q.extend_from_slice(&id.to_be_bytes());
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 28, 0, 1]);
+    q
+}
+
+/// dnssrv's counters (core 0) of the node whose admin endpoint is on
+/// `ns`'s loopback.
+fn dns_counters_in(ns: &str) -> serde_json::Value {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-s", "--max-time", "10"])
+        .arg("http://127.0.0.1:7080/stats")
+        .output()
+        .expect("curl");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["cores"][0]["dns"].clone()
+}
+
+/// Sends `q` from each of `sources` (addresses in `ns`) to `server` at
+/// once, then waits for every answer and checks that it is NOERROR.
+fn query_from(ns: &str, sources: Vec<String>, server: std::net::SocketAddr, q: Vec<u8>) {
+    in_netns(ns, move || {
+        let sockets: Vec<std::net::UdpSocket> = sources
+            .iter()
+            .map(|a| std::net::UdpSocket::bind(format!("[{a}]:0")).unwrap())
+            .collect();
+        for s in &sockets {
+            s.send_to(&q, server).unwrap();
+        }
+        for s in &sockets {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut b = [0u8; 1500];
+            let (n, _) = s.recv_from(&mut b).expect("an answer for every client");
+            assert!(n >= 12);
+            assert_eq!(b[3] & 0x0f, 0, "rcode");
+        }
+    });
+}
+
+/// Coral is no probe reflector over IPv6 either: queries from twenty
+/// addresses of one /56, all before any probe has come back, start at most
+/// `probes_per_prefix` (4) probes; two clients of another /56 of the same
+/// /48 have a budget of their own.
+#[test]
+fn ipv6_client_probes_are_bounded_per_slash_56() {
+    let mut net = Net::with_prefix("6p");
+    let (d, c) = (net.host("d"), net.host("c"));
+    let (vd, vc) = net.link(&d, "2001:db8:6::2", &c, "2001:db8:6::1");
+    // Two /56s of D's /48 (not D's own /56), on the link.
+    let one: Vec<String> = (1..=20).map(|i| format!("2001:db8:6:200::{i}")).collect();
+    let next: Vec<String> = (1..=2).map(|i| format!("2001:db8:6:300::{i}")).collect();
+    for a in one.iter().chain(&next) {
+        net.addr6(&c, &vc, a);
+    }
+    for p in ["2001:db8:6:200::/64", "2001:db8:6:300::/64"] {
+        ip(&["-n", &d, "-6", "route", "add", p, "dev", &vd]);
+    }
+
+    let dir = std::env::temp_dir().join(format!("coral-dns-probe6-{}", net.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("d.toml");
+    std::fs::write(
+        &config,
+        "http = \"[2001:db8:6::2]:8080\"\n[dnssrv]\nrrl_responses_per_sec = 0\n",
+    )
+    .unwrap();
+    let _d = coral_in(
+        &d,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            "[2001:db8:6::2]:7000",
+            "--dns",
+            "[2001:db8:6::2]:5300",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let start = Instant::now();
+    // D's own loopback asks (not counted against C's prefixes).
+    while kdig_aaaa(&d, "2001:db8:6::2", "5300", name).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "D never answered"
+        );
+    }
+    let before = dns_counters_in(&d);
+    let sent0 = before["probes_sent"].as_u64().unwrap();
+    let refused0 = before["probes_refused"].as_u64().unwrap();
+    let server: std::net::SocketAddr = "[2001:db8:6::2]:5300".parse().unwrap();
+    query_from(&c, one, server, aaaa_query(7, name));
+    let c1 = dns_counters_in(&d);
+    assert_eq!(c1["probes_sent"].as_u64().unwrap() - sent0, 4, "{c1}");
+    assert_eq!(
+        c1["probes_refused"].as_u64().unwrap() - refused0,
+        16,
+        "{c1}"
+    );
+    query_from(&c, next, server, aaaa_query(8, name));
+    let c2 = dns_counters_in(&d);
+    assert_eq!(c2["probes_sent"].as_u64().unwrap() - sent0, 6, "{c2}");
+    assert_eq!(
+        c2["probes_refused"].as_u64().unwrap() - refused0,
+        16,
+        "{c2}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
