@@ -230,9 +230,10 @@ pub fn hint_prefix_key(ip: IpAddr, prefix_len: u8) -> Key {
 
 /// The keys under which a node stores clustering hints (§4.4): the
 /// addresses of its first [`HINT_ROUTERS_MAX`] gateway routers, their /24
-/// (IPv4) or /48 (IPv6) prefixes, and its directly connected subnets —
-/// private addresses excluded. Nearest routers first, duplicates dropped,
-/// at most [`HINT_KEYS_MAX`].
+/// (IPv4) or /48 (IPv6) prefixes, and its directly connected subnets (an
+/// IPv6 subnet by its /48, the prefix dnssrv looks a client up by; a /64
+/// alone would never be asked for) — private addresses excluded. Nearest
+/// routers first, duplicates dropped, at most [`HINT_KEYS_MAX`].
 pub fn hint_keys(routers: &[IpAddr], subnets: &[(IpAddr, u8)]) -> Vec<Key> {
     let mut keys: Vec<Key> = Vec::new();
     let add = |k: Key, keys: &mut Vec<Key>| {
@@ -250,6 +251,7 @@ pub fn hint_keys(routers: &[IpAddr], subnets: &[(IpAddr, u8)]) -> Vec<Key> {
         add(hint_prefix_key(r, prefix), &mut keys);
     }
     for &(net, len) in subnets.iter().filter(|(ip, _)| is_hint_address(*ip)) {
+        let len = if net.is_ipv6() { len.min(48) } else { len };
         add(hint_prefix_key(net, len), &mut keys);
     }
     keys
@@ -1509,6 +1511,30 @@ mod tests {
         // At most five routers (§4.4).
         let many: Vec<IpAddr> = (1..=9).map(|i| ip(&format!("4.0.{i}.1"))).collect();
         assert_eq!(hint_keys(&many, &[]).len(), 2 * HINT_ROUTERS_MAX);
+    }
+
+    #[test]
+    fn ipv6_hints_are_by_address_and_48() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // An IPv6 router: its address and its /48; the node's /64 subnet by
+        // its /48 (here another one); link-local and ULA subnets skipped.
+        let keys = hint_keys(
+            &[ip("fe80::1"), ip("2001:db8:1::1")],
+            &[
+                (ip("2001:db8:7:1::"), 64),
+                (ip("fe80::"), 64),
+                (ip("fd00:1::"), 64),
+            ],
+        );
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert_eq!(keys[0], Id::from_ip(ip("2001:db8:1::1")));
+        assert_eq!(keys[1], hint_prefix_key(ip("2001:db8:1:ffff::9"), 48));
+        // A client anywhere in 2001:db8:7::/48 is looked up by that key.
+        assert_eq!(keys[2], hint_prefix_key(ip("2001:db8:7:42::5"), 48));
+        assert_ne!(
+            hint_prefix_key(ip("2001:db8:7::1"), 48),
+            hint_prefix_key(ip("2001:db8:8::1"), 48)
+        );
     }
 
     /// Feeds `m` replies from members `from..to` of `cluster`, `rtt` each.

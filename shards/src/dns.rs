@@ -876,19 +876,17 @@ async fn hint_lookup(core: Rc<Core>, client: IpAddr, keys: Vec<coral::Key>) {
         .set(core.hint_lookups.get().saturating_sub(1));
 }
 
-/// Probes a client (on the probe thread, never an executor): for IPv4 the
-/// traceroute-like probe of `hints.rs` (its RTT and the routers on the
-/// path), for IPv6 the RTT alone.
+/// Probes a client (on the probe thread, never an executor) with the
+/// traceroute-like probe of `hints.rs`, IPv4 or IPv6: its RTT and the
+/// routers on the path, whose last hops key the hint lookup. If the probe
+/// cannot run, the RTT alone.
 fn probe(ip: IpAddr) -> Probed {
-    match ip {
-        IpAddr::V4(v4) => match crate::hints::trace(v4, PROBE_HOPS_MAX, PROBE_TIMEOUT) {
-            Ok(t) => (ip, t.rtt, t.hops.iter().map(|h| h.addr).collect()),
-            Err(e) => {
-                tracing::debug!(%ip, error = %e, "client probe failed");
-                (ip, measure_rtt(ip, PROBE_TIMEOUT), Vec::new())
-            }
-        },
-        IpAddr::V6(_) => (ip, measure_rtt(ip, PROBE_TIMEOUT), Vec::new()),
+    match crate::hints::trace(ip, PROBE_HOPS_MAX, PROBE_TIMEOUT) {
+        Ok(t) => (ip, t.rtt, t.hops.iter().map(|h| h.addr).collect()),
+        Err(e) => {
+            tracing::debug!(%ip, error = %e, "client probe failed");
+            (ip, measure_rtt(ip, PROBE_TIMEOUT), Vec::new())
+        }
     }
 }
 

@@ -4,13 +4,14 @@
 //!
 //! All probes go out at once (one UDP datagram per TTL 1..=`hops_max`, to
 //! port 33434 + TTL), and the ICMP "time exceeded" answers are read from the
-//! socket's error queue (`IP_RECVERR`), so the whole map takes about one
-//! round trip plus the timeout — the "concurrent probes and aggressive
-//! time-outs" of §3.1. It is blocking I/O: the runtime runs it on a thread
-//! of its own, off the executors.
+//! socket's error queue (`IP_RECVERR`; for IPv6 the hop limit per probe is
+//! `IPV6_UNICAST_HOPS` and the ICMPv6 answers come through `IPV6_RECVERR`),
+//! so the whole map takes about one round trip plus the timeout — the
+//! "concurrent probes and aggressive time-outs" of §3.1. It is blocking I/O:
+//! the runtime runs it on a thread of its own, off the executors.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -26,11 +27,11 @@ pub struct Hop {
     pub addr: IpAddr,
 }
 
-/// Probes the path toward `to` (IPv4) and returns the routers that answered
-/// within `timeout`, nearest first. Stops listening early once the
+/// Probes the path toward `to` (IPv4 or IPv6) and returns the routers that
+/// answered within `timeout`, nearest first. Stops listening early once the
 /// destination itself answers (port unreachable) and the routers before it
 /// have (or a short grace after it).
-pub fn discover_routers(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Result<Vec<Hop>> {
+pub fn discover_routers(to: IpAddr, hops_max: u8, timeout: Duration) -> io::Result<Vec<Hop>> {
     Ok(trace(to, hops_max, timeout)?.hops)
 }
 
@@ -44,20 +45,34 @@ pub struct Trace {
     pub rtt: Option<Duration>,
 }
 
-/// Probes the path toward `to` (IPv4): the routers on it, nearest first,
+/// Probes the path toward `to` (IPv4, or IPv6 — an IPv4-mapped IPv6
+/// address is probed as the IPv4 one): the routers on it, nearest first,
 /// and the destination's round-trip time. All probes go out at once; after
 /// the destination answers, listening goes on only until every router
 /// before it has answered or for a grace as long again as the round trip
 /// (the last routers' answers come about with the destination's), within
 /// `timeout` in all.
-pub fn trace(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Result<Trace> {
-    let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
+pub fn trace(to: IpAddr, hops_max: u8, timeout: Duration) -> io::Result<Trace> {
+    let to = to.to_canonical();
+    // The socket of `to`'s family, its error queue on, and the option that
+    // sets each probe's TTL (IPv4) or hop limit (IPv6).
+    let (sock, hops_level, hops_name) = match to {
+        IpAddr::V4(_) => {
+            let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+            set_int(sock.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
+            (sock, libc::IPPROTO_IP, libc::IP_TTL)
+        }
+        IpAddr::V6(_) => {
+            let sock = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0))?;
+            set_int(sock.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_RECVERR, 1)?;
+            (sock, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS)
+        }
+    };
     let fd = sock.as_raw_fd();
-    set_int(fd, libc::IPPROTO_IP, libc::IP_RECVERR, 1)?;
     let start = Instant::now();
     for ttl in 1..=hops_max {
-        set_int(fd, libc::IPPROTO_IP, libc::IP_TTL, i32::from(ttl))?;
-        let dst = SocketAddr::V4(SocketAddrV4::new(to, PROBE_PORT_BASE + u16::from(ttl)));
+        set_int(fd, hops_level, hops_name, i32::from(ttl))?;
+        let dst = SocketAddr::new(to, PROBE_PORT_BASE + u16::from(ttl));
         // An ICMP error for an earlier probe can surface as this send's error
         // (the report itself stays in the error queue): that send is then
         // tried once more.
@@ -99,7 +114,7 @@ pub fn trace(to: Ipv4Addr, hops_max: u8, timeout: Duration) -> io::Result<Trace>
         match read_error(fd)? {
             Some(ErrorReport { ttl, from, reached }) => {
                 if reached {
-                    if rtt.is_none() && from == IpAddr::V4(to) {
+                    if rtt.is_none() && from == to {
                         let elapsed = start.elapsed();
                         rtt = Some(elapsed);
                         deadline =
@@ -153,11 +168,15 @@ fn set_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
     }
 }
 
-/// Reads one report from the socket's error queue.
+/// Reads one report from the socket's error queue: an ICMP error
+/// (`IP_RECVERR`) or an ICMPv6 one (`IPV6_RECVERR`), with the probe it
+/// answers (by its destination port) and the offender's address.
 fn read_error(fd: i32) -> io::Result<Option<ErrorReport>> {
     let mut data = [0u8; 256];
     let mut control = [0u64; 64]; // u64 for cmsg alignment
-    let mut name: libc::sockaddr_in = unsafe_zeroed_sockaddr_in();
+
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr().cast(),
         iov_len: data.len(),
@@ -165,8 +184,8 @@ fn read_error(fd: i32) -> io::Result<Option<ErrorReport>> {
     // SAFETY: zeroed msghdr is valid; every pointer set below refers to a
     // live local buffer with its true length.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut name as *mut libc::sockaddr_in).cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast();
@@ -181,27 +200,58 @@ fn read_error(fd: i32) -> io::Result<Option<ErrorReport>> {
             Err(e)
         };
     }
-    let port = u16::from_be(name.sin_port);
+    // The probe's destination (its port names its TTL). sin_port and
+    // sin6_port lie at the same offset, after the family.
+    let port = match i32::from(name.ss_family) {
+        libc::AF_INET | libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in or sockaddr_in6 of the
+            // family checked; the storage is large and aligned enough.
+            let sin =
+                unsafe { &*(&name as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            u16::from_be(sin.sin_port)
+        }
+        _ => 0,
+    };
     let ttl = port
         .checked_sub(PROBE_PORT_BASE)
         .and_then(|t| u8::try_from(t).ok());
     // SAFETY: CMSG_* walk the control buffer the kernel filled, bounded by
     // msg_controllen; the extended error and its offender address follow
-    // the cmsg header as the kernel lays them out (IP_RECVERR).
+    // the cmsg header as the kernel lays them out (IP_RECVERR,
+    // IPV6_RECVERR).
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::IPPROTO_IP && (*cmsg).cmsg_type == libc::IP_RECVERR {
+            let (level, kind) = ((*cmsg).cmsg_level, (*cmsg).cmsg_type);
+            let v4 = level == libc::IPPROTO_IP && kind == libc::IP_RECVERR;
+            let v6 = level == libc::IPPROTO_IPV6 && kind == libc::IPV6_RECVERR;
+            if v4 || v6 {
                 let ee = libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err;
                 let ee_val = std::ptr::read_unaligned(ee);
-                if ee_val.ee_origin != libc::SO_EE_ORIGIN_ICMP {
+                let off = libc::SO_EE_OFFENDER(ee);
+                // ICMP: type 11 = time exceeded (a router), 3 = destination
+                // unreachable (the end); ICMPv6: 3 and 1. Anything else (a
+                // local error, packet too big, a parameter problem) names
+                // no hop.
+                let (from, reached) = if v4 && ee_val.ee_origin == libc::SO_EE_ORIGIN_ICMP {
+                    let off = std::ptr::read_unaligned(off as *const libc::sockaddr_in);
+                    let from = IpAddr::V4(Ipv4Addr::from(u32::from_be(off.sin_addr.s_addr)));
+                    match ee_val.ee_type {
+                        11 => (from, false),
+                        3 => (from, true),
+                        _ => return Ok(None),
+                    }
+                } else if v6 && ee_val.ee_origin == libc::SO_EE_ORIGIN_ICMP6 {
+                    let off = std::ptr::read_unaligned(off as *const libc::sockaddr_in6);
+                    let from = IpAddr::V6(Ipv6Addr::from(off.sin6_addr.s6_addr));
+                    match ee_val.ee_type {
+                        3 => (from, false),
+                        1 => (from, true),
+                        _ => return Ok(None),
+                    }
+                } else {
                     return Ok(None);
-                }
-                let off = libc::SO_EE_OFFENDER(ee) as *const libc::sockaddr_in;
-                let off = std::ptr::read_unaligned(off);
-                let from = IpAddr::V4(Ipv4Addr::from(u32::from_be(off.sin_addr.s_addr)));
-                // ICMP type 11 = time exceeded (a router); 3 = unreachable (the end).
-                let reached = ee_val.ee_type == 3;
+                };
                 return Ok(Some(ErrorReport { ttl, from, reached }));
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
@@ -210,15 +260,11 @@ fn read_error(fd: i32) -> io::Result<Option<ErrorReport>> {
     Ok(None)
 }
 
-fn unsafe_zeroed_sockaddr_in() -> libc::sockaddr_in {
-    // SAFETY: all-zero bytes are a valid sockaddr_in.
-    unsafe { std::mem::zeroed() }
-}
-
-/// The IPv4 subnets this host is directly connected to, as (network
-/// address, prefix length), from the interfaces' addresses and netmasks
-/// (§4.4: "any IP subnets they directly connect to"). Which of them may be
-/// hints is for `coral::cluster::hint_keys` to decide (not private ones).
+/// The IPv4 and IPv6 subnets this host is directly connected to, as
+/// (network address, prefix length), from the interfaces' addresses and
+/// netmasks (§4.4: "any IP subnets they directly connect to"). Which of them
+/// may be hints is for `coral::cluster::hint_keys` to decide (not private,
+/// loopback or link-local ones).
 pub fn local_subnets() -> Vec<(IpAddr, u8)> {
     let mut out = Vec::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
@@ -235,20 +281,29 @@ pub fn local_subnets() -> Vec<(IpAddr, u8)> {
             continue;
         }
         // SAFETY: ifa_addr points at a sockaddr whose family we check before
-        // reading it as a sockaddr_in; the netmask has the same family.
-        unsafe {
-            if i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET {
-                continue;
+        // reading it as a sockaddr_in or sockaddr_in6; the netmask has the
+        // same family.
+        let subnet = unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let addr = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    let mask = &*(ifa.ifa_netmask as *const libc::sockaddr_in);
+                    let a = u32::from_be(addr.sin_addr.s_addr);
+                    let m = u32::from_be(mask.sin_addr.s_addr);
+                    (IpAddr::V4(Ipv4Addr::from(a & m)), m.leading_ones() as u8)
+                }
+                libc::AF_INET6 => {
+                    let addr = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    let mask = &*(ifa.ifa_netmask as *const libc::sockaddr_in6);
+                    let a = u128::from_be_bytes(addr.sin6_addr.s6_addr);
+                    let m = u128::from_be_bytes(mask.sin6_addr.s6_addr);
+                    (IpAddr::V6(Ipv6Addr::from(a & m)), m.leading_ones() as u8)
+                }
+                _ => continue,
             }
-            let addr = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-            let mask = &*(ifa.ifa_netmask as *const libc::sockaddr_in);
-            let a = u32::from_be(addr.sin_addr.s_addr);
-            let m = u32::from_be(mask.sin_addr.s_addr);
-            let len = m.leading_ones() as u8;
-            let net = IpAddr::V4(Ipv4Addr::from(a & m));
-            if !out.contains(&(net, len)) {
-                out.push((net, len));
-            }
+        };
+        if !out.contains(&subnet) {
+            out.push(subnet);
         }
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
@@ -267,5 +322,16 @@ mod tests {
             subnets.contains(&(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8)),
             "{subnets:?}"
         );
+        // ::1/128 where the host has IPv6 on its loopback.
+        let has_v6_lo = std::fs::read_to_string("/proc/net/if_inet6").is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.starts_with("00000000000000000000000000000001"))
+        });
+        if has_v6_lo {
+            assert!(
+                subnets.contains(&(IpAddr::V6(Ipv6Addr::LOCALHOST), 128)),
+                "{subnets:?}"
+            );
+        }
     }
 }

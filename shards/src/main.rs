@@ -141,9 +141,9 @@ enum Command {
     /// Find the first routers toward an address (the probe behind the
     /// clustering hints, §4.4): concurrent TTL-limited UDP probes.
     Hints {
-        /// The IPv4 address to probe toward.
+        /// The address (IPv4 or IPv6) to probe toward.
         #[arg(long)]
-        to: std::net::Ipv4Addr,
+        to: std::net::IpAddr,
         /// Hops to probe.
         #[arg(long, default_value_t = 5)]
         hops: u8,
@@ -444,15 +444,9 @@ fn main() -> ExitCode {
                 Ok(found) => {
                     if found.is_empty() && !json {
                         let local = to.is_loopback()
-                            || hints::local_subnets().iter().any(|&(net, len)| match net {
-                                std::net::IpAddr::V4(n) => {
-                                    let mask = u32::MAX
-                                        .checked_shl(32 - u32::from(len.min(32)))
-                                        .unwrap_or(0);
-                                    u32::from(n) & mask == u32::from(to) & mask
-                                }
-                                std::net::IpAddr::V6(_) => false,
-                            });
+                            || hints::local_subnets()
+                                .iter()
+                                .any(|&(net, len)| same_prefix(net, to, len));
                         println!(
                             "no router answered within {timeout_ms} ms on the first {hops} hops toward {to}{}",
                             if local {
@@ -514,6 +508,18 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Sim { experiment } => sim::run(experiment),
     }
+}
+
+/// Whether `a` and `b` are of one family and share their first `len` bits.
+fn same_prefix(a: std::net::IpAddr, b: std::net::IpAddr, len: u8) -> bool {
+    use std::net::IpAddr;
+    let (x, y, bits) = match (a, b.to_canonical()) {
+        (IpAddr::V4(x), IpAddr::V4(y)) => (u128::from(u32::from(x)), u128::from(u32::from(y)), 32),
+        (IpAddr::V6(x), IpAddr::V6(y)) => (u128::from(x), u128::from(y), 128),
+        _ => return false,
+    };
+    let len = u32::from(len).min(bits);
+    len == 0 || (x ^ y) >> (bits - len) == 0
 }
 
 fn client_command(target: &NodeArgs, query: &str) -> ExitCode {

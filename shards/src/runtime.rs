@@ -651,20 +651,42 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
     let mesh = MeshBuilder::<CoreMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
     // The start-up probe for clustering hints runs on its own thread, off the
     // executors; core 0 stores what it finds.
+    // Toward the first bootstrap node of each address family (a dual-stack
+    // node has IPv4 and IPv6 routers), all found handed over at once.
     let mut hints_rx = None;
-    if let Some(SocketAddr::V4(to)) = config.bootstrap.first().copied() {
-        if !to.ip().is_loopback() {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                match crate::hints::discover_routers(*to.ip(), HINT_HOPS_MAX, HINT_PROBE_TIMEOUT) {
-                    Ok(hops) => {
-                        let _ = tx.send(hops);
+    let targets: Vec<IpAddr> = [true, false]
+        .into_iter()
+        .filter_map(|v4| {
+            config
+                .bootstrap
+                .iter()
+                .map(|a| a.ip().to_canonical())
+                .find(|ip| ip.is_ipv4() == v4 && !ip.is_loopback())
+        })
+        .collect();
+    if !targets.is_empty() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut hops = Vec::new();
+            let mut probed = false;
+            for to in targets {
+                match crate::hints::discover_routers(to, HINT_HOPS_MAX, HINT_PROBE_TIMEOUT) {
+                    Ok(found) => {
+                        probed = true;
+                        hops.extend(found);
                     }
-                    Err(e) => tracing::warn!(error = %e, "hint probe failed"),
+                    Err(e) => tracing::warn!(%to, error = %e, "hint probe failed"),
                 }
-            });
-            hints_rx = Some(rx);
-        }
+            }
+            // Nearest first across both families (a stable sort: IPv4
+            // before IPv6 at one distance), so the routers kept for hints
+            // (`HINT_ROUTERS_MAX`) are the nearest of either.
+            hops.sort_by_key(|h| h.ttl);
+            if probed {
+                let _ = tx.send(hops);
+            }
+        });
+        hints_rx = Some(rx);
     }
     // One clock and one starting set of (singleton) clusters for all cores:
     // the cores of one node are one member of each cluster.

@@ -184,6 +184,9 @@ fn probe_finds_the_router_and_the_node_stores_its_hint() {
 /// A network of namespaces joined by veth links, deleted when dropped.
 struct Net {
     tag: u32,
+    /// Set apart this network's namespaces and links from those of the
+    /// other tests running at once (one process, one tag).
+    prefix: &'static str,
     namespaces: Vec<String>,
     links: u32,
 }
@@ -198,40 +201,89 @@ impl Drop for Net {
 
 impl Net {
     fn new() -> Net {
+        Net::with_prefix("")
+    }
+
+    fn with_prefix(prefix: &'static str) -> Net {
         Net {
             tag: std::process::id() % 100_000,
+            prefix,
             namespaces: Vec::new(),
             links: 0,
         }
     }
 
-    /// A namespace named `coral-<name><tag>`, loopback up.
+    /// A namespace named `coral-<prefix><name><tag>`, loopback up, IPv6
+    /// duplicate address detection off (addresses usable at once).
     fn host(&mut self, name: &str) -> String {
-        let ns = format!("coral-{name}{}", self.tag);
+        let ns = format!("coral-{}{name}{}", self.prefix, self.tag);
         ip(&["netns", "add", &ns]);
-        ip(&["-n", &ns, "link", "set", "lo", "up"]);
         self.namespaces.push(ns.clone());
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        sysctl(&ns, "net.ipv6.conf.default.accept_dad=0");
         ns
     }
 
-    /// A veth link between `a` (address `a_addr`, a /24) and `b`.
-    fn link(&mut self, a: &str, a_addr: &str, b: &str, b_addr: &str) {
+    /// A veth link between `a` (address `a_addr`) and `b`, each with its
+    /// prefix length: a /24 for IPv4, a /64 for IPv6. Returns the two
+    /// ends' names.
+    fn link(&mut self, a: &str, a_addr: &str, b: &str, b_addr: &str) -> (String, String) {
         self.links += 1;
         let (va, vb) = (
-            format!("v{}a{}", self.links, self.tag),
-            format!("v{}b{}", self.links, self.tag),
+            format!("{}v{}a{}", self.prefix, self.links, self.tag),
+            format!("{}v{}b{}", self.prefix, self.links, self.tag),
         );
         ip(&[
             "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
         ]);
-        ip(&["-n", a, "addr", "add", &format!("{a_addr}/24"), "dev", &va]);
-        ip(&["-n", b, "addr", "add", &format!("{b_addr}/24"), "dev", &vb]);
+        for (ns, addr, dev) in [(a, a_addr, &va), (b, b_addr, &vb)] {
+            if addr.contains(':') {
+                ip(&[
+                    "-n",
+                    ns,
+                    "-6",
+                    "addr",
+                    "add",
+                    &format!("{addr}/64"),
+                    "dev",
+                    dev,
+                    "nodad",
+                ]);
+            } else {
+                ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
+            }
+        }
         ip(&["-n", a, "link", "set", &va, "up"]);
         ip(&["-n", b, "link", "set", &vb, "up"]);
+        (va, vb)
+    }
+
+    /// One more IPv6 address (a /64) on `dev` in `ns`.
+    fn addr6(&self, ns: &str, dev: &str, addr: &str) {
+        ip(&[
+            "-n",
+            ns,
+            "-6",
+            "addr",
+            "add",
+            &format!("{addr}/64"),
+            "dev",
+            dev,
+            "nodad",
+        ]);
     }
 
     fn route(&self, ns: &str, to: &str, via: &str) {
-        ip(&["-n", ns, "route", "add", to, "via", via]);
+        if via.contains(':') {
+            ip(&["-n", ns, "-6", "route", "add", to, "via", via]);
+        } else {
+            ip(&["-n", ns, "route", "add", to, "via", via]);
+        }
+    }
+
+    /// Turns IPv6 forwarding on in `ns` (a router).
+    fn forward6(&self, ns: &str) {
+        sysctl(ns, "net.ipv6.conf.all.forwarding=1");
     }
 
     fn forward(&self, ns: &str) {
@@ -248,6 +300,15 @@ impl Net {
             .unwrap();
         assert!(ok.success());
     }
+}
+
+/// Sets a sysctl inside `ns`.
+fn sysctl(ns: &str, setting: &str) {
+    let ok = Command::new("ip")
+        .args(["netns", "exec", ns, "sysctl", "-qw", setting])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "sysctl {setting} in {ns}");
 }
 
 /// A child process killed when dropped.
@@ -413,5 +474,395 @@ fn dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The AAAA records of `name` as dnssrv at `server` (an IPv6 address)
+/// answers a client in `ns`.
+fn kdig_aaaa(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "kdig",
+            &format!("@{server}"),
+            "-p",
+            port,
+        ])
+        .args(["+retry=2", "+timeout=2", "+short", name, "AAAA"])
+        .output()
+        .expect("kdig (knot-dnsutils) is needed for this test");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.parse::<std::net::Ipv6Addr>().is_ok())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The values stored under `key`, as the node whose admin endpoint is on
+/// `ns`'s loopback gets them from the DSHT.
+fn dsht_get(ns: &str, key: &str) -> serde_json::Value {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, CORAL])
+        .args(["get", key, "--node", "127.0.0.1:7080", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+/// Waits until the node in `ns` answers on its admin endpoint.
+fn wait_admin(ns: &str, what: &str) {
+    let start = Instant::now();
+    loop {
+        let ok = Command::new("ip")
+            .args(["netns", "exec", ns, CORAL])
+            .args(["levels", "--node", "127.0.0.1:7080", "--json"])
+            .output()
+            .unwrap()
+            .status
+            .success();
+        if ok {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{what} did not start in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The IPv6 probe (ICMPv6 time exceeded through `IPV6_RECVERR`) across a
+/// router, and a node's start-up hint under its IPv6 router:
+///
+/// ```text
+///  A 2001:db8:1::2 ── 2001:db8:1::1 R 2001:db8:2::1 ── B 2001:db8:2::2
+/// ```
+#[test]
+fn ipv6_probe_finds_the_router_and_the_node_stores_its_hint() {
+    let mut net = Net::with_prefix("6");
+    let (a, r, b) = (net.host("a"), net.host("r"), net.host("b"));
+    net.link(&a, "2001:db8:1::2", &r, "2001:db8:1::1");
+    net.link(&r, "2001:db8:2::1", &b, "2001:db8:2::2");
+    net.route(&a, "default", "2001:db8:1::1");
+    net.route(&b, "default", "2001:db8:2::1");
+    net.forward6(&r);
+
+    let out = Command::new("ip")
+        .args(["netns", "exec", &a, CORAL])
+        .args([
+            "hints",
+            "--to",
+            "2001:db8:2::2",
+            "--json",
+            "--timeout-ms",
+            "3000",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let routers = found["routers"].as_array().unwrap();
+    assert_eq!(routers.len(), 1, "{found}");
+    assert_eq!(routers[0]["ttl"], 1);
+    assert_eq!(routers[0]["addr"], "2001:db8:1::1");
+    assert_eq!(routers[0]["hint"], true);
+
+    // A node in B, and a node in A joining through it over IPv6: A's
+    // start-up probe finds R and stores hints under R's address and its /48
+    // pointing at A.
+    let _b = coral_in(
+        &b,
+        &["node", "--dsht", "[2001:db8:2::2]:7000", "--cores", "1"],
+    );
+    wait_admin(&b, "node B");
+    let _a = coral_in(
+        &a,
+        &[
+            "node",
+            "--dsht",
+            "[2001:db8:1::2]:7000",
+            "--cores",
+            "1",
+            "--bootstrap",
+            "[2001:db8:2::2]:7000",
+        ],
+    );
+    let router: std::net::IpAddr = "2001:db8:1::1".parse().unwrap();
+    for key in [
+        coral::Id::from_ip(router),
+        coral::cluster::hint_prefix_key(router, 48),
+    ] {
+        let key = key.to_string();
+        let start = Instant::now();
+        loop {
+            let v = dsht_get(&b, &key);
+            if v["values"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["addr"] == "[2001:db8:1::2]:7000"))
+            {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no hint under {key} (the router 2001:db8:1::1) pointing at node A: {v}"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+/// §3.1 and §4.4 end to end over IPv6, as
+/// `dnssrv_answers_with_the_node_a_hint_names_near_the_client` over IPv4:
+///
+/// ```text
+///  D 2001:db8:6::2 ── R2 ── 2001:db8:5::/64 ── R1 ─┬─ 2001:db8:11::/64 ── N 2001:db8:11::2
+///  (dnssrv)                                        └─ 2001:db8:2::/64 ── C 2001:db8:2::2 (client)
+/// ```
+///
+/// N's start-up probe toward D finds R1 and R2 and stores hints under their
+/// addresses and /48s; D's probe toward C (ICMPv6 from each hop) ends at
+/// R1, answering from 2001:db8:5::2, whose /48 is one of N's hint keys.
+#[test]
+fn ipv6_dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
+    let mut net = Net::with_prefix("6h");
+    let (d, r2, r1, n, c) = (
+        net.host("d"),
+        net.host("s"),
+        net.host("q"),
+        net.host("n"),
+        net.host("c"),
+    );
+    net.link(&d, "2001:db8:6::2", &r2, "2001:db8:6::1");
+    net.link(&r2, "2001:db8:5::1", &r1, "2001:db8:5::2");
+    net.link(&r1, "2001:db8:11::1", &n, "2001:db8:11::2");
+    net.link(&r1, "2001:db8:2::1", &c, "2001:db8:2::2");
+    net.route(&d, "default", "2001:db8:6::1");
+    net.route(&r2, "2001:db8:11::/64", "2001:db8:5::2");
+    net.route(&r2, "2001:db8:2::/64", "2001:db8:5::2");
+    net.route(&r1, "default", "2001:db8:5::1");
+    net.route(&n, "default", "2001:db8:11::1");
+    net.route(&c, "default", "2001:db8:2::1");
+    net.forward6(&r1);
+    net.forward6(&r2);
+
+    let dir = std::env::temp_dir().join(format!("coral-dns-hint6-{}", net.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("d.toml");
+    // One proxy per answer, so the order is the test.
+    std::fs::write(
+        &config,
+        "http = \"[2001:db8:6::2]:8080\"\n[dnssrv]\nanswers_max = 1\n",
+    )
+    .unwrap();
+    let _d = coral_in(
+        &d,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            "[2001:db8:6::2]:7000",
+            "--dns",
+            "[2001:db8:6::2]:5300",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let start = Instant::now();
+    while kdig_aaaa(&d, "2001:db8:6::2", "5300", name).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "D never answered"
+        );
+    }
+    let _n = coral_in(
+        &n,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            "[2001:db8:11::2]:7000",
+            "--bootstrap",
+            "[2001:db8:6::2]:7000",
+        ],
+    );
+    // N's hint under the R1–R2 link's /48 is in the DSHT.
+    let key = coral::cluster::hint_prefix_key("2001:db8:5::".parse().unwrap(), 48).to_string();
+    let start = Instant::now();
+    loop {
+        let v = dsht_get(&d, &key);
+        if v["values"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["addr"] == "[2001:db8:11::2]:7000"))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "N stored no hint under {key}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // C's first query: D knows nothing of C yet, and D's address shares
+    // more of C's prefix than N's does: D answers with itself, and probes C.
+    let first = kdig_aaaa(&c, "2001:db8:6::2", "5300", name);
+    assert_eq!(first, vec!["2001:db8:6::2".to_string()]);
+    // Then the probe's last hop names N: once D has pinged it, it is the
+    // answer.
+    let start = Instant::now();
+    loop {
+        let got = kdig_aaaa(&c, "2001:db8:6::2", "5300", name);
+        if got == vec!["2001:db8:11::2".to_string()] {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never answered with the node near the client: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `f` on a thread inside the network namespace `ns`: the sockets it
+/// makes are that namespace's.
+fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a valid namespace descriptor; only this thread moves.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+/// A recursive AAAA query for `name`, with message id `id`.
+fn aaaa_query(id: u16, name: &str) -> Vec<u8> {
+    let mut q = Vec::new();
+    q.extend_from_slice(&id.to_be_bytes());
+    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.split('.').filter(|l| !l.is_empty()) {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 28, 0, 1]);
+    q
+}
+
+/// dnssrv's counters (core 0) of the node whose admin endpoint is on
+/// `ns`'s loopback.
+fn dns_counters_in(ns: &str) -> serde_json::Value {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "curl", "-s", "--max-time", "10"])
+        .arg("http://127.0.0.1:7080/stats")
+        .output()
+        .expect("curl");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["cores"][0]["dns"].clone()
+}
+
+/// Sends `q` from each of `sources` (addresses in `ns`) to `server` at
+/// once, then waits for every answer and checks that it is NOERROR.
+fn query_from(ns: &str, sources: Vec<String>, server: std::net::SocketAddr, q: Vec<u8>) {
+    in_netns(ns, move || {
+        let sockets: Vec<std::net::UdpSocket> = sources
+            .iter()
+            .map(|a| std::net::UdpSocket::bind(format!("[{a}]:0")).unwrap())
+            .collect();
+        for s in &sockets {
+            s.send_to(&q, server).unwrap();
+        }
+        for s in &sockets {
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut b = [0u8; 1500];
+            let (n, _) = s.recv_from(&mut b).expect("an answer for every client");
+            assert!(n >= 12);
+            assert_eq!(b[3] & 0x0f, 0, "rcode");
+        }
+    });
+}
+
+/// Coral is no probe reflector over IPv6 either: queries from twenty
+/// addresses of one /56, all before any probe has come back, start at most
+/// `probes_per_prefix` (4) probes; two clients of another /56 of the same
+/// /48 have a budget of their own.
+#[test]
+fn ipv6_client_probes_are_bounded_per_slash_56() {
+    let mut net = Net::with_prefix("6p");
+    let (d, c) = (net.host("d"), net.host("c"));
+    let (vd, vc) = net.link(&d, "2001:db8:6::2", &c, "2001:db8:6::1");
+    // Two /56s of D's /48 (not D's own /56), on the link.
+    let one: Vec<String> = (1..=20).map(|i| format!("2001:db8:6:200::{i}")).collect();
+    let next: Vec<String> = (1..=2).map(|i| format!("2001:db8:6:300::{i}")).collect();
+    for a in one.iter().chain(&next) {
+        net.addr6(&c, &vc, a);
+    }
+    for p in ["2001:db8:6:200::/64", "2001:db8:6:300::/64"] {
+        ip(&["-n", &d, "-6", "route", "add", p, "dev", &vd]);
+    }
+
+    let dir = std::env::temp_dir().join(format!("coral-dns-probe6-{}", net.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("d.toml");
+    std::fs::write(
+        &config,
+        "http = \"[2001:db8:6::2]:8080\"\n[dnssrv]\nrrl_responses_per_sec = 0\n",
+    )
+    .unwrap();
+    let _d = coral_in(
+        &d,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            "[2001:db8:6::2]:7000",
+            "--dns",
+            "[2001:db8:6::2]:5300",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let start = Instant::now();
+    // D's own loopback asks (not counted against C's prefixes).
+    while kdig_aaaa(&d, "2001:db8:6::2", "5300", name).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "D never answered"
+        );
+    }
+    let before = dns_counters_in(&d);
+    let sent0 = before["probes_sent"].as_u64().unwrap();
+    let refused0 = before["probes_refused"].as_u64().unwrap();
+    let server: std::net::SocketAddr = "[2001:db8:6::2]:5300".parse().unwrap();
+    query_from(&c, one, server, aaaa_query(7, name));
+    let c1 = dns_counters_in(&d);
+    assert_eq!(c1["probes_sent"].as_u64().unwrap() - sent0, 4, "{c1}");
+    assert_eq!(
+        c1["probes_refused"].as_u64().unwrap() - refused0,
+        16,
+        "{c1}"
+    );
+    query_from(&c, next, server, aaaa_query(8, name));
+    let c2 = dns_counters_in(&d);
+    assert_eq!(c2["probes_sent"].as_u64().unwrap() - sent0, 6, "{c2}");
+    assert_eq!(
+        c2["probes_refused"].as_u64().unwrap() - refused0,
+        16,
+        "{c2}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1067,6 +1067,11 @@ impl Dnssrv {
         out: &mut Vec<u8>,
         hold: Hold,
     ) -> Outcome {
+        // An IPv4 client of a dual-stack (`[::]`) socket comes as an
+        // IPv4-mapped IPv6 address: it is the IPv4 client, of its /24 (its
+        // RTT, its rate limit, its probe), not of one /56 with every other
+        // IPv4 client.
+        let client = SocketAddr::new(client.ip().to_canonical(), client.port());
         let retry = matches!(hold, Hold::Retry(_));
         if !retry {
             self.counters.queries += 1;

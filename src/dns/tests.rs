@@ -882,3 +882,54 @@ fn answers_are_counted_by_qtype_rcode_and_client_level() {
     assert_eq!(s.counters().answers, want);
     assert_eq!(qtype_index(&[0u8; 12]), QTYPE_NAMES.len() - 1);
 }
+
+#[test]
+fn ipv4_mapped_clients_of_a_dual_stack_socket_are_ipv4_clients() {
+    let v = view_with_levels();
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let mut s = srv();
+    // The /24 is within level 2; a query through a `[::]` socket from an
+    // address in it is answered at level 2, and the probe is of the IPv4
+    // address.
+    s.pin_rtt(client().ip(), Duration::from_millis(3), NOW);
+    let mapped: SocketAddr = "[::ffff:127.13.9.77]:5353".parse().unwrap();
+    let (o, r) = ask_at(&mut s, NOW, &v, &q, mapped, Hold::Never);
+    assert_eq!(o, Outcome::Answer);
+    assert_eq!(r.answer()[0].3, "127.13.2.10");
+    assert_eq!(
+        followups(&mut s),
+        vec![FollowUp::Probe("127.13.9.77".parse().unwrap())]
+    );
+    // Another IPv4 network through the same socket is not in that /24.
+    let other: SocketAddr = "[::ffff:127.14.1.1]:5353".parse().unwrap();
+    let (_, r) = ask_at(&mut s, NOW, &v, &q, other, Hold::Never);
+    assert_eq!(r.answer()[0].3, "127.13.0.10");
+}
+
+#[test]
+fn nsdi2004_3_1_ipv6_clients_look_up_hints_under_their_last_hops() {
+    // An IPv6 client: the probe's hops (IPv6 routers) key the lookup, by
+    // address and /48, as for IPv4.
+    let client: IpAddr = "2001:db8:2::2".parse().unwrap();
+    let hops: [IpAddr; 2] = [
+        "2001:db8:6::1".parse().unwrap(),
+        "2001:db8:5::2".parse().unwrap(),
+    ];
+    let mut s = srv();
+    s.on_probe(client, Some(Duration::from_millis(80)), &hops, NOW);
+    let (keys, len) = lookup_keys(client, &hops);
+    assert_eq!(len, 5);
+    assert_eq!(keys[0], crate::Id::from_ip(hops[1]));
+    assert_eq!(
+        keys[1],
+        crate::cluster::hint_prefix_key("2001:db8:5::".parse().unwrap(), 48)
+    );
+    assert_eq!(
+        followups(&mut s),
+        vec![FollowUp::Hints {
+            client,
+            keys,
+            len: len as u8
+        }]
+    );
+}
