@@ -36,6 +36,7 @@
 //! (`ns-7f0d0101.L2.L1.L0.Z` is 127.13.1.1), so every node can answer for
 //! every name server's glue without any state.
 
+mod fast;
 mod limits;
 mod near;
 mod view;
@@ -593,48 +594,7 @@ impl Composer for Wire {
                 &local[..len]
             }
         };
-        let len = flat.len();
-        let mut bounds = [0u8; 128];
-        let mut labels = 0;
-        let mut p = 0;
-        while p < len {
-            let Some(b) = bounds.get_mut(labels) else {
-                break;
-            };
-            *b = p as u8;
-            labels += 1;
-            p += 1 + usize::from(flat[p]);
-        }
-        // The root label is never pointed at.
-        let named = labels.saturating_sub(1);
-        let start = self.buf.len();
-        let mut literal = len;
-        let mut pointer = None;
-        for &b in &bounds[..named] {
-            if let Some(p) = self.c.find(&flat[usize::from(b)..len]) {
-                literal = usize::from(b);
-                pointer = Some(p);
-                break;
-            }
-        }
-        self.buf.extend_from_slice(&flat[..literal]);
-        if let Some(p) = pointer {
-            self.buf.extend_from_slice(&(p | 0xc000).to_be_bytes());
-        }
-        let c = &mut self.c;
-        if literal > 0 && start < 0x3fff && c.count < COMPRESS_NAMES_MAX {
-            let arena_off = c.arena.len();
-            if arena_off + len <= usize::from(u16::MAX) {
-                c.arena.extend_from_slice(&flat[..len]);
-                c.names[c.count] = (
-                    start as u16,
-                    arena_off as u16,
-                    len as u8,
-                    literal.min(255) as u8,
-                );
-                c.count += 1;
-            }
-        }
+        put_name(&mut self.buf, &mut self.c, flat);
         Ok(())
     }
 
@@ -644,6 +604,55 @@ impl Composer for Wire {
 }
 
 type Target = Wire;
+
+
+/// Appends `flat` (a name in wire form, with its root label) to `buf`,
+/// compressed against the names `c` remembers (RFC 1035 §4.1.4), and
+/// remembers it: the one compression rule of every answer, built through
+/// domain's builder ([`Wire`]) or directly (the fast path).
+fn put_name(buf: &mut Vec<u8>, c: &mut Compress, flat: &[u8]) {
+    let len = flat.len();
+    let mut bounds = [0u8; 128];
+    let mut labels = 0;
+    let mut p = 0;
+    while p < len {
+        let Some(b) = bounds.get_mut(labels) else {
+            break;
+        };
+        *b = p as u8;
+        labels += 1;
+        p += 1 + usize::from(flat[p]);
+    }
+    // The root label is never pointed at.
+    let named = labels.saturating_sub(1);
+    let start = buf.len();
+    let mut literal = len;
+    let mut pointer = None;
+    for &b in &bounds[..named] {
+        if let Some(p) = c.find(&flat[usize::from(b)..len]) {
+            literal = usize::from(b);
+            pointer = Some(p);
+            break;
+        }
+    }
+    buf.extend_from_slice(&flat[..literal]);
+    if let Some(p) = pointer {
+        buf.extend_from_slice(&(p | 0xc000).to_be_bytes());
+    }
+    if literal > 0 && start < 0x3fff && c.count < COMPRESS_NAMES_MAX {
+        let arena_off = c.arena.len();
+        if arena_off + len <= usize::from(u16::MAX) {
+            c.arena.extend_from_slice(&flat[..len]);
+            c.names[c.count] = (
+                start as u16,
+                arena_off as u16,
+                len as u8,
+                literal.min(255) as u8,
+            );
+            c.count += 1;
+        }
+    }
+}
 
 /// A domain name built on the stack.
 struct NameBuf {
@@ -734,6 +743,13 @@ pub struct Dnssrv {
     apex_names: Vec<Name<Vec<u8>>>,
     /// Name servers' names by (apex, address).
     ns_cache: Vec<(Apex, IpAddr, Name<Vec<u8>>)>,
+    /// What the fast path picked for the query being answered, when it
+    /// hands the writing to the builder.
+    picked: Option<Pick>,
+    /// Whether the common query takes the fast path (`fast.rs`).
+    fast_path: bool,
+    /// Answers the fast path wrote itself (for the tests).
+    fast_answered: u64,
 }
 
 fn labels_of(name: &str) -> Vec<Vec<u8>> {
@@ -801,6 +817,7 @@ fn same_local_net(client: IpAddr, proxy: IpAddr) -> bool {
 }
 
 /// Up to `N` peers, best first.
+#[derive(Clone, Copy, Debug)]
 struct Best<const N: usize> {
     items: [(u32, u64, IpAddr); N],
     len: usize,
@@ -905,6 +922,9 @@ impl Dnssrv {
             apex_flat: Vec::new(),
             apex_names: Vec::new(),
             ns_cache: Vec::new(),
+            picked: None,
+            fast_path: true,
+            fast_answered: 0,
             cfg,
         };
         srv.apex_flat = [Apex::Z, Apex::L0, Apex::L1, Apex::L2, Apex::Alias]
@@ -1096,7 +1116,14 @@ impl Dnssrv {
         self.badvers = false;
         let buf = std::mem::take(out);
         self.answer_level = None;
-        let r = self.respond(now, &msg, rrl, client, transport, view, buf);
+        self.picked = None;
+        let r = match fast::fast_parse(query) {
+            Some(q) if self.fast_path && rrl == Rrl::Send => {
+                self.respond_fast(now, &msg, &q, client, transport, view, buf)
+            }
+            _ => self.respond(now, &msg, rrl, client, transport, view, buf),
+        };
+        self.picked = None;
         self.hold = Hold::Never;
         match r {
             Some(b) if self.hold_now => {
@@ -1805,21 +1832,15 @@ impl Dnssrv {
         }
     }
 
-    /// The proxies for `owner` (the query name, or a CNAME's target), and
-    /// the delegation that locks the resolver onto the client's cluster.
-    fn proxies(
-        &mut self,
-        ctx: &Ctx,
-        owner: Option<Flat<'_>>,
-        mut ans: AnswerBuilder<Target>,
-    ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
+    /// What the answer for a proxy name holds: the client located, the
+    /// proxies picked, the counters and follow-ups of that done (the
+    /// answer function's side effects, taken once per query whichever way
+    /// the answer is then written).
+    fn pick(&mut self, ctx: &Ctx) -> Pick {
         let want = match ctx.qtype {
             Rtype::A | Rtype::ANY => Rtype::A,
             Rtype::AAAA => Rtype::AAAA,
-            _ => {
-                let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
-                return (add, 0, r);
-            }
+            _ => return Pick::NoAddress,
         };
         let (level, scope, near) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
         let level = (level as usize).min(ctx.view.levels.len().saturating_sub(1));
@@ -1830,7 +1851,7 @@ impl Dnssrv {
         let (best, hinted) = self.pick_proxies(ctx, level, target, want, near);
         if self.hold_now {
             // Held: nothing is sent now; the query is asked again.
-            return (ans.additional(), scope, Ok(()));
+            return Pick::Held(scope);
         }
         if !matches!(self.hold, Hold::Retry(_)) {
             match level {
@@ -1849,19 +1870,43 @@ impl Dnssrv {
         }
         if best.len == 0 {
             self.counters.answers_no_proxy += 1;
-            let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
-            return (add, scope, r);
+            return Pick::NoProxy(scope);
         }
         if hinted {
             self.counters.answers_hinted += 1;
         }
         self.counters.answers_proxied += 1;
         self.answer_level = Some(level as Level);
-        let ttl = Ttl::from_secs(if level >= 2 {
-            A_TTL_SECS_LEVEL2
-        } else {
-            A_TTL_SECS_NEAR
-        });
+        Pick::Proxies { level, scope, best }
+    }
+
+    /// The proxies for `owner` (the query name, or a CNAME's target), and
+    /// the delegation that locks the resolver onto the client's cluster.
+    fn proxies(
+        &mut self,
+        ctx: &Ctx,
+        owner: Option<Flat<'_>>,
+        mut ans: AnswerBuilder<Target>,
+    ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
+        // The fast path may have picked already (then it could not write
+        // the answer itself: no proxy, or too big).
+        let pick = match self.picked.take() {
+            Some(p) => p,
+            None => self.pick(ctx),
+        };
+        let (level, scope, best) = match pick {
+            Pick::NoAddress => {
+                let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
+                return (add, 0, r);
+            }
+            Pick::Held(scope) => return (ans.additional(), scope, Ok(())),
+            Pick::NoProxy(scope) => {
+                let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
+                return (add, scope, r);
+            }
+            Pick::Proxies { level, scope, best } => (level, scope, best),
+        };
+        let ttl = Ttl::from_secs(a_ttl_secs(level));
         for ip in best.addrs() {
             let r = match (ip, owner.clone()) {
                 (IpAddr::V4(a), Some(o)) => ans.push((o, ttl, a4(a))),
@@ -1886,6 +1931,32 @@ impl Dnssrv {
             }
         }
     }
+}
+
+/// The TTL of A records for a client at `level`.
+fn a_ttl_secs(level: usize) -> u32 {
+    if level >= 2 {
+        A_TTL_SECS_LEVEL2
+    } else {
+        A_TTL_SECS_NEAR
+    }
+}
+
+/// What [`Dnssrv::pick`] decided for a proxy name.
+#[derive(Clone, Copy, Debug)]
+enum Pick {
+    /// The query type has no addresses (NODATA).
+    NoAddress,
+    /// Held (with the Client Subnet scope).
+    Held(u8),
+    /// No proxy live: NODATA (with the scope).
+    NoProxy(u8),
+    /// These proxies, for a client at `level`.
+    Proxies {
+        level: usize,
+        scope: u8,
+        best: Best<ANSWERS_MAX>,
+    },
 }
 
 /// A parsed question.

@@ -1,0 +1,390 @@
+//! The fast path for the common query: a plain QUERY over UDP or TCP for the
+//! A or AAAA records of a Coralized name (under `http.L2.L1.L0.<zone>`, or
+//! under the alias), with or without EDNS and Client Subnet.
+//!
+//! [`fast_parse`] reads such a query by a direct scan of its octets and
+//! declines anything else (compression pointers in the question, other
+//! types, classes or opcodes, EDNS versions above 0, several options of
+//! one kind...), which then goes to domain's full parser exactly as before.
+//! [`Dnssrv::respond_fast`] writes the answer straight into the buffer,
+//! with the compressor the builder uses ([`put_name`]), so its bytes are
+//! the builder's. The decision (client level, proxies, counters,
+//! follow-ups) is [`Dnssrv::pick`], shared with the builder's path; when
+//! the answer is not the plain one (no proxy live, held, too big for the
+//! transport) the pick is handed to the builder's path, which writes it.
+//! `tests.rs` checks both paths byte for byte over varied queries.
+
+use super::*;
+
+/// A query of the common shape, read by a direct scan of its octets.
+pub(super) struct FastQuery<'q> {
+    /// The question's name in wire form, root label included, letter case
+    /// as sent.
+    qname: &'q [u8],
+    /// A or AAAA.
+    qtype: u16,
+    edns: Edns,
+}
+
+/// Reads `q` if it is a plain query for A or AAAA in class IN, with at
+/// most an OPT record (version 0, at most one Client Subnet option, well
+/// formed) and nothing after it; `None` for anything else.
+pub(super) fn fast_parse(q: &[u8]) -> Option<FastQuery<'_>> {
+    let h = q.get(..12)?;
+    // QR clear, opcode QUERY.
+    if h[2] & 0xf8 != 0 {
+        return None;
+    }
+    let count = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    if count(4) != 1 || count(6) != 0 || count(8) != 0 || count(10) > 1 {
+        return None;
+    }
+    // The name: plain labels only, at most 255 octets with the root.
+    let mut p = 12;
+    loop {
+        let l = usize::from(*q.get(p)?);
+        if l == 0 {
+            break;
+        }
+        if l > 63 {
+            return None;
+        }
+        p += 1 + l;
+        if p - 12 >= 255 {
+            return None;
+        }
+    }
+    let qname = q.get(12..p + 1)?;
+    let t = q.get(p + 1..p + 5)?;
+    let qtype = u16::from_be_bytes([t[0], t[1]]);
+    if !matches!(qtype, 1 | 28) || t[2..4] != [0, 1] {
+        return None;
+    }
+    let mut end = p + 5;
+    let mut edns = Edns::default();
+    if count(10) == 1 {
+        // The OPT record, owned by the root (RFC 6891 §6.1.2).
+        let r = q.get(end..end + 11)?;
+        if r[0] != 0 || r[1..3] != [0, 41] || r[6] != 0 {
+            return None;
+        }
+        let rdlen = usize::from(u16::from_be_bytes([r[9], r[10]]));
+        let rdata = q.get(end + 11..end + 11 + rdlen)?;
+        end += 11 + rdlen;
+        let mut o = 0;
+        while o < rdata.len() {
+            let oh = rdata.get(o..o + 4)?;
+            let code = u16::from_be_bytes([oh[0], oh[1]]);
+            let len = usize::from(u16::from_be_bytes([oh[2], oh[3]]));
+            let data = rdata.get(o + 4..o + 4 + len)?;
+            if code == OPT_CLIENT_SUBNET {
+                if edns.ecs.is_some() {
+                    return None;
+                }
+                edns.ecs = Some(parse_ecs(data)?);
+            }
+            o += 4 + len;
+        }
+        edns.present = true;
+        edns.udp = u16::from_be_bytes([r[3], r[4]]);
+        edns.version = 0;
+        edns.dnssec_ok = r[7] & 0x80 != 0;
+    }
+    if end != q.len() {
+        return None;
+    }
+    Some(FastQuery { qname, qtype, edns })
+}
+
+/// Appends a record's type, class IN and TTL.
+fn put_head(buf: &mut Vec<u8>, rtype: u16, ttl: u32) {
+    buf.extend_from_slice(&rtype.to_be_bytes());
+    buf.extend_from_slice(&[0, 1]);
+    buf.extend_from_slice(&ttl.to_be_bytes());
+}
+
+/// Appends an address record's type, class, TTL and data.
+fn put_addr(buf: &mut Vec<u8>, ip: IpAddr, ttl: u32) {
+    match ip {
+        IpAddr::V4(a) => {
+            put_head(buf, 1, ttl);
+            buf.extend_from_slice(&[0, 4]);
+            buf.extend_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            put_head(buf, 28, ttl);
+            buf.extend_from_slice(&[0, 16]);
+            buf.extend_from_slice(&a.octets());
+        }
+    }
+}
+
+/// Appends a record whose data is one name, compressed: the length first,
+/// then set once the name is written.
+fn put_name_rdata(buf: &mut Vec<u8>, c: &mut Compress, name: &[u8]) {
+    let at = buf.len();
+    buf.extend_from_slice(&[0, 0]);
+    put_name(buf, c, name);
+    let len = (buf.len() - at - 2) as u16;
+    buf[at..at + 2].copy_from_slice(&len.to_be_bytes());
+}
+
+impl NameBuf {
+    /// The name in wire form, with its root label.
+    fn flat(&mut self) -> &[u8] {
+        self.b[self.len] = 0;
+        &self.b[..self.len + 1]
+    }
+}
+
+impl Dnssrv {
+    /// Whether the common query takes the fast path (on by default; off,
+    /// every query goes through domain's parser and message builder, as
+    /// the tests compare and the benchmark measures).
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
+    }
+
+    /// Answers a query [`fast_parse`] read (response rate limiting said
+    /// send): directly for a proxy name with proxies to name that fits the
+    /// transport, else through [`Dnssrv::respond`] (with the pick made, if
+    /// it was).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn respond_fast(
+        &mut self,
+        now: Time,
+        msg: &Message<&[u8]>,
+        q: &FastQuery<'_>,
+        client: SocketAddr,
+        transport: Transport,
+        view: &View,
+        buf: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        let mut labels: [&[u8]; 128] = [&[]; 128];
+        let mut n = 0;
+        let mut p = 0;
+        while let Some(&l) = q.qname.get(p).filter(|&&l| l != 0) {
+            *labels.get_mut(n)? = q.qname.get(p + 1..p + 1 + usize::from(l))?;
+            n += 1;
+            p += 1 + usize::from(l);
+        }
+        let labels = &labels[..n];
+        let prefix = match self.classify(labels) {
+            Place::Proxy => None,
+            Place::BelowAlias(k) => Some(k),
+            _ => return self.respond(now, msg, Rrl::Send, client, transport, view, buf),
+        };
+        let edns = q.edns;
+        let limit = match transport {
+            Transport::Tcp => TCP_MESSAGE_BYTES,
+            Transport::Udp if edns.present => {
+                usize::from(edns.udp.min(self.cfg.udp_payload_bytes)).max(UDP_PLAIN_BYTES)
+            }
+            Transport::Udp => UDP_PLAIN_BYTES,
+        };
+        // As the builder's path: room left for the OPT record.
+        let opt_room = if edns.present { 11 + 24 } else { 0 };
+        let push_limit = limit.saturating_sub(opt_room);
+        let c = self.compress.take().unwrap_or_else(Compress::new);
+        let Wire { mut buf, mut c } = Wire::new(buf, c);
+        // The header is written last, once the counts are known.
+        buf.extend_from_slice(&[0; 12]);
+        if prefix.is_some() {
+            put_name(&mut buf, &mut c, q.qname);
+        } else {
+            // No compressor needed (see below).
+            buf.extend_from_slice(q.qname);
+        }
+        buf.extend_from_slice(&q.qtype.to_be_bytes());
+        buf.extend_from_slice(&[0, 1]);
+        let mut ancount: u16 = 0;
+        let mut target = NameBuf::new();
+        let owner: &[u8] = match prefix {
+            None => q.qname,
+            Some(k) => {
+                // The DNAME (its target never compressed, RFC 6672 §2.5),
+                // then the synthesized CNAME, as `build` writes them.
+                let (mut downer, mut dtarget) = (NameBuf::new(), NameBuf::new());
+                let fits = labels[..k].iter().all(|l| target.push(l))
+                    && target.push(b"http")
+                    && self.apex_name(Apex::L2, &mut target);
+                let ok = self.apex_name(Apex::Alias, &mut downer)
+                    && dtarget.push(b"http")
+                    && self.apex_name(Apex::L2, &mut dtarget);
+                if !(fits && ok) {
+                    return self.fall_back(now, msg, client, transport, view, buf, c);
+                }
+                put_name(&mut buf, &mut c, downer.flat());
+                put_head(&mut buf, Rtype::DNAME.to_int(), ZONE_TTL_SECS);
+                let d = dtarget.flat();
+                buf.extend_from_slice(&(d.len() as u16).to_be_bytes());
+                buf.extend_from_slice(d);
+                put_name(&mut buf, &mut c, q.qname);
+                put_head(&mut buf, Rtype::CNAME.to_int(), ZONE_TTL_SECS);
+                put_name_rdata(&mut buf, &mut c, target.flat());
+                if buf.len() > push_limit {
+                    return self.fall_back(now, msg, client, transport, view, buf, c);
+                }
+                ancount = 2;
+                target.flat()
+            }
+        };
+        let Ok(qname) = Name::from_octets(q.qname) else {
+            return self.fall_back(now, msg, client, transport, view, buf, c);
+        };
+        let qtype = Rtype::from_int(q.qtype);
+        let ctx = Ctx {
+            now,
+            client: client.ip(),
+            qname,
+            qtype,
+            labels,
+            view,
+            edns,
+        };
+        // From here on the query is counted and its follow-ups queued: the
+        // builder's path, if it must write the answer, takes this pick.
+        let pick = self.pick(&ctx);
+        let Pick::Proxies { level, scope, best } = pick else {
+            self.picked = Some(pick);
+            return self.fall_back(now, msg, client, transport, view, buf, c);
+        };
+        let ttl = a_ttl_secs(level);
+        // The lock (§3.1), as `delegation` writes it.
+        let apex = Apex::for_level(level);
+        let ns_level = apex.level().min(view.levels.len().saturating_sub(1));
+        let servers = self.pick_nameservers(&ctx, ns_level, ctx.client);
+        let mut idx = [usize::MAX; NAMESERVERS_MAX];
+        let mut nscount: u16 = 0;
+        for (slot, ip) in idx.iter_mut().zip(servers.addrs()) {
+            match self.ns_name_cached(apex, ip) {
+                Some(i) => *slot = i,
+                None => {
+                    self.picked = Some(pick);
+                    return self.fall_back(now, msg, client, transport, view, buf, c);
+                }
+            }
+            nscount += 1;
+        }
+        let apex_name = self.apex_names[apex_index(apex)].as_slice();
+        let idx = &idx[..usize::from(nscount)];
+        if prefix.is_none() {
+            // A name under http.L2.L1.L0.Z: where the compressor would point
+            // is known without it. The owner of the A records is the
+            // question's name (offset 12); the apex `Lk.Z` is the question
+            // name's tail; each name server's name is its own label then
+            // that tail, and its glue's owner points at it.
+            let at = 12 + q.qname.len().saturating_sub(apex_name.len());
+            let apex_ptr = (0xc000 | at as u16).to_be_bytes();
+            for ip in best.addrs() {
+                buf.extend_from_slice(&[0xc0, 12]);
+                put_addr(&mut buf, ip, ttl);
+                ancount += 1;
+            }
+            let mut ns_at = [0u16; NAMESERVERS_MAX];
+            for (&i, ns_at) in idx.iter().zip(ns_at.iter_mut()) {
+                let ns = self.ns_cache[i].2.as_slice();
+                let label = &ns[..1 + usize::from(ns[0])];
+                buf.extend_from_slice(&apex_ptr);
+                put_head(&mut buf, Rtype::NS.to_int(), NS_TTL_SECS);
+                buf.extend_from_slice(&(label.len() as u16 + 2).to_be_bytes());
+                *ns_at = buf.len() as u16;
+                buf.extend_from_slice(label);
+                buf.extend_from_slice(&apex_ptr);
+            }
+            for (&i, &ns_at) in idx.iter().zip(ns_at.iter()) {
+                buf.extend_from_slice(&(0xc000 | ns_at).to_be_bytes());
+                put_addr(&mut buf, self.ns_cache[i].1, NS_TTL_SECS);
+            }
+        } else {
+            for ip in best.addrs() {
+                put_name(&mut buf, &mut c, owner);
+                put_addr(&mut buf, ip, ttl);
+                ancount += 1;
+            }
+            for &i in idx {
+                let (_, _, ns) = &self.ns_cache[i];
+                put_name(&mut buf, &mut c, apex_name);
+                put_head(&mut buf, Rtype::NS.to_int(), NS_TTL_SECS);
+                put_name_rdata(&mut buf, &mut c, ns.as_slice());
+            }
+            for &i in idx {
+                let (_, ip, ns) = &self.ns_cache[i];
+                put_name(&mut buf, &mut c, ns.as_slice());
+                put_addr(&mut buf, *ip, NS_TTL_SECS);
+            }
+        }
+        if buf.len() > push_limit {
+            // Too big with the delegation: the builder's path drops it, or
+            // truncates.
+            self.picked = Some(pick);
+            return self.fall_back(now, msg, client, transport, view, buf, c);
+        }
+        let mut arcount = nscount;
+        if edns.present {
+            // The OPT record: our payload size, DO echoed, the Client
+            // Subnet echoed with the scope the answer holds for.
+            buf.extend_from_slice(&[0, 0, 41]);
+            buf.extend_from_slice(&self.cfg.udp_payload_bytes.to_be_bytes());
+            buf.extend_from_slice(&[0, 0, if edns.dnssec_ok { 0x80 } else { 0 }, 0]);
+            match edns.ecs {
+                Some(e) => {
+                    let (family, octets): (u16, [u8; 16]) = match e.addr {
+                        IpAddr::V4(a) => {
+                            let mut o = [0u8; 16];
+                            o[..4].copy_from_slice(&a.octets());
+                            (1, o)
+                        }
+                        IpAddr::V6(a) => (2, a.octets()),
+                    };
+                    let bits: u8 = if family == 1 { 32 } else { 128 };
+                    let n = usize::from(e.source.min(bits)).div_ceil(8);
+                    let olen = 4 + n as u16;
+                    buf.extend_from_slice(&(olen + 4).to_be_bytes());
+                    buf.extend_from_slice(&OPT_CLIENT_SUBNET.to_be_bytes());
+                    buf.extend_from_slice(&olen.to_be_bytes());
+                    buf.extend_from_slice(&family.to_be_bytes());
+                    buf.extend_from_slice(&[e.source.min(bits), scope.min(bits)]);
+                    buf.extend_from_slice(&octets[..n]);
+                }
+                None => buf.extend_from_slice(&[0, 0]),
+            }
+            arcount += 1;
+        }
+        let query = msg.as_slice();
+        let h = &mut buf[..12];
+        h[..2].copy_from_slice(&query[..2]);
+        // QR, opcode QUERY, AA, RD as asked; CD as asked; NOERROR.
+        h[2] = 0x84 | (query[2] & 0x01);
+        h[3] = query[3] & 0x10;
+        h[4..6].copy_from_slice(&1u16.to_be_bytes());
+        h[6..8].copy_from_slice(&ancount.to_be_bytes());
+        h[8..10].copy_from_slice(&nscount.to_be_bytes());
+        h[10..12].copy_from_slice(&arcount.to_be_bytes());
+        if !matches!(self.hold, Hold::Retry(_)) {
+            match qtype {
+                Rtype::AAAA => self.counters.queries_aaaa += 1,
+                _ => self.counters.queries_a += 1,
+            }
+        }
+        self.fast_answered += 1;
+        self.compress = Some(c);
+        Some(buf)
+    }
+
+    /// Hands the query to the builder's path (with `self.picked` if set).
+    #[allow(clippy::too_many_arguments)]
+    fn fall_back(
+        &mut self,
+        now: Time,
+        msg: &Message<&[u8]>,
+        client: SocketAddr,
+        transport: Transport,
+        view: &View,
+        buf: Vec<u8>,
+        c: Box<Compress>,
+    ) -> Option<Vec<u8>> {
+        self.compress = Some(c);
+        self.respond(now, msg, Rrl::Send, client, transport, view, buf)
+    }
+}
