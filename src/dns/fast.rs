@@ -96,6 +96,37 @@ pub(super) fn fast_parse(q: &[u8]) -> Option<FastQuery<'_>> {
     Some(FastQuery { qname, qtype, edns })
 }
 
+/// The names the fast path places query names by, flat, with their root
+/// labels, made once.
+#[derive(Debug, Default)]
+pub(super) struct Tails {
+    /// The zone.
+    zone: Vec<u8>,
+    /// The alias, if there is one.
+    alias: Option<Vec<u8>>,
+    /// http.L2.L1.L0.<zone>.
+    proxy: Vec<u8>,
+}
+
+impl Tails {
+    /// From the apexes' names in wire form without the root (Z, L0, L1, L2,
+    /// alias: `Dnssrv::apex_flat`).
+    pub(super) fn new(apex_flat: &[Vec<u8>], alias: bool) -> Tails {
+        let rooted = |i: usize| {
+            let mut v = apex_flat.get(i).cloned().unwrap_or_default();
+            v.push(0);
+            v
+        };
+        let mut proxy = b"\x04http".to_vec();
+        proxy.extend_from_slice(&rooted(apex_index(Apex::L2)));
+        Tails {
+            zone: rooted(apex_index(Apex::Z)),
+            alias: alias.then(|| rooted(apex_index(Apex::Alias))),
+            proxy,
+        }
+    }
+}
+
 /// Appends a record's type, class IN and TTL.
 fn put_head(buf: &mut Vec<u8>, rtype: u16, ttl: u32) {
     buf.extend_from_slice(&rtype.to_be_bytes());
@@ -160,18 +191,9 @@ impl Dnssrv {
         view: &View,
         buf: Vec<u8>,
     ) -> Option<Vec<u8>> {
-        let mut labels: [&[u8]; 128] = [&[]; 128];
-        let mut n = 0;
-        let mut p = 0;
-        while let Some(&l) = q.qname.get(p).filter(|&&l| l != 0) {
-            *labels.get_mut(n)? = q.qname.get(p + 1..p + 1 + usize::from(l))?;
-            n += 1;
-            p += 1 + usize::from(l);
-        }
-        let labels = &labels[..n];
-        let prefix = match self.classify(labels) {
-            Place::Proxy => None,
-            Place::BelowAlias(k) => Some(k),
+        let prefix = match self.fast_place(q.qname) {
+            Some(Place::Proxy) => None,
+            Some(Place::BelowAlias(at)) => Some(at),
             _ => return self.respond(now, msg, Rrl::Send, client, transport, view, buf),
         };
         let edns = q.edns;
@@ -201,11 +223,12 @@ impl Dnssrv {
         let mut target = NameBuf::new();
         let owner: &[u8] = match prefix {
             None => q.qname,
-            Some(k) => {
+            Some(at) => {
                 // The DNAME (its target never compressed, RFC 6672 §2.5),
-                // then the synthesized CNAME, as `build` writes them.
+                // then the synthesized CNAME, as `build` writes them: the
+                // labels before the alias, then http.L2.L1.L0.Z.
                 let (mut downer, mut dtarget) = (NameBuf::new(), NameBuf::new());
-                let fits = labels[..k].iter().all(|l| target.push(l))
+                let fits = target.push_flat(&q.qname[..at])
                     && target.push(b"http")
                     && self.apex_name(Apex::L2, &mut target);
                 let ok = self.apex_name(Apex::Alias, &mut downer)
@@ -229,24 +252,20 @@ impl Dnssrv {
                 target.flat()
             }
         };
-        let Ok(qname) = Name::from_octets(q.qname) else {
-            return self.fall_back(now, msg, client, transport, view, buf, c);
-        };
         let qtype = Rtype::from_int(q.qtype);
-        let ctx = Ctx {
+        let ctx = Who {
             now,
             client: client.ip(),
-            qname,
             qtype,
-            labels,
             view,
             edns,
         };
         // From here on the query is counted and its follow-ups queued: the
         // builder's path, if it must write the answer, takes this pick.
-        let pick = self.pick(&ctx);
-        let Pick::Proxies { level, scope, best } = pick else {
-            self.picked = Some(pick);
+        let mut best = Best::new(self.cfg.answers_max);
+        let pick = self.pick(&ctx, &mut best);
+        let Pick::Proxies { level, scope } = pick else {
+            self.picked = Some((pick, best));
             return self.fall_back(now, msg, client, transport, view, buf, c);
         };
         let ttl = a_ttl_secs(level);
@@ -260,7 +279,7 @@ impl Dnssrv {
             match self.ns_name_cached(apex, ip) {
                 Some(i) => *slot = i,
                 None => {
-                    self.picked = Some(pick);
+                    self.picked = Some((pick, best));
                     return self.fall_back(now, msg, client, transport, view, buf, c);
                 }
             }
@@ -317,7 +336,7 @@ impl Dnssrv {
         if buf.len() > push_limit {
             // Too big with the delegation: the builder's path drops it, or
             // truncates.
-            self.picked = Some(pick);
+            self.picked = Some((pick, best));
             return self.fall_back(now, msg, client, transport, view, buf, c);
         }
         let mut arcount = nscount;
@@ -370,6 +389,35 @@ impl Dnssrv {
         self.fast_answered += 1;
         self.compress = Some(c);
         Some(buf)
+    }
+
+    /// Where a query name (flat, with its root label) falls, as
+    /// [`Dnssrv::classify`] places it, for the two places the fast path
+    /// writes: under http.L2.L1.L0.Z ([`Place::Proxy`]) and under the alias
+    /// ([`Place::BelowAlias`] with the offset of the alias in the name, not
+    /// its label count). Compares the name's tails with the zone's, the
+    /// alias's and http.L2.L1.L0.Z's (letter case ignored) instead of
+    /// label by label; `None` for every other place.
+    fn fast_place(&self, qname: &[u8]) -> Option<Place> {
+        let ends = |tail: &[u8]| -> Option<usize> {
+            let at = qname.len().checked_sub(tail.len())?;
+            // A label boundary of the name.
+            let mut p = 0;
+            while p < at {
+                p += 1 + usize::from(qname[p]);
+            }
+            (p == at && qname[at..].eq_ignore_ascii_case(tail)).then_some(at)
+        };
+        let in_zone = ends(&self.tails.zone);
+        if let Some(alias) = &self.tails.alias {
+            if let Some(at) = ends(alias) {
+                if in_zone.is_none() || alias.len() > self.tails.zone.len() {
+                    return (at > 0).then_some(Place::BelowAlias(at));
+                }
+            }
+        }
+        in_zone?;
+        ends(&self.tails.proxy).map(|_| Place::Proxy)
     }
 
     /// Hands the query to the builder's path (with `self.picked` if set).

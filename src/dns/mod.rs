@@ -745,9 +745,11 @@ pub struct Dnssrv {
     ns_cache: Vec<(Apex, IpAddr, Name<Vec<u8>>)>,
     /// What the fast path picked for the query being answered, when it
     /// hands the writing to the builder.
-    picked: Option<Pick>,
+    picked: Option<(Pick, Best<ANSWERS_MAX>)>,
     /// Whether the common query takes the fast path (`fast.rs`).
     fast_path: bool,
+    /// The fast path's name tails.
+    tails: fast::Tails,
     /// Answers the fast path wrote itself (for the tests).
     fast_answered: u64,
 }
@@ -925,6 +927,7 @@ impl Dnssrv {
             picked: None,
             fast_path: true,
             fast_answered: 0,
+            tails: fast::Tails::default(),
             cfg,
         };
         srv.apex_flat = [Apex::Z, Apex::L0, Apex::L1, Apex::L2, Apex::Alias]
@@ -946,6 +949,7 @@ impl Dnssrv {
                 })
             })
             .collect();
+        srv.tails = fast::Tails::new(&srv.apex_flat, srv.alias.is_some());
         srv
     }
 
@@ -1307,13 +1311,15 @@ impl Dnssrv {
         let opt_room = if edns.present { 11 + 24 } else { 0 };
         b.set_push_limit(limit.saturating_sub(opt_room));
         let ctx = Ctx {
-            now,
-            client: client.ip(),
+            who: Who {
+                now,
+                client: client.ip(),
+                qtype,
+                view,
+                edns,
+            },
             qname,
-            qtype,
             labels,
-            view,
-            edns,
         };
         let (add, scope, res) = self.build(&ctx, place, b.answer());
         let mut add = match res {
@@ -1465,15 +1471,16 @@ impl Dnssrv {
     /// (`self.hold_now`) if `self.hold` allows.
     fn pick_proxies(
         &mut self,
-        ctx: &Ctx,
+        ctx: &Who,
         level: usize,
         target: IpAddr,
         want: Rtype,
         near: [Option<SocketAddr>; NEAR_NODES_MAX],
-    ) -> (Best<ANSWERS_MAX>, bool) {
+        best: &mut Best<ANSWERS_MAX>,
+    ) -> bool {
         let live = Duration::from_secs(self.cfg.live_secs);
         let hold_window = Duration::from_millis(self.cfg.hold_ms);
-        let mut best = Best::new(self.cfg.answers_max);
+        *best = Best::new(self.cfg.answers_max);
         let usable = |p: &Peer| {
             family_rtype(p.addr) == want
                 && ctx.now.saturating_since(p.verified) <= live
@@ -1570,12 +1577,12 @@ impl Dnssrv {
                 self.hold_now = true;
             }
         }
-        (best, hinted)
+        hinted
     }
 
     /// The name servers of `level`'s cluster nearest `target` (this node
     /// always among the candidates: it is answering).
-    fn pick_nameservers(&self, ctx: &Ctx, level: usize, target: IpAddr) -> Best<NAMESERVERS_MAX> {
+    fn pick_nameservers(&self, ctx: &Who, level: usize, target: IpAddr) -> Best<NAMESERVERS_MAX> {
         let live = Duration::from_secs(self.cfg.live_secs);
         let mut best = Best::new(self.cfg.nameservers_max);
         best.offer(common_prefix(target, ctx.view.me), 0, ctx.view.me);
@@ -1836,7 +1843,7 @@ impl Dnssrv {
     /// proxies picked, the counters and follow-ups of that done (the
     /// answer function's side effects, taken once per query whichever way
     /// the answer is then written).
-    fn pick(&mut self, ctx: &Ctx) -> Pick {
+    fn pick(&mut self, ctx: &Who, best: &mut Best<ANSWERS_MAX>) -> Pick {
         let want = match ctx.qtype {
             Rtype::A | Rtype::ANY => Rtype::A,
             Rtype::AAAA => Rtype::AAAA,
@@ -1848,7 +1855,7 @@ impl Dnssrv {
             Some(e) if e.source > 0 => e.addr,
             _ => ctx.client,
         };
-        let (best, hinted) = self.pick_proxies(ctx, level, target, want, near);
+        let hinted = self.pick_proxies(ctx, level, target, want, near, best);
         if self.hold_now {
             // Held: nothing is sent now; the query is asked again.
             return Pick::Held(scope);
@@ -1877,7 +1884,7 @@ impl Dnssrv {
         }
         self.counters.answers_proxied += 1;
         self.answer_level = Some(level as Level);
-        Pick::Proxies { level, scope, best }
+        Pick::Proxies { level, scope }
     }
 
     /// The proxies for `owner` (the query name, or a CNAME's target), and
@@ -1890,11 +1897,14 @@ impl Dnssrv {
     ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
         // The fast path may have picked already (then it could not write
         // the answer itself: no proxy, or too big).
-        let pick = match self.picked.take() {
+        let (pick, best) = match self.picked.take() {
             Some(p) => p,
-            None => self.pick(ctx),
+            None => {
+                let mut best = Best::new(self.cfg.answers_max);
+                (self.pick(ctx, &mut best), best)
+            }
         };
-        let (level, scope, best) = match pick {
+        let (level, scope) = match pick {
             Pick::NoAddress => {
                 let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
                 return (add, 0, r);
@@ -1904,7 +1914,7 @@ impl Dnssrv {
                 let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
                 return (add, scope, r);
             }
-            Pick::Proxies { level, scope, best } => (level, scope, best),
+            Pick::Proxies { level, scope } => (level, scope),
         };
         let ttl = Ttl::from_secs(a_ttl_secs(level));
         for ip in best.addrs() {
@@ -1951,12 +1961,8 @@ enum Pick {
     Held(u8),
     /// No proxy live: NODATA (with the scope).
     NoProxy(u8),
-    /// These proxies, for a client at `level`.
-    Proxies {
-        level: usize,
-        scope: u8,
-        best: Best<ANSWERS_MAX>,
-    },
+    /// The proxies picked, for a client at `level`.
+    Proxies { level: usize, scope: u8 },
 }
 
 /// A parsed question.
@@ -1967,13 +1973,26 @@ type Flat<'a> = Name<&'a [u8]>;
 
 /// What one query's answer is built from.
 struct Ctx<'a> {
+    who: Who<'a>,
+    qname: Flat<'a>,
+    labels: &'a [&'a [u8]],
+}
+
+/// What picking the proxies and name servers reads: the query without its
+/// name.
+struct Who<'a> {
     now: Time,
     client: IpAddr,
-    qname: Flat<'a>,
     qtype: Rtype,
-    labels: &'a [&'a [u8]],
     view: &'a View,
     edns: Edns,
+}
+
+impl<'a> std::ops::Deref for Ctx<'a> {
+    type Target = Who<'a>;
+    fn deref(&self) -> &Who<'a> {
+        &self.who
+    }
 }
 
 /// Parses the question and the EDNS record, checking the whole message.
