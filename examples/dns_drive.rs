@@ -7,7 +7,8 @@
 //!
 //! Ir per query = (total Ir of the run − total Ir of a run with 0 queries)
 //! / queries. The mixes are `benches/common/dns_mix.rs`'s (`dnsperf`:
-//! benches/dns.sh's; `varied`: A/AAAA, EDNS, Client Subnet, the alias).
+//! benches/dns.sh's; `varied`: A/AAAA, EDNS, Client Subnet, the alias;
+//! `alias`: names under the alias only).
 
 #[path = "../benches/common/dns_mix.rs"]
 mod dns_mix;
@@ -22,6 +23,7 @@ fn main() {
     let mut now = Time(1_000_000_000);
     let (view, qs) = match mix.as_str() {
         "varied" => dns_mix::varied(now),
+        "alias" => dns_mix::alias(now),
         _ => dns_mix::dnsperf(),
     };
     let mut srv = dns_mix::server();

@@ -114,3 +114,15 @@ pub fn varied(now: Time) -> (View, Vec<Q>) {
     }
     (view, qs)
 }
+
+/// Names under the alias only (A, EDNS), at the node of [`varied`].
+pub fn alias(now: Time) -> (View, Vec<Q>) {
+    let (view, _) = varied(now);
+    let qs = (0..10_000u32)
+        .map(|i| Q {
+            bytes: query(i as u16, &format!("www.site{i}.example.com.coral.test"), 1, Some(&[])),
+            from: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, (i % 64) as u8, 0, 1)), 40_000),
+        })
+        .collect();
+    (view, qs)
+}

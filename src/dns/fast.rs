@@ -106,6 +106,27 @@ pub(super) struct Tails {
     alias: Option<Vec<u8>>,
     /// http.L2.L1.L0.<zone>.
     proxy: Vec<u8>,
+    /// For names under the alias, where the compressor would point, when
+    /// it is known without it (the alias is not under L0.<zone>, nor a tail
+    /// of http.L2.L1.L0.<zone>): the synthesized CNAME's target is the
+    /// labels before the alias, then this (`proxy` less the longest tail
+    /// it shares with the alias), then a pointer to that shared tail in
+    /// the question, whose length (root label included) is the second
+    /// field (1: nothing shared but the root, written, not pointed at).
+    alias_cname: Option<(Vec<u8>, usize)>,
+}
+
+/// Whether `name` ends with `tail` at a label boundary (both flat, with
+/// their root labels; letter case ignored).
+fn ends_with_flat(name: &[u8], tail: &[u8]) -> bool {
+    let Some(at) = name.len().checked_sub(tail.len()) else {
+        return false;
+    };
+    let mut p = 0;
+    while p < at {
+        p += 1 + usize::from(name[p]);
+    }
+    p == at && eq_fold(&name[at..], tail)
 }
 
 impl Tails {
@@ -119,10 +140,25 @@ impl Tails {
         };
         let mut proxy = b"\x04http".to_vec();
         proxy.extend_from_slice(&rooted(apex_index(Apex::L2)));
+        let alias = alias.then(|| rooted(apex_index(Apex::Alias)));
+        let l0 = rooted(apex_index(Apex::L0));
+        let alias_cname = alias
+            .as_ref()
+            .filter(|a| !ends_with_flat(a, &l0) && !ends_with_flat(&proxy, a))
+            .map(|a| {
+                // The longest tail of `proxy` (at a label boundary) that
+                // the alias ends with; the root at least.
+                let mut p = 0;
+                while p < proxy.len() && !ends_with_flat(a, &proxy[p..]) {
+                    p += 1 + usize::from(proxy[p]);
+                }
+                (proxy[..p].to_vec(), proxy.len() - p)
+            });
         Tails {
             zone: rooted(apex_index(Apex::Z)),
-            alias: alias.then(|| rooted(apex_index(Apex::Alias))),
+            alias,
             proxy,
+            alias_cname,
         }
     }
 }
@@ -148,16 +184,6 @@ fn put_addr(buf: &mut Vec<u8>, ip: IpAddr, ttl: u32) {
             buf.extend_from_slice(&a.octets());
         }
     }
-}
-
-/// Appends a record whose data is one name, compressed: the length first,
-/// then set once the name is written.
-fn put_name_rdata(buf: &mut Vec<u8>, c: &mut Compress, name: &[u8]) {
-    let at = buf.len();
-    buf.extend_from_slice(&[0, 0]);
-    put_name(buf, c, name);
-    let len = (buf.len() - at - 2) as u16;
-    buf[at..at + 2].copy_from_slice(&len.to_be_bytes());
 }
 
 impl NameBuf {
@@ -204,23 +230,23 @@ impl Dnssrv {
             }
             Transport::Udp => UDP_PLAIN_BYTES,
         };
-        // As the builder's path: room left for the OPT record.
+        // As the builder's path: room left for the OPT record, and a push
+        // must end below the limit (domain's `set_push_limit`).
         let opt_room = if edns.present { 11 + 24 } else { 0 };
         let push_limit = limit.saturating_sub(opt_room);
-        let c = self.compress.take().unwrap_or_else(Compress::new);
-        let Wire { mut buf, mut c } = Wire::new(buf, c);
+        let mut buf = buf;
+        buf.clear();
         // The header is written last, once the counts are known.
         buf.extend_from_slice(&[0; 12]);
-        if prefix.is_some() {
-            put_name(&mut buf, &mut c, q.qname);
-        } else {
-            // No compressor needed (see below).
-            buf.extend_from_slice(q.qname);
-        }
+        // No compressor needed (see below).
+        buf.extend_from_slice(q.qname);
         buf.extend_from_slice(&q.qtype.to_be_bytes());
         buf.extend_from_slice(&[0, 1]);
         let mut ancount: u16 = 0;
         let mut target = NameBuf::new();
+        // Where the owner of the A records is written in full: the question
+        // name, or the CNAME's target.
+        let mut owner_at = 12;
         let owner: &[u8] = match prefix {
             None => q.qname,
             Some(at) => {
@@ -235,18 +261,37 @@ impl Dnssrv {
                     && dtarget.push(b"http")
                     && self.apex_name(Apex::L2, &mut dtarget);
                 if !(fits && ok) {
-                    return self.fall_back(now, msg, client, transport, view, buf, c);
+                    return self.fall_back(now, msg, client, transport, view, buf);
                 }
-                put_name(&mut buf, &mut c, downer.flat());
+                let Some((literal, shared)) = &self.tails.alias_cname else {
+                    return self.fall_back(now, msg, client, transport, view, buf);
+                };
+                // The alias is the question name's tail; the question name
+                // is at 12.
+                let alias_len = q.qname.len() - at;
+                buf.extend_from_slice(&(0xc000 | (12 + at) as u16).to_be_bytes());
                 put_head(&mut buf, Rtype::DNAME.to_int(), ZONE_TTL_SECS);
                 let d = dtarget.flat();
                 buf.extend_from_slice(&(d.len() as u16).to_be_bytes());
                 buf.extend_from_slice(d);
-                put_name(&mut buf, &mut c, q.qname);
+                buf.extend_from_slice(&[0xc0, 12]);
                 put_head(&mut buf, Rtype::CNAME.to_int(), ZONE_TTL_SECS);
-                put_name_rdata(&mut buf, &mut c, target.flat());
-                if buf.len() > push_limit {
-                    return self.fall_back(now, msg, client, transport, view, buf, c);
+                let rdlen_at = buf.len();
+                buf.extend_from_slice(&[0, 0]);
+                owner_at = buf.len();
+                buf.extend_from_slice(&q.qname[..at]);
+                buf.extend_from_slice(literal);
+                if *shared > 1 {
+                    let p = 12 + at + alias_len - shared;
+                    buf.extend_from_slice(&(0xc000 | p as u16).to_be_bytes());
+                } else {
+                    // Nothing shared but the root: never pointed at.
+                    buf.push(0);
+                }
+                let rdlen = (buf.len() - owner_at) as u16;
+                buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+                if buf.len() >= push_limit {
+                    return self.fall_back(now, msg, client, transport, view, buf);
                 }
                 ancount = 2;
                 target.flat()
@@ -266,7 +311,7 @@ impl Dnssrv {
         let pick = self.pick(&ctx, &mut best);
         let Pick::Proxies { level, scope } = pick else {
             self.picked = Some((pick, best));
-            return self.fall_back(now, msg, client, transport, view, buf, c);
+            return self.fall_back(now, msg, client, transport, view, buf);
         };
         let ttl = a_ttl_secs(level);
         // The lock (§3.1), as `delegation` writes it.
@@ -280,64 +325,46 @@ impl Dnssrv {
                 Some(i) => *slot = i,
                 None => {
                     self.picked = Some((pick, best));
-                    return self.fall_back(now, msg, client, transport, view, buf, c);
+                    return self.fall_back(now, msg, client, transport, view, buf);
                 }
             }
             nscount += 1;
         }
         let apex_name = self.apex_names[apex_index(apex)].as_slice();
         let idx = &idx[..usize::from(nscount)];
-        if prefix.is_none() {
-            // A name under http.L2.L1.L0.Z: where the compressor would point
-            // is known without it. The owner of the A records is the
-            // question's name (offset 12); the apex `Lk.Z` is the question
-            // name's tail; each name server's name is its own label then
-            // that tail, and its glue's owner points at it.
-            let at = 12 + q.qname.len().saturating_sub(apex_name.len());
-            let apex_ptr = (0xc000 | at as u16).to_be_bytes();
-            for ip in best.addrs() {
-                buf.extend_from_slice(&[0xc0, 12]);
-                put_addr(&mut buf, ip, ttl);
-                ancount += 1;
-            }
-            let mut ns_at = [0u16; NAMESERVERS_MAX];
-            for (&i, ns_at) in idx.iter().zip(ns_at.iter_mut()) {
-                let ns = self.ns_cache[i].2.as_slice();
-                let label = &ns[..1 + usize::from(ns[0])];
-                buf.extend_from_slice(&apex_ptr);
-                put_head(&mut buf, Rtype::NS.to_int(), NS_TTL_SECS);
-                buf.extend_from_slice(&(label.len() as u16 + 2).to_be_bytes());
-                *ns_at = buf.len() as u16;
-                buf.extend_from_slice(label);
-                buf.extend_from_slice(&apex_ptr);
-            }
-            for (&i, &ns_at) in idx.iter().zip(ns_at.iter()) {
-                buf.extend_from_slice(&(0xc000 | ns_at).to_be_bytes());
-                put_addr(&mut buf, self.ns_cache[i].1, NS_TTL_SECS);
-            }
-        } else {
-            for ip in best.addrs() {
-                put_name(&mut buf, &mut c, owner);
-                put_addr(&mut buf, ip, ttl);
-                ancount += 1;
-            }
-            for &i in idx {
-                let (_, _, ns) = &self.ns_cache[i];
-                put_name(&mut buf, &mut c, apex_name);
-                put_head(&mut buf, Rtype::NS.to_int(), NS_TTL_SECS);
-                put_name_rdata(&mut buf, &mut c, ns.as_slice());
-            }
-            for &i in idx {
-                let (_, ip, ns) = &self.ns_cache[i];
-                put_name(&mut buf, &mut c, ns.as_slice());
-                put_addr(&mut buf, *ip, NS_TTL_SECS);
-            }
+        // Where the compressor would point is known without it: the owner
+        // of the A records points at its full form (the question name, or
+        // the CNAME's target); the apex `Lk.Z` is that name's tail; each
+        // name server's name is its own label then a pointer to that tail,
+        // and its glue's owner points at it.
+        let owner_ptr = (0xc000 | owner_at as u16).to_be_bytes();
+        let at = owner_at + owner.len().saturating_sub(apex_name.len());
+        let apex_ptr = (0xc000 | at as u16).to_be_bytes();
+        for ip in best.addrs() {
+            buf.extend_from_slice(&owner_ptr);
+            put_addr(&mut buf, ip, ttl);
+            ancount += 1;
         }
-        if buf.len() > push_limit {
+        let mut ns_at = [0u16; NAMESERVERS_MAX];
+        for (&i, ns_at) in idx.iter().zip(ns_at.iter_mut()) {
+            let ns = self.ns_cache[i].2.as_slice();
+            let label = &ns[..1 + usize::from(ns[0])];
+            buf.extend_from_slice(&apex_ptr);
+            put_head(&mut buf, Rtype::NS.to_int(), NS_TTL_SECS);
+            buf.extend_from_slice(&(label.len() as u16 + 2).to_be_bytes());
+            *ns_at = buf.len() as u16;
+            buf.extend_from_slice(label);
+            buf.extend_from_slice(&apex_ptr);
+        }
+        for (&i, &ns_at) in idx.iter().zip(ns_at.iter()) {
+            buf.extend_from_slice(&(0xc000 | ns_at).to_be_bytes());
+            put_addr(&mut buf, self.ns_cache[i].1, NS_TTL_SECS);
+        }
+        if buf.len() >= push_limit {
             // Too big with the delegation: the builder's path drops it, or
             // truncates.
             self.picked = Some((pick, best));
-            return self.fall_back(now, msg, client, transport, view, buf, c);
+            return self.fall_back(now, msg, client, transport, view, buf);
         }
         let mut arcount = nscount;
         if edns.present {
@@ -387,7 +414,6 @@ impl Dnssrv {
             }
         }
         self.fast_answered += 1;
-        self.compress = Some(c);
         Some(buf)
     }
 
@@ -406,7 +432,7 @@ impl Dnssrv {
             while p < at {
                 p += 1 + usize::from(qname[p]);
             }
-            (p == at && qname[at..].eq_ignore_ascii_case(tail)).then_some(at)
+            (p == at && eq_fold(&qname[at..], tail)).then_some(at)
         };
         let in_zone = ends(&self.tails.zone);
         if let Some(alias) = &self.tails.alias {
@@ -430,9 +456,7 @@ impl Dnssrv {
         transport: Transport,
         view: &View,
         buf: Vec<u8>,
-        c: Box<Compress>,
     ) -> Option<Vec<u8>> {
-        self.compress = Some(c);
         self.respond(now, msg, Rrl::Send, client, transport, view, buf)
     }
 }

@@ -512,7 +512,7 @@ impl Compress {
             let Some(tail) = self.arena.get(start + at..start + len) else {
                 continue;
             };
-            if !tail.eq_ignore_ascii_case(suffix) {
+            if !eq_fold(tail, suffix) {
                 continue;
             }
             // `at` must be a label boundary of the remembered name.
@@ -605,6 +605,37 @@ impl Composer for Wire {
 
 type Target = Wire;
 
+
+/// Eight octets with ASCII capitals made small (every other octet kept),
+/// all at once (the SWAR form of `u8::to_ascii_lowercase`).
+fn lower8(x: u64) -> u64 {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let low7 = x & !HIGH;
+    // Bit 7 of each octet: set if its low seven bits are > 'Z', >= 'A'.
+    let above_z = low7.wrapping_add(0x2525_2525_2525_2525);
+    let from_a = low7.wrapping_add(0x3f3f_3f3f_3f3f_3f3f);
+    let upper = (from_a ^ above_z) & !x & HIGH;
+    x | (upper >> 2)
+}
+
+/// `a.eq_ignore_ascii_case(b)`, eight octets at a time: the compressor
+/// compares names' tails with it for every name of every answer.
+fn eq_fold(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in ca.by_ref().zip(cb.by_ref()) {
+        let (Ok(x), Ok(y)) = (<[u8; 8]>::try_from(x), <[u8; 8]>::try_from(y)) else {
+            return false;
+        };
+        let (x, y) = (u64::from_le_bytes(x), u64::from_le_bytes(y));
+        if x != y && lower8(x) != lower8(y) {
+            return false;
+        }
+    }
+    ca.remainder().eq_ignore_ascii_case(cb.remainder())
+}
 
 /// Appends `flat` (a name in wire form, with its root label) to `buf`,
 /// compressed against the names `c` remembers (RFC 1035 §4.1.4), and

@@ -1030,6 +1030,27 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
+    fn eq_fold_is_eq_ignore_ascii_case(
+        a in proptest::collection::vec(any::<u8>(), 0..40),
+        flips in proptest::collection::vec((0usize..40, any::<u8>()), 0..4),
+        case in any::<u64>(),
+    ) {
+        // `b`: `a` with letters' case changed, and some octets changed.
+        let mut b: Vec<u8> = a
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| if case >> (i % 64) & 1 == 1 { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() })
+            .collect();
+        for (i, x) in flips {
+            if let Some(c) = b.get_mut(i) {
+                *c = x;
+            }
+        }
+        prop_assert_eq!(eq_fold(&a, &b), a.eq_ignore_ascii_case(&b));
+        prop_assert!(eq_fold(&a, &a));
+    }
+
+    #[test]
     fn fast_path_answers_byte_for_byte_as_the_builder(
         queries in proptest::collection::vec(
             (
@@ -1048,14 +1069,24 @@ proptest! {
             1..3,
         ),
         rrl in prop_oneof![Just(0u32), Just(3u32)],
+        zones in 0usize..5,
     ) {
+        // Zones and aliases: apart, sharing a tail, the alias under the
+        // zone, the alias under L0 (the fast path declines it), no alias.
+        let (zone, alias) = [
+            ("coralcdn.test", Some("coral.test")),
+            ("coralcdn.test", Some("example.net")),
+            ("coralcdn.test", Some("cdn.coralcdn.test")),
+            ("coralcdn.test", Some("x.L0.coralcdn.test")),
+            ("nyud.net", None),
+        ][zones];
         let suffixes = [
-            "http.L2.L1.L0.coralcdn.test",
-            "coral.test",
-            "http.l2.l1.l0.CORALCDN.TEST",
-            "L1.L0.coralcdn.test",
-            "example.org",
-            "Coral.Test",
+            format!("http.L2.L1.L0.{zone}"),
+            alias.unwrap_or("coral.test").to_string(),
+            format!("http.l2.l1.l0.{}", zone.to_ascii_uppercase()),
+            format!("L1.L0.{zone}"),
+            "example.org".to_string(),
+            alias.unwrap_or("Coral.Test").to_ascii_uppercase(),
         ];
         let clients = ["10.1.1.1", "10.2.2.2", "10.3.3.3", "127.13.0.9", "198.51.100.7", "2001:db8:0:0:1::9"];
         let qs: Vec<_> = queries
@@ -1071,7 +1102,12 @@ proptest! {
             })
             .collect();
         let views: Vec<View> = views.iter().map(|(h, p)| fuzz_view(*h, p)).collect();
-        let cfg = DnsConfig { rrl_responses_per_sec: rrl, ..DnsConfig::default() };
+        let cfg = DnsConfig {
+            zone: zone.into(),
+            alias: alias.map(Into::into),
+            rrl_responses_per_sec: rrl,
+            ..DnsConfig::default()
+        };
         same_both_ways(cfg, &views, &qs)?;
     }
 }
