@@ -427,22 +427,24 @@ impl Dnssrv {
     fn fast_place(&self, qname: &[u8]) -> Option<Place> {
         let ends = |tail: &[u8]| -> Option<usize> {
             let at = qname.len().checked_sub(tail.len())?;
+            if !eq_fold(&qname[at..], tail) {
+                return None;
+            }
             // A label boundary of the name.
             let mut p = 0;
             while p < at {
                 p += 1 + usize::from(qname[p]);
             }
-            (p == at && eq_fold(&qname[at..], tail)).then_some(at)
+            (p == at).then_some(at)
         };
-        let in_zone = ends(&self.tails.zone);
         if let Some(alias) = &self.tails.alias {
             if let Some(at) = ends(alias) {
-                if in_zone.is_none() || alias.len() > self.tails.zone.len() {
+                if ends(&self.tails.zone).is_none() || alias.len() > self.tails.zone.len() {
                     return (at > 0).then_some(Place::BelowAlias(at));
                 }
             }
         }
-        in_zone?;
+        // Under http.L2.L1.L0.Z, hence in the zone.
         ends(&self.tails.proxy).map(|_| Place::Proxy)
     }
 

@@ -58,7 +58,7 @@ pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
 pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
 pub use view::{LevelView, Peer, View};
 
-use crate::id::Key;
+use crate::id::{keyed_hasher, Key};
 use crate::node::Level;
 use crate::time::{Duration, Time};
 
@@ -982,6 +982,18 @@ impl Dnssrv {
             .collect();
         srv.tails = fast::Tails::new(&srv.apex_flat, srv.alias.is_some());
         srv
+    }
+
+    /// dnssrv with the hashes of its tables of clients (measured networks,
+    /// probe limits, nodes near networks) keyed by `secret`: their keys are
+    /// addresses anyone can send from (SECURITY.md, hash flooding). A
+    /// server calls it once, before any query; `new` alone keys them with
+    /// fixed seeds (tests, benchmarks).
+    pub fn with_hash_secret(mut self, secret: &[u8]) -> Dnssrv {
+        self.clients = self.clients.with_hasher(keyed_hasher(secret, "dns clients"));
+        self.probes = self.probes.with_hasher(keyed_hasher(secret, "dns probes"));
+        self.near = self.near.with_hasher(keyed_hasher(secret, "dns near"));
+        self
     }
 
     /// The configuration.
