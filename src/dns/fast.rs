@@ -26,6 +26,13 @@ pub(super) struct FastQuery<'q> {
     edns: Edns,
 }
 
+impl FastQuery<'_> {
+    /// The index of its type in `QTYPE_NAMES` (A or AAAA).
+    pub(super) fn qtype_index(&self) -> usize {
+        usize::from(self.qtype == 28)
+    }
+}
+
 /// Reads `q` if it is a plain query for A or AAAA in class IN, with at
 /// most an OPT record (version 0, at most one Client Subnet option, well
 /// formed) and nothing after it; `None` for anything else.

@@ -890,6 +890,13 @@ impl<const N: usize> Best<N> {
         self.len = (self.len + 1).min(self.cap);
     }
 
+    /// Empties it, to hold up to `cap` (the items are overwritten before
+    /// they are read).
+    fn clear(&mut self, cap: usize) {
+        self.len = 0;
+        self.cap = cap.min(N);
+    }
+
     fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.items[..self.len].iter().map(|i| i.2)
     }
@@ -1164,7 +1171,13 @@ impl Dnssrv {
         let buf = std::mem::take(out);
         self.answer_level = None;
         self.picked = None;
-        let r = match fast::fast_parse(query) {
+        let fast = fast::fast_parse(query);
+        // The query type's counter index, known if the fast parse read it.
+        let qtype = match &fast {
+            Some(q) => q.qtype_index(),
+            None => qtype_index(query),
+        };
+        let r = match fast {
             Some(q) if self.fast_path && rrl == Rrl::Send => {
                 self.respond_fast(now, &msg, &q, client, transport, view, buf)
             }
@@ -1183,7 +1196,7 @@ impl Dnssrv {
             }
             Some(b) => {
                 self.count_rcode(&b);
-                self.count_answer(query, &b, self.badvers);
+                self.count_answer(qtype, &b, self.badvers);
                 *out = b;
                 self.settle(retry, Outcome::Answer)
             }
@@ -1219,8 +1232,9 @@ impl Dnssrv {
         }
     }
 
-    /// Counts an answer sent by its query type, rcode and client level.
-    fn count_answer(&mut self, query: &[u8], answer: &[u8], badvers: bool) {
+    /// Counts an answer sent by its query type (index in `QTYPE_NAMES`),
+    /// rcode and client level.
+    fn count_answer(&mut self, qtype: usize, answer: &[u8], badvers: bool) {
         let rcode = if badvers {
             6
         } else {
@@ -1232,7 +1246,7 @@ impl Dnssrv {
         let level = self
             .answer_level
             .map_or(LEVELS, |l| usize::from(l).min(LEVELS - 1));
-        self.counters.answers[qtype_index(query)][rcode][level] += 1;
+        self.counters.answers[qtype][rcode][level] += 1;
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1523,7 +1537,7 @@ impl Dnssrv {
     ) -> bool {
         let live = Duration::from_secs(self.cfg.live_secs);
         let hold_window = Duration::from_millis(self.cfg.hold_ms);
-        *best = Best::new(self.cfg.answers_max);
+        best.clear(self.cfg.answers_max);
         let usable = |p: &Peer| {
             family_rtype(p.addr) == want
                 && ctx.now.saturating_since(p.verified) <= live
