@@ -172,25 +172,35 @@ impl Tails {
 
 /// Appends a record's type, class IN and TTL.
 fn put_head(buf: &mut Vec<u8>, rtype: u16, ttl: u32) {
-    buf.extend_from_slice(&rtype.to_be_bytes());
-    buf.extend_from_slice(&[0, 1]);
-    buf.extend_from_slice(&ttl.to_be_bytes());
+    buf.extend_from_slice(&head(rtype, ttl));
 }
 
-/// Appends an address record's type, class, TTL and data.
-fn put_addr(buf: &mut Vec<u8>, ip: IpAddr, ttl: u32) {
-    match ip {
+/// A record's type, class IN and TTL.
+fn head(rtype: u16, ttl: u32) -> [u8; 8] {
+    let (t, l) = (rtype.to_be_bytes(), ttl.to_be_bytes());
+    [t[0], t[1], 0, 1, l[0], l[1], l[2], l[3]]
+}
+
+/// Appends an address record: a pointer to its owner, its type, class,
+/// TTL and data (one copy of a record made on the stack).
+fn put_addr(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
+    let mut r = [0u8; 2 + 10 + 16];
+    r[..2].copy_from_slice(&owner);
+    let len = match ip {
         IpAddr::V4(a) => {
-            put_head(buf, 1, ttl);
-            buf.extend_from_slice(&[0, 4]);
-            buf.extend_from_slice(&a.octets());
+            r[2..10].copy_from_slice(&head(1, ttl));
+            r[10..12].copy_from_slice(&[0, 4]);
+            r[12..16].copy_from_slice(&a.octets());
+            16
         }
         IpAddr::V6(a) => {
-            put_head(buf, 28, ttl);
-            buf.extend_from_slice(&[0, 16]);
-            buf.extend_from_slice(&a.octets());
+            r[2..10].copy_from_slice(&head(28, ttl));
+            r[10..12].copy_from_slice(&[0, 16]);
+            r[12..28].copy_from_slice(&a.octets());
+            28
         }
-    }
+    };
+    buf.extend_from_slice(&r[..len]);
 }
 
 impl NameBuf {
@@ -348,24 +358,25 @@ impl Dnssrv {
         let at = owner_at + owner.len().saturating_sub(apex_name.len());
         let apex_ptr = (0xc000 | at as u16).to_be_bytes();
         for ip in best.addrs() {
-            buf.extend_from_slice(&owner_ptr);
-            put_addr(&mut buf, ip, ttl);
+            put_addr(&mut buf, owner_ptr, ip, ttl);
             ancount += 1;
         }
         let mut ns_at = [0u16; NAMESERVERS_MAX];
         for (&i, ns_at) in idx.iter().zip(ns_at.iter_mut()) {
             let ns = self.ns_cache[i].2.as_slice();
             let label = &ns[..1 + usize::from(ns[0])];
-            buf.extend_from_slice(&apex_ptr);
-            put_head(&mut buf, Rtype::NS.to_int(), NS_TTL_SECS);
-            buf.extend_from_slice(&(label.len() as u16 + 2).to_be_bytes());
+            let mut r = [0u8; 12];
+            r[..2].copy_from_slice(&apex_ptr);
+            r[2..10].copy_from_slice(&head(Rtype::NS.to_int(), NS_TTL_SECS));
+            r[10..].copy_from_slice(&(label.len() as u16 + 2).to_be_bytes());
+            buf.extend_from_slice(&r);
             *ns_at = buf.len() as u16;
             buf.extend_from_slice(label);
             buf.extend_from_slice(&apex_ptr);
         }
         for (&i, &ns_at) in idx.iter().zip(ns_at.iter()) {
-            buf.extend_from_slice(&(0xc000 | ns_at).to_be_bytes());
-            put_addr(&mut buf, self.ns_cache[i].1, NS_TTL_SECS);
+            let owner = (0xc000 | ns_at).to_be_bytes();
+            put_addr(&mut buf, owner, self.ns_cache[i].1, NS_TTL_SECS);
         }
         if buf.len() >= push_limit {
             // Too big with the delegation: the builder's path drops it, or
