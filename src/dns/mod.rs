@@ -621,20 +621,33 @@ fn lower8(x: u64) -> u64 {
 /// `a.eq_ignore_ascii_case(b)`, eight octets at a time: the compressor
 /// compares names' tails with it for every name of every answer.
 fn eq_fold(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
+    let len = a.len();
+    if len != b.len() {
         return false;
     }
-    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    for (x, y) in ca.by_ref().zip(cb.by_ref()) {
-        let (Ok(x), Ok(y)) = (<[u8; 8]>::try_from(x), <[u8; 8]>::try_from(y)) else {
-            return false;
-        };
-        let (x, y) = (u64::from_le_bytes(x), u64::from_le_bytes(y));
-        if x != y && lower8(x) != lower8(y) {
+    let word = |s: &[u8], at: usize| -> u64 {
+        let mut w = [0u8; 8];
+        if let Some(c) = s.get(at..at + 8) {
+            w.copy_from_slice(c);
+        }
+        u64::from_le_bytes(w)
+    };
+    let same = |at: usize| {
+        let (x, y) = (word(a, at), word(b, at));
+        x == y || lower8(x) == lower8(y)
+    };
+    if len < 8 {
+        return a.eq_ignore_ascii_case(b);
+    }
+    // Eight octets at a time, the last eight overlapping the one before.
+    let mut at = 0;
+    while at + 8 < len {
+        if !same(at) {
             return false;
         }
+        at += 8;
     }
-    ca.remainder().eq_ignore_ascii_case(cb.remainder())
+    same(len - 8)
 }
 
 /// Appends `flat` (a name in wire form, with its root label) to `buf`,
