@@ -45,7 +45,8 @@ fn answer(c: &mut Criterion) {
                     for _ in 0..PER_ITER {
                         let q = &qs[i % qs.len()];
                         i += 1;
-                        let sent = srv.answer(now, &q.bytes, q.from, Transport::Udp, &view, &mut out);
+                        let sent =
+                            srv.answer(now, &q.bytes, q.from, Transport::Udp, &view, &mut out);
                         black_box((sent, out.len()));
                         while srv.poll_followup().is_some() {}
                     }

@@ -40,5 +40,8 @@ fn main() {
         }
         while srv.poll_followup().is_some() {}
     }
-    println!("{mix}: {n} queries, {bytes} answer bytes, {:?}", srv.counters().answers_proxied);
+    println!(
+        "{mix}: {n} queries, {bytes} answer bytes, {:?}",
+        srv.counters().answers_proxied
+    );
 }

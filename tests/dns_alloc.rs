@@ -45,7 +45,20 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOC: Counting = Counting;
 
 fn query(name: &str, qtype: u16, edns: Option<&[u8]>) -> Vec<u8> {
-    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())];
+    let mut q = vec![
+        0x12,
+        0x34,
+        0x01,
+        0x00,
+        0,
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+        u8::from(edns.is_some()),
+    ];
     for l in name.split('.') {
         q.push(l.len() as u8);
         q.extend_from_slice(l.as_bytes());
@@ -90,8 +103,16 @@ fn common_queries_are_answered_without_allocating() {
     let ecs = [0, 8, 0, 7, 0, 1, 24, 0, 198, 51, 100];
     let queries = [
         query("www.site1.example.com.http.L2.L1.L0.coralcdn.test", 1, None),
-        query("WWW.site2.Example.com.http.l2.l1.l0.coralcdn.test", 28, Some(&[])),
-        query("www.site3.example.com.http.L2.L1.L0.coralcdn.test", 1, Some(&ecs)),
+        query(
+            "WWW.site2.Example.com.http.l2.l1.l0.coralcdn.test",
+            28,
+            Some(&[]),
+        ),
+        query(
+            "www.site3.example.com.http.L2.L1.L0.coralcdn.test",
+            1,
+            Some(&ecs),
+        ),
         query("www.site4.example.com.coral.test", 1, Some(&[])),
         query("www.site5.example.com.coral.test", 28, None),
     ];
@@ -108,7 +129,11 @@ fn common_queries_are_answered_without_allocating() {
         for r in 0..rounds {
             for q in &queries {
                 for c in &clients {
-                    let t = if r % 2 == 0 { Transport::Udp } else { Transport::Tcp };
+                    let t = if r % 2 == 0 {
+                        Transport::Udp
+                    } else {
+                        Transport::Tcp
+                    };
                     if srv.answer(now, q, *c, t, &view, &mut out) {
                         answered += 1;
                     }
@@ -124,5 +149,8 @@ fn common_queries_are_answered_without_allocating() {
     let answered = run(&mut srv, 100);
     let allocated = allocations() - before;
     assert_eq!(answered, 100 * queries.len() * clients.len());
-    assert_eq!(allocated, 0, "{allocated} allocations for {answered} answers");
+    assert_eq!(
+        allocated, 0,
+        "{allocated} allocations for {answered} answers"
+    );
 }

@@ -103,12 +103,42 @@ pub fn varied(now: Time) -> (View, Vec<Q>) {
         let ecs: [u8; 7] = [0, 1, 24, 0, 198, 51, (i % 200) as u8];
         let ecs_opt: [(u16, &[u8]); 1] = [(8, &ecs)];
         let bytes = match i % 6 {
-            0 => query(i as u16, &format!("www.site{i}.example.com.http.L2.L1.L0.coralcdn.test"), 1, None),
-            1 => query(i as u16, &format!("www.site{i}.example.com.http.L2.L1.L0.coralcdn.test"), 1, Some(&[])),
-            2 => query(i as u16, &format!("wWw.SiTe{i}.eXample.CoM.hTTp.l2.L1.l0.CoralCDN.test"), 28, Some(&[])),
-            3 => query(i as u16, &format!("www.site{i}.example.com.coral.test"), 1, Some(&[])),
-            4 => query(i as u16, &format!("www.site{i}.example.com.http.L2.L1.L0.coralcdn.test"), 1, Some(&ecs_opt)),
-            _ => query(i as u16, &format!("img.site{i}.example.org.coral.test"), 1, None),
+            0 => query(
+                i as u16,
+                &format!("www.site{i}.example.com.http.L2.L1.L0.coralcdn.test"),
+                1,
+                None,
+            ),
+            1 => query(
+                i as u16,
+                &format!("www.site{i}.example.com.http.L2.L1.L0.coralcdn.test"),
+                1,
+                Some(&[]),
+            ),
+            2 => query(
+                i as u16,
+                &format!("wWw.SiTe{i}.eXample.CoM.hTTp.l2.L1.l0.CoralCDN.test"),
+                28,
+                Some(&[]),
+            ),
+            3 => query(
+                i as u16,
+                &format!("www.site{i}.example.com.coral.test"),
+                1,
+                Some(&[]),
+            ),
+            4 => query(
+                i as u16,
+                &format!("www.site{i}.example.com.http.L2.L1.L0.coralcdn.test"),
+                1,
+                Some(&ecs_opt),
+            ),
+            _ => query(
+                i as u16,
+                &format!("img.site{i}.example.org.coral.test"),
+                1,
+                None,
+            ),
         };
         qs.push(Q { bytes, from });
     }
@@ -120,7 +150,12 @@ pub fn alias(now: Time) -> (View, Vec<Q>) {
     let (view, _) = varied(now);
     let qs = (0..10_000u32)
         .map(|i| Q {
-            bytes: query(i as u16, &format!("www.site{i}.example.com.coral.test"), 1, Some(&[])),
+            bytes: query(
+                i as u16,
+                &format!("www.site{i}.example.com.coral.test"),
+                1,
+                Some(&[]),
+            ),
             from: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, (i % 64) as u8, 0, 1)), 40_000),
         })
         .collect();

@@ -605,7 +605,6 @@ impl Composer for Wire {
 
 type Target = Wire;
 
-
 /// Eight octets with ASCII capitals made small (every other octet kept),
 /// all at once (the SWAR form of `u8::to_ascii_lowercase`).
 fn lower8(x: u64) -> u64 {
@@ -1010,7 +1009,9 @@ impl Dnssrv {
     /// server calls it once, before any query; `new` alone keys them with
     /// fixed seeds (tests, benchmarks).
     pub fn with_hash_secret(mut self, secret: &[u8]) -> Dnssrv {
-        self.clients = self.clients.with_hasher(keyed_hasher(secret, "dns clients"));
+        self.clients = self
+            .clients
+            .with_hasher(keyed_hasher(secret, "dns clients"));
         self.probes = self.probes.with_hasher(keyed_hasher(secret, "dns probes"));
         self.near = self.near.with_hasher(keyed_hasher(secret, "dns near"));
         self

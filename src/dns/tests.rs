@@ -891,7 +891,20 @@ type FuzzEdns = Option<(u16, bool, u8, Option<(u16, u8, [u8; 16])>, bool)>;
 
 /// A query built from the test's draws: its name (labels), type and EDNS.
 fn fuzz_query(id: u16, rd_cd: u8, labels: &[String], qtype: u16, edns: &FuzzEdns) -> Vec<u8> {
-    let mut q = vec![(id >> 8) as u8, id as u8, rd_cd & 0x01, rd_cd & 0x10, 0, 1, 0, 0, 0, 0, 0, 0];
+    let mut q = vec![
+        (id >> 8) as u8,
+        id as u8,
+        rd_cd & 0x01,
+        rd_cd & 0x10,
+        0,
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ];
     q[11] = u8::from(edns.is_some());
     for l in labels {
         q.push(l.len() as u8);
@@ -935,7 +948,13 @@ fn fuzz_query(id: u16, rd_cd: u8, labels: &[String], qtype: u16, edns: &FuzzEdns
 fn mixed_case(s: &str, mask: u64) -> String {
     s.chars()
         .enumerate()
-        .map(|(i, c)| if mask >> (i % 64) & 1 == 1 { c.to_ascii_uppercase() } else { c })
+        .map(|(i, c)| {
+            if mask >> (i % 64) & 1 == 1 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -944,13 +963,26 @@ fn fuzz_view(me_http: bool, peers: &[(u8, u8, bool, bool, bool, bool)]) -> View 
     v.me_http = me_http;
     for &(level, host, v6, stale, non_recursive, ns) in peers {
         let addr = if v6 {
-            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, u16::from(level), 0, 0, 0, 0, u16::from(host)))
+            IpAddr::V6(Ipv6Addr::new(
+                0x2001,
+                0xdb8,
+                u16::from(level),
+                0,
+                0,
+                0,
+                0,
+                u16::from(host),
+            ))
         } else {
             IpAddr::V4(Ipv4Addr::new(127, 13, level, host))
         };
         let p = Peer {
             addr,
-            verified: if stale { Time(NOW.0 - 400_000_000) } else { NOW },
+            verified: if stale {
+                Time(NOW.0 - 400_000_000)
+            } else {
+                NOW
+            },
             rtt: Some(Duration::from_micros(u64::from(host) * 100)),
             non_recursive,
         };
@@ -977,7 +1009,11 @@ fn fuzz_edns() -> impl Strategy<Value = FuzzEdns> {
         prop_oneof![Just(512u16), Just(1232), Just(4096), any::<u16>()],
         any::<bool>(),
         prop_oneof![9 => Just(0u8), 1 => Just(1u8)],
-        proptest::option::of((prop_oneof![Just(1u16), Just(2)], 0u8..=128, any::<[u8; 16]>())),
+        proptest::option::of((
+            prop_oneof![Just(1u16), Just(2)],
+            0u8..=128,
+            any::<[u8; 16]>(),
+        )),
         any::<bool>(),
     ))
 }
@@ -995,14 +1031,22 @@ fn same_both_ways(
     for s in [&mut fast, &mut slow] {
         s.pin_rtt("10.1.1.1".parse().unwrap(), Duration::from_millis(5), NOW);
         s.pin_rtt("10.2.2.2".parse().unwrap(), Duration::from_millis(40), NOW);
-        s.pin_rtt("198.51.100.7".parse().unwrap(), Duration::from_millis(1), NOW);
+        s.pin_rtt(
+            "198.51.100.7".parse().unwrap(),
+            Duration::from_millis(1),
+            NOW,
+        );
     }
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for (i, (q, from, transport, dt_ms)) in qs.iter().enumerate() {
         // The view changes partway through (proxies come and go).
         let view = &views[i * views.len() / qs.len()];
         let now = NOW + Duration::from_millis(u64::from(*dt_ms));
-        let hold = if i % 3 == 0 { Hold::Allowed } else { Hold::Never };
+        let hold = if i % 3 == 0 {
+            Hold::Allowed
+        } else {
+            Hold::Never
+        };
         let oa = fast.answer_or_hold(now, q, *from, *transport, view, &mut a, hold);
         let ob = slow.answer_or_hold(now, q, *from, *transport, view, &mut b, hold);
         prop_assert_eq!(oa, ob, "query {:?}", q);
@@ -1128,7 +1172,11 @@ fn fast_path_answers_the_common_queries() {
     .iter()
     .enumerate()
     {
-        for (qtype, edns) in [(Rtype::A, None), (Rtype::AAAA, Some((0, &[][..]))), (Rtype::A, Some((0, ecs)))] {
+        for (qtype, edns) in [
+            (Rtype::A, None),
+            (Rtype::AAAA, Some((0, &[][..]))),
+            (Rtype::A, Some((0, ecs))),
+        ] {
             let q = query(name, qtype, edns);
             qs.push((q, client(), Transport::Udp, i as u32));
         }
@@ -1136,7 +1184,10 @@ fn fast_path_answers_the_common_queries() {
     let mut v6 = view_with_levels();
     v6.levels[0].proxies.push(peer("2001:db8::10", NOW));
     let views = [alone(), view_with_levels(), v6];
-    let cfg = DnsConfig { rrl_responses_per_sec: 0, ..DnsConfig::default() };
+    let cfg = DnsConfig {
+        rrl_responses_per_sec: 0,
+        ..DnsConfig::default()
+    };
     let fast = same_both_ways(cfg, &views, &qs).unwrap();
     assert!(fast >= 8, "fast path answered {fast}");
 }
