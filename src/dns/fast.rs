@@ -6,13 +6,21 @@
 //! declines anything else (compression pointers in the question, other
 //! types, classes or opcodes, EDNS versions above 0, several options of
 //! one kind...), which then goes to domain's full parser exactly as before.
+//! [`Dnssrv::fast_place`] places the name by comparing its tail with the
+//! zone's, the alias's and http.L2.L1.L0.Z's ([`Tails`], made once).
 //! [`Dnssrv::respond_fast`] writes the answer straight into the buffer,
-//! with the compressor the builder uses ([`put_name`]), so its bytes are
-//! the builder's. The decision (client level, proxies, counters,
-//! follow-ups) is [`Dnssrv::pick`], shared with the builder's path; when
-//! the answer is not the plain one (no proxy live, held, too big for the
-//! transport) the pick is handed to the builder's path, which writes it.
-//! `tests.rs` checks both paths byte for byte over varied queries.
+//! without domain's builder and without the compressor: where the
+//! compressor ([`put_name`]) would point is known from the names' shapes
+//! (the A records' owner is the question name or the CNAME's target, each
+//! apex `Lk.Z` is that name's tail, glue points at the NS data), so the
+//! bytes are the builder's. The decision (client level, proxies, name
+//! servers, counters, follow-ups) is [`Dnssrv::pick`] and
+//! [`Dnssrv::pick_nameservers`], shared with the builder's path and taken
+//! against the view of the moment (nothing is cached, nothing to
+//! invalidate); when the answer is not the plain one (no proxy live, held,
+//! too big for the transport) the pick is handed to the builder's path,
+//! which writes it. `tests.rs` checks both paths byte for byte (and their
+//! counters and follow-ups) over varied queries, zones and views.
 
 use super::*;
 
