@@ -211,14 +211,6 @@ fn put_addr(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
     buf.extend_from_slice(&r[..len]);
 }
 
-impl NameBuf {
-    /// The name in wire form, with its root label.
-    fn flat(&mut self) -> &[u8] {
-        self.b[self.len] = 0;
-        &self.b[..self.len + 1]
-    }
-}
-
 impl Dnssrv {
     /// Whether the common query takes the fast path (on by default; off,
     /// every query goes through domain's parser and message builder, as
@@ -268,42 +260,37 @@ impl Dnssrv {
         buf.extend_from_slice(&q.qtype.to_be_bytes());
         buf.extend_from_slice(&[0, 1]);
         let mut ancount: u16 = 0;
-        let mut target = NameBuf::new();
-        // Where the owner of the A records is written in full: the question
-        // name, or the CNAME's target.
-        let mut owner_at = 12;
-        let owner: &[u8] = match prefix {
-            None => q.qname,
+        // Where the owner of the A records is written in full (the question
+        // name, or the CNAME's target), and its length with the root.
+        let (owner_at, owner_len) = match prefix {
+            None => (12, q.qname.len()),
             Some(at) => {
-                // The DNAME (its target never compressed, RFC 6672 §2.5),
-                // then the synthesized CNAME, as `build` writes them: the
-                // labels before the alias, then http.L2.L1.L0.Z.
-                let (mut downer, mut dtarget) = (NameBuf::new(), NameBuf::new());
-                let fits = target.push_flat(&q.qname[..at])
-                    && target.push(b"http")
-                    && self.apex_name(Apex::L2, &mut target);
-                let ok = self.apex_name(Apex::Alias, &mut downer)
-                    && dtarget.push(b"http")
-                    && self.apex_name(Apex::L2, &mut dtarget);
-                if !(fits && ok) {
-                    return self.fall_back(now, msg, client, transport, view, buf);
-                }
+                // The DNAME (its target, http.L2.L1.L0.Z, never compressed,
+                // RFC 6672 §2.5), then the synthesized CNAME, as `build`
+                // writes them: the labels before the alias, then
+                // http.L2.L1.L0.Z. The builder's NameBuf takes names of at
+                // most 255 octets with the root: a longer target is
+                // YXDOMAIN, a longer DNAME target does not fit.
+                let proxy = &self.tails.proxy;
+                let target_len = at + proxy.len();
                 let Some((literal, shared)) = &self.tails.alias_cname else {
                     return self.fall_back(now, msg, client, transport, view, buf);
                 };
+                if target_len > 255 || proxy.len() > 255 {
+                    return self.fall_back(now, msg, client, transport, view, buf);
+                }
                 // The alias is the question name's tail; the question name
                 // is at 12.
                 let alias_len = q.qname.len() - at;
                 buf.extend_from_slice(&(0xc000 | (12 + at) as u16).to_be_bytes());
                 put_head(&mut buf, Rtype::DNAME.to_int(), ZONE_TTL_SECS);
-                let d = dtarget.flat();
-                buf.extend_from_slice(&(d.len() as u16).to_be_bytes());
-                buf.extend_from_slice(d);
+                buf.extend_from_slice(&(proxy.len() as u16).to_be_bytes());
+                buf.extend_from_slice(proxy);
                 buf.extend_from_slice(&[0xc0, 12]);
                 put_head(&mut buf, Rtype::CNAME.to_int(), ZONE_TTL_SECS);
                 let rdlen_at = buf.len();
                 buf.extend_from_slice(&[0, 0]);
-                owner_at = buf.len();
+                let owner_at = buf.len();
                 buf.extend_from_slice(&q.qname[..at]);
                 buf.extend_from_slice(literal);
                 if *shared > 1 {
@@ -319,7 +306,7 @@ impl Dnssrv {
                     return self.fall_back(now, msg, client, transport, view, buf);
                 }
                 ancount = 2;
-                target.flat()
+                (owner_at, target_len)
             }
         };
         let qtype = Rtype::from_int(q.qtype);
@@ -332,29 +319,40 @@ impl Dnssrv {
         };
         // From here on the query is counted and its follow-ups queued: the
         // builder's path, if it must write the answer, takes this pick.
-        let mut best = Best::new(self.cfg.answers_max);
-        let pick = self.pick(&ctx, &mut best);
+        let mut scratch = self
+            .scratch
+            .take()
+            .unwrap_or_else(|| Box::new((Best::new(0), Best::new(0))));
+        let pick = self.pick(&ctx, &mut scratch.0);
         let Pick::Proxies { level, scope } = pick else {
-            self.picked = Some((pick, best));
+            self.picked = Some((pick, scratch.0));
+            self.scratch = Some(scratch);
             return self.fall_back(now, msg, client, transport, view, buf);
         };
         let ttl = a_ttl_secs(level);
         // The lock (§3.1), as `delegation` writes it.
         let apex = Apex::for_level(level);
         let ns_level = apex.level().min(view.levels.len().saturating_sub(1));
-        let servers = self.pick_nameservers(&ctx, ns_level, ctx.client);
+        self.pick_nameservers_into(&ctx, ns_level, ctx.client, &mut scratch.1);
         let mut idx = [usize::MAX; NAMESERVERS_MAX];
         let mut nscount: u16 = 0;
-        for (slot, ip) in idx.iter_mut().zip(servers.addrs()) {
+        let mut named = true;
+        for (slot, ip) in idx.iter_mut().zip(scratch.1.addrs()) {
             match self.ns_name_cached(apex, ip) {
                 Some(i) => *slot = i,
                 None => {
-                    self.picked = Some((pick, best));
-                    return self.fall_back(now, msg, client, transport, view, buf);
+                    named = false;
+                    break;
                 }
             }
             nscount += 1;
         }
+        if !named {
+            self.picked = Some((pick, scratch.0));
+            self.scratch = Some(scratch);
+            return self.fall_back(now, msg, client, transport, view, buf);
+        }
+        let best = &scratch.0;
         let apex_name = self.apex_names[apex_index(apex)].as_slice();
         let idx = &idx[..usize::from(nscount)];
         // Where the compressor would point is known without it: the owner
@@ -363,7 +361,7 @@ impl Dnssrv {
         // name server's name is its own label then a pointer to that tail,
         // and its glue's owner points at it.
         let owner_ptr = (0xc000 | owner_at as u16).to_be_bytes();
-        let at = owner_at + owner.len().saturating_sub(apex_name.len());
+        let at = owner_at + owner_len.saturating_sub(apex_name.len());
         let apex_ptr = (0xc000 | at as u16).to_be_bytes();
         for ip in best.addrs() {
             put_addr(&mut buf, owner_ptr, ip, ttl);
@@ -389,7 +387,8 @@ impl Dnssrv {
         if buf.len() >= push_limit {
             // Too big with the delegation: the builder's path drops it, or
             // truncates.
-            self.picked = Some((pick, best));
+            self.picked = Some((pick, *best));
+            self.scratch = Some(scratch);
             return self.fall_back(now, msg, client, transport, view, buf);
         }
         let mut arcount = nscount;
@@ -440,6 +439,7 @@ impl Dnssrv {
             }
         }
         self.fast_answered += 1;
+        self.scratch = Some(scratch);
         Some(buf)
     }
 

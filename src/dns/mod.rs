@@ -793,6 +793,9 @@ pub struct Dnssrv {
     fast_path: bool,
     /// The fast path's name tails.
     tails: fast::Tails,
+    /// The fast path's proxies and name servers picked, kept between
+    /// queries (not made, and zeroed, for each).
+    scratch: Option<Box<(Best<ANSWERS_MAX>, Best<NAMESERVERS_MAX>)>>,
     /// Answers the fast path wrote itself (for the tests).
     fast_answered: u64,
 }
@@ -978,6 +981,7 @@ impl Dnssrv {
             fast_path: true,
             fast_answered: 0,
             tails: fast::Tails::default(),
+            scratch: Some(Box::new((Best::new(0), Best::new(0)))),
             cfg,
         };
         srv.apex_flat = [Apex::Z, Apex::L0, Apex::L1, Apex::L2, Apex::Alias]
@@ -1654,8 +1658,21 @@ impl Dnssrv {
     /// The name servers of `level`'s cluster nearest `target` (this node
     /// always among the candidates: it is answering).
     fn pick_nameservers(&self, ctx: &Who, level: usize, target: IpAddr) -> Best<NAMESERVERS_MAX> {
-        let live = Duration::from_secs(self.cfg.live_secs);
         let mut best = Best::new(self.cfg.nameservers_max);
+        self.pick_nameservers_into(ctx, level, target, &mut best);
+        best
+    }
+
+    /// [`Dnssrv::pick_nameservers`] into `best` (cleared first).
+    fn pick_nameservers_into(
+        &self,
+        ctx: &Who,
+        level: usize,
+        target: IpAddr,
+        best: &mut Best<NAMESERVERS_MAX>,
+    ) {
+        let live = Duration::from_secs(self.cfg.live_secs);
+        best.clear(self.cfg.nameservers_max);
         best.offer(common_prefix(target, ctx.view.me), 0, ctx.view.me);
         if let Some(lv) = ctx.view.levels.get(level) {
             for p in &lv.nameservers {
@@ -1668,7 +1685,6 @@ impl Dnssrv {
                 }
             }
         }
-        best
     }
 
     /// Writes the apex's name (from its wire form, made once).
