@@ -328,7 +328,10 @@ pub fn queries() -> Option<u64> {
 /// Starts dnssrv on this core: UDP, TCP, and its upkeep task.
 pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), String> {
     let dcfg = cfg.dnssrv.dns_config(cfg);
-    let mut srv = Dnssrv::new(dcfg);
+    // The client tables' hashes are keyed by a secret: their keys are
+    // addresses anyone can send from (SECURITY.md, hash flooding).
+    let secret = crate::runtime::seed_from_os().to_le_bytes();
+    let mut srv = Dnssrv::new(dcfg).with_hash_secret(&secret);
     let now = shard.now();
     for (ip, ms) in &cfg.dnssrv.client_rtt_ms {
         if let Ok(ip) = ip.parse() {
@@ -387,10 +390,16 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
 }
 
 impl Core {
-    /// Answers a UDP query, or holds it (a copy of it joins the held queue
-    /// and the hold task starts): false means nothing to send now.
-    fn answer_udp(self: &Rc<Self>, query: &[u8], from: SocketAddr, out: &mut Vec<u8>) -> bool {
-        let now = self.shard.now();
+    /// Answers a UDP query that came at `now`, or holds it (a copy of it
+    /// joins the held queue and the hold task starts): false means nothing
+    /// to send now.
+    fn answer_udp(
+        self: &Rc<Self>,
+        query: &[u8],
+        from: SocketAddr,
+        now: coral::Time,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let o = {
             let view = self.view.borrow();
             self.srv.borrow_mut().answer_or_hold(
@@ -500,7 +509,7 @@ async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<So
         match udp.recv_from(&mut first).await {
             Ok((n, from)) => {
                 let q = first.get(..n).unwrap_or(&[]);
-                tx.answer(&core, q, from);
+                tx.answer(&core, q, from, core.shard.now());
             }
             Err(e) => {
                 tracing::debug!(error = %e, "dns recv failed");
@@ -510,12 +519,14 @@ async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<So
         }
         for _ in 0..RECV_BATCH_MAX / MMSG_BATCH {
             let n = rx.recv(&raw);
+            // The clock once per batch: its queries came together.
+            let now = core.shard.now();
             for i in 0..n {
                 if tx.len == MMSG_BATCH {
                     tx.send(&udp, &raw).await;
                 }
                 if let Some((q, from)) = rx.get(i) {
-                    tx.answer(&core, q, from);
+                    tx.answer(&core, q, from, now);
                 }
             }
             tx.send(&udp, &raw).await;
@@ -618,12 +629,13 @@ impl SendBatch {
         }
     }
 
-    /// Answers `q` into the next slot (callers send before it fills).
-    fn answer(&mut self, core: &Rc<Core>, q: &[u8], from: SocketAddr) {
+    /// Answers `q`, which came at `now`, into the next slot (callers send
+    /// before it fills).
+    fn answer(&mut self, core: &Rc<Core>, q: &[u8], from: SocketAddr, now: coral::Time) {
         let Some(out) = self.outs.get_mut(self.len) else {
             return;
         };
-        if core.answer_udp(q, from, out) {
+        if core.answer_udp(q, from, now, out) {
             self.to.push(from.into());
             self.len += 1;
         }

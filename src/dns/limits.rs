@@ -6,7 +6,25 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
+use crate::id::KeyedBuildHasher;
 use crate::time::{Duration, Time};
+
+/// The hasher of a table made by `new`: fixed seeds, for tests and the
+/// simulator; a server keys it with a secret (`with_hasher`), for the keys
+/// are client addresses anyone can choose (SECURITY.md, hash flooding).
+pub(super) fn unkeyed() -> KeyedBuildHasher {
+    KeyedBuildHasher::with_seeds(0, 0, 0, 0)
+}
+
+/// `map` rehashed with `hasher`.
+pub(super) fn rekey<K: std::hash::Hash + Eq, V>(
+    map: &mut HashMap<K, V, KeyedBuildHasher>,
+    hasher: KeyedBuildHasher,
+) {
+    let mut m = HashMap::with_capacity_and_hasher(map.len(), hasher);
+    m.extend(map.drain());
+    *map = m;
+}
 
 /// The prefix of `ip` that names its network: `/v4_bits` for IPv4 and
 /// `/v6_bits` for IPv6, as one 128-bit key (IPv4 in its mapped form).
@@ -52,7 +70,7 @@ struct Client {
 /// Client Subnet), at most `max` of them.
 #[derive(Debug)]
 pub struct Clients {
-    map: HashMap<u128, Client>,
+    map: HashMap<u128, Client, KeyedBuildHasher>,
     max: usize,
     ttl: Duration,
 }
@@ -61,10 +79,16 @@ impl Clients {
     /// An empty table of at most `max` networks, each remembered for `ttl`.
     pub fn new(max: usize, ttl: Duration) -> Clients {
         Clients {
-            map: HashMap::new(),
+            map: HashMap::with_hasher(unkeyed()),
             max,
             ttl,
         }
+    }
+
+    /// The table with its hash keyed by `hasher`.
+    pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> Clients {
+        rekey(&mut self.map, hasher);
+        self
     }
 
     /// The RTT measured to network `key`, if still fresh.
@@ -120,8 +144,8 @@ impl Clients {
 /// `per_sec` a second in all. Bounded tables: when one is full, no probe.
 #[derive(Debug)]
 pub struct ProbeLimiter {
-    dests: HashMap<IpAddr, Time>,
-    prefixes: HashMap<u128, (Time, u32)>,
+    dests: HashMap<IpAddr, Time, KeyedBuildHasher>,
+    prefixes: HashMap<u128, (Time, u32), KeyedBuildHasher>,
     max: usize,
     interval: Duration,
     per_prefix: u32,
@@ -134,8 +158,8 @@ impl ProbeLimiter {
     /// A limiter with the given bounds; tables hold at most `max` entries.
     pub fn new(max: usize, interval: Duration, per_prefix: u32, per_sec: u32) -> ProbeLimiter {
         ProbeLimiter {
-            dests: HashMap::new(),
-            prefixes: HashMap::new(),
+            dests: HashMap::with_hasher(unkeyed()),
+            prefixes: HashMap::with_hasher(unkeyed()),
             max,
             interval,
             per_prefix,
@@ -143,6 +167,13 @@ impl ProbeLimiter {
             second: Time::ZERO,
             this_second: 0,
         }
+    }
+
+    /// The limiter with its tables' hashes keyed by `hasher`.
+    pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> ProbeLimiter {
+        rekey(&mut self.dests, hasher.clone());
+        rekey(&mut self.prefixes, hasher);
+        self
     }
 
     /// Whether `dest` may be probed now; if so, the probe is counted.

@@ -36,6 +36,7 @@
 //! (`ns-7f0d0101.L2.L1.L0.Z` is 127.13.1.1), so every node can answer for
 //! every name server's glue without any state.
 
+mod fast;
 mod limits;
 mod near;
 mod view;
@@ -57,7 +58,7 @@ pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
 pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
 pub use view::{LevelView, Peer, View};
 
-use crate::id::Key;
+use crate::id::{keyed_hasher, Key};
 use crate::node::Level;
 use crate::time::{Duration, Time};
 
@@ -511,7 +512,7 @@ impl Compress {
             let Some(tail) = self.arena.get(start + at..start + len) else {
                 continue;
             };
-            if !tail.eq_ignore_ascii_case(suffix) {
+            if !eq_fold(tail, suffix) {
                 continue;
             }
             // `at` must be a label boundary of the remembered name.
@@ -593,48 +594,7 @@ impl Composer for Wire {
                 &local[..len]
             }
         };
-        let len = flat.len();
-        let mut bounds = [0u8; 128];
-        let mut labels = 0;
-        let mut p = 0;
-        while p < len {
-            let Some(b) = bounds.get_mut(labels) else {
-                break;
-            };
-            *b = p as u8;
-            labels += 1;
-            p += 1 + usize::from(flat[p]);
-        }
-        // The root label is never pointed at.
-        let named = labels.saturating_sub(1);
-        let start = self.buf.len();
-        let mut literal = len;
-        let mut pointer = None;
-        for &b in &bounds[..named] {
-            if let Some(p) = self.c.find(&flat[usize::from(b)..len]) {
-                literal = usize::from(b);
-                pointer = Some(p);
-                break;
-            }
-        }
-        self.buf.extend_from_slice(&flat[..literal]);
-        if let Some(p) = pointer {
-            self.buf.extend_from_slice(&(p | 0xc000).to_be_bytes());
-        }
-        let c = &mut self.c;
-        if literal > 0 && start < 0x3fff && c.count < COMPRESS_NAMES_MAX {
-            let arena_off = c.arena.len();
-            if arena_off + len <= usize::from(u16::MAX) {
-                c.arena.extend_from_slice(&flat[..len]);
-                c.names[c.count] = (
-                    start as u16,
-                    arena_off as u16,
-                    len as u8,
-                    literal.min(255) as u8,
-                );
-                c.count += 1;
-            }
-        }
+        put_name(&mut self.buf, &mut self.c, flat);
         Ok(())
     }
 
@@ -644,6 +604,98 @@ impl Composer for Wire {
 }
 
 type Target = Wire;
+
+/// Eight octets with ASCII capitals made small (every other octet kept),
+/// all at once (the SWAR form of `u8::to_ascii_lowercase`).
+fn lower8(x: u64) -> u64 {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let low7 = x & !HIGH;
+    // Bit 7 of each octet: set if its low seven bits are > 'Z', >= 'A'.
+    let above_z = low7.wrapping_add(0x2525_2525_2525_2525);
+    let from_a = low7.wrapping_add(0x3f3f_3f3f_3f3f_3f3f);
+    let upper = (from_a ^ above_z) & !x & HIGH;
+    x | (upper >> 2)
+}
+
+/// `a.eq_ignore_ascii_case(b)`, eight octets at a time: the compressor
+/// compares names' tails with it for every name of every answer.
+fn eq_fold(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| -> u64 {
+        let mut w = [0u8; 8];
+        if let Some(c) = s.get(at..at + 8) {
+            w.copy_from_slice(c);
+        }
+        u64::from_le_bytes(w)
+    };
+    let same = |at: usize| {
+        let (x, y) = (word(a, at), word(b, at));
+        x == y || lower8(x) == lower8(y)
+    };
+    if len < 8 {
+        return a.eq_ignore_ascii_case(b);
+    }
+    // Eight octets at a time, the last eight overlapping the one before.
+    let mut at = 0;
+    while at + 8 < len {
+        if !same(at) {
+            return false;
+        }
+        at += 8;
+    }
+    same(len - 8)
+}
+
+/// Appends `flat` (a name in wire form, with its root label) to `buf`,
+/// compressed against the names `c` remembers (RFC 1035 §4.1.4), and
+/// remembers it: the one compression rule of every answer, built through
+/// domain's builder ([`Wire`]) or directly (the fast path).
+fn put_name(buf: &mut Vec<u8>, c: &mut Compress, flat: &[u8]) {
+    let len = flat.len();
+    let mut bounds = [0u8; 128];
+    let mut labels = 0;
+    let mut p = 0;
+    while p < len {
+        let Some(b) = bounds.get_mut(labels) else {
+            break;
+        };
+        *b = p as u8;
+        labels += 1;
+        p += 1 + usize::from(flat[p]);
+    }
+    // The root label is never pointed at.
+    let named = labels.saturating_sub(1);
+    let start = buf.len();
+    let mut literal = len;
+    let mut pointer = None;
+    for &b in &bounds[..named] {
+        if let Some(p) = c.find(&flat[usize::from(b)..len]) {
+            literal = usize::from(b);
+            pointer = Some(p);
+            break;
+        }
+    }
+    buf.extend_from_slice(&flat[..literal]);
+    if let Some(p) = pointer {
+        buf.extend_from_slice(&(p | 0xc000).to_be_bytes());
+    }
+    if literal > 0 && start < 0x3fff && c.count < COMPRESS_NAMES_MAX {
+        let arena_off = c.arena.len();
+        if arena_off + len <= usize::from(u16::MAX) {
+            c.arena.extend_from_slice(&flat[..len]);
+            c.names[c.count] = (
+                start as u16,
+                arena_off as u16,
+                len as u8,
+                literal.min(255) as u8,
+            );
+            c.count += 1;
+        }
+    }
+}
 
 /// A domain name built on the stack.
 struct NameBuf {
@@ -734,6 +786,18 @@ pub struct Dnssrv {
     apex_names: Vec<Name<Vec<u8>>>,
     /// Name servers' names by (apex, address).
     ns_cache: Vec<(Apex, IpAddr, Name<Vec<u8>>)>,
+    /// What the fast path picked for the query being answered, when it
+    /// hands the writing to the builder.
+    picked: Option<(Pick, Best<ANSWERS_MAX>)>,
+    /// Whether the common query takes the fast path (`fast.rs`).
+    fast_path: bool,
+    /// The fast path's name tails.
+    tails: fast::Tails,
+    /// The fast path's proxies and name servers picked, kept between
+    /// queries (not made, and zeroed, for each).
+    scratch: Option<Box<(Best<ANSWERS_MAX>, Best<NAMESERVERS_MAX>)>>,
+    /// Answers the fast path wrote itself (for the tests).
+    fast_answered: u64,
 }
 
 fn labels_of(name: &str) -> Vec<Vec<u8>> {
@@ -801,6 +865,7 @@ fn same_local_net(client: IpAddr, proxy: IpAddr) -> bool {
 }
 
 /// Up to `N` peers, best first.
+#[derive(Clone, Copy, Debug)]
 struct Best<const N: usize> {
     items: [(u32, u64, IpAddr); N],
     len: usize,
@@ -838,6 +903,13 @@ impl<const N: usize> Best<N> {
         self.items.copy_within(at..end, at + 1);
         self.items[at] = (prefix, rtt_us, addr);
         self.len = (self.len + 1).min(self.cap);
+    }
+
+    /// Empties it, to hold up to `cap` (the items are overwritten before
+    /// they are read).
+    fn clear(&mut self, cap: usize) {
+        self.len = 0;
+        self.cap = cap.min(N);
     }
 
     fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
@@ -905,6 +977,11 @@ impl Dnssrv {
             apex_flat: Vec::new(),
             apex_names: Vec::new(),
             ns_cache: Vec::new(),
+            picked: None,
+            fast_path: true,
+            fast_answered: 0,
+            tails: fast::Tails::default(),
+            scratch: Some(Box::new((Best::new(0), Best::new(0)))),
             cfg,
         };
         srv.apex_flat = [Apex::Z, Apex::L0, Apex::L1, Apex::L2, Apex::Alias]
@@ -926,7 +1003,22 @@ impl Dnssrv {
                 })
             })
             .collect();
+        srv.tails = fast::Tails::new(&srv.apex_flat, srv.alias.is_some());
         srv
+    }
+
+    /// dnssrv with the hashes of its tables of clients (measured networks,
+    /// probe limits, nodes near networks) keyed by `secret`: their keys are
+    /// addresses anyone can send from (SECURITY.md, hash flooding). A
+    /// server calls it once, before any query; `new` alone keys them with
+    /// fixed seeds (tests, benchmarks).
+    pub fn with_hash_secret(mut self, secret: &[u8]) -> Dnssrv {
+        self.clients = self
+            .clients
+            .with_hasher(keyed_hasher(secret, "dns clients"));
+        self.probes = self.probes.with_hasher(keyed_hasher(secret, "dns probes"));
+        self.near = self.near.with_hasher(keyed_hasher(secret, "dns near"));
+        self
     }
 
     /// The configuration.
@@ -1101,7 +1193,20 @@ impl Dnssrv {
         self.badvers = false;
         let buf = std::mem::take(out);
         self.answer_level = None;
-        let r = self.respond(now, &msg, rrl, client, transport, view, buf);
+        self.picked = None;
+        let fast = fast::fast_parse(query);
+        // The query type's counter index, known if the fast parse read it.
+        let qtype = match &fast {
+            Some(q) => q.qtype_index(),
+            None => qtype_index(query),
+        };
+        let r = match fast {
+            Some(q) if self.fast_path && rrl == Rrl::Send => {
+                self.respond_fast(now, &msg, &q, client, transport, view, buf)
+            }
+            _ => self.respond(now, &msg, rrl, client, transport, view, buf),
+        };
+        self.picked = None;
         self.hold = Hold::Never;
         match r {
             Some(b) if self.hold_now => {
@@ -1114,7 +1219,7 @@ impl Dnssrv {
             }
             Some(b) => {
                 self.count_rcode(&b);
-                self.count_answer(query, &b, self.badvers);
+                self.count_answer(qtype, &b, self.badvers);
                 *out = b;
                 self.settle(retry, Outcome::Answer)
             }
@@ -1150,8 +1255,9 @@ impl Dnssrv {
         }
     }
 
-    /// Counts an answer sent by its query type, rcode and client level.
-    fn count_answer(&mut self, query: &[u8], answer: &[u8], badvers: bool) {
+    /// Counts an answer sent by its query type (index in `QTYPE_NAMES`),
+    /// rcode and client level.
+    fn count_answer(&mut self, qtype: usize, answer: &[u8], badvers: bool) {
         let rcode = if badvers {
             6
         } else {
@@ -1163,7 +1269,7 @@ impl Dnssrv {
         let level = self
             .answer_level
             .map_or(LEVELS, |l| usize::from(l).min(LEVELS - 1));
-        self.counters.answers[qtype_index(query)][rcode][level] += 1;
+        self.counters.answers[qtype][rcode][level] += 1;
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1285,13 +1391,15 @@ impl Dnssrv {
         let opt_room = if edns.present { 11 + 24 } else { 0 };
         b.set_push_limit(limit.saturating_sub(opt_room));
         let ctx = Ctx {
-            now,
-            client: client.ip(),
+            who: Who {
+                now,
+                client: client.ip(),
+                qtype,
+                view,
+                edns,
+            },
             qname,
-            qtype,
             labels,
-            view,
-            edns,
         };
         let (add, scope, res) = self.build(&ctx, place, b.answer());
         let mut add = match res {
@@ -1443,15 +1551,16 @@ impl Dnssrv {
     /// (`self.hold_now`) if `self.hold` allows.
     fn pick_proxies(
         &mut self,
-        ctx: &Ctx,
+        ctx: &Who,
         level: usize,
         target: IpAddr,
         want: Rtype,
         near: [Option<SocketAddr>; NEAR_NODES_MAX],
-    ) -> (Best<ANSWERS_MAX>, bool) {
+        best: &mut Best<ANSWERS_MAX>,
+    ) -> bool {
         let live = Duration::from_secs(self.cfg.live_secs);
         let hold_window = Duration::from_millis(self.cfg.hold_ms);
-        let mut best = Best::new(self.cfg.answers_max);
+        best.clear(self.cfg.answers_max);
         let usable = |p: &Peer| {
             family_rtype(p.addr) == want
                 && ctx.now.saturating_since(p.verified) <= live
@@ -1548,14 +1657,27 @@ impl Dnssrv {
                 self.hold_now = true;
             }
         }
-        (best, hinted)
+        hinted
     }
 
     /// The name servers of `level`'s cluster nearest `target` (this node
     /// always among the candidates: it is answering).
-    fn pick_nameservers(&self, ctx: &Ctx, level: usize, target: IpAddr) -> Best<NAMESERVERS_MAX> {
-        let live = Duration::from_secs(self.cfg.live_secs);
+    fn pick_nameservers(&self, ctx: &Who, level: usize, target: IpAddr) -> Best<NAMESERVERS_MAX> {
         let mut best = Best::new(self.cfg.nameservers_max);
+        self.pick_nameservers_into(ctx, level, target, &mut best);
+        best
+    }
+
+    /// [`Dnssrv::pick_nameservers`] into `best` (cleared first).
+    fn pick_nameservers_into(
+        &self,
+        ctx: &Who,
+        level: usize,
+        target: IpAddr,
+        best: &mut Best<NAMESERVERS_MAX>,
+    ) {
+        let live = Duration::from_secs(self.cfg.live_secs);
+        best.clear(self.cfg.nameservers_max);
         best.offer(common_prefix(target, ctx.view.me), 0, ctx.view.me);
         if let Some(lv) = ctx.view.levels.get(level) {
             for p in &lv.nameservers {
@@ -1568,7 +1690,6 @@ impl Dnssrv {
                 }
             }
         }
-        best
     }
 
     /// Writes the apex's name (from its wire form, made once).
@@ -1810,21 +1931,15 @@ impl Dnssrv {
         }
     }
 
-    /// The proxies for `owner` (the query name, or a CNAME's target), and
-    /// the delegation that locks the resolver onto the client's cluster.
-    fn proxies(
-        &mut self,
-        ctx: &Ctx,
-        owner: Option<Flat<'_>>,
-        mut ans: AnswerBuilder<Target>,
-    ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
+    /// What the answer for a proxy name holds: the client located, the
+    /// proxies picked, the counters and follow-ups of that done (the
+    /// answer function's side effects, taken once per query whichever way
+    /// the answer is then written).
+    fn pick(&mut self, ctx: &Who, best: &mut Best<ANSWERS_MAX>) -> Pick {
         let want = match ctx.qtype {
             Rtype::A | Rtype::ANY => Rtype::A,
             Rtype::AAAA => Rtype::AAAA,
-            _ => {
-                let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
-                return (add, 0, r);
-            }
+            _ => return Pick::NoAddress,
         };
         let (level, scope, near) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
         let level = (level as usize).min(ctx.view.levels.len().saturating_sub(1));
@@ -1832,10 +1947,10 @@ impl Dnssrv {
             Some(e) if e.source > 0 => e.addr,
             _ => ctx.client,
         };
-        let (best, hinted) = self.pick_proxies(ctx, level, target, want, near);
+        let hinted = self.pick_proxies(ctx, level, target, want, near, best);
         if self.hold_now {
             // Held: nothing is sent now; the query is asked again.
-            return (ans.additional(), scope, Ok(()));
+            return Pick::Held(scope);
         }
         if !matches!(self.hold, Hold::Retry(_)) {
             match level {
@@ -1854,19 +1969,46 @@ impl Dnssrv {
         }
         if best.len == 0 {
             self.counters.answers_no_proxy += 1;
-            let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
-            return (add, scope, r);
+            return Pick::NoProxy(scope);
         }
         if hinted {
             self.counters.answers_hinted += 1;
         }
         self.counters.answers_proxied += 1;
         self.answer_level = Some(level as Level);
-        let ttl = Ttl::from_secs(if level >= 2 {
-            A_TTL_SECS_LEVEL2
-        } else {
-            A_TTL_SECS_NEAR
-        });
+        Pick::Proxies { level, scope }
+    }
+
+    /// The proxies for `owner` (the query name, or a CNAME's target), and
+    /// the delegation that locks the resolver onto the client's cluster.
+    fn proxies(
+        &mut self,
+        ctx: &Ctx,
+        owner: Option<Flat<'_>>,
+        mut ans: AnswerBuilder<Target>,
+    ) -> (AdditionalBuilder<Target>, u8, Result<(), PushError>) {
+        // The fast path may have picked already (then it could not write
+        // the answer itself: no proxy, or too big).
+        let (pick, best) = match self.picked.take() {
+            Some(p) => p,
+            None => {
+                let mut best = Best::new(self.cfg.answers_max);
+                (self.pick(ctx, &mut best), best)
+            }
+        };
+        let (level, scope) = match pick {
+            Pick::NoAddress => {
+                let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
+                return (add, 0, r);
+            }
+            Pick::Held(scope) => return (ans.additional(), scope, Ok(())),
+            Pick::NoProxy(scope) => {
+                let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
+                return (add, scope, r);
+            }
+            Pick::Proxies { level, scope } => (level, scope),
+        };
+        let ttl = Ttl::from_secs(a_ttl_secs(level));
         for ip in best.addrs() {
             let r = match (ip, owner.clone()) {
                 (IpAddr::V4(a), Some(o)) => ans.push((o, ttl, a4(a))),
@@ -1893,6 +2035,28 @@ impl Dnssrv {
     }
 }
 
+/// The TTL of A records for a client at `level`.
+fn a_ttl_secs(level: usize) -> u32 {
+    if level >= 2 {
+        A_TTL_SECS_LEVEL2
+    } else {
+        A_TTL_SECS_NEAR
+    }
+}
+
+/// What [`Dnssrv::pick`] decided for a proxy name.
+#[derive(Clone, Copy, Debug)]
+enum Pick {
+    /// The query type has no addresses (NODATA).
+    NoAddress,
+    /// Held (with the Client Subnet scope).
+    Held(u8),
+    /// No proxy live: NODATA (with the scope).
+    NoProxy(u8),
+    /// The proxies picked, for a client at `level`.
+    Proxies { level: usize, scope: u8 },
+}
+
 /// A parsed question.
 type ParsedQuestion<'q> = Question<ParsedName<&'q [u8]>>;
 
@@ -1901,13 +2065,26 @@ type Flat<'a> = Name<&'a [u8]>;
 
 /// What one query's answer is built from.
 struct Ctx<'a> {
+    who: Who<'a>,
+    qname: Flat<'a>,
+    labels: &'a [&'a [u8]],
+}
+
+/// What picking the proxies and name servers reads: the query without its
+/// name.
+struct Who<'a> {
     now: Time,
     client: IpAddr,
-    qname: Flat<'a>,
     qtype: Rtype,
-    labels: &'a [&'a [u8]],
     view: &'a View,
     edns: Edns,
+}
+
+impl<'a> std::ops::Deref for Ctx<'a> {
+    type Target = Who<'a>;
+    fn deref(&self) -> &Who<'a> {
+        &self.who
+    }
 }
 
 /// Parses the question and the EDNS record, checking the whole message.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::cluster::{hint_prefix_key, is_hint_address};
-use crate::id::{Id, Key};
+use crate::id::{Id, Key, KeyedBuildHasher};
 use crate::time::{Duration, Time};
 
 /// Routers at the end of a client's path whose hints are looked up.
@@ -83,7 +83,7 @@ impl Near {
 /// `max` networks, each for `ttl` (`ttl_empty` when none was found).
 #[derive(Debug)]
 pub struct NearCache {
-    map: HashMap<u128, Near>,
+    map: HashMap<u128, Near, KeyedBuildHasher>,
     max: usize,
     ttl: Duration,
     ttl_empty: Duration,
@@ -94,11 +94,17 @@ impl NearCache {
     /// or `ttl_empty` (at most `ttl`) while pending or when none was found.
     pub fn new(max: usize, ttl: Duration, ttl_empty: Duration) -> NearCache {
         NearCache {
-            map: HashMap::new(),
+            map: HashMap::with_hasher(super::limits::unkeyed()),
             max,
             ttl,
             ttl_empty: ttl_empty.min(ttl),
         }
+    }
+
+    /// The cache with its hash keyed by `hasher`.
+    pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> NearCache {
+        super::limits::rekey(&mut self.map, hasher);
+        self
     }
 
     /// Records that a lookup for network `key` was started. False if the

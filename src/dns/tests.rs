@@ -933,3 +933,312 @@ fn nsdi2004_3_1_ipv6_clients_look_up_hints_under_their_last_hops() {
         }]
     );
 }
+
+// ---- The fast path (`fast.rs`) against the builder's path ----
+
+/// A query's EDNS in the equivalence test: (UDP size, DO, version, Client
+/// Subnet as (family, source, address octets), an unknown option).
+type FuzzEdns = Option<(u16, bool, u8, Option<(u16, u8, [u8; 16])>, bool)>;
+
+/// A query built from the test's draws: its name (labels), type and EDNS.
+fn fuzz_query(id: u16, rd_cd: u8, labels: &[String], qtype: u16, edns: &FuzzEdns) -> Vec<u8> {
+    let mut q = vec![
+        (id >> 8) as u8,
+        id as u8,
+        rd_cd & 0x01,
+        rd_cd & 0x10,
+        0,
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ];
+    q[11] = u8::from(edns.is_some());
+    for l in labels {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    if let Some((udp, dnssec_ok, version, ecs, unknown)) = edns {
+        let mut rdata = Vec::new();
+        if *unknown {
+            rdata.extend_from_slice(&[0, 10, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8]);
+        }
+        if let Some((family, source, addr)) = ecs {
+            let max = if *family == 1 { 32 } else { 128 };
+            let source = (*source).min(max);
+            let n = usize::from(source).div_ceil(8);
+            let mut a = *addr;
+            // Only the source prefix's bits (RFC 7871 §6).
+            for (i, b) in a.iter_mut().enumerate() {
+                let keep = (usize::from(source)).saturating_sub(8 * i).min(8);
+                *b &= if keep == 0 { 0 } else { 0xffu8 << (8 - keep) };
+            }
+            rdata.extend_from_slice(&8u16.to_be_bytes());
+            rdata.extend_from_slice(&(4 + n as u16).to_be_bytes());
+            rdata.extend_from_slice(&family.to_be_bytes());
+            rdata.extend_from_slice(&[source, 0]);
+            rdata.extend_from_slice(&a[..n]);
+        }
+        q.extend_from_slice(&[0, 0, 41]);
+        q.extend_from_slice(&udp.to_be_bytes());
+        q.extend_from_slice(&[0, *version, if *dnssec_ok { 0x80 } else { 0 }, 0]);
+        q.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        q.extend_from_slice(&rdata);
+    }
+    q
+}
+
+/// Letter case as resolvers randomize it (0x20): `mask` bit i flips
+/// letter i.
+fn mixed_case(s: &str, mask: u64) -> String {
+    s.chars()
+        .enumerate()
+        .map(|(i, c)| {
+            if mask >> (i % 64) & 1 == 1 {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+fn fuzz_view(me_http: bool, peers: &[(u8, u8, bool, bool, bool, bool)]) -> View {
+    let mut v = alone();
+    v.me_http = me_http;
+    for &(level, host, v6, stale, non_recursive, ns) in peers {
+        let addr = if v6 {
+            IpAddr::V6(Ipv6Addr::new(
+                0x2001,
+                0xdb8,
+                u16::from(level),
+                0,
+                0,
+                0,
+                0,
+                u16::from(host),
+            ))
+        } else {
+            IpAddr::V4(Ipv4Addr::new(127, 13, level, host))
+        };
+        let p = Peer {
+            addr,
+            verified: if stale {
+                Time(NOW.0 - 400_000_000)
+            } else {
+                NOW
+            },
+            rtt: Some(Duration::from_micros(u64::from(host) * 100)),
+            non_recursive,
+        };
+        let lv = &mut v.levels[usize::from(level % 3)];
+        if ns {
+            lv.nameservers.push(p);
+        } else {
+            lv.proxies.push(p);
+        }
+    }
+    v
+}
+
+fn fuzz_name() -> impl Strategy<Value = (Vec<String>, u8, u64)> {
+    (
+        proptest::collection::vec("[a-zA-Z0-9-]{1,63}", 0..5),
+        0u8..6,
+        any::<u64>(),
+    )
+}
+
+fn fuzz_edns() -> impl Strategy<Value = FuzzEdns> {
+    proptest::option::of((
+        prop_oneof![Just(512u16), Just(1232), Just(4096), any::<u16>()],
+        any::<bool>(),
+        prop_oneof![9 => Just(0u8), 1 => Just(1u8)],
+        proptest::option::of((
+            prop_oneof![Just(1u16), Just(2)],
+            0u8..=128,
+            any::<[u8; 16]>(),
+        )),
+        any::<bool>(),
+    ))
+}
+
+/// Answers `qs` with the fast path on and off, from the same state: the
+/// same outcomes, answer bytes, counters and follow-ups.
+fn same_both_ways(
+    cfg: DnsConfig,
+    views: &[View],
+    qs: &[(Vec<u8>, SocketAddr, Transport, u32)],
+) -> Result<u64, TestCaseError> {
+    let mut fast = Dnssrv::new(cfg.clone());
+    let mut slow = Dnssrv::new(cfg);
+    slow.set_fast_path(false);
+    for s in [&mut fast, &mut slow] {
+        s.pin_rtt("10.1.1.1".parse().unwrap(), Duration::from_millis(5), NOW);
+        s.pin_rtt("10.2.2.2".parse().unwrap(), Duration::from_millis(40), NOW);
+        s.pin_rtt(
+            "198.51.100.7".parse().unwrap(),
+            Duration::from_millis(1),
+            NOW,
+        );
+    }
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (i, (q, from, transport, dt_ms)) in qs.iter().enumerate() {
+        // The view changes partway through (proxies come and go).
+        let view = &views[i * views.len() / qs.len()];
+        let now = NOW + Duration::from_millis(u64::from(*dt_ms));
+        let hold = if i % 3 == 0 {
+            Hold::Allowed
+        } else {
+            Hold::Never
+        };
+        let oa = fast.answer_or_hold(now, q, *from, *transport, view, &mut a, hold);
+        let ob = slow.answer_or_hold(now, q, *from, *transport, view, &mut b, hold);
+        prop_assert_eq!(oa, ob, "query {:?}", q);
+        if oa == Outcome::Answer {
+            prop_assert_eq!(&a, &b, "query {:?}", q);
+        }
+        if oa == Outcome::Hold {
+            fast.abandon_held();
+            slow.abandon_held();
+        }
+        prop_assert_eq!(fast.counters(), slow.counters());
+        loop {
+            let (fa, fb) = (fast.poll_followup(), slow.poll_followup());
+            prop_assert_eq!(fa, fb);
+            if fa.is_none() {
+                break;
+            }
+        }
+    }
+    prop_assert_eq!(slow.fast_answered, 0);
+    Ok(fast.fast_answered)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn eq_fold_is_eq_ignore_ascii_case(
+        a in proptest::collection::vec(any::<u8>(), 0..40),
+        flips in proptest::collection::vec((0usize..40, any::<u8>()), 0..4),
+        case in any::<u64>(),
+    ) {
+        // `b`: `a` with letters' case changed, and some octets changed.
+        let mut b: Vec<u8> = a
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| if case >> (i % 64) & 1 == 1 { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() })
+            .collect();
+        for (i, x) in flips {
+            if let Some(c) = b.get_mut(i) {
+                *c = x;
+            }
+        }
+        prop_assert_eq!(eq_fold(&a, &b), a.eq_ignore_ascii_case(&b));
+        prop_assert!(eq_fold(&a, &a));
+    }
+
+    #[test]
+    fn fast_path_answers_byte_for_byte_as_the_builder(
+        queries in proptest::collection::vec(
+            (
+                fuzz_name(),
+                prop_oneof![6 => Just(1u16), 3 => Just(28u16), 1 => Just(2u16), 1 => Just(255u16), 1 => Just(5u16)],
+                fuzz_edns(),
+                0u8..6,
+                any::<bool>(),
+                0u32..20_000,
+                any::<(u16, u8)>(),
+            ),
+            1..24,
+        ),
+        views in proptest::collection::vec(
+            (any::<bool>(), proptest::collection::vec((0u8..3, 1u8..40, any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()), 0..12)),
+            1..3,
+        ),
+        rrl in prop_oneof![Just(0u32), Just(3u32)],
+        zones in 0usize..5,
+    ) {
+        // Zones and aliases: apart, sharing a tail, the alias under the
+        // zone, the alias under L0 (the fast path declines it), no alias.
+        let (zone, alias) = [
+            ("coralcdn.test", Some("coral.test")),
+            ("coralcdn.test", Some("example.net")),
+            ("coralcdn.test", Some("cdn.coralcdn.test")),
+            ("coralcdn.test", Some("x.L0.coralcdn.test")),
+            ("nyud.net", None),
+        ][zones];
+        let suffixes = [
+            format!("http.L2.L1.L0.{zone}"),
+            alias.unwrap_or("coral.test").to_string(),
+            format!("http.l2.l1.l0.{}", zone.to_ascii_uppercase()),
+            format!("L1.L0.{zone}"),
+            "example.org".to_string(),
+            alias.unwrap_or("Coral.Test").to_ascii_uppercase(),
+        ];
+        let clients = ["10.1.1.1", "10.2.2.2", "10.3.3.3", "127.13.0.9", "198.51.100.7", "2001:db8:0:0:1::9"];
+        let qs: Vec<_> = queries
+            .iter()
+            .map(|((prefix, suffix, case), qtype, edns, who, tcp, dt, (id, rd_cd))| {
+                let mut labels: Vec<String> = prefix.clone();
+                for l in suffixes[usize::from(*suffix)].split('.') {
+                    labels.push(mixed_case(l, *case));
+                }
+                let ip: IpAddr = clients[usize::from(*who)].parse().unwrap();
+                let t = if *tcp { Transport::Tcp } else { Transport::Udp };
+                (fuzz_query(*id, *rd_cd, &labels, *qtype, edns), SocketAddr::new(ip, 5353), t, *dt)
+            })
+            .collect();
+        let views: Vec<View> = views.iter().map(|(h, p)| fuzz_view(*h, p)).collect();
+        let cfg = DnsConfig {
+            zone: zone.into(),
+            alias: alias.map(Into::into),
+            rrl_responses_per_sec: rrl,
+            ..DnsConfig::default()
+        };
+        same_both_ways(cfg, &views, &qs)?;
+    }
+}
+
+#[test]
+fn fast_path_answers_the_common_queries() {
+    // The benchmark's query, and the alias's, with and without EDNS and
+    // Client Subnet, before and after the view changes: byte for byte as
+    // the builder's path, and by the fast path.
+    let ecs: &[(u16, &[u8])] = &[(8, &[0, 1, 24, 0, 198, 51, 100])];
+    let mut qs = Vec::new();
+    for (i, name) in [
+        "www.site1.example.com.http.L2.L1.L0.coralcdn.test",
+        "WwW.sItE2.example.com.HTTP.l2.L1.l0.coralcdn.TEST",
+        "www.site3.example.com.coral.test",
+        "http.L2.L1.L0.coralcdn.test",
+    ]
+    .iter()
+    .enumerate()
+    {
+        for (qtype, edns) in [
+            (Rtype::A, None),
+            (Rtype::AAAA, Some((0, &[][..]))),
+            (Rtype::A, Some((0, ecs))),
+        ] {
+            let q = query(name, qtype, edns);
+            qs.push((q, client(), Transport::Udp, i as u32));
+        }
+    }
+    let mut v6 = view_with_levels();
+    v6.levels[0].proxies.push(peer("2001:db8::10", NOW));
+    let views = [alone(), view_with_levels(), v6];
+    let cfg = DnsConfig {
+        rrl_responses_per_sec: 0,
+        ..DnsConfig::default()
+    };
+    let fast = same_both_ways(cfg, &views, &qs).unwrap();
+    assert!(fast >= 8, "fast path answered {fast}");
+}

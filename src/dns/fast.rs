@@ -1,0 +1,490 @@
+//! The fast path for the common query: a plain QUERY over UDP or TCP for the
+//! A or AAAA records of a Coralized name (under `http.L2.L1.L0.<zone>`, or
+//! under the alias), with or without EDNS and Client Subnet.
+//!
+//! [`fast_parse`] reads such a query by a direct scan of its octets and
+//! declines anything else (compression pointers in the question, other
+//! types, classes or opcodes, EDNS versions above 0, several options of
+//! one kind...), which then goes to domain's full parser exactly as before.
+//! [`Dnssrv::fast_place`] places the name by comparing its tail with the
+//! zone's, the alias's and http.L2.L1.L0.Z's ([`Tails`], made once).
+//! [`Dnssrv::respond_fast`] writes the answer straight into the buffer,
+//! without domain's builder and without the compressor: where the
+//! compressor ([`put_name`]) would point is known from the names' shapes
+//! (the A records' owner is the question name or the CNAME's target, each
+//! apex `Lk.Z` is that name's tail, glue points at the NS data), so the
+//! bytes are the builder's. The decision (client level, proxies, name
+//! servers, counters, follow-ups) is [`Dnssrv::pick`] and
+//! [`Dnssrv::pick_nameservers`], shared with the builder's path and taken
+//! against the view of the moment (nothing is cached, nothing to
+//! invalidate); when the answer is not the plain one (no proxy live, held,
+//! too big for the transport) the pick is handed to the builder's path,
+//! which writes it. `tests.rs` checks both paths byte for byte (and their
+//! counters and follow-ups) over varied queries, zones and views.
+
+use super::*;
+
+/// A query of the common shape, read by a direct scan of its octets.
+pub(super) struct FastQuery<'q> {
+    /// The question's name in wire form, root label included, letter case
+    /// as sent.
+    qname: &'q [u8],
+    /// A or AAAA.
+    qtype: u16,
+    edns: Edns,
+}
+
+impl FastQuery<'_> {
+    /// The index of its type in `QTYPE_NAMES` (A or AAAA).
+    pub(super) fn qtype_index(&self) -> usize {
+        usize::from(self.qtype == 28)
+    }
+}
+
+/// Reads `q` if it is a plain query for A or AAAA in class IN, with at
+/// most an OPT record (version 0, at most one Client Subnet option, well
+/// formed) and nothing after it; `None` for anything else.
+pub(super) fn fast_parse(q: &[u8]) -> Option<FastQuery<'_>> {
+    let h = q.get(..12)?;
+    // QR clear, opcode QUERY.
+    if h[2] & 0xf8 != 0 {
+        return None;
+    }
+    let count = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    if count(4) != 1 || count(6) != 0 || count(8) != 0 || count(10) > 1 {
+        return None;
+    }
+    // The name: plain labels only, at most 255 octets with the root.
+    let mut p = 12;
+    loop {
+        let l = usize::from(*q.get(p)?);
+        if l == 0 {
+            break;
+        }
+        if l > 63 {
+            return None;
+        }
+        p += 1 + l;
+        if p - 12 >= 255 {
+            return None;
+        }
+    }
+    let qname = q.get(12..p + 1)?;
+    let t = q.get(p + 1..p + 5)?;
+    let qtype = u16::from_be_bytes([t[0], t[1]]);
+    if !matches!(qtype, 1 | 28) || t[2..4] != [0, 1] {
+        return None;
+    }
+    let mut end = p + 5;
+    let mut edns = Edns::default();
+    if count(10) == 1 {
+        // The OPT record, owned by the root (RFC 6891 §6.1.2).
+        let r = q.get(end..end + 11)?;
+        if r[0] != 0 || r[1..3] != [0, 41] || r[6] != 0 {
+            return None;
+        }
+        let rdlen = usize::from(u16::from_be_bytes([r[9], r[10]]));
+        let rdata = q.get(end + 11..end + 11 + rdlen)?;
+        end += 11 + rdlen;
+        let mut o = 0;
+        while o < rdata.len() {
+            let oh = rdata.get(o..o + 4)?;
+            let code = u16::from_be_bytes([oh[0], oh[1]]);
+            let len = usize::from(u16::from_be_bytes([oh[2], oh[3]]));
+            let data = rdata.get(o + 4..o + 4 + len)?;
+            if code == OPT_CLIENT_SUBNET {
+                if edns.ecs.is_some() {
+                    return None;
+                }
+                edns.ecs = Some(parse_ecs(data)?);
+            }
+            o += 4 + len;
+        }
+        edns.present = true;
+        edns.udp = u16::from_be_bytes([r[3], r[4]]);
+        edns.version = 0;
+        edns.dnssec_ok = r[7] & 0x80 != 0;
+    }
+    if end != q.len() {
+        return None;
+    }
+    Some(FastQuery { qname, qtype, edns })
+}
+
+/// The names the fast path places query names by, flat, with their root
+/// labels, made once.
+#[derive(Debug, Default)]
+pub(super) struct Tails {
+    /// The zone.
+    zone: Vec<u8>,
+    /// The alias, if there is one.
+    alias: Option<Vec<u8>>,
+    /// http.L2.L1.L0.<zone>.
+    proxy: Vec<u8>,
+    /// For names under the alias, where the compressor would point, when
+    /// it is known without it (the alias is not under L0.<zone>, nor a tail
+    /// of http.L2.L1.L0.<zone>): the synthesized CNAME's target is the
+    /// labels before the alias, then this (`proxy` less the longest tail
+    /// it shares with the alias), then a pointer to that shared tail in
+    /// the question, whose length (root label included) is the second
+    /// field (1: nothing shared but the root, written, not pointed at).
+    alias_cname: Option<(Vec<u8>, usize)>,
+}
+
+/// Whether `name` ends with `tail` at a label boundary (both flat, with
+/// their root labels; letter case ignored).
+fn ends_with_flat(name: &[u8], tail: &[u8]) -> bool {
+    let Some(at) = name.len().checked_sub(tail.len()) else {
+        return false;
+    };
+    let mut p = 0;
+    while p < at {
+        p += 1 + usize::from(name[p]);
+    }
+    p == at && eq_fold(&name[at..], tail)
+}
+
+impl Tails {
+    /// From the apexes' names in wire form without the root (Z, L0, L1, L2,
+    /// alias: `Dnssrv::apex_flat`).
+    pub(super) fn new(apex_flat: &[Vec<u8>], alias: bool) -> Tails {
+        let rooted = |i: usize| {
+            let mut v = apex_flat.get(i).cloned().unwrap_or_default();
+            v.push(0);
+            v
+        };
+        let mut proxy = b"\x04http".to_vec();
+        proxy.extend_from_slice(&rooted(apex_index(Apex::L2)));
+        let alias = alias.then(|| rooted(apex_index(Apex::Alias)));
+        let l0 = rooted(apex_index(Apex::L0));
+        let alias_cname = alias
+            .as_ref()
+            .filter(|a| !ends_with_flat(a, &l0) && !ends_with_flat(&proxy, a))
+            .map(|a| {
+                // The longest tail of `proxy` (at a label boundary) that
+                // the alias ends with; the root at least.
+                let mut p = 0;
+                while p < proxy.len() && !ends_with_flat(a, &proxy[p..]) {
+                    p += 1 + usize::from(proxy[p]);
+                }
+                (proxy[..p].to_vec(), proxy.len() - p)
+            });
+        Tails {
+            zone: rooted(apex_index(Apex::Z)),
+            alias,
+            proxy,
+            alias_cname,
+        }
+    }
+}
+
+/// Appends a record's type, class IN and TTL.
+fn put_head(buf: &mut Vec<u8>, rtype: u16, ttl: u32) {
+    buf.extend_from_slice(&head(rtype, ttl));
+}
+
+/// A record's type, class IN and TTL.
+fn head(rtype: u16, ttl: u32) -> [u8; 8] {
+    let (t, l) = (rtype.to_be_bytes(), ttl.to_be_bytes());
+    [t[0], t[1], 0, 1, l[0], l[1], l[2], l[3]]
+}
+
+/// Appends an address record: a pointer to its owner, its type, class,
+/// TTL and data (one copy of a record made on the stack).
+fn put_addr(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
+    let mut r = [0u8; 2 + 10 + 16];
+    r[..2].copy_from_slice(&owner);
+    let len = match ip {
+        IpAddr::V4(a) => {
+            r[2..10].copy_from_slice(&head(1, ttl));
+            r[10..12].copy_from_slice(&[0, 4]);
+            r[12..16].copy_from_slice(&a.octets());
+            16
+        }
+        IpAddr::V6(a) => {
+            r[2..10].copy_from_slice(&head(28, ttl));
+            r[10..12].copy_from_slice(&[0, 16]);
+            r[12..28].copy_from_slice(&a.octets());
+            28
+        }
+    };
+    buf.extend_from_slice(&r[..len]);
+}
+
+impl Dnssrv {
+    /// Whether the common query takes the fast path (on by default; off,
+    /// every query goes through domain's parser and message builder, as
+    /// the tests compare and the benchmark measures).
+    pub fn set_fast_path(&mut self, on: bool) {
+        self.fast_path = on;
+    }
+
+    /// Answers a query [`fast_parse`] read (response rate limiting said
+    /// send): directly for a proxy name with proxies to name that fits the
+    /// transport, else through [`Dnssrv::respond`] (with the pick made, if
+    /// it was).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn respond_fast(
+        &mut self,
+        now: Time,
+        msg: &Message<&[u8]>,
+        q: &FastQuery<'_>,
+        client: SocketAddr,
+        transport: Transport,
+        view: &View,
+        buf: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        let prefix = match self.fast_place(q.qname) {
+            Some(Place::Proxy) => None,
+            Some(Place::BelowAlias(at)) => Some(at),
+            _ => return self.respond(now, msg, Rrl::Send, client, transport, view, buf),
+        };
+        let edns = q.edns;
+        let limit = match transport {
+            Transport::Tcp => TCP_MESSAGE_BYTES,
+            Transport::Udp if edns.present => {
+                usize::from(edns.udp.min(self.cfg.udp_payload_bytes)).max(UDP_PLAIN_BYTES)
+            }
+            Transport::Udp => UDP_PLAIN_BYTES,
+        };
+        // As the builder's path: room left for the OPT record, and a push
+        // must end below the limit (domain's `set_push_limit`).
+        let opt_room = if edns.present { 11 + 24 } else { 0 };
+        let push_limit = limit.saturating_sub(opt_room);
+        let mut buf = buf;
+        buf.clear();
+        // The header is written last, once the counts are known.
+        buf.extend_from_slice(&[0; 12]);
+        // No compressor needed (see below).
+        buf.extend_from_slice(q.qname);
+        buf.extend_from_slice(&q.qtype.to_be_bytes());
+        buf.extend_from_slice(&[0, 1]);
+        let mut ancount: u16 = 0;
+        // Where the owner of the A records is written in full (the question
+        // name, or the CNAME's target), and its length with the root.
+        let (owner_at, owner_len) = match prefix {
+            None => (12, q.qname.len()),
+            Some(at) => {
+                // The DNAME (its target, http.L2.L1.L0.Z, never compressed,
+                // RFC 6672 §2.5), then the synthesized CNAME, as `build`
+                // writes them: the labels before the alias, then
+                // http.L2.L1.L0.Z. The builder's NameBuf takes names of at
+                // most 255 octets with the root: a longer target is
+                // YXDOMAIN, a longer DNAME target does not fit.
+                let proxy = &self.tails.proxy;
+                let target_len = at + proxy.len();
+                let Some((literal, shared)) = &self.tails.alias_cname else {
+                    return self.fall_back(now, msg, client, transport, view, buf);
+                };
+                if target_len > 255 || proxy.len() > 255 {
+                    return self.fall_back(now, msg, client, transport, view, buf);
+                }
+                // The alias is the question name's tail; the question name
+                // is at 12.
+                let alias_len = q.qname.len() - at;
+                buf.extend_from_slice(&(0xc000 | (12 + at) as u16).to_be_bytes());
+                put_head(&mut buf, Rtype::DNAME.to_int(), ZONE_TTL_SECS);
+                buf.extend_from_slice(&(proxy.len() as u16).to_be_bytes());
+                buf.extend_from_slice(proxy);
+                buf.extend_from_slice(&[0xc0, 12]);
+                put_head(&mut buf, Rtype::CNAME.to_int(), ZONE_TTL_SECS);
+                let rdlen_at = buf.len();
+                buf.extend_from_slice(&[0, 0]);
+                let owner_at = buf.len();
+                buf.extend_from_slice(&q.qname[..at]);
+                buf.extend_from_slice(literal);
+                if *shared > 1 {
+                    let p = 12 + at + alias_len - shared;
+                    buf.extend_from_slice(&(0xc000 | p as u16).to_be_bytes());
+                } else {
+                    // Nothing shared but the root: never pointed at.
+                    buf.push(0);
+                }
+                let rdlen = (buf.len() - owner_at) as u16;
+                buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+                if buf.len() >= push_limit {
+                    return self.fall_back(now, msg, client, transport, view, buf);
+                }
+                ancount = 2;
+                (owner_at, target_len)
+            }
+        };
+        let qtype = Rtype::from_int(q.qtype);
+        let ctx = Who {
+            now,
+            client: client.ip(),
+            qtype,
+            view,
+            edns,
+        };
+        // From here on the query is counted and its follow-ups queued: the
+        // builder's path, if it must write the answer, takes this pick.
+        let mut scratch = self
+            .scratch
+            .take()
+            .unwrap_or_else(|| Box::new((Best::new(0), Best::new(0))));
+        let pick = self.pick(&ctx, &mut scratch.0);
+        let Pick::Proxies { level, scope } = pick else {
+            self.picked = Some((pick, scratch.0));
+            self.scratch = Some(scratch);
+            return self.fall_back(now, msg, client, transport, view, buf);
+        };
+        let ttl = a_ttl_secs(level);
+        // The lock (§3.1), as `delegation` writes it.
+        let apex = Apex::for_level(level);
+        let ns_level = apex.level().min(view.levels.len().saturating_sub(1));
+        self.pick_nameservers_into(&ctx, ns_level, ctx.client, &mut scratch.1);
+        let mut idx = [usize::MAX; NAMESERVERS_MAX];
+        let mut nscount: u16 = 0;
+        let mut named = true;
+        for (slot, ip) in idx.iter_mut().zip(scratch.1.addrs()) {
+            match self.ns_name_cached(apex, ip) {
+                Some(i) => *slot = i,
+                None => {
+                    named = false;
+                    break;
+                }
+            }
+            nscount += 1;
+        }
+        if !named {
+            self.picked = Some((pick, scratch.0));
+            self.scratch = Some(scratch);
+            return self.fall_back(now, msg, client, transport, view, buf);
+        }
+        let best = &scratch.0;
+        let apex_name = self.apex_names[apex_index(apex)].as_slice();
+        let idx = &idx[..usize::from(nscount)];
+        // Where the compressor would point is known without it: the owner
+        // of the A records points at its full form (the question name, or
+        // the CNAME's target); the apex `Lk.Z` is that name's tail; each
+        // name server's name is its own label then a pointer to that tail,
+        // and its glue's owner points at it.
+        let owner_ptr = (0xc000 | owner_at as u16).to_be_bytes();
+        let at = owner_at + owner_len.saturating_sub(apex_name.len());
+        let apex_ptr = (0xc000 | at as u16).to_be_bytes();
+        for ip in best.addrs() {
+            put_addr(&mut buf, owner_ptr, ip, ttl);
+            ancount += 1;
+        }
+        let mut ns_at = [0u16; NAMESERVERS_MAX];
+        for (&i, ns_at) in idx.iter().zip(ns_at.iter_mut()) {
+            let ns = self.ns_cache[i].2.as_slice();
+            let label = &ns[..1 + usize::from(ns[0])];
+            let mut r = [0u8; 12];
+            r[..2].copy_from_slice(&apex_ptr);
+            r[2..10].copy_from_slice(&head(Rtype::NS.to_int(), NS_TTL_SECS));
+            r[10..].copy_from_slice(&(label.len() as u16 + 2).to_be_bytes());
+            buf.extend_from_slice(&r);
+            *ns_at = buf.len() as u16;
+            buf.extend_from_slice(label);
+            buf.extend_from_slice(&apex_ptr);
+        }
+        for (&i, &ns_at) in idx.iter().zip(ns_at.iter()) {
+            let owner = (0xc000 | ns_at).to_be_bytes();
+            put_addr(&mut buf, owner, self.ns_cache[i].1, NS_TTL_SECS);
+        }
+        if buf.len() >= push_limit {
+            // Too big with the delegation: the builder's path drops it, or
+            // truncates.
+            self.picked = Some((pick, *best));
+            self.scratch = Some(scratch);
+            return self.fall_back(now, msg, client, transport, view, buf);
+        }
+        let mut arcount = nscount;
+        if edns.present {
+            // The OPT record: our payload size, DO echoed, the Client
+            // Subnet echoed with the scope the answer holds for.
+            buf.extend_from_slice(&[0, 0, 41]);
+            buf.extend_from_slice(&self.cfg.udp_payload_bytes.to_be_bytes());
+            buf.extend_from_slice(&[0, 0, if edns.dnssec_ok { 0x80 } else { 0 }, 0]);
+            match edns.ecs {
+                Some(e) => {
+                    let (family, octets): (u16, [u8; 16]) = match e.addr {
+                        IpAddr::V4(a) => {
+                            let mut o = [0u8; 16];
+                            o[..4].copy_from_slice(&a.octets());
+                            (1, o)
+                        }
+                        IpAddr::V6(a) => (2, a.octets()),
+                    };
+                    let bits: u8 = if family == 1 { 32 } else { 128 };
+                    let n = usize::from(e.source.min(bits)).div_ceil(8);
+                    let olen = 4 + n as u16;
+                    buf.extend_from_slice(&(olen + 4).to_be_bytes());
+                    buf.extend_from_slice(&OPT_CLIENT_SUBNET.to_be_bytes());
+                    buf.extend_from_slice(&olen.to_be_bytes());
+                    buf.extend_from_slice(&family.to_be_bytes());
+                    buf.extend_from_slice(&[e.source.min(bits), scope.min(bits)]);
+                    buf.extend_from_slice(&octets[..n]);
+                }
+                None => buf.extend_from_slice(&[0, 0]),
+            }
+            arcount += 1;
+        }
+        let query = msg.as_slice();
+        let h = &mut buf[..12];
+        h[..2].copy_from_slice(&query[..2]);
+        // QR, opcode QUERY, AA, RD as asked; CD as asked; NOERROR.
+        h[2] = 0x84 | (query[2] & 0x01);
+        h[3] = query[3] & 0x10;
+        h[4..6].copy_from_slice(&1u16.to_be_bytes());
+        h[6..8].copy_from_slice(&ancount.to_be_bytes());
+        h[8..10].copy_from_slice(&nscount.to_be_bytes());
+        h[10..12].copy_from_slice(&arcount.to_be_bytes());
+        if !matches!(self.hold, Hold::Retry(_)) {
+            match qtype {
+                Rtype::AAAA => self.counters.queries_aaaa += 1,
+                _ => self.counters.queries_a += 1,
+            }
+        }
+        self.fast_answered += 1;
+        self.scratch = Some(scratch);
+        Some(buf)
+    }
+
+    /// Where a query name (flat, with its root label) falls, as
+    /// [`Dnssrv::classify`] places it, for the two places the fast path
+    /// writes: under http.L2.L1.L0.Z ([`Place::Proxy`]) and under the alias
+    /// ([`Place::BelowAlias`] with the offset of the alias in the name, not
+    /// its label count). Compares the name's tails with the zone's, the
+    /// alias's and http.L2.L1.L0.Z's (letter case ignored) instead of
+    /// label by label; `None` for every other place.
+    fn fast_place(&self, qname: &[u8]) -> Option<Place> {
+        let ends = |tail: &[u8]| -> Option<usize> {
+            let at = qname.len().checked_sub(tail.len())?;
+            if !eq_fold(&qname[at..], tail) {
+                return None;
+            }
+            // A label boundary of the name.
+            let mut p = 0;
+            while p < at {
+                p += 1 + usize::from(qname[p]);
+            }
+            (p == at).then_some(at)
+        };
+        if let Some(alias) = &self.tails.alias {
+            if let Some(at) = ends(alias) {
+                if ends(&self.tails.zone).is_none() || alias.len() > self.tails.zone.len() {
+                    return (at > 0).then_some(Place::BelowAlias(at));
+                }
+            }
+        }
+        // Under http.L2.L1.L0.Z, hence in the zone.
+        ends(&self.tails.proxy).map(|_| Place::Proxy)
+    }
+
+    /// Hands the query to the builder's path (with `self.picked` if set).
+    #[allow(clippy::too_many_arguments)]
+    fn fall_back(
+        &mut self,
+        now: Time,
+        msg: &Message<&[u8]>,
+        client: SocketAddr,
+        transport: Transport,
+        view: &View,
+        buf: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        self.respond(now, msg, Rrl::Send, client, transport, view, buf)
+    }
+}
