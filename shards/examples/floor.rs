@@ -146,7 +146,10 @@ fn http(addr: SocketAddr, dir: &str, sendfile: bool) -> io::Result<()> {
                     c.buf.extend_from_slice(&rbuf[..got as usize]);
                     while let Some(end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                         let target = c.buf[..end].split(|&b| b == b' ').nth(1).unwrap_or(b"");
-                        let f = files.iter().find(|f| f.target == target).unwrap_or(&files[0]);
+                        let f = files
+                            .iter()
+                            .find(|f| f.target == target)
+                            .unwrap_or(&files[0]);
                         let sent = answer(c.fd, &f.head, &f.body, f.file.as_raw_fd(), sendfile);
                         c.buf.drain(..end + 4);
                         if !sent {
@@ -260,8 +263,7 @@ fn dns(addr: SocketAddr) -> io::Result<()> {
         loop {
             for i in 0..BATCH {
                 rmsgs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-                rmsgs[i].msg_hdr.msg_namelen =
-                    std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                rmsgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
                 rmsgs[i].msg_hdr.msg_iov = &mut riov[i];
                 rmsgs[i].msg_hdr.msg_iovlen = 1;
             }
@@ -326,9 +328,7 @@ fn canned_answer(q: &[u8], out: &mut [u8; DGRAM_BYTES]) -> Option<usize> {
     if end > q.len() {
         return None;
     }
-    const RECORD: [u8; 16] = [
-        0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 127, 0, 0, 1,
-    ];
+    const RECORD: [u8; 16] = [0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4, 127, 0, 0, 1];
     let len = end + RECORD.len();
     if len > out.len() {
         return None;
