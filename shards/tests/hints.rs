@@ -200,10 +200,6 @@ impl Drop for Net {
 }
 
 impl Net {
-    fn new() -> Net {
-        Net::with_prefix("")
-    }
-
     fn with_prefix(prefix: &'static str) -> Net {
         Net {
             tag: std::process::id() % 100_000,
@@ -333,8 +329,10 @@ fn coral_in(ns: &str, args: &[&str]) -> Proc {
     )
 }
 
-/// The A records of `name` as dnssrv at `server` answers a client in `ns`.
-fn kdig_a(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
+/// The address records of `name` (A, or AAAA when `server` is an IPv6
+/// address) as dnssrv at `server` answers a client in `ns`.
+fn kdig_addrs(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
+    let v6 = server.contains(':');
     let out = Command::new("ip")
         .args([
             "netns",
@@ -345,14 +343,185 @@ fn kdig_a(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
             "-p",
             port,
         ])
-        .args(["+retry=2", "+timeout=2", "+short", name, "A"])
+        .args(["+retry=2", "+timeout=2", "+short", name])
+        .arg(if v6 { "AAAA" } else { "A" })
         .output()
         .expect("kdig (knot-dnsutils) is needed for this test");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.parse::<std::net::Ipv4Addr>().is_ok())
+        .filter(|l| {
+            l.parse::<std::net::IpAddr>()
+                .is_ok_and(|a| a.is_ipv6() == v6)
+        })
         .map(str::to_string)
         .collect()
+}
+
+/// The addresses of the five hosts of the hint lab (see the tests below):
+/// dnssrv D, routers R2 and R1, node N and client C.
+struct HintPlan {
+    /// The lab's namespace and veth prefix.
+    prefix: &'static str,
+    /// D, and R2 on D's link.
+    d: &'static str,
+    r2_d: &'static str,
+    /// R2 and R1 on their link, whose prefix holds N's hint.
+    r2_r1: &'static str,
+    r1_r2: &'static str,
+    /// R1 and N on N's link, and N's network.
+    r1_n: &'static str,
+    n: &'static str,
+    n_net: &'static str,
+    /// R1 and C on C's link, and C's network.
+    r1_c: &'static str,
+    c: &'static str,
+    c_net: &'static str,
+    /// The R1–R2 link's prefix and its length, a key N's hints are under.
+    link_prefix: &'static str,
+    link_bits: u8,
+}
+
+impl HintPlan {
+    fn v6(&self) -> bool {
+        self.d.contains(':')
+    }
+
+    /// `addr:port`, bracketed for IPv6.
+    fn sock(&self, addr: &str, port: u16) -> String {
+        if self.v6() {
+            format!("[{addr}]:{port}")
+        } else {
+            format!("{addr}:{port}")
+        }
+    }
+
+    /// The A (or, over IPv6, AAAA) records dnssrv on D answers a client in `ns`.
+    fn query(&self, ns: &str, name: &str) -> Vec<String> {
+        kdig_addrs(ns, self.d, "5300", name)
+    }
+}
+
+/// The hint lab end to end: N's start-up probe toward D finds R1 and R2 and
+/// stores hints under their addresses and prefixes; C's first query is
+/// answered with D (nearer C by prefix); D's probe toward C ends at R1,
+/// answering from the R1–R2 link whose prefix is one of N's hint keys, so
+/// then N is the answer.
+///
+/// ```text
+///  D ── R2 ── R1–R2 link ── R1 ─┬─ N's link ── N
+///  (dnssrv)                     └─ C's link ── C (client)
+/// ```
+fn dnssrv_answers_with_the_node_a_hint_names(p: &HintPlan) {
+    let mut net = Net::with_prefix(p.prefix);
+    let (d, r2, r1, n, c) = (
+        net.host("d"),
+        net.host("s"),
+        net.host("q"),
+        net.host("n"),
+        net.host("c"),
+    );
+    net.link(&d, p.d, &r2, p.r2_d);
+    net.link(&r2, p.r2_r1, &r1, p.r1_r2);
+    net.link(&r1, p.r1_n, &n, p.n);
+    net.link(&r1, p.r1_c, &c, p.c);
+    net.route(&d, "default", p.r2_d);
+    net.route(&r2, p.n_net, p.r1_r2);
+    net.route(&r2, p.c_net, p.r1_r2);
+    net.route(&r1, "default", p.r2_r1);
+    net.route(&n, "default", p.r1_n);
+    net.route(&c, "default", p.r1_c);
+    if p.v6() {
+        net.forward6(&r1);
+        net.forward6(&r2);
+    } else {
+        net.forward(&r1);
+        net.forward(&r2);
+    }
+
+    let dir = std::env::temp_dir().join(format!("coral-dns-hint-{}", net.tag));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("d.toml");
+    // One proxy per answer, so the order is the test.
+    std::fs::write(
+        &config,
+        format!(
+            "http = \"{}\"\n[dnssrv]\nanswers_max = 1\n",
+            p.sock(p.d, 8080)
+        ),
+    )
+    .unwrap();
+    let _d = coral_in(
+        &d,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            &p.sock(p.d, 7000),
+            "--dns",
+            &p.sock(p.d, 5300),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
+    let start = Instant::now();
+    while p.query(&d, name).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "D never answered"
+        );
+    }
+    let _n = coral_in(
+        &n,
+        &[
+            "node",
+            "--cores",
+            "1",
+            "--dsht",
+            &p.sock(p.n, 7000),
+            "--bootstrap",
+            &p.sock(p.d, 7000),
+        ],
+    );
+    // N's hint under the R1–R2 link's prefix is in the DSHT.
+    let key =
+        coral::cluster::hint_prefix_key(p.link_prefix.parse().unwrap(), p.link_bits).to_string();
+    let n_dsht = p.sock(p.n, 7000);
+    let start = Instant::now();
+    loop {
+        let v = dsht_get(&d, &key);
+        if v["values"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["addr"] == n_dsht.as_str()))
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "N stored no hint under {key}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // C's first query: D knows nothing of C yet, and D's address shares
+    // more of C's prefix than N's does: D answers with itself, and probes C.
+    let first = p.query(&c, name);
+    assert_eq!(first, vec![p.d.to_string()]);
+    // Then the probe's last hop names N: once D has pinged it, it is the
+    // answer.
+    let start = Instant::now();
+    loop {
+        let got = p.query(&c, name);
+        if got == vec![p.n.to_string()] {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never answered with the node near the client: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// §3.1 and §4.4 end to end: dnssrv probes a client's path, looks up the
@@ -370,134 +539,21 @@ fn kdig_a(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
 /// 198.19.5.2, whose /24 is one of N's hint keys.
 #[test]
 fn dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
-    let mut net = Net::new();
-    let (d, r2, r1, n, c) = (
-        net.host("d"),
-        net.host("r2"),
-        net.host("r1"),
-        net.host("n"),
-        net.host("c"),
-    );
-    net.link(&d, "198.18.6.2", &r2, "198.18.6.1");
-    net.link(&r2, "198.19.5.1", &r1, "198.19.5.2");
-    net.link(&r1, "198.19.1.1", &n, "198.19.1.2");
-    net.link(&r1, "198.18.2.1", &c, "198.18.2.2");
-    net.route(&d, "default", "198.18.6.1");
-    net.route(&r2, "198.19.1.0/24", "198.19.5.2");
-    net.route(&r2, "198.18.2.0/24", "198.19.5.2");
-    net.route(&r1, "default", "198.19.5.1");
-    net.route(&n, "default", "198.19.1.1");
-    net.route(&c, "default", "198.18.2.1");
-    net.forward(&r1);
-    net.forward(&r2);
-
-    let dir = std::env::temp_dir().join(format!("coral-dns-hint-{}", net.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("d.toml");
-    // One proxy per answer, so the order is the test.
-    std::fs::write(
-        &config,
-        "http = \"198.18.6.2:8080\"\n[dnssrv]\nanswers_max = 1\n",
-    )
-    .unwrap();
-    let _d = coral_in(
-        &d,
-        &[
-            "node",
-            "--cores",
-            "1",
-            "--dsht",
-            "198.18.6.2:7000",
-            "--dns",
-            "198.18.6.2:5300",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
-    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
-    let start = Instant::now();
-    while kdig_a(&d, "198.18.6.2", "5300", name).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "D never answered"
-        );
-    }
-    let _n = coral_in(
-        &n,
-        &[
-            "node",
-            "--cores",
-            "1",
-            "--dsht",
-            "198.19.1.2:7000",
-            "--bootstrap",
-            "198.18.6.2:7000",
-        ],
-    );
-    // N's hint under the R1–R2 link's /24 is in the DSHT.
-    let key = coral::cluster::hint_prefix_key("198.19.5.0".parse().unwrap(), 24).to_string();
-    let start = Instant::now();
-    loop {
-        let out = Command::new("ip")
-            .args(["netns", "exec", &d, CORAL])
-            .args(["get", &key, "--node", "127.0.0.1:7080", "--json"])
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        if v["values"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|x| x["addr"] == "198.19.1.2:7000"))
-        {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "N stored no hint under {key}: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    // C's first query: D knows nothing of C yet, and D's address shares
-    // more of C's prefix than N's does: D answers with itself, and probes C.
-    let first = kdig_a(&c, "198.18.6.2", "5300", name);
-    assert_eq!(first, vec!["198.18.6.2".to_string()]);
-    // Then the probe's last hop names N: once D has pinged it, it is the
-    // answer.
-    let start = Instant::now();
-    loop {
-        let got = kdig_a(&c, "198.18.6.2", "5300", name);
-        if got == vec!["198.19.1.2".to_string()] {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never answered with the node near the client: {got:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The AAAA records of `name` as dnssrv at `server` (an IPv6 address)
-/// answers a client in `ns`.
-fn kdig_aaaa(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "kdig",
-            &format!("@{server}"),
-            "-p",
-            port,
-        ])
-        .args(["+retry=2", "+timeout=2", "+short", name, "AAAA"])
-        .output()
-        .expect("kdig (knot-dnsutils) is needed for this test");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.parse::<std::net::Ipv6Addr>().is_ok())
-        .map(str::to_string)
-        .collect()
+    dnssrv_answers_with_the_node_a_hint_names(&HintPlan {
+        prefix: "",
+        d: "198.18.6.2",
+        r2_d: "198.18.6.1",
+        r2_r1: "198.19.5.1",
+        r1_r2: "198.19.5.2",
+        r1_n: "198.19.1.1",
+        n: "198.19.1.2",
+        n_net: "198.19.1.0/24",
+        r1_c: "198.18.2.1",
+        c: "198.18.2.2",
+        c_net: "198.18.2.0/24",
+        link_prefix: "198.19.5.0",
+        link_bits: 24,
+    });
 }
 
 /// The values stored under `key`, as the node whose admin endpoint is on
@@ -630,106 +686,21 @@ fn ipv6_probe_finds_the_router_and_the_node_stores_its_hint() {
 /// R1, answering from 2001:db8:5::2, whose /48 is one of N's hint keys.
 #[test]
 fn ipv6_dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
-    let mut net = Net::with_prefix("6h");
-    let (d, r2, r1, n, c) = (
-        net.host("d"),
-        net.host("s"),
-        net.host("q"),
-        net.host("n"),
-        net.host("c"),
-    );
-    net.link(&d, "2001:db8:6::2", &r2, "2001:db8:6::1");
-    net.link(&r2, "2001:db8:5::1", &r1, "2001:db8:5::2");
-    net.link(&r1, "2001:db8:11::1", &n, "2001:db8:11::2");
-    net.link(&r1, "2001:db8:2::1", &c, "2001:db8:2::2");
-    net.route(&d, "default", "2001:db8:6::1");
-    net.route(&r2, "2001:db8:11::/64", "2001:db8:5::2");
-    net.route(&r2, "2001:db8:2::/64", "2001:db8:5::2");
-    net.route(&r1, "default", "2001:db8:5::1");
-    net.route(&n, "default", "2001:db8:11::1");
-    net.route(&c, "default", "2001:db8:2::1");
-    net.forward6(&r1);
-    net.forward6(&r2);
-
-    let dir = std::env::temp_dir().join(format!("coral-dns-hint6-{}", net.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("d.toml");
-    // One proxy per answer, so the order is the test.
-    std::fs::write(
-        &config,
-        "http = \"[2001:db8:6::2]:8080\"\n[dnssrv]\nanswers_max = 1\n",
-    )
-    .unwrap();
-    let _d = coral_in(
-        &d,
-        &[
-            "node",
-            "--cores",
-            "1",
-            "--dsht",
-            "[2001:db8:6::2]:7000",
-            "--dns",
-            "[2001:db8:6::2]:5300",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
-    let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
-    let start = Instant::now();
-    while kdig_aaaa(&d, "2001:db8:6::2", "5300", name).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "D never answered"
-        );
-    }
-    let _n = coral_in(
-        &n,
-        &[
-            "node",
-            "--cores",
-            "1",
-            "--dsht",
-            "[2001:db8:11::2]:7000",
-            "--bootstrap",
-            "[2001:db8:6::2]:7000",
-        ],
-    );
-    // N's hint under the R1–R2 link's /48 is in the DSHT.
-    let key = coral::cluster::hint_prefix_key("2001:db8:5::".parse().unwrap(), 48).to_string();
-    let start = Instant::now();
-    loop {
-        let v = dsht_get(&d, &key);
-        if v["values"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|x| x["addr"] == "[2001:db8:11::2]:7000"))
-        {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "N stored no hint under {key}: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    // C's first query: D knows nothing of C yet, and D's address shares
-    // more of C's prefix than N's does: D answers with itself, and probes C.
-    let first = kdig_aaaa(&c, "2001:db8:6::2", "5300", name);
-    assert_eq!(first, vec!["2001:db8:6::2".to_string()]);
-    // Then the probe's last hop names N: once D has pinged it, it is the
-    // answer.
-    let start = Instant::now();
-    loop {
-        let got = kdig_aaaa(&c, "2001:db8:6::2", "5300", name);
-        if got == vec!["2001:db8:11::2".to_string()] {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never answered with the node near the client: {got:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    dnssrv_answers_with_the_node_a_hint_names(&HintPlan {
+        prefix: "6h",
+        d: "2001:db8:6::2",
+        r2_d: "2001:db8:6::1",
+        r2_r1: "2001:db8:5::1",
+        r1_r2: "2001:db8:5::2",
+        r1_n: "2001:db8:11::1",
+        n: "2001:db8:11::2",
+        n_net: "2001:db8:11::/64",
+        r1_c: "2001:db8:2::1",
+        c: "2001:db8:2::2",
+        c_net: "2001:db8:2::/64",
+        link_prefix: "2001:db8:5::",
+        link_bits: 48,
+    });
 }
 
 /// Runs `f` on a thread inside the network namespace `ns`: the sockets it
@@ -838,7 +809,7 @@ fn ipv6_client_probes_are_bounded_per_slash_56() {
     let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
     let start = Instant::now();
     // D's own loopback asks (not counted against C's prefixes).
-    while kdig_aaaa(&d, "2001:db8:6::2", "5300", name).is_empty() {
+    while kdig_addrs(&d, "2001:db8:6::2", "5300", name).is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "D never answered"
