@@ -13,7 +13,7 @@
 # and per second of server CPU time (utime + stime of all the server's
 # processes from /proc/<pid>/stat, before and after the run).
 #
-# With shards/examples/floor.rs built (`cargo build --release --examples`),
+# With shards/examples/floor.rs built (`cargo build --release -p coral-shards --examples`),
 # a fourth row: the floor, a bare recvmmsg/sendmmsg loop that answers every
 # query with its question and one canned A record and does nothing else —
 # the least server CPU an answer can cost on this kernel.
@@ -154,7 +154,7 @@ if [ -x "$FLOOR" ]; then
     FLOOR_PID=$!
     PIDS+=("$FLOOR_PID")
 else
-    echo "(no floor row: build it with \`cargo build --release --examples\`)"
+    echo "(no floor row: build it with \`cargo build --release -p coral-shards --examples\`)"
 fi
 
 wait_dns 5400

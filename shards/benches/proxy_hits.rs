@@ -5,7 +5,7 @@
 //! of wall time, per second of server CPU time (from /proc before and
 //! after), and wrk's p99; ratios against nginx static. Rounds alternate.
 //!
-//! With `shards/examples/floor.rs` built (`cargo build --release --examples`),
+//! With `shards/examples/floor.rs` built (`cargo build --release -p coral-shards --examples`),
 //! a fourth row: the floor, a bare epoll server that answers every request
 //! with the file's bytes by `send` + `sendfile` and does nothing else — the
 //! least server CPU a hit can cost on this kernel, which no real server
@@ -206,7 +206,7 @@ fn main() {
             .expect("coral node"),
     );
     // The floor (shards/examples/floor.rs): the least a server can do per
-    // hit here, when built (`cargo build --release --examples`).
+    // hit here, when built (`cargo build --release -p coral-shards --examples`).
     let floor_bin = Path::new(CORAL)
         .parent()
         .map(|d| d.join("examples").join("floor"))
@@ -241,7 +241,7 @@ fn main() {
     match &floor {
         Some(f) => contenders.push(("floor (sendfile)", f.0.id(), 8070, "floor.test")),
         None => println!(
-            "(no floor row: build it with `cargo build --release --examples` to see the least \
+            "(no floor row: build it with `cargo build --release -p coral-shards --examples` to see the least \
              a server can spend per hit here)"
         ),
     }

@@ -16,7 +16,7 @@
 //! Neither is a server anyone should run: they bound what any server can
 //! reach here. `shards/benches/proxy_hits.rs` and `benches/dns.sh` run them
 //! beside coral, nginx, Knot and NSD when this example is built
-//! (`cargo build --release --examples`).
+//! (`cargo build --release -p coral-shards --examples`).
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
