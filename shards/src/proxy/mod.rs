@@ -38,6 +38,7 @@ use crate::config::{NodeConfig, ProxyConfig};
 use crate::runtime::{CoreMsg, Shard};
 
 mod fetcher;
+mod ready;
 pub mod resolve;
 mod server;
 mod stored;
@@ -250,6 +251,8 @@ pub struct ProxyCore {
     /// Client connections, each waiting (since an idle tick) or busy:
     /// the idle sweep closes those idle past `client_idle_timeout_ms`.
     idle: RefCell<coral::proxy::idle::IdleTable>,
+    /// Client connections' readiness (`ready.rs`); None if epoll failed.
+    ready: Option<Rc<ready::Readiness>>,
 }
 
 /// Seconds since the Unix epoch (HTTP's clock).
@@ -321,7 +324,17 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
             coral::id::keyed_hasher(&secret, "hit-for-pass"),
         )),
         idle: RefCell::new(coral::proxy::idle::IdleTable::new()),
+        ready: match ready::Readiness::new() {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(error = %e, "proxy: no epoll set; client reads wait through the ring");
+                None
+            }
+        },
     });
+    if let Some(r) = &pc.ready {
+        glommio::spawn_local(ready::run(r.clone())).detach();
+    }
     let listener = glommio::net::TcpListener::bind(config.http_addr())
         .map_err(|e| format!("cannot bind the HTTP address {}: {e}", config.http_addr()))?;
     // Keep what other services (dnssrv) advertise.

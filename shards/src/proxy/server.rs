@@ -15,6 +15,7 @@ use coral::proxy::rewrite;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
+use super::ready::Readiness;
 use super::stored::Stored;
 use super::{unix_now, Job, MissAnswer, ProxyCore};
 use crate::cache::{ObjectRef, ObjectState};
@@ -80,6 +81,8 @@ pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
 
 struct Conn<'a> {
     pc: &'a Rc<ProxyCore>,
+    /// The core's readiness set watches the socket (reads by `recv`).
+    watched: bool,
     stream: TcpStream,
     inb: InBuf,
     out: Vec<u8>,
@@ -236,6 +239,10 @@ struct InBuf {
     data: Box<[u8]>,
     start: usize,
     end: usize,
+    /// The last `recv` took less than it had room for: the socket was
+    /// empty, so the next read waits for an edge first (no `recv` that
+    /// would find nothing).
+    drained: bool,
 }
 
 impl InBuf {
@@ -244,6 +251,7 @@ impl InBuf {
             data: vec![0; size].into_boxed_slice(),
             start: 0,
             end: 0,
+            drained: false,
         }
     }
 
@@ -260,7 +268,10 @@ impl InBuf {
     }
 
     /// Reads more; false on EOF, error, idle timeout, or a full buffer.
-    async fn fill(&mut self, stream: &mut TcpStream) -> bool {
+    /// With `ready` (the core's readiness set watches the socket) by a
+    /// plain `recv`, waiting for the socket's next edge only when it finds
+    /// nothing (`ready.rs`); else through glommio's stream.
+    async fn fill(&mut self, stream: &mut TcpStream, ready: Option<&Readiness>) -> bool {
         if self.end == self.data.len() {
             if self.start == 0 {
                 return false;
@@ -269,12 +280,39 @@ impl InBuf {
             self.end -= self.start;
             self.start = 0;
         }
-        match stream.read(&mut self.data[self.end..]).await {
-            Ok(n) if n > 0 => {
-                self.end += n;
-                true
+        let Some(ready) = ready else {
+            return match stream.read(&mut self.data[self.end..]).await {
+                Ok(n) if n > 0 => {
+                    self.end += n;
+                    true
+                }
+                _ => false,
+            };
+        };
+        let fd = stream.as_raw_fd();
+        if self.drained {
+            ready.readable(fd).await;
+            self.drained = false;
+        }
+        loop {
+            let room = &mut self.data[self.end..];
+            // SAFETY: `room` is live and writable for its length; `fd` is
+            // the open socket `stream` owns.
+            let n =
+                unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+            if n > 0 {
+                self.drained = (n as usize) < room.len();
+                self.end += n as usize;
+                return true;
             }
-            _ => false,
+            if n == 0 {
+                return false;
+            }
+            match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::WouldBlock => ready.readable(fd).await,
+                std::io::ErrorKind::Interrupted => {}
+                _ => return false,
+            }
         }
     }
 }
@@ -290,6 +328,11 @@ impl Drop for Conn<'_> {
         // Released once (again harmless) even when the task is dropped
         // before `run` ends: the sweep never sees a closed descriptor.
         self.pc.idle.borrow_mut().release(self.idle_slot);
+        if self.watched {
+            if let Some(r) = &self.pc.ready {
+                r.forget(self.stream.as_raw_fd());
+            }
+        }
     }
 }
 
@@ -301,12 +344,19 @@ impl<'a> Conn<'a> {
             None
         };
         let idle_slot = pc.idle.borrow_mut().register(stream.as_raw_fd());
+        let nonblocking = is_nonblocking(stream.as_raw_fd());
+        let watched = nonblocking
+            && pc
+                .ready
+                .as_ref()
+                .is_some_and(|r| r.watch(stream.as_raw_fd()).is_ok());
         Conn {
             idle_slot,
+            watched,
             pc,
             inb: InBuf::new(pc.limits.head_bytes_max + READ_BYTES),
             out: Vec::with_capacity(1024),
-            nonblocking: is_nonblocking(stream.as_raw_fd()),
+            nonblocking,
             stream,
             cold: false,
             cold_name: Vec::new(),
@@ -494,7 +544,8 @@ impl<'a> Conn<'a> {
     /// sweep shuts the socket down, which ends the read).
     async fn read_more(&mut self) -> bool {
         self.pc.idle.borrow_mut().waiting(self.idle_slot);
-        let more = self.inb.fill(&mut self.stream).await;
+        let ready = self.pc.ready.as_deref().filter(|_| self.watched);
+        let more = self.inb.fill(&mut self.stream, ready).await;
         self.pc.idle.borrow_mut().busy(self.idle_slot);
         more
     }

@@ -1,0 +1,274 @@
+//! When a client connection has bytes to read: one edge-triggered epoll
+//! instance per core, waited on through the ring as one descriptor.
+//!
+//! glommio waits for a socket with a one-shot `IORING_OP_POLL_ADD` armed
+//! after every read. Its rings are set up without `IORING_SETUP_COOP_TASKRUN`,
+//! so a poll that completes while the core runs user code is delivered with
+//! an interrupt (a reschedule IPI) to make the thread run the ring's task
+//! work: on a keep-alive connection that is one armed poll and, on a busy
+//! core, up to one interrupt per request (0.07-0.47 per 4 KiB hit measured,
+//! `perf stat -e irq_vectors:reschedule_entry`; nginx and the floor: none).
+//!
+//! Here every client socket is added once to the core's epoll set
+//! (`EPOLLIN | EPOLLRDHUP | EPOLLET`); a connection reads with a plain
+//! non-blocking `recv` and, only when that finds nothing, waits for its
+//! descriptor's next edge. One task, [`run`], collects the edges with
+//! `epoll_wait` (no waiting) and wakes the connections; when there were
+//! none it arms one poll on the epoll descriptor. So a busy core pays one
+//! `epoll_wait` and at most one armed poll per turn of its loop, not one
+//! per request. An edge that comes while its connection is not waiting is
+//! kept (`ready`), so it is never lost; a spurious wake costs one `recv`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+/// Edges collected per `epoll_wait`.
+const EVENTS_PER_WAIT: usize = 256;
+
+/// One core's readiness set.
+pub struct Readiness {
+    epfd: OwnedFd,
+    slots: RefCell<HashMap<RawFd, Slot>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// An edge came that no read has consumed yet.
+    ready: bool,
+    waker: Option<Waker>,
+}
+
+/// The epoll descriptor, for the ring to wait on (`Readiness` owns it).
+struct EpollFd(RawFd);
+
+impl AsRawFd for EpollFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+impl Readiness {
+    pub fn new() -> io::Result<Rc<Readiness>> {
+        // SAFETY: plain syscall; the descriptor is owned below.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Rc::new(Readiness {
+            // SAFETY: `fd` is a new descriptor nothing else owns.
+            epfd: unsafe { OwnedFd::from_raw_fd(fd) },
+            slots: RefCell::new(HashMap::new()),
+        }))
+    }
+
+    /// Watches `fd` (a non-blocking socket) until [`forget`](Self::forget).
+    pub fn watch(&self, fd: RawFd) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: both descriptors are open; `ev` is a valid event.
+        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The first read tries at once.
+        self.slots.borrow_mut().insert(
+            fd,
+            Slot {
+                ready: true,
+                waker: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops watching `fd` (before it is closed: its number is reused).
+    pub fn forget(&self, fd: RawFd) {
+        if self.slots.borrow_mut().remove(&fd).is_some() {
+            // SAFETY: plain syscall; an error (already closed) is harmless.
+            unsafe {
+                libc::epoll_ctl(
+                    self.epfd.as_raw_fd(),
+                    libc::EPOLL_CTL_DEL,
+                    fd,
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+    }
+
+    /// Resolves once `fd` has had an edge since it last resolved.
+    pub fn readable(&self, fd: RawFd) -> Readable<'_> {
+        Readable { r: self, fd }
+    }
+
+    /// Collects the edges that came, wakes their connections; how many.
+    fn dispatch(&self) -> usize {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+        // SAFETY: `events` holds EVENTS_PER_WAIT entries; no waiting.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epfd.as_raw_fd(),
+                events.as_mut_ptr(),
+                EVENTS_PER_WAIT as i32,
+                0,
+            )
+        };
+        if n <= 0 {
+            return 0;
+        }
+        let mut slots = self.slots.borrow_mut();
+        for ev in &events[..n as usize] {
+            let fd = ev.u64 as RawFd;
+            if let Some(slot) = slots.get_mut(&fd) {
+                slot.ready = true;
+                if let Some(w) = slot.waker.take() {
+                    w.wake();
+                }
+            }
+        }
+        n as usize
+    }
+}
+
+/// See [`Readiness::readable`].
+pub struct Readable<'a> {
+    r: &'a Readiness,
+    fd: RawFd,
+}
+
+impl Future for Readable<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut slots = self.r.slots.borrow_mut();
+        let Some(slot) = slots.get_mut(&self.fd) else {
+            // Not watched (never, or no longer): nothing will wake it.
+            return Poll::Ready(());
+        };
+        if slot.ready {
+            slot.ready = false;
+            return Poll::Ready(());
+        }
+        match &mut slot.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            w => *w = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+/// The core's dispatcher: collects edges while there are any (once per
+/// turn of the executor), and waits through the ring when there are none.
+pub async fn run(r: Rc<Readiness>) {
+    let ring = match glommio::io::PollableFd::new(EpollFd(r.epfd.as_raw_fd())) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "proxy: cannot wait on the readiness set");
+            return;
+        }
+    };
+    loop {
+        r.dispatch();
+        // Armed after every dispatch: with edges pending it completes at
+        // once (in the turn's submission, without an interrupt), so the next
+        // dispatch comes one turn later, after the woken connections ran.
+        if let Err(e) = ring.readable().await {
+            tracing::warn!(error = %e, "proxy: waiting on the readiness set failed");
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use glommio::{LocalExecutorBuilder, Placement};
+    use std::time::Duration;
+
+    /// A connected, non-blocking socket pair.
+    fn pair() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: two new descriptors nothing else owns.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    fn send(fd: &OwnedFd, b: &[u8]) {
+        // SAFETY: `b` is live for its length.
+        let n = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), b.len(), 0) };
+        assert_eq!(n, b.len() as isize);
+    }
+
+    fn drain(fd: &OwnedFd) -> usize {
+        let mut buf = [0u8; 256];
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        n.max(0) as usize
+    }
+
+    /// An edge that comes while nobody waits is kept for the next wait; a
+    /// wait with no new bytes does not resolve; bytes sent while a
+    /// connection waits wake it.
+    #[test]
+    fn edges_wake_waiters_and_are_kept_while_nobody_waits() {
+        let (kept, pending, woken) = LocalExecutorBuilder::new(Placement::Unbound)
+            .name("proxy-ready")
+            .io_memory(256 << 10)
+            .spawn(|| async move {
+                let r = Readiness::new().unwrap();
+                glommio::spawn_local(run(r.clone())).detach();
+                let (ours, theirs) = pair();
+                let fd = ours.as_raw_fd();
+                r.watch(fd).unwrap();
+                // The first wait resolves at once (the first read tries).
+                r.readable(fd).await;
+                // Bytes come while nobody waits: the dispatcher runs.
+                send(&theirs, b"GET / HTTP/1.1\r\n\r\n");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+                let kept = glommio::future::timeout(Duration::from_secs(5), r.readable(fd))
+                    .await
+                    .is_ok();
+                assert!(drain(&ours) > 0);
+                // Nothing new: the wait does not resolve.
+                let pending = glommio::future::timeout(Duration::from_millis(200), r.readable(fd))
+                    .await
+                    .is_err();
+                // Bytes while it waits wake it.
+                let t = theirs.as_raw_fd();
+                glommio::spawn_local(async move {
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                    // SAFETY: `t` stays open (`theirs` lives to the end).
+                    unsafe { libc::send(t, b"x".as_ptr().cast(), 1, 0) };
+                })
+                .detach();
+                let woken = glommio::future::timeout(Duration::from_secs(5), r.readable(fd))
+                    .await
+                    .is_ok();
+                r.forget(fd);
+                drop(theirs);
+                (kept, pending, woken)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(kept, "an edge while nobody waited was lost");
+        assert!(pending, "a wait resolved with no new bytes");
+        assert!(woken, "bytes sent during a wait did not wake it");
+    }
+}
