@@ -239,6 +239,16 @@ impl Node {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Its DSHT socket alike: a node refuses to start on a UDP address
+        // another socket holds. Free once a plain bind there succeeds.
+        let dsht = format!("{}:7000", self.ip);
+        while std::net::UdpSocket::bind(&dsht).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "old DSHT socket on {dsht}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let child = Command::new(CORAL)
             .args(&self.args)
             .env("RUST_LOG", "warn")
