@@ -487,22 +487,7 @@ fn dnssrv_answers_with_the_node_a_hint_names(p: &HintPlan) {
     // N's hint under the R1–R2 link's prefix is in the DSHT.
     let key =
         coral::cluster::hint_prefix_key(p.link_prefix.parse().unwrap(), p.link_bits).to_string();
-    let n_dsht = p.sock(p.n, 7000);
-    let start = Instant::now();
-    loop {
-        let v = dsht_get(&d, &key);
-        if v["values"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|x| x["addr"] == n_dsht.as_str()))
-        {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "N stored no hint under {key}: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    wait_for_hint(&d, &key, &p.sock(p.n, 7000), "N's hint (the R1-R2 link)");
     // C's first query: D knows nothing of C yet, and D's address shares
     // more of C's prefix than N's does: D answers with itself, and probes C.
     let first = p.query(&c, name);
@@ -558,6 +543,26 @@ fn dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
 
 /// The values stored under `key`, as the node whose admin endpoint is on
 /// `ns`'s loopback gets them from the DSHT.
+/// Waits (up to 60 s) until the DSHT, asked from `ns`, holds a value under
+/// `key` naming the node at `addr`.
+fn wait_for_hint(ns: &str, key: &str, addr: &str, what: &str) {
+    let start = Instant::now();
+    loop {
+        let v = dsht_get(ns, key);
+        if v["values"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["addr"] == addr))
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no value under {key}: {what}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn dsht_get(ns: &str, key: &str) -> serde_json::Value {
     let out = Command::new("ip")
         .args(["netns", "exec", ns, CORAL])
@@ -654,22 +659,12 @@ fn ipv6_probe_finds_the_router_and_the_node_stores_its_hint() {
         coral::Id::from_ip(router),
         coral::cluster::hint_prefix_key(router, 48),
     ] {
-        let key = key.to_string();
-        let start = Instant::now();
-        loop {
-            let v = dsht_get(&b, &key);
-            if v["values"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|x| x["addr"] == "[2001:db8:1::2]:7000"))
-            {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "no hint under {key} (the router 2001:db8:1::1) pointing at node A: {v}"
-            );
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        wait_for_hint(
+            &b,
+            &key.to_string(),
+            "[2001:db8:1::2]:7000",
+            "node A's hint (the router 2001:db8:1::1)",
+        );
     }
 }
 

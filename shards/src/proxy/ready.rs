@@ -222,6 +222,18 @@ mod tests {
         n.max(0) as usize
     }
 
+    /// Polls `done` every millisecond until it holds (at most 5 s).
+    async fn until(done: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "condition never held"
+            );
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// An edge that comes while nobody waits is kept for the next wait; a
     /// wait with no new bytes does not resolve; bytes sent while a
     /// connection waits wake it.
@@ -238,9 +250,10 @@ mod tests {
                 r.watch(fd).unwrap();
                 // The first wait resolves at once (the first read tries).
                 r.readable(fd).await;
-                // Bytes come while nobody waits: the dispatcher runs.
+                // Bytes come while nobody waits; wait until the dispatcher
+                // has seen their edge.
                 send(&theirs, b"GET / HTTP/1.1\r\n\r\n");
-                glommio::timer::sleep(Duration::from_millis(50)).await;
+                until(|| r.slots.borrow().get(&fd).is_some_and(|s| s.ready)).await;
                 let kept = glommio::future::timeout(Duration::from_secs(5), r.readable(fd))
                     .await
                     .is_ok();
@@ -249,10 +262,18 @@ mod tests {
                 let pending = glommio::future::timeout(Duration::from_millis(200), r.readable(fd))
                     .await
                     .is_err();
-                // Bytes while it waits wake it.
+                // Bytes while it waits wake it: sent once the wait has
+                // registered its waker.
                 let t = theirs.as_raw_fd();
+                let r2 = r.clone();
                 glommio::spawn_local(async move {
-                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                    until(|| {
+                        r2.slots
+                            .borrow()
+                            .get(&fd)
+                            .is_some_and(|s| s.waker.is_some())
+                    })
+                    .await;
                     // SAFETY: `t` stays open (`theirs` lives to the end).
                     unsafe { libc::send(t, b"x".as_ptr().cast(), 1, 0) };
                 })

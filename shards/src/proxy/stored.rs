@@ -188,6 +188,17 @@ mod tests {
     use super::*;
     use coral::proxy::policy::Freshness;
 
+    /// Fresh for 60 s from time 0.
+    fn fresh(initial_age_secs: u64, must_revalidate: bool) -> Freshness {
+        Freshness {
+            date_secs: 0,
+            fresh_until_secs: 60,
+            response_secs: 0,
+            initial_age_secs,
+            must_revalidate,
+        }
+    }
+
     fn stored_head(extra_bytes: usize) -> Vec<u8> {
         let text = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Pad: {}\r\n\r\n",
@@ -196,13 +207,7 @@ mod tests {
         let (head, _) = http::parse_response_head(text.as_bytes(), true, &Limits::default())
             .unwrap()
             .unwrap();
-        let fresh = Freshness {
-            date_secs: 0,
-            fresh_until_secs: 60,
-            response_secs: 0,
-            initial_age_secs: 3,
-            must_revalidate: false,
-        };
+        let fresh = fresh(3, false);
         let mut out = Vec::new();
         encode(&head, &fresh, &Headers::new(), false, &mut out);
         out
@@ -214,13 +219,7 @@ mod tests {
         let (head, _) = http::parse_response_head(text.as_bytes(), true, &Limits::default())
             .unwrap()
             .unwrap();
-        let fresh = Freshness {
-            date_secs: 0,
-            fresh_until_secs: 60,
-            response_secs: 0,
-            initial_age_secs: 0,
-            must_revalidate: true,
-        };
+        let fresh = fresh(0, true);
         let mut vary_req = Headers::new();
         vary_req.insert("accept-language", b"fr");
         for variant in [false, true] {
