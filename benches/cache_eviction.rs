@@ -1,7 +1,7 @@
 //! Hit ratios of the disk cache's eviction candidates — LRU, SIEVE and
 //! S3-FIFO — on Zipf(α) request streams over more objects than the cache
 //! holds, at several cache sizes. Deterministic (seeded). The disk cache
-//! runs the policy that wins here (README "Disk cache").
+//! runs the policy that wins here (benches/README.md, "Disk cache").
 //!
 //! `cargo bench -p coral --bench cache_eviction` (env: OBJECTS, REQUESTS,
 //! ALPHA, SEEDS to change the workload).

@@ -4,7 +4,7 @@
 //! Three candidates, as the issue asks: [`Lru`], [`Sieve`] (NSDI 2024) and
 //! [`S3Fifo`] (SOSP 2023). `benches/cache_eviction.rs` measures their hit
 //! ratios on a Zipf(0.8) workload larger than the cache; the disk cache runs
-//! the winner (see README "Disk cache"). Each keeps 16 bytes per handle
+//! the winner (see benches/README.md, "Disk cache"). Each keeps 16 bytes per handle
 //! (links, size, a few bits), and S3-FIFO a ghost queue of 64-bit
 //! fingerprints, so the index stays well under 200 bytes per object.
 //!

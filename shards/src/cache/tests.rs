@@ -621,7 +621,7 @@ fn the_hit_path_allocates_nothing() {
     assert_eq!(bytes, 10 * 100 * (4096 + 19 + 1));
 }
 
-/// Not a test: figures for README "Disk cache". Run with
+/// Not a test: figures for benches/README.md, "Disk cache". Run with
 /// `cargo test --release -p coral-shards --bin coral cache::tests::bench_ -- --ignored --nocapture --test-threads=1`.
 #[test]
 #[ignore]

@@ -31,7 +31,7 @@ const SEND_CHUNK_BYTES: u64 = 256 << 10;
 /// Bodies at least this large go out with `sendfile` after the head (sent
 /// with `MSG_MORE`); below, one `sendmsg` of head and body from the mapping.
 /// At 4 KiB and 41 KB `sendfile` costs less server CPU than the kernel's
-/// copy from the mapping (`proxy_hits`, README "Cache hits against nginx").
+/// copy from the mapping (`proxy_hits`, benches/README.md, "Cache hits against nginx").
 const SENDFILE_BYTES_MIN: u64 = 4 << 10;
 /// Slices one `send_all` takes in one `sendmsg` (the rest go through the ring).
 const IOV_MAX: usize = 4;
