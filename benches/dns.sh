@@ -19,7 +19,12 @@
 # the least server CPU an answer can cost on this kernel.
 #
 # Usage: benches/dns.sh [seconds per run] [rounds]
-# Needs: knotd (knot), nsd, dnsperf; `cargo build --release` first.
+# Needs: knotd (knot), nsd, dnsperf; `cargo build --release --workspace --bins
+# --examples` first (the root's default build is the core crate only).
+# Run it in a network namespace on an idle machine:
+#   unshare -n sh -c 'ip link set lo up && bash benches/dns.sh 10 3'
+# The figures, the method and their history: benches/README.md ("dnssrv
+# against Knot and NSD").
 set -euo pipefail
 
 SECS=${1:-10}

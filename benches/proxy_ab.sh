@@ -9,6 +9,8 @@
 # Usage: benches/proxy_ab.sh OLD_CORAL NEW_CORAL [FILE_BYTES] [SECONDS] [ROUNDS]
 #   e.g. benches/proxy_ab.sh /tmp/coral-old target/release/coral 4096 4 6
 # Needs nginx and wrk; run it inside `unshare -n sh -c 'ip link set lo up && ...'`.
+# The figures it gave, and the method: benches/README.md ("Cache hits against
+# nginx").
 set -euo pipefail
 
 A_BIN=${1:?old coral binary}
