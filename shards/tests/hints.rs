@@ -24,9 +24,20 @@ fn ip(args: &[&str]) {
     );
 }
 
-/// `coral ARGS` run in the namespace `ns`.
-fn coral_in(ns: &str, args: &[&str]) -> std::process::Output {
-    command_in(Some(ns), CORAL).args(args).output().unwrap()
+/// What `coral hints ARGS --json` run in the namespace `ns` found.
+fn probe(ns: &str, args: &[&str]) -> serde_json::Value {
+    let out = command_in(Some(ns), CORAL)
+        .arg("hints")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Three namespaces, A — R — B, R routing between 198.18.1.0/24 and
@@ -40,13 +51,7 @@ fn probe_finds_the_router_and_the_node_stores_its_hint() {
     net.route(&a, "default", "198.18.1.1");
     net.route(&b, "default", "198.18.2.1");
     net.forward(&r);
-    let out = coral_in(&a, &["hints", "--to", "198.18.2.2", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = probe(&a, &["--to", "198.18.2.2"]);
     let routers = found["routers"].as_array().unwrap();
     assert_eq!(routers.len(), 1, "{found}");
     assert_eq!(routers[0]["ttl"], 1);
@@ -422,23 +427,7 @@ fn ipv6_probe_finds_the_router_and_the_node_stores_its_hint() {
     net.route(&b, "default", "2001:db8:2::1");
     net.forward6(&r);
 
-    let out = coral_in(
-        &a,
-        &[
-            "hints",
-            "--to",
-            "2001:db8:2::2",
-            "--json",
-            "--timeout-ms",
-            "3000",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = probe(&a, &["--to", "2001:db8:2::2", "--timeout-ms", "3000"]);
     let routers = found["routers"].as_array().unwrap();
     assert_eq!(routers.len(), 1, "{found}");
     assert_eq!(routers[0]["ttl"], 1);

@@ -74,6 +74,24 @@ fn answer_ping(sock: &UdpSocket, sender: Id, msg: &Message, from: SocketAddr) {
     }
 }
 
+/// A get for `key` at level 0 from `sender`, carrying the key's route.
+fn get_request(key: Id, txid: u32, sender: Id) -> Message {
+    Message {
+        header: Header {
+            route: coral::node::route_of(&key),
+            txid,
+            sender,
+            services: Services::NONE,
+            clusters: Default::default(),
+        },
+        body: Body::Get {
+            level: 0,
+            key,
+            target: key,
+        },
+    }
+}
+
 fn found(v: &serde_json::Value) -> usize {
     v["values"].as_array().map_or(0, Vec::len)
 }
@@ -173,23 +191,9 @@ fn keys_are_served_by_their_owning_core() {
     let mut want = [0u64; 2];
     let mut buf = [0u8; 2048];
     for k in 0..200u32 {
-        let key = Id::hash(&k.to_be_bytes());
-        let route = coral::node::route_of(&key);
+        let msg = get_request(Id::hash(&k.to_be_bytes()), k, sender);
+        let route = msg.header.route;
         want[((u32::from(route) * 2) >> 16) as usize] += 1;
-        let msg = Message {
-            header: Header {
-                route,
-                txid: k,
-                sender,
-                services: Services::NONE,
-                clusters: Default::default(),
-            },
-            body: Body::Get {
-                level: 0,
-                key,
-                target: key,
-            },
-        };
         me.send_to(&msg.to_bytes(), node).unwrap();
         // Read the answer, answering the node's verifying pings (a client
         // that does not is held to 5 requests a second, SECURITY.md).
@@ -275,22 +279,7 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
     let mut buf = [0u8; 2048];
     let mut answered = 0;
     for k in 0..100u32 {
-        let key = Id::hash(&k.to_be_bytes());
-        let msg = Message {
-            header: Header {
-                route: coral::node::route_of(&key),
-                txid: k,
-                sender,
-                services: Services::NONE,
-                clusters: Default::default(),
-            },
-            body: Body::Get {
-                level: 0,
-                key,
-                target: key,
-            },
-        }
-        .to_bytes();
+        let msg = get_request(Id::hash(&k.to_be_bytes()), k, sender).to_bytes();
         // UDP under a flood may drop a datagram: up to five tries each.
         'tries: for _ in 0..5 {
             me.send_to(&msg, node).unwrap();
