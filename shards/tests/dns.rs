@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     dns_flags as flags, dns_query as query, dns_status as status, kdig, rcode, records, temp_dir,
-    wait_for_port, Nginx, Node, Proc,
+    wait_for_port, web_root, Nginx, Node, Proc,
 };
 
 const DNS_PORT: u16 = 5300;
@@ -481,9 +481,8 @@ fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given()
     let dir = temp_dir("curl");
     let d = dir.path().display().to_string();
     // The origin: nginx serving one file.
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("hello.txt"), "served by nginx, through coral\n").unwrap();
+    let hello = "served by nginx, through coral\n";
+    let root = web_root(dir.path(), &[("hello.txt", hello.as_bytes())]);
     let nginx = Nginx::start(dir.path(), origin.parse().unwrap(), &root);
     let _node = DnsNode::start(
         ip,

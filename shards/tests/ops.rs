@@ -11,7 +11,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    http_get, metric, metric_sum, temp_dir, write_file, Nginx, Node, CORAL, ORIGIN, START_WAIT,
+    http_get, metric, metric_sum, temp_dir, web_root, write_file, Nginx, Node, CORAL, ORIGIN,
+    START_WAIT,
 };
 
 /// A `coral node` with `args` (one core unless they say otherwise), its
@@ -892,9 +893,7 @@ fn scrape(admin: &str) -> String {
 #[test]
 fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
     let dir = temp_dir("metrics-http");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), vec![7u8; 41_000]).unwrap();
+    let root = web_root(dir.path(), &[("a.bin", &[7u8; 41_000])]);
     let _nginx = Nginx::start(dir.path(), "127.15.20.100:8080".parse().unwrap(), &root);
     let _n = proxy_node(dir.path(), "127.15.20.1", "127.15.20.100", &[]);
     let ip = "127.15.20.1";
@@ -1095,9 +1094,7 @@ fn wait_lines(path: &Path, n: usize) -> Vec<String> {
 #[test]
 fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
     let dir = temp_dir("access-log");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), vec![7u8; 12_345]).unwrap();
+    let root = web_root(dir.path(), &[("a.bin", &[7u8; 12_345])]);
     let _nginx = Nginx::start(dir.path(), "127.15.21.100:8080".parse().unwrap(), &root);
     let log = dir.path().join("access.log");
     let mut n = proxy_node(

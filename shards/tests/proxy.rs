@@ -24,13 +24,15 @@ fn object(n: usize, seed: u8) -> Vec<u8> {
 }
 
 /// A web root with some objects.
-fn web_root(dir: &Path) -> PathBuf {
-    let root = dir.join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), object(41_000, 1)).unwrap();
-    std::fs::write(root.join("b.bin"), object(4096, 2)).unwrap();
-    std::fs::write(root.join("c.bin"), object(300_000, 3)).unwrap();
-    root
+fn objects_root(dir: &Path) -> PathBuf {
+    common::web_root(
+        dir,
+        &[
+            ("a.bin", &object(41_000, 1)),
+            ("b.bin", &object(4096, 2)),
+            ("c.bin", &object(300_000, 3)),
+        ],
+    )
 }
 
 /// An origin of our own for faults: one request per connection, answered by
@@ -118,7 +120,7 @@ fn raw_to(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, bool) {
 #[test]
 fn section_2_2_first_request_from_the_origin_second_from_the_cache() {
     let dir = temp_dir("first");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.1.100:8080".parse().unwrap(), &root);
     let node = proxy_node(dir.path(), "127.11.1.1", "127.11.1.100").start();
     let url = coralized("www.origin.test", 8080, "/a.bin");
@@ -178,7 +180,7 @@ fn three_nodes(dir: &Path, net: u8, origin_ip: &str, extra: &[&str]) -> Vec<Node
 #[test]
 fn section_3_2_another_node_gets_the_object_from_a_peer_not_the_origin() {
     let dir = temp_dir("peer");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.2.100:8080".parse().unwrap(), &root);
     let nodes = three_nodes(dir.path(), 2, "127.11.2.100", &[]);
     let url = coralized("www.origin.test", 8080, "/c.bin");
@@ -218,7 +220,7 @@ fn nginx_gzips(nginx: &Nginx, path: &str) -> bool {
 #[test]
 fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
     let dir = temp_dir("vary");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let text = "Coralized plain text. ".repeat(100);
     std::fs::write(root.join("t.txt"), &text).unwrap();
     std::fs::write(root.join("probe.txt"), &text).unwrap();
@@ -326,9 +328,7 @@ fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
 fn section_3_2_flash_crowd_of_200_clients_on_three_nodes_makes_one_origin_request() {
     let dir = temp_dir("crowd");
     let body = object(200_000, 7);
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("crowd.bin"), &body).unwrap();
+    let root = common::web_root(dir.path(), &[("crowd.bin", &body)]);
     // nginx sends it at 200 kB/s, about a second, so the crowd arrives
     // while the one fetch is under way.
     let nginx = Nginx::start_with(
@@ -515,7 +515,7 @@ fn malformed_requests_get_400_and_close_reach_no_origin_and_change_no_cache_entr
 #[test]
 fn keep_alive_and_pipelined_requests_are_answered_in_order() {
     let dir = temp_dir("pipeline");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let _nginx = Nginx::start(dir.path(), "127.11.7.100:8080".parse().unwrap(), &root);
     let node = proxy_node(dir.path(), "127.11.7.1", "127.11.7.100").start();
     let host = format!("www.origin.test.8080.{ALIAS}");
@@ -555,7 +555,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 #[test]
 fn a_restarted_node_serves_its_cached_objects_without_asking_the_origin() {
     let dir = temp_dir("restart");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.8.100:8080".parse().unwrap(), &root);
     let mut node = proxy_node(dir.path(), "127.11.8.1", "127.11.8.100").start();
     for p in ["/a.bin", "/b.bin", "/c.bin"] {
@@ -638,7 +638,7 @@ fn kill_9_in_the_middle_of_a_download_leaves_no_object_served_truncated() {
 #[test]
 fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
     let dir = temp_dir("reuse");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let ns = root.join("ns");
     std::fs::create_dir_all(&ns).unwrap();
     let big = object(20_000_000, 4);
@@ -715,7 +715,7 @@ fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
 #[test]
 fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with_nginx() {
     let dir = temp_dir("rfc9111");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     std::fs::create_dir_all(root.join("short")).unwrap();
     std::fs::write(root.join("short/s.bin"), object(3000, 8)).unwrap();
     let nginx = Nginx::start_with(
@@ -1061,8 +1061,7 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
 #[test]
 fn section_3_2_misses_on_any_core_meet_one_fetch_on_the_owning_core() {
     let dir = temp_dir("cores");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::web_root(dir.path(), &[]);
     for i in 0..16 {
         std::fs::write(root.join(format!("o{i}.bin")), object(20_000 + i, i as u8)).unwrap();
     }
@@ -1116,8 +1115,7 @@ fn section_3_2_misses_on_any_core_meet_one_fetch_on_the_owning_core() {
 #[test]
 fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
     let dir = temp_dir("chromium");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
+    let root = common::web_root(dir.path(), &[]);
     let colours = ["#c0392b", "#27ae60", "#2980b9", "#f39c12", "#8e44ad"];
     for (i, c) in colours.iter().enumerate() {
         std::fs::write(
@@ -1151,11 +1149,8 @@ fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
     let node = proxy_node(dir.path(), "127.11.15.1", "127.11.15.100").start();
     let url = coralized("www.origin.test", 8080, "/page.html");
     let rules = format!("--host-resolver-rules=MAP *.{ALIAS} {}", node.ip);
-    let chromium = |extra: &[&str]| {
-        let flags = [&["--virtual-time-budget=10000", &rules], extra].concat();
-        common::chromium(dir.path(), &url, &flags)
-    };
-    let dom = chromium(&["--dump-dom"]);
+    let flags = ["--virtual-time-budget=10000", &rules, "--dump-dom"];
+    let dom = common::chromium(dir.path(), &url, &flags);
     let dom = String::from_utf8_lossy(&dom.stdout);
     assert!(dom.contains("loaded 5"), "not every image arrived: {dom}");
     assert!(
@@ -1165,16 +1160,9 @@ fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
         "the link stayed Coralized: {dom}"
     );
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("proxy-chromium.png");
-    let _ = std::fs::remove_file(&shot);
-    let out = chromium(&[
-        &format!("--screenshot={}", shot.display()),
-        "--window-size=800,400",
-    ]);
-    assert!(
-        shot.exists() && std::fs::metadata(&shot).unwrap().len() > 1000,
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let flags = ["--virtual-time-budget=10000", &rules];
+    let (bytes, err) = common::chromium_screenshot(dir.path(), &url, &flags, "800,400", &shot);
+    assert!(bytes > 1000, "no screenshot: {err}");
     // Every object came from the origin once, through the node.
     for p in [
         "/page.html",
@@ -1361,7 +1349,7 @@ fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not
 #[test]
 fn uncacheable_objects_cost_one_origin_request_per_client_request() {
     let dir = temp_dir("uncacheable");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     std::fs::create_dir_all(root.join("private")).unwrap();
     std::fs::write(root.join("private/p.bin"), object(70_000, 9)).unwrap();
     let nginx = Nginx::start_with(
@@ -1550,7 +1538,7 @@ const PAST_SHORT_TTL: Duration = Duration::from_secs(8);
 #[test]
 fn section_3_2_complete_pointers_with_a_short_ttl_are_renewed_and_peers_still_find_them() {
     let dir = temp_dir("renew");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.72.100:8080".parse().unwrap(), &root);
     let conf = short_ttl_config(dir.path(), 3);
     let a = proxy_node(dir.path(), "127.11.72.1", "127.11.72.100")
@@ -1582,7 +1570,7 @@ fn section_3_2_complete_pointers_with_a_short_ttl_are_renewed_and_peers_still_fi
 #[test]
 fn rfc9111_4_1_a_restarted_node_puts_back_and_renews_its_vary_variants_pointers() {
     let dir = temp_dir("vary-restart");
-    let root = web_root(dir.path());
+    let root = objects_root(dir.path());
     let nginx = Nginx::start_with(
         dir.path(),
         "127.11.71.100:8080".parse().unwrap(),

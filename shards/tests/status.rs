@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{http_get, temp_dir, Nginx, Node, CORAL, START_WAIT as WAIT};
+use common::{http_get, temp_dir, web_root, Nginx, Node, CORAL, START_WAIT as WAIT};
 
 /// A proxy node on `ip` (`cores` cores) whose origin is nginx on `origin_ip`.
 fn start_node(
@@ -45,10 +45,10 @@ const SCRIPT_PATH: &str = "/b.bin?<script>document.title='pwned'</script>";
 #[test]
 fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     let dir = temp_dir("page");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), vec![7u8; 41_000]).unwrap();
-    std::fs::write(root.join("b.bin"), vec![8u8; 4096]).unwrap();
+    let root = web_root(
+        dir.path(),
+        &[("a.bin", &[7u8; 41_000]), ("b.bin", &[8u8; 4096])],
+    );
     let origin = "127.19.1.100";
     let nginx = Nginx::start(dir.path(), format!("{origin}:8080").parse().unwrap(), &root);
     // Two cores on the node under test (its numbers come from both over the
@@ -202,20 +202,9 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
         .join("test-output");
     std::fs::create_dir_all(&out_dir).unwrap();
     let shot = out_dir.join("status.png");
-    let _ = std::fs::remove_file(&shot);
-    let out = chromium(
-        dir.path(),
-        &url,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1280,1100",
-        ],
-    );
-    assert!(
-        shot.exists() && std::fs::metadata(&shot).unwrap().len() > 20_000,
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let flags = ["--hide-scrollbars", "--virtual-time-budget=8000"];
+    let (bytes, err) = common::chromium_screenshot(dir.path(), &url, &flags, "1280,1100", &shot);
+    assert!(bytes > 20_000, "no screenshot: {err}");
     println!("status page screenshot: {}", shot.display());
 
     // coral top --once: one plain frame with rates from two samples.

@@ -134,6 +134,16 @@ pub fn temp_dir(tag: &str) -> tempfile::TempDir {
         .expect("a temporary directory")
 }
 
+/// A web root `dir/www` holding `files` (name, bytes); returns its path.
+pub fn web_root(dir: &Path, files: &[(&str, &[u8])]) -> PathBuf {
+    let root = dir.join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    for (name, bytes) in files {
+        write_file(&root, name, bytes);
+    }
+    root
+}
+
 /// Writes `text` to `dir/name`; returns the path.
 pub fn write_file(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
     let p = dir.join(name);
@@ -758,6 +768,27 @@ pub fn chromium(dir: &Path, url: &str, extra: &[&str]) -> Output {
         .arg(url)
         .output()
         .expect("chromium (Debian's package) is needed for this test")
+}
+
+/// Chromium's screenshot of `url` at `shot` (any old one removed first),
+/// the window `size` (`W,H`) and `extra` flags: its size in bytes (0 if
+/// there is none) and Chromium's stderr.
+pub fn chromium_screenshot(
+    dir: &Path,
+    url: &str,
+    extra: &[&str],
+    size: &str,
+    shot: &Path,
+) -> (u64, String) {
+    let _ = std::fs::remove_file(shot);
+    let (screenshot, window) = (
+        format!("--screenshot={}", shot.display()),
+        format!("--window-size={size}"),
+    );
+    let flags = [&[screenshot.as_str(), window.as_str()][..], extra].concat();
+    let out = chromium(dir, url, &flags);
+    let bytes = std::fs::metadata(shot).map_or(0, |m| m.len());
+    (bytes, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 // ---- DNS ----------------------------------------------------------------------------
