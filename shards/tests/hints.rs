@@ -141,17 +141,7 @@ impl Net {
         ]);
         for (ns, addr, dev) in [(a, a_addr, &va), (b, b_addr, &vb)] {
             if addr.contains(':') {
-                ip(&[
-                    "-n",
-                    ns,
-                    "-6",
-                    "addr",
-                    "add",
-                    &format!("{addr}/64"),
-                    "dev",
-                    dev,
-                    "nodad",
-                ]);
+                self.addr6(ns, dev, addr);
             } else {
                 ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
             }

@@ -11,8 +11,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    http_get, metric, metric_sum, temp_dir, web_root, write_file, Nginx, Node, CORAL, ORIGIN,
-    START_WAIT,
+    http_get, metric, metric_sum, temp_dir, web_root, write_file, Nginx, Node, NodeBuilder, CORAL,
+    ORIGIN, START_WAIT,
 };
 
 /// A `coral node` with `args` (one core unless they say otherwise), its
@@ -26,6 +26,26 @@ fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Node {
         node = node.env(k, v);
     }
     node.spawn()
+}
+
+/// A one-core node on `ip` (DSHT :7000, admin :7080), its stderr in
+/// `dir/name.log`, `RUST_LOG` unset.
+fn logged(dir: &Path, name: &str, ip: &str) -> NodeBuilder {
+    Node::on(ip)
+        .rust_log(None)
+        .log(&dir.join(format!("{name}.log")))
+}
+
+/// Two cores where the test may use two, else one.
+fn two_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+}
+
+/// Starts `node` and waits until it logs that it runs.
+fn running(node: NodeBuilder) -> Node {
+    let mut n = node.spawn();
+    n.wait_log("coral node running");
+    n
 }
 
 fn coral(args: &[&str]) -> Output {
@@ -153,13 +173,7 @@ fn node_id_comes_from_public_addr_never_from_a_wildcard() {
 #[test]
 fn a_second_node_on_the_same_ports_is_refused() {
     let dir = temp_dir("second");
-    let mut first = spawn(
-        dir.path(),
-        "first",
-        &["--dsht", "127.15.2.1:7000", "--admin", "127.15.2.1:7080"],
-        &[],
-    );
-    first.wait_log("coral node running");
+    let _first = running(logged(dir.path(), "first", "127.15.2.1"));
     // Same DSHT address (another admin address).
     let o = run_node_until_exit(&[
         "--cores",
@@ -224,13 +238,7 @@ fn an_admin_address_held_by_another_program_is_reported_at_start() {
 #[test]
 fn running_is_logged_once_the_admin_port_is_open_and_readyz_says_so() {
     let dir = temp_dir("ready");
-    let mut n = spawn(
-        dir.path(),
-        "n",
-        &["--dsht", "127.15.4.1:7000", "--admin", "127.15.4.1:7080"],
-        &[("RUST_LOG", "info")],
-    );
-    n.wait_log("coral node running");
+    let mut n = running(logged(dir.path(), "n", "127.15.4.1").rust_log(Some("info")));
     // No retry: the line means the port is open and every core serves.
     let admin: SocketAddr = "127.15.4.1:7080".parse().unwrap();
     assert_eq!(http_get(admin, "/livez").0, 200);
@@ -253,20 +261,11 @@ fn running_is_logged_once_the_admin_port_is_open_and_readyz_says_so() {
 #[test]
 fn log_format_json_writes_one_object_per_line() {
     let dir = temp_dir("json");
-    let mut n = spawn(
-        dir.path(),
-        "n",
-        &[
-            "--dsht",
-            "127.15.5.1:7000",
-            "--admin",
-            "127.15.5.1:7080",
-            "--log-format",
-            "json",
-        ],
-        &[("RUST_LOG", "info")],
+    let mut n = running(
+        logged(dir.path(), "n", "127.15.5.1")
+            .args(&["--log-format", "json"])
+            .rust_log(Some("info")),
     );
-    n.wait_log("coral node running");
     n.signal(libc::SIGTERM);
     assert!(n.wait_exit(Duration::from_secs(15)).success());
     let log = n.log();
@@ -283,13 +282,7 @@ fn log_format_json_writes_one_object_per_line() {
 fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
     let dir = temp_dir("hup");
     // B: a node to join later.
-    let mut b = spawn(
-        dir.path(),
-        "b",
-        &["--dsht", "127.15.6.2:7000", "--admin", "127.15.6.2:7080"],
-        &[],
-    );
-    b.wait_log("coral node running");
+    let _b = running(logged(dir.path(), "b", "127.15.6.2"));
     let base = "dsht = \"127.15.6.1:7000\"\nadmin = \"127.15.6.1:7080\"\n";
     let config = write_file(dir.path(), "a.toml", &format!("{base}log = \"info\"\n"));
     let mut a = spawn(
@@ -347,13 +340,7 @@ fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
 #[test]
 fn client_errors_exit_non_zero_without_a_panic() {
     let dir = temp_dir("client");
-    let mut n = spawn(
-        dir.path(),
-        "n",
-        &["--dsht", "127.15.7.1:7000", "--admin", "127.15.7.1:7080"],
-        &[],
-    );
-    n.wait_log("coral node running");
+    let _n = running(logged(dir.path(), "n", "127.15.7.1"));
     let node = ["--node", "127.15.7.1:7080"];
     let key = "ab".repeat(20);
     let long = "x".repeat(300);
@@ -430,18 +417,11 @@ fn twelve_one_core_nodes_are_not_pinned_to_one_cpu() {
     let dir = temp_dir("pin");
     let mut nodes = Vec::new();
     for i in 1..=12 {
-        let ip = format!("127.15.8.{i}");
-        let mut args = vec![
-            "--dsht".to_string(),
-            format!("{ip}:7000"),
-            "--admin".to_string(),
-            format!("{ip}:7080"),
-        ];
+        let mut node = logged(dir.path(), &format!("n{i}"), &format!("127.15.8.{i}"));
         if i > 1 {
-            args.extend(["--bootstrap".to_string(), "127.15.8.1:7000".to_string()]);
+            node = node.bootstrap("127.15.8.1");
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        nodes.push(spawn(dir.path(), &format!("n{i}"), &args, &[]));
+        nodes.push(node.spawn());
     }
     for n in &mut nodes {
         n.wait_log("coral node running");
@@ -482,22 +462,11 @@ fn systemd_hears_ready_once_every_core_serves_and_stopping_on_sigterm() {
     let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(START_WAIT)).unwrap();
     // Two cores where the test may use two (the kernel places them).
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get().min(2))
-        .to_string();
-    let mut n = spawn(
-        dir.path(),
-        "n",
-        &[
-            "--dsht",
-            "127.15.9.1:7000",
-            "--admin",
-            "127.15.9.1:7080",
-            "--cores",
-            &cores,
-        ],
-        &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())],
-    );
+    let cores = two_cores();
+    let mut n = logged(dir.path(), "n", "127.15.9.1")
+        .cores(cores)
+        .env("NOTIFY_SOCKET", sock_path.to_str().unwrap())
+        .spawn();
     let mut buf = [0u8; 256];
     let len = sock.recv(&mut buf).expect("READY=1 from the node");
     let msg = String::from_utf8_lossy(&buf[..len]).to_string();
@@ -520,9 +489,7 @@ fn systemd_hears_ready_once_every_core_serves_and_stopping_on_sigterm() {
 #[test]
 fn a_node_restarts_at_once_on_the_addresses_it_just_left() {
     let dir = temp_dir("restart");
-    let args = ["--dsht", "127.15.10.1:7000", "--admin", "127.15.10.1:7080"];
-    let mut n = spawn(dir.path(), "first", &args, &[]);
-    n.wait_log("coral node running");
+    let mut n = running(logged(dir.path(), "first", "127.15.10.1"));
     for _ in 0..3 {
         assert_eq!(
             http_get("127.15.10.1:7080".parse().unwrap(), "/levels").0,
@@ -531,8 +498,7 @@ fn a_node_restarts_at_once_on_the_addresses_it_just_left() {
     }
     n.signal(libc::SIGTERM);
     assert!(n.wait_exit(Duration::from_secs(15)).success());
-    let mut again = spawn(dir.path(), "again", &args, &[]);
-    again.wait_log("coral node running");
+    let _again = running(logged(dir.path(), "again", "127.15.10.1"));
 }
 
 /// `/metrics` after a known sequence: two puts under a key core 0 owns and
@@ -542,23 +508,8 @@ fn a_node_restarts_at_once_on_the_addresses_it_just_left() {
 #[test]
 fn metrics_count_a_known_sequence_across_cores() {
     let dir = temp_dir("metrics");
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get().min(2))
-        .to_string();
-    let mut n = spawn(
-        dir.path(),
-        "n",
-        &[
-            "--dsht",
-            "127.15.11.1:7000",
-            "--admin",
-            "127.15.11.1:7080",
-            "--cores",
-            &cores,
-        ],
-        &[],
-    );
-    n.wait_log("coral node running");
+    let cores = two_cores();
+    let _n = running(logged(dir.path(), "n", "127.15.11.1").cores(cores));
     let admin: SocketAddr = "127.15.11.1:7080".parse().unwrap();
     let (k0, k1) = ("00".repeat(20), "ff".repeat(20));
     let node = ["--node", "127.15.11.1:7080"];
@@ -627,7 +578,7 @@ fn metrics_count_a_known_sequence_across_cores() {
         1.0
     );
     assert_eq!(metric(body, "coral_ready"), 1.0);
-    assert_eq!(metric(body, "coral_cores"), cores.parse::<f64>().unwrap());
+    assert_eq!(metric(body, "coral_cores"), cores as f64);
     assert_eq!(
         metric(
             body,
@@ -650,18 +601,14 @@ fn metrics_count_a_known_sequence_across_cores() {
 /// `origin_ip` port 8080, its cache in `dir`, dnssrv on :7053; `extra`
 /// flags added.
 fn proxy_node(dir: &Path, ip: &str, origin_ip: &str, extra: &[&str]) -> Node {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
-    let mut n = Node::on(ip)
-        .cores(cores)
-        .proxy(&dir.join("cache"))
-        .dns(7053)
-        .origin(origin_ip)
-        .args(extra)
-        .rust_log(None)
-        .log(&dir.join("node.log"))
-        .spawn();
-    n.wait_log("coral node running");
-    n
+    running(
+        logged(dir, "node", ip)
+            .cores(two_cores())
+            .proxy(&dir.join("cache"))
+            .dns(7053)
+            .origin(origin_ip)
+            .args(extra),
+    )
 }
 
 /// `curl` of the Coralized `path` on `www.origin.test:8080` through the
