@@ -46,6 +46,7 @@ impl Proc {
         Proc { child }
     }
 
+    /// Its pid (and its process group's id).
     pub fn id(&self) -> u32 {
         self.child.id()
     }
@@ -306,6 +307,7 @@ impl NodeBuilder {
         self
     }
 
+    /// `n` cores instead of one.
     pub fn cores(self, n: usize) -> Self {
         self.args(&["--cores", &n.to_string()])
     }
@@ -335,6 +337,7 @@ impl NodeBuilder {
         self.args(&["--dns", &dns])
     }
 
+    /// The config file at `path`.
     pub fn config(self, path: &Path) -> Self {
         self.args(&["--config", path.to_str().unwrap()])
     }
@@ -347,6 +350,7 @@ impl NodeBuilder {
         self.config(&path)
     }
 
+    /// An environment variable for the node.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
         self
@@ -559,6 +563,7 @@ impl Node {
         self.proc.as_mut().expect("the node runs")
     }
 
+    /// The node's pid.
     pub fn pid(&self) -> u32 {
         self.proc.as_ref().expect("the node runs").id()
     }
@@ -698,6 +703,7 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The header `name` (lower case), or "" if it was not sent.
     pub fn header(&self, name: &str) -> &str {
         self.headers.get(name).map_or("", String::as_str)
     }
@@ -888,6 +894,7 @@ pub struct Nginx {
 }
 
 impl Nginx {
+    /// nginx serving `root` on `addr`, up once it accepts connections.
     pub fn start(dir: &Path, addr: SocketAddr, root: &Path) -> Nginx {
         Nginx::start_with(dir, addr, root, "")
     }
