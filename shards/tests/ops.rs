@@ -284,7 +284,7 @@ fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
     // B: a node to join later.
     let _b = running(logged(dir.path(), "b", "127.15.6.2"));
     let base = "dsht = \"127.15.6.1:7000\"\nadmin = \"127.15.6.1:7080\"\n";
-    let config = write_file(dir.path(), "a.toml", &format!("{base}log = \"info\"\n"));
+    let config = write_file(dir.path(), "a.toml", format!("{base}log = \"info\"\n"));
     let mut a = spawn(
         dir.path(),
         "a",
