@@ -6,11 +6,10 @@
 //! Addresses: the node under attack in test `n` is 127.14.n.1, its good
 //! client 127.14.n.2, attackers in 127.14.(20 + 10·n + j).x.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,125 +18,41 @@ use coral::id::FastHasher;
 use coral::wire::{Body, ClusterInfo, ErrorCode, Header, Message, Services, Token, Value};
 use coral::Id;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use common::Node;
 
 // ---- The node under attack ------------------------------------------------------
 
-/// A `coral node` process, killed (and its directory removed) when dropped.
-struct Node {
-    child: Option<Child>,
-    dsht: SocketAddr,
-    admin: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+/// Starts a node on 127.14.`net`.1 with `config` (TOML) and, if given,
+/// its file-descriptor limit lowered to `nofile`.
+fn start_node(net: u8, config: &str, nofile: Option<u64>) -> Node {
+    let node = Node::on(&format!("127.14.{net}.1"))
+        .config_text(config)
+        .rust_log(Some("error"));
+    match nofile {
+        Some(n) => node.nofile(n).start(),
+        None => node.start(),
     }
 }
 
-impl Node {
-    /// Starts a node on 127.14.`net`.1 with `config` (TOML) and, if given,
-    /// its file-descriptor limit lowered to `nofile`.
-    fn start(net: u8, config: &str, nofile: Option<u64>) -> Node {
-        let ip = format!("127.14.{net}.1");
-        let dir = std::env::temp_dir().join(format!(
-            "coral-adversarial-{}-{net}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("coral.toml");
-        std::fs::write(&file, config).unwrap();
-        let mut cmd = Command::new(CORAL);
-        cmd.args([
-            "node",
-            "--dsht",
-            &format!("{ip}:7000"),
-            "--admin",
-            &format!("{ip}:7080"),
-        ])
-        .args(["--cores", "1", "--config", file.to_str().unwrap()])
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-        if let Some(n) = nofile {
-            // SAFETY: setrlimit is async-signal-safe and touches only the
-            // child being started.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let lim = libc::rlimit {
-                        rlim_cur: n,
-                        rlim_max: n,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
-        let node = Node {
-            child: Some(cmd.spawn().expect("start coral node")),
-            dsht: format!("{ip}:7000").parse().unwrap(),
-            admin: format!("{ip}:7080").parse().unwrap(),
-            dir,
-        };
-        let start = Instant::now();
-        while TcpStream::connect_timeout(&node.admin, Duration::from_millis(200)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "node {ip} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        node
-    }
+/// Keys stored at `level`.
+fn keys_at(node: &Node, level: usize) -> u64 {
+    node.client(&["levels"])["levels"][level]["keys"]
+        .as_u64()
+        .unwrap()
+}
 
-    /// A client command against the node's admin endpoint, as JSON.
-    fn client(&self, args: &[&str]) -> serde_json::Value {
-        let out = Command::new(CORAL)
-            .args(args)
-            .args(["--node", &self.admin.to_string(), "--json"])
-            .output()
-            .expect("run coral client");
-        assert!(
-            out.status.success(),
-            "coral {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("JSON")
-    }
+/// The node's counters (core 0).
+fn stats(node: &Node) -> serde_json::Value {
+    node.client(&["stats"])["cores"][0].clone()
+}
 
-    /// Keys stored at `level`.
-    fn keys(&self, level: usize) -> u64 {
-        self.client(&["levels"])["levels"][level]["keys"]
-            .as_u64()
-            .unwrap()
-    }
-
-    /// The node's counters (core 0).
-    fn stats(&self) -> serde_json::Value {
-        self.client(&["stats"])["cores"][0].clone()
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id() as i32
-    }
-
-    /// Resident memory in KiB.
-    fn rss_kib(&self) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
+/// Resident memory in KiB.
+fn rss_kib(node: &Node) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{}/status", node.pid())).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
 }
 
 // ---- A DSHT peer speaking the wire format -----------------------------------------
@@ -421,7 +336,7 @@ fn pace(sent: u64) {
 /// endpoint recovers, and SIGTERM ends the node.
 #[test]
 fn admin_fd_exhaustion_backs_off_and_keeps_the_dsht_served() {
-    let mut node = Node::start(1, CONFIG, Some(40));
+    let mut node = start_node(1, CONFIG, Some(40));
     let mut honest = Honest::new(1, &node);
     let admin = node.admin;
     // The flood opens connections until they stall (the node is out of
@@ -476,21 +391,11 @@ fn admin_fd_exhaustion_backs_off_and_keeps_the_dsht_served() {
     let conns: Vec<_> = (0..100)
         .filter_map(|_| TcpStream::connect_timeout(&admin, Duration::from_millis(100)).ok())
         .collect();
-    // SAFETY: kill with a pid of our own child.
-    unsafe { libc::kill(node.pid(), libc::SIGTERM) };
-    let start = Instant::now();
-    let mut child = node.child.take().unwrap();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("SIGTERM did not end a node out of descriptors");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    node.signal(libc::SIGTERM);
+    assert!(
+        node.exit_within(Duration::from_secs(20)).is_some(),
+        "SIGTERM did not end a node out of descriptors"
+    );
     drop(conns);
 }
 
@@ -499,7 +404,7 @@ fn admin_fd_exhaustion_backs_off_and_keeps_the_dsht_served() {
 /// read), and at most 64 are served at once.
 #[test]
 fn admin_slowloris_is_cut_at_the_request_deadline() {
-    let node = Node::start(2, CONFIG, None);
+    let node = start_node(2, CONFIG, None);
     let mut honest = Honest::new(2, &node);
     let admin = node.admin;
     let slowloris = move |_stop: Arc<AtomicBool>| {
@@ -584,7 +489,7 @@ fn hash_flooding_the_store_finds_a_keyed_hash_and_a_quota() {
         h.finish()
     };
     assert!(keys.iter().all(|k| fx(k) == fx(&keys[0])));
-    let node = Node::start(
+    let node = start_node(
         3,
         &format!("{CONFIG}[limits]\nvalues_per_source_max = 1000\n"),
         None,
@@ -632,16 +537,16 @@ fn hash_flooding_the_store_finds_a_keyed_hash_and_a_quota() {
     let (served, accepted) = during(&mut honest, flood);
     honest.assert_served(served);
     assert!(accepted <= 1000, "{accepted} stores from one source");
-    assert!(node.keys(0) <= 1002, "{} keys", node.keys(0));
+    assert!(keys_at(&node, 0) <= 1002, "{} keys", keys_at(&node, 0));
 }
 
 /// Row "fill the key table with put-probes": probes for unknown keys make
 /// no store entry, so they cannot fill `keys_per_level_max`.
 #[test]
 fn put_probes_for_unknown_keys_fill_nothing() {
-    let node = Node::start(4, CONFIG, None);
+    let node = start_node(4, CONFIG, None);
     let mut honest = Honest::new(4, &node);
-    let keys_before = node.keys(0);
+    let keys_before = keys_at(&node, 0);
     let dsht = node.dsht;
     let flood = move |stop: Arc<AtomicBool>| {
         let mut a = Peer::new(&attacker_ip(4, 0, 1), dsht);
@@ -666,7 +571,7 @@ fn put_probes_for_unknown_keys_fill_nothing() {
     let (served, probes) = during(&mut honest, flood);
     honest.assert_served(served);
     assert!(probes >= 3000);
-    assert_eq!(node.keys(0), keys_before, "probes made store entries");
+    assert_eq!(keys_at(&node, 0), keys_before, "probes made store entries");
     // New keys are still stored.
     let k = Id::hash(b"a new key after the probes");
     let v = Value::from_addr(SocketAddr::new(honest.good.addr.ip(), 8090));
@@ -678,7 +583,7 @@ fn put_probes_for_unknown_keys_fill_nothing() {
 /// its TTL; a /24 holds at most two; honest re-puts keep working.
 #[test]
 fn poisoning_a_key_neither_points_elsewhere_nor_evicts() {
-    let node = Node::start(5, CONFIG, None);
+    let node = start_node(5, CONFIG, None);
     let mut honest = Honest::new(5, &node);
     let (dsht, key) = (node.dsht, honest.key);
     let victim = Value::from_addr("192.0.2.80:80".parse().unwrap());
@@ -742,7 +647,7 @@ fn poisoning_a_key_neither_points_elsewhere_nor_evicts() {
 /// for SHA-1(IP), and one /24 gets at most two contacts per bucket.
 #[test]
 fn sybil_ids_one_id_per_address_and_two_per_24_per_bucket() {
-    let node = Node::start(6, CONFIG, None);
+    let node = start_node(6, CONFIG, None);
     let mut honest = Honest::new(6, &node);
     let dsht = node.dsht;
     let sybil = move |_stop: Arc<AtomicBool>| {
@@ -788,7 +693,7 @@ fn sybil_ids_one_id_per_address_and_two_per_24_per_bucket() {
 /// first-hand, from our own measurement, not from a header.
 #[test]
 fn copied_cluster_ids_do_not_open_level_2() {
-    let node = Node::start(7, CONFIG, None);
+    let node = start_node(7, CONFIG, None);
     let mut honest = Honest::new(7, &node);
     let dsht = node.dsht;
     let spoof = move |_stop: Arc<AtomicBool>| {
@@ -833,7 +738,7 @@ fn copied_cluster_ids_do_not_open_level_2() {
 /// counting our verifying ping.
 #[test]
 fn replies_to_unverified_sources_are_at_most_three_times_the_request() {
-    let node = Node::start(8, CONFIG, None);
+    let node = start_node(8, CONFIG, None);
     let mut honest = Honest::new(8, &node);
     // Contacts to fill replies: verified peers in ten /24s.
     let mut peers: Vec<Peer> = (0..10)
@@ -934,13 +839,13 @@ fn replies_to_unverified_sources_are_at_most_three_times_the_request() {
 /// to its quota, and the level to its bytes; the node's memory stays flat.
 #[test]
 fn memory_per_level_is_bounded_by_bytes() {
-    let node = Node::start(
+    let node = start_node(
         9,
         &format!("{CONFIG}[limits]\nstore_bytes_per_level_max = 1048576\nvalues_per_source_max = 100000\nvalues_per_prefix_max = 100000\n"),
         None,
     );
     let mut honest = Honest::new(9, &node);
-    let rss_before = node.rss_kib();
+    let rss_before = rss_kib(&node);
     let dsht = node.dsht;
     let fill = move |_stop: Arc<AtomicBool>| {
         let mut accepted = 0;
@@ -981,7 +886,7 @@ fn memory_per_level_is_bounded_by_bytes() {
         "{accepted} of 10,000 stored"
     );
     // 10,000 values of 255 bytes would be 2.5 MB of values alone.
-    let grown = node.rss_kib().saturating_sub(rss_before);
+    let grown = rss_kib(&node).saturating_sub(rss_before);
     assert!(grown < 8 * 1024, "RSS grew by {grown} KiB");
 }
 
@@ -990,7 +895,7 @@ fn memory_per_level_is_bounded_by_bytes() {
 /// while the good client (which answered our ping) is served.
 #[test]
 fn one_source_flooding_gets_is_rate_limited_and_blocked() {
-    let node = Node::start(10, CONFIG, None);
+    let node = start_node(10, CONFIG, None);
     let mut honest = Honest::new(10, &node);
     let (dsht, key) = (node.dsht, honest.key);
     let flood = move |stop: Arc<AtomicBool>| {
@@ -1029,5 +934,5 @@ fn one_source_flooding_gets_is_rate_limited_and_blocked() {
     assert!(sent >= 20_000);
     assert!(answers <= 60, "{answers} of {sent} gets answered");
     honest.assert_served(served);
-    assert!(node.stats()["rate_limited"].as_u64().unwrap() > 0);
+    assert!(stats(&node)["rate_limited"].as_u64().unwrap() > 0);
 }

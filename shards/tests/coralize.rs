@@ -1,8 +1,10 @@
 //! `coral coralize`: the Coralized form of a URL (NSDI 2004 §2.1), as the proxy parses it.
 
+mod common;
+
 use std::process::Command;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use common::CORAL;
 
 fn coralize(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(CORAL)

@@ -1,12 +1,14 @@
 //! `coral demo` and the lab (deploy/lab/lab.sh): §6.1's flash crowd on real
 //! sockets, with real DNS (dnssrv, unbound), real proxies and a real browser.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use common::{temp_dir, wait_until, Proc, CORAL};
 
 /// A process's parent pid, state and start time (clock ticks since boot),
 /// from /proc/PID/stat; None when it is gone.
@@ -86,39 +88,23 @@ fn scratch_of(text: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// A per-test directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("coral-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// §6.1: a flash crowd on a 384 kbit/s origin. Every request is answered 200
 /// with the right bytes, the origin sees one fetch per object across all the
 /// proxies, and the demo leaves no node process and no scratch files behind.
 #[test]
 fn nsdi2004_6_1_demo_flash_crowd_fetches_each_object_once_from_the_origin() {
-    let dir = TempDir::new("demo");
-    let plot = dir.0.join("fig4.svg");
-    let mut child = Command::new(CORAL)
-        .args(["demo", "--nodes", "3", "--clients", "8", "--seconds", "15"])
-        .args(["--think-ms", "300", "--net", "127.17.1", "--json", "--plot"])
-        .arg(&plot)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start coral demo");
+    let dir = temp_dir("demo");
+    let plot = dir.path().join("fig4.svg");
+    let mut demo = Proc::spawn(
+        Command::new(CORAL)
+            .args(["demo", "--nodes", "3", "--clients", "8", "--seconds", "15"])
+            .args(["--think-ms", "300", "--net", "127.17.1", "--json", "--plot"])
+            .arg(&plot)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        "start coral demo",
+    );
+    let child = demo.child();
     let mut stdout = child.stdout.take().unwrap();
     let report = std::thread::spawn(move || {
         let mut v = Vec::new();
@@ -167,13 +153,15 @@ fn nsdi2004_6_1_demo_flash_crowd_fetches_each_object_once_from_the_origin() {
 /// Ctrl-C: the demo stops its nodes, removes its scratch directory and exits.
 #[test]
 fn demo_interrupted_leaves_nothing_behind() {
-    let mut child = Command::new(CORAL)
-        .args(["demo", "--nodes", "2", "--clients", "2", "--seconds", "300"])
-        .args(["--net", "127.17.2", "--json"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start coral demo");
+    let mut demo = Proc::spawn(
+        Command::new(CORAL)
+            .args(["demo", "--nodes", "2", "--clients", "2", "--seconds", "300"])
+            .args(["--net", "127.17.2", "--json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+        "start coral demo",
+    );
+    let child = demo.child();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let text = read_until_ready(&mut lines);
     let scratch = scratch_of(&text).expect("scratch line");
@@ -186,17 +174,12 @@ fn demo_interrupted_leaves_nothing_behind() {
         .status()
         .unwrap();
     assert!(status.success());
-    let start = Instant::now();
-    let code = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "demo ignored SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let code = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+        child
+            .try_wait()
+            .unwrap()
+            .ok_or_else(|| "demo ignored SIGINT".to_string())
+    });
     for _ in lines {}
     assert_eq!(code.code(), Some(130));
     let left = still_running(&nodes);

@@ -3,9 +3,11 @@
 //! `.ci/run` installs it), the seccomp profile allows io_uring, the
 //! DaemonSet uses host networking and the admin probes.
 
+mod common;
+
 use std::process::Command;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use common::{temp_dir, CORAL};
 
 fn deploy(name: &str) -> String {
     let p = format!("{}/../deploy/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -41,17 +43,16 @@ fn systemd_unit_passes_systemd_analyze_verify() {
         eprintln!("SKIPPED: systemd-analyze is not installed (Debian package systemd)");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("coral-unit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = temp_dir("unit");
     // verify needs the ExecStart binary to exist: the one just built.
-    let path = dir.join("coral.service");
+    let path = dir.path().join("coral.service");
     std::fs::write(&path, unit.replace("/usr/local/bin/coral", CORAL)).unwrap();
     let out = Command::new("systemd-analyze")
         .arg("verify")
         .arg(&path)
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     assert!(
         out.status.success() && out.stderr.is_empty(),
         "systemd-analyze verify: {}{}",

@@ -1,88 +1,45 @@
 //! dnssrv (NSDI 2004 §3.1) on a running `coral node`, queried by real
 //! clients (kdig, dig, a real recursive resolver: unbound) on 127.13.x.y.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use common::{
+    dns_flags as flags, dns_query as query, dns_status as status, kdig, rcode, records, temp_dir,
+    wait_for_port, web_root, Nginx, Node, Proc,
+};
+
 const DNS_PORT: u16 = 5300;
 
-/// A directory of its own under the system's temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let p =
-            std::env::temp_dir().join(format!("coral-dns-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A child process, killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// One `coral node --cores 1` serving DNS on `ip:port`.
-struct Node {
-    _proc: Proc,
+struct DnsNode {
+    node: Node,
     dns: SocketAddr,
-    _dir: TempDir,
 }
 
-impl Node {
-    fn start(ip: &str, port: u16, extra_config: &str) -> Node {
-        let dir = TempDir::new(ip);
-        let config = dir.0.join("coral.toml");
-        std::fs::write(&config, format!("http = \"{ip}:8080\"\n{extra_config}")).unwrap();
-        let child = Command::new(CORAL)
-            .args(["node", "--cores", "1"])
-            .args(["--dsht", &format!("{ip}:7000")])
-            .args(["--admin", &format!("{ip}:7080")])
-            .args(["--dns", &format!("{ip}:{port}")])
-            .args(["--config", config.to_str().unwrap()])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start coral node");
-        let node = Node {
-            _proc: Proc(child),
-            dns: format!("{ip}:{port}").parse().unwrap(),
-            _dir: dir,
-        };
-        // Ready when it answers a query.
+impl DnsNode {
+    /// Its proxy's address (in its config) on :8080; ready when it answers
+    /// a query.
+    fn start(ip: &str, port: u16, extra_config: &str) -> DnsNode {
+        let node = Node::on(ip)
+            .dns(port)
+            .config_text(&format!("http = \"{ip}:8080\"\n{extra_config}"))
+            .start();
+        let dns: SocketAddr = format!("{ip}:{port}").parse().unwrap();
         let start = Instant::now();
         let q = query(1, "coralcdn.test", 6, false);
-        loop {
-            if udp_exchange(node.dns, &q, Duration::from_millis(200)).is_some() {
-                break;
-            }
+        while udp_exchange(dns, &q, Duration::from_millis(200)).is_none() {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "node at {ip} did not answer DNS"
             );
         }
-        node
+        DnsNode { node, dns }
     }
 
     fn kdig(&self, args: &[&str]) -> String {
@@ -90,32 +47,49 @@ impl Node {
     }
 }
 
-fn kdig(server: SocketAddr, args: &[&str]) -> String {
-    let out = Command::new("kdig")
-        .arg(format!("@{}", server.ip()))
-        .args(["-p", &server.port().to_string()])
-        .args(["+retry=3", "+timeout=2"])
-        .args(args)
-        .output()
-        .expect("run kdig (knot-dnsutils)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A query in wire form: id, name, type, with or without an OPT record.
-fn query(id: u16, name: &str, qtype: u16, edns: bool) -> Vec<u8> {
-    let mut q = id.to_be_bytes().to_vec();
-    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)]);
-    for l in name.split('.').filter(|l| !l.is_empty()) {
-        q.push(l.len() as u8);
-        q.extend_from_slice(l.as_bytes());
+/// unbound (Debian's) on `listen`, resolving the zones `coralcdn.test` and
+/// `coral.test` through `stub` (`ip@port`), its files in `dir`; ready once
+/// it answers.
+fn unbound(dir: &Path, listen: SocketAddr, stub: &str, verbosity: u8) -> Proc {
+    // unbound answers the special-use `test.` itself (RFC 6761) unless told not to.
+    let d = dir.display();
+    let conf = dir.join("unbound.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "server:\n  interface: {ip}\n  port: {port}\n  do-not-query-localhost: no\n  \
+             chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  \
+             use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  do-ip6: no\n  \
+             access-control: 127.0.0.0/8 allow\n  verbosity: {verbosity}\n  \
+             local-zone: \"test.\" nodefault\n\
+             stub-zone:\n  name: \"coralcdn.test\"\n  stub-addr: {stub}\n\
+             stub-zone:\n  name: \"coral.test\"\n  stub-addr: {stub}\n",
+            ip = listen.ip(),
+            port = listen.port(),
+        ),
+    )
+    .unwrap();
+    let proc = Proc::spawn(
+        Command::new("/usr/sbin/unbound")
+            .args(["-d", "-c", conf.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit()),
+        "start unbound",
+    );
+    let start = Instant::now();
+    while udp_exchange(
+        listen,
+        &query(1, "coralcdn.test", 6, false),
+        Duration::from_millis(300),
+    )
+    .is_none()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "unbound did not start"
+        );
     }
-    q.push(0);
-    q.extend_from_slice(&qtype.to_be_bytes());
-    q.extend_from_slice(&[0, 1]);
-    if edns {
-        q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
-    }
-    q
+    proc
 }
 
 fn udp_exchange(server: SocketAddr, q: &[u8], wait: Duration) -> Option<Vec<u8>> {
@@ -127,54 +101,11 @@ fn udp_exchange(server: SocketAddr, q: &[u8], wait: Duration) -> Option<Vec<u8>>
     Some(buf[..n].to_vec())
 }
 
-fn rcode(answer: &[u8]) -> u8 {
-    answer[3] & 0x0f
-}
-
-/// The records of one section as kdig prints them: (owner, ttl, type, data).
-fn records(out: &str, section: &str) -> Vec<(String, u32, String, String)> {
-    let mut v = Vec::new();
-    let mut inside = false;
-    for line in out.lines() {
-        if line.starts_with(";;") {
-            inside = line.contains(&format!("{section} SECTION"));
-            continue;
-        }
-        if !inside || line.trim().is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() >= 5 {
-            v.push((
-                f[0].to_string(),
-                f[1].parse().unwrap_or(0),
-                f[3].to_string(),
-                f[4].to_string(),
-            ));
-        }
-    }
-    v
-}
-
-fn status(out: &str) -> String {
-    out.lines()
-        .find_map(|l| l.split("status: ").nth(1))
-        .map(|s| s.split(';').next().unwrap_or("").trim().to_string())
-        .unwrap_or_default()
-}
-
-fn flags(out: &str) -> String {
-    out.lines()
-        .find_map(|l| l.strip_prefix(";; Flags: "))
-        .map(|s| s.split(';').next().unwrap_or("").to_string())
-        .unwrap_or_default()
-}
-
 #[test]
 fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
     // Clients in 127.13.2/24 are 100 ms away (level 0), 127.13.3/24 40 ms
     // (level 1 within 60 ms), 127.13.4/24 5 ms (level 2 within 20 ms).
-    let node = Node::start(
+    let node = DnsNode::start(
         "127.13.1.1",
         DNS_PORT,
         "[dnssrv]\nclient_rtt_ms = { \"127.13.2.0\" = 100, \"127.13.3.0\" = 40, \"127.13.4.0\" = 5 }\n",
@@ -240,7 +171,7 @@ fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
 
 #[test]
 fn rfc6672_alias_dname_nodata_refused_badvers_and_case() {
-    let node = Node::start("127.13.1.2", DNS_PORT, "");
+    let node = DnsNode::start("127.13.1.2", DNS_PORT, "");
     // DNAME, the synthesized CNAME, then the proxy.
     let out = node.kdig(&["www.x.com.coral.test", "A"]);
     let answer = records(&out, "ANSWER");
@@ -300,7 +231,7 @@ fn rfc6672_alias_dname_nodata_refused_badvers_and_case() {
 
 #[test]
 fn rfc7766_tc_over_udp_and_the_whole_answer_over_pipelined_tcp() {
-    let node = Node::start("127.13.1.3", DNS_PORT, "");
+    let node = DnsNode::start("127.13.1.3", DNS_PORT, "");
     // A long alias name: DNAME, CNAME and A exceed 512 octets without EDNS.
     let name = format!("{0}.{0}.{0}.{1}.coral.test", "a".repeat(63), "b".repeat(33));
     let out = node.kdig(&["+noedns", "+ignore", &name, "A"]);
@@ -336,7 +267,7 @@ fn rfc7766_tc_over_udp_and_the_whole_answer_over_pipelined_tcp() {
 
 #[test]
 fn malformed_packets_get_formerr_or_silence_and_the_next_query_is_answered() {
-    let node = Node::start("127.13.1.4", DNS_PORT, "");
+    let node = DnsNode::start("127.13.1.4", DNS_PORT, "");
     let good = query(42, "www.x.com.coral.test", 1, true);
     let header = |id: u8, qd: u8, ar: u8| vec![0, id, 1, 0, 0, qd, 0, 0, 0, 0, 0, ar];
     // A compression loop: the name points at itself.
@@ -386,46 +317,10 @@ fn unbound_resolves_the_alias_through_dname_and_cname_to_the_proxy() {
     // carries no port) is reachable too.
     let ip = "127.13.7.1";
     let port = if port_53_free(ip) { 53 } else { DNS_PORT };
-    let _node = Node::start(ip, port, "");
-    // unbound answers the special-use `test.` itself (RFC 6761) unless told not to.
-    let dir = TempDir::new("unbound");
-    let conf = dir.0.join("unbound.conf");
-    let d = dir.0.display();
-    std::fs::write(
-        &conf,
-        format!(
-            "server:\n  interface: 127.13.7.53\n  port: 5301\n  do-not-query-localhost: no\n  \
-             chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  \
-             use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  do-ip6: no\n  \
-             access-control: 127.0.0.0/8 allow\n  verbosity: 1\n  \
-             local-zone: \"test.\" nodefault\n\
-             stub-zone:\n  name: \"coralcdn.test\"\n  stub-addr: {ip}@{port}\n\
-             stub-zone:\n  name: \"coral.test\"\n  stub-addr: {ip}@{port}\n"
-        ),
-    )
-    .unwrap();
-    let _unbound = Proc(
-        Command::new("/usr/sbin/unbound")
-            .args(["-d", "-c", conf.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start unbound"),
-    );
+    let _node = DnsNode::start(ip, port, "");
+    let dir = temp_dir("unbound");
     let resolver: SocketAddr = "127.13.7.53:5301".parse().unwrap();
-    let start = Instant::now();
-    while udp_exchange(
-        resolver,
-        &query(1, "coralcdn.test", 6, false),
-        Duration::from_millis(300),
-    )
-    .is_none()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "unbound did not start"
-        );
-    }
+    let _unbound = unbound(dir.path(), resolver, &format!("{ip}@{port}"), 1);
     let out = kdig(resolver, &["www.x.com.coral.test", "A"]);
     assert_eq!(status(&out), "NOERROR", "{out}");
     assert!(flags(&out).contains("ra"), "a recursive answer: {out}");
@@ -449,7 +344,7 @@ fn unbound_resolves_the_alias_through_dname_and_cname_to_the_proxy() {
 
 #[test]
 fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
-    let node = Node::start(
+    let node = DnsNode::start(
         "127.13.1.5",
         DNS_PORT,
         "[dnssrv]\ntcp_connections_max = 2\ntcp_idle_ms = 500\n",
@@ -495,7 +390,7 @@ fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
 
 #[test]
 fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
-    let node = Node::start("127.13.1.6", DNS_PORT, "[dnssrv]\nnon_recursive = true\n");
+    let node = DnsNode::start("127.13.1.6", DNS_PORT, "[dnssrv]\nnon_recursive = true\n");
     let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
     let near = node.kdig(&["-b", "127.13.1.77", name, "A"]);
     assert_eq!(records(&near, "ANSWER")[0].3, "127.13.1.6", "{near}");
@@ -505,37 +400,17 @@ fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
     assert_eq!(records(&far, "AUTHORITY")[0].2, "SOA", "{far}");
 }
 
-/// This node's dnssrv counters (core 0), from the admin's `/stats`.
-fn dns_counters(admin: &str) -> serde_json::Value {
-    let out = Command::new("curl")
-        .args(["-s", "--max-time", "10", &format!("http://{admin}/stats")])
-        .output()
-        .expect("curl");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["cores"][0]["dns"].clone()
-}
-
 #[test]
 fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
     // D's own proxy is non-recursive, so a client on another network can
     // only be sent to N; D counts N live for one second after it last
     // answered an RPC, and holds a query up to 3 s while it pings.
-    let d = Node::start(
+    let d = DnsNode::start(
         "127.13.11.1",
         DNS_PORT,
         "[dnssrv]\nnon_recursive = true\nlive_secs = 1\nhold_ms = 3000\n",
     );
-    let n = Proc(
-        Command::new(CORAL)
-            .args(["node", "--cores", "1", "--dsht", "127.13.12.1:7000"])
-            .args(["--admin", "127.13.12.1:7080"])
-            .args(["--bootstrap", "127.13.11.1:7000"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start coral node"),
-    );
+    let n = Node::on("127.13.12.1").bootstrap("127.13.11.1").spawn();
     let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
     let far = "127.13.13.1";
     let a_records = |out: &str| -> Vec<String> {
@@ -566,7 +441,7 @@ fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
         std::thread::sleep(Duration::from_millis(1200));
         let out = d.kdig(&["-b", far, name, "A"]);
         assert_eq!(a_records(&out), ["127.13.12.1"], "{out}");
-        let c = dns_counters("127.13.11.1:7080");
+        let c = d.node.dns_counters();
         if c["held_answered"].as_u64().unwrap_or(0) >= 1 {
             break;
         }
@@ -585,22 +460,10 @@ fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
     assert_eq!(status(&out), "NOERROR", "{out}");
     assert!(a_records(&out).is_empty(), "{out}");
     assert!(held.elapsed() >= Duration::from_millis(1000), "not held");
-    let c = dns_counters("127.13.11.1:7080");
+    let c = d.node.dns_counters();
     assert!(c["held_expired"].as_u64().unwrap_or(0) >= 1, "{c}");
     assert!(c["queries_a"].as_u64().unwrap_or(0) >= 3, "{c}");
     assert!(c["rcode_noerror"].as_u64().unwrap_or(0) >= 3, "{c}");
-}
-
-/// Waits until something accepts TCP connections on `addr`.
-fn wait_for_tcp(addr: &str, what: &str) {
-    let start = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{what} never listened on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The paper's path for an unmodified client, end to end: curl resolves a
@@ -615,44 +478,13 @@ fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given()
         eprintln!("SKIPPED: port 53 is taken (run the tests in a network namespace)");
         return;
     }
-    let dir = TempDir::new("curl");
-    let d = dir.0.display().to_string();
+    let dir = temp_dir("curl");
+    let d = dir.path().display().to_string();
     // The origin: nginx serving one file.
-    std::fs::create_dir_all(dir.0.join("www")).unwrap();
-    std::fs::write(
-        dir.0.join("www/hello.txt"),
-        "served by nginx, through coral\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.0.join("nginx.conf"),
-        format!(
-            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{\n  access_log {d}/access.log;\n  client_body_temp_path {d}/body;\n  \
-             proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  \
-             scgi_temp_path {d}/scgi;\n  types {{ text/plain txt; }}\n  \
-             server {{ listen {origin}; root {d}/www; }}\n}}\n"
-        ),
-    )
-    .unwrap();
-    let nginx = Proc(
-        Command::new("/usr/sbin/nginx")
-            .args([
-                "-p",
-                &d,
-                "-c",
-                &format!("{d}/nginx.conf"),
-                "-g",
-                "daemon off;",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("nginx (Debian's package) is needed for this test"),
-    );
-    wait_for_tcp(origin, "nginx");
-    let _node = Node::start(
+    let hello = "served by nginx, through coral\n";
+    let root = web_root(dir.path(), &[("hello.txt", hello.as_bytes())]);
+    let nginx = Nginx::start(dir.path(), origin.parse().unwrap(), &root);
+    let _node = DnsNode::start(
         ip,
         53,
         &format!(
@@ -660,44 +492,11 @@ fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given()
              allow_private_origins = true\nresolve = [\"origin.demo.test=127.13.14.100\"]\n"
         ),
     );
-    wait_for_tcp(&format!("{ip}:8080"), "the proxy");
-    std::fs::write(
-        dir.0.join("unbound.conf"),
-        format!(
-            "server:\n  interface: {resolver_ip}\n  port: 53\n  do-not-query-localhost: no\n  \
-             chroot: \"\"\n  username: \"\"\n  directory: \"{d}\"\n  pidfile: \"{d}/unbound.pid\"\n  \
-             use-syslog: no\n  logfile: \"\"\n  module-config: \"iterator\"\n  do-ip6: no\n  \
-             access-control: 127.0.0.0/8 allow\n  verbosity: 0\n  \
-             local-zone: \"test.\" nodefault\n\
-             stub-zone:\n  name: \"coralcdn.test\"\n  stub-addr: {ip}@53\n\
-             stub-zone:\n  name: \"coral.test\"\n  stub-addr: {ip}@53\n"
-        ),
-    )
-    .unwrap();
-    let _unbound = Proc(
-        Command::new("/usr/sbin/unbound")
-            .args(["-d", "-c", &format!("{d}/unbound.conf")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start unbound"),
-    );
+    wait_for_port(format!("{ip}:8080").parse().unwrap(), "the proxy");
     let resolver: SocketAddr = format!("{resolver_ip}:53").parse().unwrap();
-    let start = Instant::now();
-    while udp_exchange(
-        resolver,
-        &query(1, "coralcdn.test", 6, false),
-        Duration::from_millis(300),
-    )
-    .is_none()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "unbound did not start"
-        );
-    }
+    let _unbound = unbound(dir.path(), resolver, &format!("{ip}@53"), 0);
     std::fs::write(
-        dir.0.join("resolv.conf"),
+        dir.path().join("resolv.conf"),
         format!("nameserver {resolver_ip}\noptions timeout:2 attempts:3\n"),
     )
     .unwrap();
@@ -723,9 +522,9 @@ fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given()
         "curl: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let body = std::fs::read_to_string(dir.0.join("fetched.txt")).unwrap_or_default();
+    let body = std::fs::read_to_string(dir.path().join("fetched.txt")).unwrap_or_default();
     assert_eq!(body, "served by nginx, through coral\n");
-    let log = std::fs::read_to_string(dir.0.join("access.log")).unwrap_or_default();
+    let log = nginx.log();
     assert!(
         log.contains("GET /hello.txt"),
         "the proxy fetched from the origin: {log}"
@@ -738,7 +537,7 @@ fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given()
 /// (4) probes; the rest are refused and counted.
 #[test]
 fn client_probes_are_bounded_per_slash_24() {
-    let node = Node::start(
+    let node = DnsNode::start(
         "127.13.15.1",
         DNS_PORT,
         "[dnssrv]\nrrl_responses_per_sec = 0\n",
@@ -756,7 +555,7 @@ fn client_probes_are_bounded_per_slash_24() {
         let (n, _) = s.recv_from(&mut b).expect("an answer for every client");
         assert_eq!(rcode(&b[..n]), 0);
     }
-    let c = dns_counters("127.13.15.1:7080");
+    let c = node.node.dns_counters();
     assert_eq!(c["probes_sent"], 4, "{c}");
     assert_eq!(c["probes_refused"], 16, "{c}");
     assert_eq!(c["client_level0"], 20, "not measured yet: level 0; {c}");

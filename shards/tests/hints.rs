@@ -2,10 +2,15 @@
 //! namespaces, A — R — B, with R routing between two subnets. Needs root and
 //! iproute2 (`.ci/run` installs it).
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+mod common;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use std::process::Command;
+use std::time::Duration;
+
+use common::{
+    command_in, dns_query, in_netns, kdig_in, temp_dir, wait_until, write_file, Node, CORAL,
+    START_WAIT,
+};
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip")
@@ -19,161 +24,63 @@ fn ip(args: &[&str]) {
     );
 }
 
-/// Three namespaces, deleted (with their links) when dropped.
-struct Lab {
-    a: String,
-    r: String,
-    b: String,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.r, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-impl Lab {
-    fn new() -> Lab {
-        let tag = std::process::id() % 100_000;
-        let lab = Lab {
-            a: format!("coral-a{tag}"),
-            r: format!("coral-r{tag}"),
-            b: format!("coral-b{tag}"),
-        };
-        for ns in [&lab.a, &lab.r, &lab.b] {
-            ip(&["netns", "add", ns]);
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        let (va, vra, vb, vrb) = (
-            format!("ca{tag}"),
-            format!("cra{tag}"),
-            format!("cb{tag}"),
-            format!("crb{tag}"),
-        );
-        ip(&[
-            "link", "add", &va, "netns", &lab.a, "type", "veth", "peer", "name", &vra, "netns",
-            &lab.r,
-        ]);
-        ip(&[
-            "link", "add", &vb, "netns", &lab.b, "type", "veth", "peer", "name", &vrb, "netns",
-            &lab.r,
-        ]);
-        ip(&["-n", &lab.a, "addr", "add", "198.18.1.2/24", "dev", &va]);
-        ip(&["-n", &lab.r, "addr", "add", "198.18.1.1/24", "dev", &vra]);
-        ip(&["-n", &lab.r, "addr", "add", "198.18.2.1/24", "dev", &vrb]);
-        ip(&["-n", &lab.b, "addr", "add", "198.18.2.2/24", "dev", &vb]);
-        for (ns, dev) in [(&lab.a, &va), (&lab.r, &vra), (&lab.r, &vrb), (&lab.b, &vb)] {
-            ip(&["-n", ns, "link", "set", dev, "up"]);
-        }
-        ip(&["-n", &lab.a, "route", "add", "default", "via", "198.18.1.1"]);
-        ip(&["-n", &lab.b, "route", "add", "default", "via", "198.18.2.1"]);
-        let fwd = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &lab.r,
-                "sysctl",
-                "-qw",
-                "net.ipv4.ip_forward=1",
-            ])
-            .status()
-            .unwrap();
-        assert!(fwd.success());
-        lab
-    }
-
-    fn exec(&self, ns: &str, args: &[&str]) -> std::process::Output {
-        Command::new("ip")
-            .args(["netns", "exec", ns, CORAL])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-}
-
-#[test]
-fn probe_finds_the_router_and_the_node_stores_its_hint() {
-    let lab = Lab::new();
-    let out = lab.exec(&lab.a, &["hints", "--to", "198.18.2.2", "--json"]);
+/// What `coral hints ARGS --json` run in the namespace `ns` found.
+fn probe(ns: &str, args: &[&str]) -> serde_json::Value {
+    let out = command_in(Some(ns), CORAL)
+        .arg("hints")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Three namespaces, A — R — B, R routing between 198.18.1.0/24 and
+/// 198.18.2.0/24.
+#[test]
+fn probe_finds_the_router_and_the_node_stores_its_hint() {
+    let mut net = Net::with_prefix("4");
+    let (a, r, b) = (net.host("a"), net.host("r"), net.host("b"));
+    net.link(&a, "198.18.1.2", &r, "198.18.1.1");
+    net.link(&r, "198.18.2.1", &b, "198.18.2.2");
+    net.route(&a, "default", "198.18.1.1");
+    net.route(&b, "default", "198.18.2.1");
+    net.forward(&r);
+    let found = probe(&a, &["--to", "198.18.2.2"]);
     let routers = found["routers"].as_array().unwrap();
     assert_eq!(routers.len(), 1, "{found}");
     assert_eq!(routers[0]["ttl"], 1);
     assert_eq!(routers[0]["addr"], "198.18.1.1");
 
     // A node in B, and a node in A joining through it: A's start-up probe
-    // finds R and stores a hint under R's address pointing at A.
-    let mut b = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.b,
-            CORAL,
-            "node",
-            "--dsht",
-            "198.18.2.2:7000",
-            "--cores",
-            "1",
-        ])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .unwrap();
-    // A's bootstrap needs B up: wait until B's admin answers.
-    let start = Instant::now();
-    while !lab
-        .exec(&lab.b, &["levels", "--node", "127.0.0.1:7080", "--json"])
-        .status
-        .success()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "node B did not start in 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut a = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &lab.a,
-            CORAL,
-            "node",
-            "--dsht",
-            "198.18.1.2:7000",
-            "--cores",
-            "1",
-        ])
-        .args(["--bootstrap", "198.18.2.2:7000"])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .unwrap();
+    // finds R and stores a hint under R's address pointing at A. A's
+    // bootstrap needs B up: B serves before A starts.
+    let node_b = Node::with_args(&["--dsht", "198.18.2.2:7000"])
+        .netns(&b)
+        .start();
+    let node_a = Node::with_args(&["--dsht", "198.18.1.2:7000"])
+        .args(&["--bootstrap", "198.18.2.2:7000"])
+        .netns(&a)
+        .spawn();
     let router_key = coral::Id::from_ip("198.18.1.1".parse().unwrap()).to_string();
-    let start = Instant::now();
-    let mut hint = serde_json::Value::Null;
-    while start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(500));
-        let out = lab.exec(
-            &lab.b,
-            &["get", &router_key, "--node", "127.0.0.1:7080", "--json"],
-        );
-        if out.status.success() {
-            hint = serde_json::from_slice(&out.stdout).unwrap_or_default();
-            if hint["values"].as_array().is_some_and(|v| !v.is_empty()) {
-                break;
-            }
+    let hint = wait_until(START_WAIT, Duration::from_millis(500), || {
+        let out = node_b.client_output(&["get", &router_key]);
+        let hint: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if out.status.success() && hint["values"].as_array().is_some_and(|v| !v.is_empty()) {
+            Ok(hint)
+        } else {
+            Err(format!(
+                "no hint under the router's address pointing at node A: {hint}"
+            ))
         }
-    }
-    let _ = a.kill();
-    let _ = b.kill();
-    let _ = a.wait();
-    let _ = b.wait();
+    });
+    drop(node_a);
+    drop(node_b);
     let values = hint["values"].as_array().cloned().unwrap_or_default();
     assert!(
         values.iter().any(|v| v["addr"] == "198.18.1.2:7000"),
@@ -234,17 +141,7 @@ impl Net {
         ]);
         for (ns, addr, dev) in [(a, a_addr, &va), (b, b_addr, &vb)] {
             if addr.contains(':') {
-                ip(&[
-                    "-n",
-                    ns,
-                    "-6",
-                    "addr",
-                    "add",
-                    &format!("{addr}/64"),
-                    "dev",
-                    dev,
-                    "nodad",
-                ]);
+                self.addr6(ns, dev, addr);
             } else {
                 ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
             }
@@ -282,19 +179,9 @@ impl Net {
         sysctl(ns, "net.ipv6.conf.all.forwarding=1");
     }
 
+    /// Turns IPv4 forwarding on in `ns` (a router).
     fn forward(&self, ns: &str) {
-        let ok = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-qw",
-                "net.ipv4.ip_forward=1",
-            ])
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        sysctl(ns, "net.ipv4.ip_forward=1");
     }
 }
 
@@ -307,54 +194,33 @@ fn sysctl(ns: &str, setting: &str) {
     assert!(ok.success(), "sysctl {setting} in {ns}");
 }
 
-/// A child process killed when dropped.
-struct Proc(std::process::Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn coral_in(ns: &str, args: &[&str]) -> Proc {
-    Proc(
-        Command::new("ip")
-            .args(["netns", "exec", ns, CORAL])
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
-
 /// The address records of `name` (A, or AAAA when `server` is an IPv6
 /// address) as dnssrv at `server` answers a client in `ns`.
 fn kdig_addrs(ns: &str, server: &str, port: &str, name: &str) -> Vec<String> {
     let v6 = server.contains(':');
-    let out = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            ns,
-            "kdig",
-            &format!("@{server}"),
-            "-p",
-            port,
-        ])
-        .args(["+retry=2", "+timeout=2", "+short", name])
-        .arg(if v6 { "AAAA" } else { "A" })
-        .output()
-        .expect("kdig (knot-dnsutils) is needed for this test");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| {
-            l.parse::<std::net::IpAddr>()
-                .is_ok_and(|a| a.is_ipv6() == v6)
-        })
-        .map(str::to_string)
-        .collect()
+    let server = common::sock(server, port.parse().unwrap()).parse().unwrap();
+    let qtype = if v6 { "AAAA" } else { "A" };
+    kdig_in(
+        Some(ns),
+        server,
+        &["+retry=2", "+timeout=2", "+short", name, qtype],
+    )
+    .lines()
+    .filter(|l| {
+        l.parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_ipv6() == v6)
+    })
+    .map(str::to_string)
+    .collect()
+}
+
+/// Waits until dnssrv at `server`:5300 answers `name` to a client in `ns`.
+fn wait_answered(ns: &str, server: &str, name: &str) {
+    wait_until(Duration::from_secs(30), Duration::ZERO, || {
+        (!kdig_addrs(ns, server, "5300", name).is_empty())
+            .then_some(())
+            .ok_or_else(|| "D never answered".to_string())
+    });
 }
 
 /// The addresses of the five hosts of the hint lab (see the tests below):
@@ -438,75 +304,52 @@ fn dnssrv_answers_with_the_node_a_hint_names(p: &HintPlan) {
         net.forward(&r2);
     }
 
-    let dir = std::env::temp_dir().join(format!("coral-dns-hint-{}", net.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("d.toml");
+    let dir = temp_dir("dns-hint");
     // One proxy per answer, so the order is the test.
-    std::fs::write(
-        &config,
+    let config = write_file(
+        dir.path(),
+        "d.toml",
         format!(
             "http = \"{}\"\n[dnssrv]\nanswers_max = 1\n",
             p.sock(p.d, 8080)
         ),
-    )
-    .unwrap();
-    let _d = coral_in(
-        &d,
-        &[
-            "node",
-            "--cores",
-            "1",
-            "--dsht",
-            &p.sock(p.d, 7000),
-            "--dns",
-            &p.sock(p.d, 5300),
-            "--config",
-            config.to_str().unwrap(),
-        ],
     );
+    let node_d = Node::with_args(&["--dsht", &p.sock(p.d, 7000)])
+        .args(&["--dns", &p.sock(p.d, 5300)])
+        .config(&config)
+        .netns(&d)
+        .start();
     let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
-    let start = Instant::now();
-    while p.query(&d, name).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "D never answered"
-        );
-    }
-    let _n = coral_in(
-        &n,
-        &[
-            "node",
-            "--cores",
-            "1",
-            "--dsht",
-            &p.sock(p.n, 7000),
-            "--bootstrap",
-            &p.sock(p.d, 7000),
-        ],
-    );
+    wait_answered(&d, p.d, name);
+    let _n = Node::with_args(&["--dsht", &p.sock(p.n, 7000)])
+        .args(&["--bootstrap", &p.sock(p.d, 7000)])
+        .netns(&n)
+        .spawn();
     // N's hint under the R1–R2 link's prefix is in the DSHT.
     let key =
         coral::cluster::hint_prefix_key(p.link_prefix.parse().unwrap(), p.link_bits).to_string();
-    wait_for_hint(&d, &key, &p.sock(p.n, 7000), "N's hint (the R1-R2 link)");
+    wait_for_hint(
+        &node_d,
+        &key,
+        &p.sock(p.n, 7000),
+        "N's hint (the R1-R2 link)",
+    );
     // C's first query: D knows nothing of C yet, and D's address shares
     // more of C's prefix than N's does: D answers with itself, and probes C.
     let first = p.query(&c, name);
     assert_eq!(first, vec![p.d.to_string()]);
     // Then the probe's last hop names N: once D has pinged it, it is the
     // answer.
-    let start = Instant::now();
-    loop {
+    wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
         let got = p.query(&c, name);
         if got == vec![p.n.to_string()] {
-            break;
+            Ok(())
+        } else {
+            Err(format!(
+                "never answered with the node near the client: {got:?}"
+            ))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "never answered with the node near the client: {got:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    });
 }
 
 /// §3.1 and §4.4 end to end: dnssrv probes a client's path, looks up the
@@ -541,57 +384,21 @@ fn dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
     });
 }
 
-/// The values stored under `key`, as the node whose admin endpoint is on
-/// `ns`'s loopback gets them from the DSHT.
-/// Waits (up to 60 s) until the DSHT, asked from `ns`, holds a value under
-/// `key` naming the node at `addr`.
-fn wait_for_hint(ns: &str, key: &str, addr: &str, what: &str) {
-    let start = Instant::now();
-    loop {
-        let v = dsht_get(ns, key);
+/// Waits (up to 60 s) until the DSHT, asked through `node`, holds a value
+/// under `key` naming the node at `addr`.
+fn wait_for_hint(node: &Node, key: &str, addr: &str, what: &str) {
+    wait_until(START_WAIT, Duration::from_millis(300), || {
+        let out = node.client_output(&["get", key]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         if v["values"]
             .as_array()
             .is_some_and(|a| a.iter().any(|x| x["addr"] == addr))
         {
-            return;
+            Ok(())
+        } else {
+            Err(format!("no value under {key}: {what}: {v}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no value under {key}: {what}: {v}"
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-fn dsht_get(ns: &str, key: &str) -> serde_json::Value {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, CORAL])
-        .args(["get", key, "--node", "127.0.0.1:7080", "--json"])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
-
-/// Waits until the node in `ns` answers on its admin endpoint.
-fn wait_admin(ns: &str, what: &str) {
-    let start = Instant::now();
-    loop {
-        let ok = Command::new("ip")
-            .args(["netns", "exec", ns, CORAL])
-            .args(["levels", "--node", "127.0.0.1:7080", "--json"])
-            .output()
-            .unwrap()
-            .status
-            .success();
-        if ok {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{what} did not start in 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 /// The IPv6 probe (ICMPv6 time exceeded through `IPV6_RECVERR`) across a
@@ -610,24 +417,7 @@ fn ipv6_probe_finds_the_router_and_the_node_stores_its_hint() {
     net.route(&b, "default", "2001:db8:2::1");
     net.forward6(&r);
 
-    let out = Command::new("ip")
-        .args(["netns", "exec", &a, CORAL])
-        .args([
-            "hints",
-            "--to",
-            "2001:db8:2::2",
-            "--json",
-            "--timeout-ms",
-            "3000",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = probe(&a, &["--to", "2001:db8:2::2", "--timeout-ms", "3000"]);
     let routers = found["routers"].as_array().unwrap();
     assert_eq!(routers.len(), 1, "{found}");
     assert_eq!(routers[0]["ttl"], 1);
@@ -637,30 +427,20 @@ fn ipv6_probe_finds_the_router_and_the_node_stores_its_hint() {
     // A node in B, and a node in A joining through it over IPv6: A's
     // start-up probe finds R and stores hints under R's address and its /48
     // pointing at A.
-    let _b = coral_in(
-        &b,
-        &["node", "--dsht", "[2001:db8:2::2]:7000", "--cores", "1"],
-    );
-    wait_admin(&b, "node B");
-    let _a = coral_in(
-        &a,
-        &[
-            "node",
-            "--dsht",
-            "[2001:db8:1::2]:7000",
-            "--cores",
-            "1",
-            "--bootstrap",
-            "[2001:db8:2::2]:7000",
-        ],
-    );
+    let node_b = Node::with_args(&["--dsht", "[2001:db8:2::2]:7000"])
+        .netns(&b)
+        .start();
+    let _a = Node::with_args(&["--dsht", "[2001:db8:1::2]:7000"])
+        .args(&["--bootstrap", "[2001:db8:2::2]:7000"])
+        .netns(&a)
+        .spawn();
     let router: std::net::IpAddr = "2001:db8:1::1".parse().unwrap();
     for key in [
         coral::Id::from_ip(router),
         coral::cluster::hint_prefix_key(router, 48),
     ] {
         wait_for_hint(
-            &b,
+            &node_b,
             &key.to_string(),
             "[2001:db8:1::2]:7000",
             "node A's hint (the router 2001:db8:1::1)",
@@ -696,47 +476,6 @@ fn ipv6_dnssrv_answers_with_the_node_a_hint_names_near_the_client() {
         link_prefix: "2001:db8:5::",
         link_bits: 48,
     });
-}
-
-/// Runs `f` on a thread inside the network namespace `ns`: the sockets it
-/// makes are that namespace's.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    use std::os::fd::AsRawFd;
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).unwrap();
-        // SAFETY: a valid namespace descriptor; only this thread moves.
-        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
-        f()
-    })
-    .join()
-    .unwrap()
-}
-
-/// A recursive AAAA query for `name`, with message id `id`.
-fn aaaa_query(id: u16, name: &str) -> Vec<u8> {
-    let mut q = Vec::new();
-    q.extend_from_slice(&id.to_be_bytes());
-    q.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
-    for label in name.split('.').filter(|l| !l.is_empty()) {
-        q.push(label.len() as u8);
-        q.extend_from_slice(label.as_bytes());
-    }
-    q.extend_from_slice(&[0, 0, 28, 0, 1]);
-    q
-}
-
-/// dnssrv's counters (core 0) of the node whose admin endpoint is on
-/// `ns`'s loopback.
-fn dns_counters_in(ns: &str) -> serde_json::Value {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "curl", "-s", "--max-time", "10"])
-        .arg("http://127.0.0.1:7080/stats")
-        .output()
-        .expect("curl");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    v["cores"][0]["dns"].clone()
 }
 
 /// Sends `q` from each of `sources` (addresses in `ns`) to `server` at
@@ -779,56 +518,38 @@ fn ipv6_client_probes_are_bounded_per_slash_56() {
         ip(&["-n", &d, "-6", "route", "add", p, "dev", &vd]);
     }
 
-    let dir = std::env::temp_dir().join(format!("coral-dns-probe6-{}", net.tag));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("d.toml");
-    std::fs::write(
-        &config,
+    let dir = temp_dir("dns-probe6");
+    let config = write_file(
+        dir.path(),
+        "d.toml",
         "http = \"[2001:db8:6::2]:8080\"\n[dnssrv]\nrrl_responses_per_sec = 0\n",
-    )
-    .unwrap();
-    let _d = coral_in(
-        &d,
-        &[
-            "node",
-            "--cores",
-            "1",
-            "--dsht",
-            "[2001:db8:6::2]:7000",
-            "--dns",
-            "[2001:db8:6::2]:5300",
-            "--config",
-            config.to_str().unwrap(),
-        ],
     );
+    let node_d = Node::with_args(&["--dsht", "[2001:db8:6::2]:7000"])
+        .args(&["--dns", "[2001:db8:6::2]:5300", "--config"])
+        .args(&[config.to_str().unwrap()])
+        .netns(&d)
+        .start();
     let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
-    let start = Instant::now();
     // D's own loopback asks (not counted against C's prefixes).
-    while kdig_addrs(&d, "2001:db8:6::2", "5300", name).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "D never answered"
-        );
-    }
-    let before = dns_counters_in(&d);
+    wait_answered(&d, "2001:db8:6::2", name);
+    let before = node_d.dns_counters();
     let sent0 = before["probes_sent"].as_u64().unwrap();
     let refused0 = before["probes_refused"].as_u64().unwrap();
     let server: std::net::SocketAddr = "[2001:db8:6::2]:5300".parse().unwrap();
-    query_from(&c, one, server, aaaa_query(7, name));
-    let c1 = dns_counters_in(&d);
+    query_from(&c, one, server, dns_query(7, name, 28, false));
+    let c1 = node_d.dns_counters();
     assert_eq!(c1["probes_sent"].as_u64().unwrap() - sent0, 4, "{c1}");
     assert_eq!(
         c1["probes_refused"].as_u64().unwrap() - refused0,
         16,
         "{c1}"
     );
-    query_from(&c, next, server, aaaa_query(8, name));
-    let c2 = dns_counters_in(&d);
+    query_from(&c, next, server, dns_query(8, name, 28, false));
+    let c2 = node_d.dns_counters();
     assert_eq!(c2["probes_sent"].as_u64().unwrap() - sent0, 6, "{c2}");
     assert_eq!(
         c2["probes_refused"].as_u64().unwrap() - refused0,
         16,
         "{c2}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

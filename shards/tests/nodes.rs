@@ -1,28 +1,20 @@
 //! `coral node` processes on loopback addresses, driven through the client
 //! commands, and datagrams sent straight at a node's sockets.
 
+mod common;
+
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use coral::wire::{Body, Header, Message, Services};
 use coral::Id;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use common::{temp_dir, write_file, Node};
 
 /// Node processes, killed when dropped.
 struct Cluster {
-    children: Vec<Option<Child>>,
-    admins: Vec<SocketAddr>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for c in self.children.iter_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    nodes: Vec<Node>,
 }
 
 impl Cluster {
@@ -32,78 +24,36 @@ impl Cluster {
     }
 
     /// Like [`Cluster::start`], with a config file.
-    fn start_with(net: u8, n: u8, cores: usize, config: Option<&std::path::Path>) -> Cluster {
-        let mut c = Cluster {
-            children: Vec::new(),
-            admins: Vec::new(),
-        };
+    fn start_with(net: u8, n: u8, cores: usize, config: Option<&Path>) -> Cluster {
+        let first = format!("127.0.{net}.1");
+        let mut nodes: Vec<Node> = Vec::new();
         for i in 1..=n {
-            let ip = format!("127.0.{net}.{i}");
-            let mut cmd = Command::new(CORAL);
-            cmd.args([
-                "node",
-                "--dsht",
-                &format!("{ip}:7000"),
-                "--admin",
-                &format!("{ip}:7080"),
-            ])
-            .args(["--cores", &cores.to_string()])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            let mut node = Node::on(&format!("127.0.{net}.{i}")).cores(cores);
             if let Some(path) = config {
-                cmd.args(["--config", path.to_str().expect("UTF-8 path")]);
+                node = node.config(path);
             }
             if i > 1 {
-                cmd.args(["--bootstrap", &format!("127.0.{net}.1:7000")]);
+                node = node.bootstrap(&first);
             }
-            c.children
-                .push(Some(cmd.spawn().expect("start coral node")));
-            c.admins.push(format!("{ip}:7080").parse().unwrap());
+            let node = node.spawn();
+            // The others join through the first: it serves before they start.
             if i == 1 {
-                wait_for_admin(c.admins[0]);
+                node.wait_ready();
             }
+            nodes.push(node);
         }
-        for a in &c.admins {
-            wait_for_admin(*a);
+        for node in &nodes {
+            node.wait_ready();
         }
-        c
+        Cluster { nodes }
     }
 
     fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.children[i].take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.nodes[i].kill();
     }
 
     fn client(&self, i: usize, args: &[&str]) -> serde_json::Value {
-        let out = client(self.admins[i], args);
-        assert!(
-            out.status.success(),
-            "coral {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("JSON from the client command")
-    }
-}
-
-fn client(admin: SocketAddr, args: &[&str]) -> Output {
-    Command::new(CORAL)
-        .args(args)
-        .args(["--node", &admin.to_string(), "--json"])
-        .output()
-        .expect("run coral client")
-}
-
-fn wait_for_admin(admin: SocketAddr) {
-    let start = Instant::now();
-    while std::net::TcpStream::connect_timeout(&admin, Duration::from_millis(200)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "node at {admin} did not start in 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+        self.nodes[i].client(args)
     }
 }
 
@@ -124,6 +74,24 @@ fn answer_ping(sock: &UdpSocket, sender: Id, msg: &Message, from: SocketAddr) {
     }
 }
 
+/// A get for `key` at level 0 from `sender`, carrying the key's route.
+fn get_request(key: Id, txid: u32, sender: Id) -> Message {
+    Message {
+        header: Header {
+            route: coral::node::route_of(&key),
+            txid,
+            sender,
+            services: Services::NONE,
+            clusters: Default::default(),
+        },
+        body: Body::Get {
+            level: 0,
+            key,
+            target: key,
+        },
+    }
+}
+
 fn found(v: &serde_json::Value) -> usize {
     v["values"].as_array().map_or(0, Vec::len)
 }
@@ -132,12 +100,13 @@ fn found(v: &serde_json::Value) -> usize {
 fn twelve_nodes_put_get_nodes_levels_and_survive_losing_a_third() {
     // Twelve nodes in one /24 are a lab: the routing tables' limit of two
     // contacts per /24 per bucket (SECURITY.md) is raised for it.
-    let dir = std::env::temp_dir().join(format!("coral-twelve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("coral.toml");
-    std::fs::write(&config, "[limits]\nbucket_contacts_per_prefix_max = 8\n").unwrap();
+    let dir = temp_dir("twelve");
+    let config = write_file(
+        dir.path(),
+        "coral.toml",
+        "[limits]\nbucket_contacts_per_prefix_max = 8\n",
+    );
     let mut c = Cluster::start_with(31, 12, 1, Some(&config));
-    let _ = std::fs::remove_dir_all(&dir);
     // Let the joins settle (self-lookups and bucket refreshes): wait until
     // node 5 knows at least 6 others, with a deadline a loaded machine meets.
     let start = Instant::now();
@@ -222,23 +191,9 @@ fn keys_are_served_by_their_owning_core() {
     let mut want = [0u64; 2];
     let mut buf = [0u8; 2048];
     for k in 0..200u32 {
-        let key = Id::hash(&k.to_be_bytes());
-        let route = coral::node::route_of(&key);
+        let msg = get_request(Id::hash(&k.to_be_bytes()), k, sender);
+        let route = msg.header.route;
         want[((u32::from(route) * 2) >> 16) as usize] += 1;
-        let msg = Message {
-            header: Header {
-                route,
-                txid: k,
-                sender,
-                services: Services::NONE,
-                clusters: Default::default(),
-            },
-            body: Body::Get {
-                level: 0,
-                key,
-                target: key,
-            },
-        };
         me.send_to(&msg.to_bytes(), node).unwrap();
         // Read the answer, answering the node's verifying pings (a client
         // that does not is held to 5 requests a second, SECURITY.md).
@@ -277,24 +232,11 @@ fn keys_are_served_by_their_owning_core() {
 #[test]
 fn sigterm_stops_a_node_cleanly() {
     let mut c = Cluster::start(33, 1, 2);
-    let mut child = c.children[0].take().unwrap();
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "exit status {status}");
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "node did not stop on SIGTERM in 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    c.nodes[0].signal(libc::SIGTERM);
+    let status = c.nodes[0]
+        .exit_within(Duration::from_secs(30))
+        .expect("node did not stop on SIGTERM in 30 s");
+    assert!(status.success(), "exit status {status}");
 }
 
 #[test]
@@ -337,22 +279,7 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
     let mut buf = [0u8; 2048];
     let mut answered = 0;
     for k in 0..100u32 {
-        let key = Id::hash(&k.to_be_bytes());
-        let msg = Message {
-            header: Header {
-                route: coral::node::route_of(&key),
-                txid: k,
-                sender,
-                services: Services::NONE,
-                clusters: Default::default(),
-            },
-            body: Body::Get {
-                level: 0,
-                key,
-                target: key,
-            },
-        }
-        .to_bytes();
+        let msg = get_request(Id::hash(&k.to_be_bytes()), k, sender).to_bytes();
         // UDP under a flood may drop a datagram: up to five tries each.
         'tries: for _ in 0..5 {
             me.send_to(&msg, node).unwrap();
@@ -393,9 +320,8 @@ const CLUSTERS_STABLE_TIMEOUT_SECS: u64 = 240;
 /// level 2 only is found at level 2 only, wherever its key's owning core is.
 #[test]
 fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
-    let dir = std::env::temp_dir().join(format!("coral-clusters-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("coral.toml");
+    let dir = temp_dir("clusters");
+    let config = dir.path().join("coral.toml");
     // The thresholds: a loopback hop is a few µs of network, but what a node
     // measures is the RPC's whole round trip, run-queue waits included. On a
     // loaded 2-core machine (load average 11) that is often over 20 ms, so
@@ -492,5 +418,4 @@ fn nodes_a_loopback_hop_apart_form_one_cluster_at_every_level_section_4_4() {
         );
         assert_eq!(get["level"], 2, "{get}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

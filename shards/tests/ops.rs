@@ -2,148 +2,50 @@
 //! readiness, signals, logs and client errors — the real `coral` binary on
 //! 127.15.x.y.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
-/// How long a node may take to start on a loaded machine.
-const START_WAIT: Duration = Duration::from_secs(60);
+use common::{
+    http_get, metric, metric_sum, temp_dir, web_root, write_file, Nginx, Node, NodeBuilder, CORAL,
+    ORIGIN, START_WAIT,
+};
 
-/// A per-test directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("coral-ops-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
+/// A `coral node` with `args` (one core unless they say otherwise), its
+/// stderr in `dir/name.log`, `RUST_LOG` unset unless `env` sets it; not
+/// waited for.
+fn spawn(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Node {
+    let mut node = Node::with_args(args)
+        .rust_log(None)
+        .log(&dir.join(format!("{name}.log")));
+    for (k, v) in env {
+        node = node.env(k, v);
     }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
+    node.spawn()
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A one-core node on `ip` (DSHT :7000, admin :7080), its stderr in
+/// `dir/name.log`, `RUST_LOG` unset.
+fn logged(dir: &Path, name: &str, ip: &str) -> NodeBuilder {
+    Node::on(ip)
+        .rust_log(None)
+        .log(&dir.join(format!("{name}.log")))
 }
 
-/// A `coral node` whose stderr goes to a file; killed when dropped.
-struct Node {
-    child: Option<Child>,
-    log: PathBuf,
+/// Two cores where the test may use two, else one.
+fn two_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Node {
-    fn spawn(dir: &TempDir, name: &str, args: &[&str], env: &[(&str, &str)]) -> Node {
-        let log = dir.0.join(format!("{name}.log"));
-        let err = std::fs::File::create(&log).unwrap();
-        let mut cmd = Command::new(CORAL);
-        cmd.arg("node");
-        if !args.contains(&"--cores") {
-            cmd.args(["--cores", "1"]);
-        }
-        cmd.args(args)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(err);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        Node {
-            child: Some(cmd.spawn().expect("start coral node")),
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until the log holds `needle`; panics if the node exits first.
-    fn wait_log(&mut self, needle: &str) {
-        let start = Instant::now();
-        while !self.log().contains(needle) {
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "node exited ({st}) before logging {needle:?}:\n{}",
-                    self.log()
-                );
-            }
-            assert!(
-                start.elapsed() < START_WAIT,
-                "no {needle:?} in the log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits for the process to exit, at most `limit`.
-    fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                self.child = None;
-                return st;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "node still running after {limit:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.as_ref().unwrap().id().to_string();
-        assert!(Command::new("kill")
-            .args([&format!("-{sig}"), &pid])
-            .status()
-            .unwrap()
-            .success());
-    }
-}
-
-/// GET `path` from an admin endpoint: (status, body).
-fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status = resp
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = resp
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    (status, body)
+/// Starts `node` and waits until it logs that it runs.
+fn running(node: NodeBuilder) -> Node {
+    let mut n = node.spawn();
+    n.wait_log("coral node running");
+    n
 }
 
 fn coral(args: &[&str]) -> Output {
@@ -175,7 +77,7 @@ fn run_node_until_exit(args: &[&str]) -> Output {
 
 #[test]
 fn check_config_names_the_file_the_line_and_the_key_and_exits_2() {
-    let dir = TempDir::new("check");
+    let dir = temp_dir("check");
     let cases: &[(&str, &str, &str)] = &[
         // A value out of range, under its section.
         (
@@ -205,7 +107,7 @@ fn check_config_names_the_file_the_line_and_the_key_and_exits_2() {
         ("wildcard.toml", "dsht = \"0.0.0.0:7000\"\n", ":1: dsht"),
     ];
     for (name, text, want) in cases {
-        let path = dir.file(name, text);
+        let path = write_file(dir.path(), name, text);
         let o = coral(&["check-config", path.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
         let e = stderr(&o);
@@ -219,7 +121,7 @@ fn check_config_names_the_file_the_line_and_the_key_and_exits_2() {
         assert_eq!(o.status.code(), Some(2), "node {name}: {}", stderr(&o));
         assert!(stderr(&o).contains(want), "node {name}: {}", stderr(&o));
     }
-    let missing = dir.0.join("missing.toml");
+    let missing = dir.path().join("missing.toml");
     let o = coral(&["check-config", missing.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -240,14 +142,14 @@ fn check_config_names_the_file_the_line_and_the_key_and_exits_2() {
 
 #[test]
 fn node_id_comes_from_public_addr_never_from_a_wildcard() {
-    let dir = TempDir::new("wildcard");
+    let dir = temp_dir("wildcard");
     // Refused: a wildcard and no public_addr.
     let o = run_node_until_exit(&["--dsht", "0.0.0.0:17915", "--admin", "127.15.1.1:7080"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("public_addr"), "{}", stderr(&o));
     // Given one, the node runs and its id is that address's.
-    let mut n = Node::spawn(
-        &dir,
+    let mut n = spawn(
+        dir.path(),
         "n",
         &[
             "--dsht",
@@ -260,7 +162,7 @@ fn node_id_comes_from_public_addr_never_from_a_wildcard() {
         &[],
     );
     n.wait_log("coral node running");
-    let (status, body) = http_get("127.15.1.1:7080".parse().unwrap(), "/levels");
+    let (status, _, body) = http_get("127.15.1.1:7080".parse().unwrap(), "/levels");
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["addr"], "127.15.1.1:17915", "{v}");
@@ -270,14 +172,8 @@ fn node_id_comes_from_public_addr_never_from_a_wildcard() {
 
 #[test]
 fn a_second_node_on_the_same_ports_is_refused() {
-    let dir = TempDir::new("second");
-    let mut first = Node::spawn(
-        &dir,
-        "first",
-        &["--dsht", "127.15.2.1:7000", "--admin", "127.15.2.1:7080"],
-        &[],
-    );
-    first.wait_log("coral node running");
+    let dir = temp_dir("second");
+    let _first = running(logged(dir.path(), "first", "127.15.2.1"));
     // Same DSHT address (another admin address).
     let o = run_node_until_exit(&[
         "--cores",
@@ -311,7 +207,7 @@ fn a_second_node_on_the_same_ports_is_refused() {
     assert!(!stderr(&o).contains("coral node running"));
     // The first node still answers, alone: its id is the only one.
     for _ in 0..5 {
-        let (status, body) = http_get("127.15.2.1:7080".parse().unwrap(), "/levels");
+        let (status, _, body) = http_get("127.15.2.1:7080".parse().unwrap(), "/levels");
         assert_eq!(status, 200);
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["addr"], "127.15.2.1:7000");
@@ -341,18 +237,12 @@ fn an_admin_address_held_by_another_program_is_reported_at_start() {
 
 #[test]
 fn running_is_logged_once_the_admin_port_is_open_and_readyz_says_so() {
-    let dir = TempDir::new("ready");
-    let mut n = Node::spawn(
-        &dir,
-        "n",
-        &["--dsht", "127.15.4.1:7000", "--admin", "127.15.4.1:7080"],
-        &[("RUST_LOG", "info")],
-    );
-    n.wait_log("coral node running");
+    let dir = temp_dir("ready");
+    let mut n = running(logged(dir.path(), "n", "127.15.4.1").rust_log(Some("info")));
     // No retry: the line means the port is open and every core serves.
     let admin: SocketAddr = "127.15.4.1:7080".parse().unwrap();
     assert_eq!(http_get(admin, "/livez").0, 200);
-    let (status, body) = http_get(admin, "/readyz");
+    let (status, _, body) = http_get(admin, "/readyz");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"ready\":true"), "{body}");
     // No colours: stderr is a file, not a terminal.
@@ -362,7 +252,7 @@ fn running_is_logged_once_the_admin_port_is_open_and_readyz_says_so() {
         n.log()
     );
     // SIGINT stops it within the bound, exit 0, and says so.
-    n.signal("INT");
+    n.signal(libc::SIGINT);
     let st = n.wait_exit(Duration::from_secs(15));
     assert!(st.success(), "{st}");
     assert!(n.log().contains("stopping"), "{}", n.log());
@@ -370,22 +260,13 @@ fn running_is_logged_once_the_admin_port_is_open_and_readyz_says_so() {
 
 #[test]
 fn log_format_json_writes_one_object_per_line() {
-    let dir = TempDir::new("json");
-    let mut n = Node::spawn(
-        &dir,
-        "n",
-        &[
-            "--dsht",
-            "127.15.5.1:7000",
-            "--admin",
-            "127.15.5.1:7080",
-            "--log-format",
-            "json",
-        ],
-        &[("RUST_LOG", "info")],
+    let dir = temp_dir("json");
+    let mut n = running(
+        logged(dir.path(), "n", "127.15.5.1")
+            .args(&["--log-format", "json"])
+            .rust_log(Some("info")),
     );
-    n.wait_log("coral node running");
-    n.signal("TERM");
+    n.signal(libc::SIGTERM);
     assert!(n.wait_exit(Duration::from_secs(15)).success());
     let log = n.log();
     let lines: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
@@ -399,29 +280,28 @@ fn log_format_json_writes_one_object_per_line() {
 
 #[test]
 fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
-    let dir = TempDir::new("hup");
+    let dir = temp_dir("hup");
     // B: a node to join later.
-    let mut b = Node::spawn(
-        &dir,
-        "b",
-        &["--dsht", "127.15.6.2:7000", "--admin", "127.15.6.2:7080"],
+    let _b = running(logged(dir.path(), "b", "127.15.6.2"));
+    let base = "dsht = \"127.15.6.1:7000\"\nadmin = \"127.15.6.1:7080\"\n";
+    let config = write_file(dir.path(), "a.toml", format!("{base}log = \"info\"\n"));
+    let mut a = spawn(
+        dir.path(),
+        "a",
+        &["--config", config.to_str().unwrap()],
         &[],
     );
-    b.wait_log("coral node running");
-    let base = "dsht = \"127.15.6.1:7000\"\nadmin = \"127.15.6.1:7080\"\n";
-    let config = dir.file("a.toml", &format!("{base}log = \"info\"\n"));
-    let mut a = Node::spawn(&dir, "a", &["--config", config.to_str().unwrap()], &[]);
     a.wait_log("coral node running");
     let admin_a: SocketAddr = "127.15.6.1:7080".parse().unwrap();
     let contacts = || -> u64 {
-        let (_, body) = http_get(admin_a, "/levels");
+        let (_, _, body) = http_get(admin_a, "/levels");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         v["levels"][0]["contacts"].as_u64().unwrap()
     };
     assert_eq!(contacts(), 0);
     // A file that no longer loads changes nothing and is reported.
     std::fs::write(&config, format!("{base}colour = 1\n")).unwrap();
-    a.signal("HUP");
+    a.signal(libc::SIGHUP);
     a.wait_log("nothing changed");
     // Now: a bootstrap node, a debug filter, and a key that needs a restart.
     std::fs::write(
@@ -429,7 +309,7 @@ fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
         format!("{base}log = \"debug\"\nbootstrap = [\"127.15.6.2:7000\"]\n[dht]\nalpha = 4\n"),
     )
     .unwrap();
-    a.signal("HUP");
+    a.signal(libc::SIGHUP);
     a.wait_log("SIGHUP: reloaded");
     let log = a.log();
     assert!(log.contains("applied=log, bootstrap"), "{log}");
@@ -453,20 +333,14 @@ fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
     a.wait_log(" DEBUG ");
     // The node is still ready, and SIGTERM still stops it with exit 0.
     assert_eq!(http_get(admin_a, "/readyz").0, 200);
-    a.signal("TERM");
+    a.signal(libc::SIGTERM);
     assert!(a.wait_exit(Duration::from_secs(15)).success());
 }
 
 #[test]
 fn client_errors_exit_non_zero_without_a_panic() {
-    let dir = TempDir::new("client");
-    let mut n = Node::spawn(
-        &dir,
-        "n",
-        &["--dsht", "127.15.7.1:7000", "--admin", "127.15.7.1:7080"],
-        &[],
-    );
-    n.wait_log("coral node running");
+    let dir = temp_dir("client");
+    let _n = running(logged(dir.path(), "n", "127.15.7.1"));
     let node = ["--node", "127.15.7.1:7080"];
     let key = "ab".repeat(20);
     let long = "x".repeat(300);
@@ -540,28 +414,21 @@ fn hints_toward_a_local_address_says_why_nothing_answered() {
 /// every CPU the test may use.
 #[test]
 fn twelve_one_core_nodes_are_not_pinned_to_one_cpu() {
-    let dir = TempDir::new("pin");
+    let dir = temp_dir("pin");
     let mut nodes = Vec::new();
     for i in 1..=12 {
-        let ip = format!("127.15.8.{i}");
-        let mut args = vec![
-            "--dsht".to_string(),
-            format!("{ip}:7000"),
-            "--admin".to_string(),
-            format!("{ip}:7080"),
-        ];
+        let mut node = logged(dir.path(), &format!("n{i}"), &format!("127.15.8.{i}"));
         if i > 1 {
-            args.extend(["--bootstrap".to_string(), "127.15.8.1:7000".to_string()]);
+            node = node.bootstrap("127.15.8.1");
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        nodes.push(Node::spawn(&dir, &format!("n{i}"), &args, &[]));
+        nodes.push(node.spawn());
     }
     for n in &mut nodes {
         n.wait_log("coral node running");
     }
     let allowed = cpus_allowed(Path::new("/proc/self/status"));
     for n in &nodes {
-        let pid = n.child.as_ref().unwrap().id();
+        let pid = n.pid();
         for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
             let task = task.unwrap().path();
             let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
@@ -590,38 +457,27 @@ fn cpus_allowed(status: &Path) -> String {
 /// serves (the admin endpoint answers by then), STOPPING=1 on SIGTERM.
 #[test]
 fn systemd_hears_ready_once_every_core_serves_and_stopping_on_sigterm() {
-    let dir = TempDir::new("notify");
-    let sock_path = dir.0.join("notify.sock");
+    let dir = temp_dir("notify");
+    let sock_path = dir.path().join("notify.sock");
     let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(START_WAIT)).unwrap();
     // Two cores where the test may use two (the kernel places them).
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get().min(2))
-        .to_string();
-    let mut n = Node::spawn(
-        &dir,
-        "n",
-        &[
-            "--dsht",
-            "127.15.9.1:7000",
-            "--admin",
-            "127.15.9.1:7080",
-            "--cores",
-            &cores,
-        ],
-        &[("NOTIFY_SOCKET", sock_path.to_str().unwrap())],
-    );
+    let cores = two_cores();
+    let mut n = logged(dir.path(), "n", "127.15.9.1")
+        .cores(cores)
+        .env("NOTIFY_SOCKET", sock_path.to_str().unwrap())
+        .spawn();
     let mut buf = [0u8; 256];
     let len = sock.recv(&mut buf).expect("READY=1 from the node");
     let msg = String::from_utf8_lossy(&buf[..len]).to_string();
     assert!(msg.starts_with("READY=1"), "{msg}");
     // Ready means serving: the admin port answers at once, every core too.
-    let (status, body) = http_get("127.15.9.1:7080".parse().unwrap(), "/stats");
+    let (status, _, body) = http_get("127.15.9.1:7080".parse().unwrap(), "/stats");
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let cores = v["cores"].as_array().unwrap();
     assert!(cores.iter().all(|c| c.is_object()), "{v}");
-    n.signal("TERM");
+    n.signal(libc::SIGTERM);
     let len = sock.recv(&mut buf).expect("STOPPING=1 from the node");
     assert_eq!(&buf[..len], b"STOPPING=1");
     assert!(n.wait_exit(Duration::from_secs(15)).success());
@@ -632,29 +488,17 @@ fn systemd_hears_ready_once_every_core_serves_and_stopping_on_sigterm() {
 /// not a live owner.
 #[test]
 fn a_node_restarts_at_once_on_the_addresses_it_just_left() {
-    let dir = TempDir::new("restart");
-    let args = ["--dsht", "127.15.10.1:7000", "--admin", "127.15.10.1:7080"];
-    let mut n = Node::spawn(&dir, "first", &args, &[]);
-    n.wait_log("coral node running");
+    let dir = temp_dir("restart");
+    let mut n = running(logged(dir.path(), "first", "127.15.10.1"));
     for _ in 0..3 {
         assert_eq!(
             http_get("127.15.10.1:7080".parse().unwrap(), "/levels").0,
             200
         );
     }
-    n.signal("TERM");
+    n.signal(libc::SIGTERM);
     assert!(n.wait_exit(Duration::from_secs(15)).success());
-    let mut again = Node::spawn(&dir, "again", &args, &[]);
-    again.wait_log("coral node running");
-}
-
-/// The value of the sample `name{labels}` in a Prometheus text body.
-fn metric(body: &str, sample: &str) -> f64 {
-    body.lines()
-        .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no {sample} in:\n{body}"))
-        .parse()
-        .unwrap()
+    let _again = running(logged(dir.path(), "again", "127.15.10.1"));
 }
 
 /// `/metrics` after a known sequence: two puts under a key core 0 owns and
@@ -663,24 +507,9 @@ fn metric(body: &str, sample: &str) -> f64 {
 /// core's numbers are added up at scrape time.
 #[test]
 fn metrics_count_a_known_sequence_across_cores() {
-    let dir = TempDir::new("metrics");
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get().min(2))
-        .to_string();
-    let mut n = Node::spawn(
-        &dir,
-        "n",
-        &[
-            "--dsht",
-            "127.15.11.1:7000",
-            "--admin",
-            "127.15.11.1:7080",
-            "--cores",
-            &cores,
-        ],
-        &[],
-    );
-    n.wait_log("coral node running");
+    let dir = temp_dir("metrics");
+    let cores = two_cores();
+    let _n = running(logged(dir.path(), "n", "127.15.11.1").cores(cores));
     let admin: SocketAddr = "127.15.11.1:7080".parse().unwrap();
     let (k0, k1) = ("00".repeat(20), "ff".repeat(20));
     let node = ["--node", "127.15.11.1:7080"];
@@ -749,7 +578,7 @@ fn metrics_count_a_known_sequence_across_cores() {
         1.0
     );
     assert_eq!(metric(body, "coral_ready"), 1.0);
-    assert_eq!(metric(body, "coral_cores"), cores.parse::<f64>().unwrap());
+    assert_eq!(metric(body, "coral_cores"), cores as f64);
     assert_eq!(
         metric(
             body,
@@ -768,113 +597,27 @@ fn metrics_count_a_known_sequence_across_cores() {
     check_exposition(body);
 }
 
-/// nginx (Debian's) serving `root` on `addr`, stopped when dropped.
-struct Nginx(Child);
-
-impl Nginx {
-    fn start(dir: &TempDir, addr: &str, root: &Path) -> Nginx {
-        let d = dir.0.join("nginx");
-        std::fs::create_dir_all(&d).unwrap();
-        let conf = d.join("nginx.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 64; }}\n\
-                 http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-                 fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-                 types {{ application/octet-stream bin; }}\n\
-                 server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
-                d = d.display(),
-                root = root.display(),
-            ),
-        )
-        .unwrap();
-        let child = Command::new("/usr/sbin/nginx")
-            .args(["-p", d.to_str().unwrap(), "-c", conf.to_str().unwrap()])
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("nginx (Debian's package) is needed for this test");
-        let addr: SocketAddr = addr.parse().unwrap();
-        let start = Instant::now();
-        while TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
-            assert!(
-                start.elapsed() < START_WAIT,
-                "nginx never listened on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Nginx(child)
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SIGTERM: the master stops its worker (SIGKILL would orphan it).
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
 /// A proxy node on `ip` with nginx as the origin `www.origin.test` on
-/// `ip` .100 port 8080, its cache in `dir`; `extra` flags added.
-fn proxy_node(dir: &TempDir, ip: &str, origin_ip: &str, extra: &[&str]) -> Node {
-    let cores = std::thread::available_parallelism()
-        .map_or(1, |n| n.get().min(2))
-        .to_string();
-    let (dsht, admin, http, dns) = (
-        format!("{ip}:7000"),
-        format!("{ip}:7080"),
-        format!("{ip}:8090"),
-        format!("{ip}:7053"),
-    );
-    let cache = dir.0.join("cache");
-    let resolve = format!("www.origin.test={origin_ip}");
-    let mut args = vec![
-        "--cores",
-        &cores,
-        "--dsht",
-        &dsht,
-        "--admin",
-        &admin,
-        "--http",
-        &http,
-        "--dns",
-        &dns,
-        "--cache-dir",
-        cache.to_str().unwrap(),
-        "--cache-size",
-        "64MiB",
-        "--allow-private-origins",
-        "--resolve",
-        &resolve,
-    ];
-    args.extend_from_slice(extra);
-    let mut n = Node::spawn(dir, "node", &args, &[]);
-    n.wait_log("coral node running");
-    n
+/// `origin_ip` port 8080, its cache in `dir`, dnssrv on :7053; `extra`
+/// flags added.
+fn proxy_node(dir: &Path, ip: &str, origin_ip: &str, extra: &[&str]) -> Node {
+    running(
+        logged(dir, "node", ip)
+            .cores(two_cores())
+            .proxy(&dir.join("cache"))
+            .dns(7053)
+            .origin(origin_ip)
+            .args(extra),
+    )
 }
 
 /// `curl` of the Coralized `path` on `www.origin.test:8080` through the
 /// proxy on `ip`: (status, body bytes received).
 fn curl_proxy(ip: &str, path: &str, args: &[&str]) -> (u16, u64) {
-    let host = "www.origin.test.8080.coral.test";
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "60", "-o", "/dev/null"])
-        .args(["-w", "%{http_code} %{size_download}"])
-        .args(["--resolve", &format!("{host}:8090:{ip}")])
-        .args(["-A", "ops-test/1.0", "-e", "http://ref.example/"])
-        .args(args)
-        .arg(format!("http://{host}:8090{path}"))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (code, size) = text.split_once(' ').unwrap_or(("0", "0"));
-    (code.parse().unwrap_or(0), size.trim().parse().unwrap_or(0))
+    let url = common::coralized(ORIGIN, 8080, path);
+    let client = ["-A", "ops-test/1.0", "-e", "http://ref.example/"];
+    let a = common::curl(ip, &url, &[&client[..], args].concat());
+    (a.status, a.body.len() as u64)
 }
 
 /// Checks a body against Prometheus's text format (0.0.4) strictly: names
@@ -1084,19 +827,8 @@ fn check_exposition(body: &str) {
     }
 }
 
-/// The samples of `family` (all label sets) added up.
-fn metric_sum(body: &str, family: &str) -> f64 {
-    body.lines()
-        .filter(|l| {
-            l.strip_prefix(family)
-                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
-        })
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .sum()
-}
-
 fn scrape(admin: &str) -> String {
-    let (status, body) = http_get(admin.parse().unwrap(), "/metrics");
+    let (status, _, body) = http_get(admin.parse().unwrap(), "/metrics");
     assert_eq!(status, 200, "{body}");
     body
 }
@@ -1107,12 +839,10 @@ fn scrape(admin: &str) -> String {
 /// histogram counting every response, and a strictly valid exposition.
 #[test]
 fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
-    let dir = TempDir::new("metrics-http");
-    let root = dir.0.join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), vec![7u8; 41_000]).unwrap();
-    let _nginx = Nginx::start(&dir, "127.15.20.100:8080", &root);
-    let _n = proxy_node(&dir, "127.15.20.1", "127.15.20.100", &[]);
+    let dir = temp_dir("metrics-http");
+    let root = web_root(dir.path(), &[("a.bin", &[7u8; 41_000])]);
+    let _nginx = Nginx::start(dir.path(), "127.15.20.100:8080".parse().unwrap(), &root);
+    let _n = proxy_node(dir.path(), "127.15.20.1", "127.15.20.100", &[]);
     let ip = "127.15.20.1";
     assert_eq!(curl_proxy(ip, "/a.bin", &[]), (200, 41_000));
     assert_eq!(curl_proxy(ip, "/a.bin", &[]), (200, 41_000));
@@ -1125,12 +855,8 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
     );
     let (status, post_bytes) = curl_proxy(ip, "/form", &["-X", "POST", "-d", "x=1"]);
     assert_eq!(status, 405);
-    let dig = Command::new("kdig")
-        .args(["@127.15.20.1", "-p", "7053", "+retry=0", "+timeout=10"])
-        .args(["coralcdn.test", "SOA"])
-        .output()
-        .expect("kdig (knot-dnsutils)");
-    let dig = String::from_utf8_lossy(&dig.stdout).into_owned();
+    let dns: SocketAddr = "127.15.20.1:7053".parse().unwrap();
+    let dig = common::kdig(dns, &["+retry=0", "+timeout=10", "coralcdn.test", "SOA"]);
     assert!(dig.contains("status: NOERROR"), "{dig}");
     // A response is counted once its last byte is handed to the kernel,
     // which may be a moment after curl has it: scrape until all five are.
@@ -1314,14 +1040,12 @@ fn wait_lines(path: &Path, n: usize) -> Vec<String> {
 /// SIGTERM hands over the last lines before the node exits.
 #[test]
 fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
-    let dir = TempDir::new("access-log");
-    let root = dir.0.join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), vec![7u8; 12_345]).unwrap();
-    let _nginx = Nginx::start(&dir, "127.15.21.100:8080", &root);
-    let log = dir.0.join("access.log");
+    let dir = temp_dir("access-log");
+    let root = web_root(dir.path(), &[("a.bin", &[7u8; 12_345])]);
+    let _nginx = Nginx::start(dir.path(), "127.15.21.100:8080".parse().unwrap(), &root);
+    let log = dir.path().join("access.log");
     let mut n = proxy_node(
-        &dir,
+        dir.path(),
         "127.15.21.1",
         "127.15.21.100",
         &["--access-log", log.to_str().unwrap()],
@@ -1386,9 +1110,9 @@ fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
     }
     // logrotate: move the file away, SIGUSR1, and the next line goes to a
     // new file at the path.
-    let rotated = dir.0.join("access.log.1");
+    let rotated = dir.path().join("access.log.1");
     std::fs::rename(&log, &rotated).unwrap();
-    n.signal("USR1");
+    n.signal(libc::SIGUSR1);
     n.wait_log("access log reopened");
     assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
     let fresh = wait_lines(&log, 1);
@@ -1397,7 +1121,7 @@ fn access_log_lines_are_combined_log_format_and_sigusr1_reopens_the_file() {
     assert_eq!(wait_lines(&rotated, 3), lines);
     // A line still in a core's buffer at SIGTERM is written before exit.
     assert_eq!(curl_proxy(ip, "/a.bin", &[]).0, 200);
-    n.signal("TERM");
+    n.signal(libc::SIGTERM);
     assert!(n.wait_exit(Duration::from_secs(30)).success());
     assert_eq!(wait_lines(&log, 2).len(), 2);
 }

@@ -2,346 +2,19 @@
 //! 127.11.x.y, nginx (Debian's) as the origin for the normal paths, a small
 //! origin of our own for faults, curl as the client.
 
-use std::collections::HashMap;
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
-/// The alias zone Coralized names end with in these tests (the default).
-const ALIAS: &str = "coral.test";
-
-/// A per-test directory under the system's temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "coral-proxy-{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn wait_for_port(addr: SocketAddr, what: &str) {
-    let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{what} at {addr} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Whether a TCP socket listens on `addr` (IPv4), from /proc/net/tcp.
-fn listening(addr: SocketAddr) -> bool {
-    let SocketAddr::V4(a) = addr else {
-        return false;
-    };
-    let want = format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(a.ip().octets()),
-        a.port()
-    );
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A")
-        })
-}
-
-/// Waits until the proxy at `addr` answers an HTTP request (any status).
-fn wait_for_http(addr: SocketAddr) {
-    let start = Instant::now();
-    loop {
-        if let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut b = [0u8; 12];
-            if s.write_all(b"GET / HTTP/1.1\r\nHost: ready.invalid\r\nConnection: close\r\n\r\n")
-                .is_ok()
-                && s.read_exact(&mut b).is_ok()
-                && b.starts_with(b"HTTP/1.1 ")
-            {
-                return;
-            }
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "coral node's proxy at {addr} did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// nginx serving `root` on `addr`, killed when dropped.
-struct Nginx {
-    child: Child,
-    log: PathBuf,
-    addr: SocketAddr,
-}
-
-impl Nginx {
-    fn start(dir: &Path, addr: SocketAddr, root: &Path) -> Nginx {
-        Nginx::start_with(dir, addr, root, "")
-    }
-
-    /// nginx with `server` directives of the test's own (locations, gzip).
-    fn start_with(dir: &Path, addr: SocketAddr, root: &Path, server: &str) -> Nginx {
-        let conf = dir.join("nginx.conf");
-        let log = dir.join("access.log");
-        std::fs::write(
-            &conf,
-            format!(
-                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 1024; }}\n\
-                 http {{\n  log_format conn '$remote_addr $connection $connection_requests \"$request\" \"$http_cookie\" $status';\n\
-                 access_log {log} conn;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-                 fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-                 types {{ text/html html; text/plain txt; image/png png; image/svg+xml svg; application/octet-stream bin; }}\n\
-                 server {{ listen {addr}; root {root}; expires 1h;\n{server}\n}}\n}}\n",
-                d = dir.display(),
-                log = log.display(),
-                root = root.display(),
-            ),
-        )
-        .unwrap();
-        let child = Command::new("/usr/sbin/nginx")
-            .args(["-p", dir.to_str().unwrap(), "-c", conf.to_str().unwrap()])
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("nginx (Debian's package) is needed for this test");
-        wait_for_port(addr, "nginx");
-        Nginx { child, log, addr }
-    }
-
-    /// Requests nginx has logged for `path`.
-    fn requests(&self, path: &str) -> usize {
-        let needle = format!("GET {path} ");
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(&needle))
-            .count()
-    }
-
-    /// nginx's connection numbers of the requests logged for `path`.
-    fn connections_of(&self, path: &str) -> Vec<u64> {
-        let needle = format!("GET {path} ");
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(&needle))
-            .filter_map(|l| l.split(' ').nth(1)?.parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SIGTERM: the master stops its workers (SIGKILL would orphan them,
-        // still listening).
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A `coral node` process, killed when dropped.
-struct Node {
-    child: Option<Child>,
-    ip: String,
-    http: SocketAddr,
-    args: Vec<String>,
-}
-
-impl Node {
-    /// A node on `ip` (DSHT :7000, admin :7080, proxy :8090) with its cache in `cache`.
-    fn start(ip: &str, cache: &Path, bootstrap: Option<&str>, extra: &[&str]) -> Node {
-        let mut args: Vec<String> = vec![
-            "node".into(),
-            "--cores".into(),
-            "1".into(),
-            "--dsht".into(),
-            format!("{ip}:7000"),
-            "--admin".into(),
-            format!("{ip}:7080"),
-            "--http".into(),
-            format!("{ip}:8090"),
-            "--cache-dir".into(),
-            cache.to_str().unwrap().into(),
-            "--cache-size".into(),
-            "64MiB".into(),
-        ];
-        if let Some(b) = bootstrap {
-            args.push("--bootstrap".into());
-            args.push(format!("{b}:7000"));
-        }
-        // `--cores N` among `extra` replaces the default one core.
-        if extra.contains(&"--cores") {
-            args.drain(1..3);
-        }
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut n = Node {
-            child: None,
-            ip: ip.to_string(),
-            http: format!("{ip}:8090").parse().unwrap(),
-            args,
-        };
-        n.restart();
-        n
-    }
-
-    fn restart(&mut self) {
-        assert!(self.child.is_none());
-        // A killed node's listening sockets can outlive it for a moment (its
-        // io_uring is torn down asynchronously), still in the SO_REUSEPORT
-        // group; connections steered to them would be refused. Wait until
-        // the kernel has closed them.
-        let start = Instant::now();
-        while listening(self.http) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "old listener on {}",
-                self.http
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Its DSHT socket alike: a node refuses to start on a UDP address
-        // another socket holds. Free once a plain bind there succeeds.
-        let dsht = format!("{}:7000", self.ip);
-        while std::net::UdpSocket::bind(&dsht).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "old DSHT socket on {dsht}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let child = Command::new(CORAL)
-            .args(&self.args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start coral node");
-        self.child = Some(child);
-        wait_for_http(self.http);
-    }
-
-    /// `kill -9`.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// An answer as curl saw it.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-    curl_ok: bool,
-    curl_err: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map_or("", String::as_str)
-    }
-}
-
-/// `curl` for `url` with its host sent to `node`; `args` go before the URL.
-fn curl(node: &Node, url: &str, args: &[&str]) -> Answer {
-    let host = url
-        .trim_start_matches("http://")
-        .split(['/', ':'])
-        .next()
-        .unwrap()
-        .to_string();
-    let tmp = TempDir::new("curl");
-    let hdr = tmp.path().join("h");
-    let body = tmp.path().join("b");
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "60", "-D"])
-        .arg(&hdr)
-        .arg("-o")
-        .arg(&body)
-        .args(["--resolve", &format!("{host}:8090:{}", node.ip)])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl");
-    let head = std::fs::read_to_string(&hdr).unwrap_or_default();
-    // The last head (after any 1xx).
-    let last = head
-        .split("\r\n\r\n")
-        .filter(|b| !b.trim().is_empty())
-        .last()
-        .unwrap_or("");
-    let mut lines = last.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        body: std::fs::read(&body).unwrap_or_default(),
-        curl_ok: out.status.success(),
-        curl_err: String::from_utf8_lossy(&out.stderr).to_string(),
-    }
-}
-
-/// The Coralized URL of `path` on the origin `host:port`.
-fn coralized(host: &str, port: u16, path: &str) -> String {
-    format!("http://{host}.{port}.{ALIAS}:8090{path}")
-}
+use common::{
+    coralized, curl, temp_dir, wait_until, write_file, Nginx, Node, NodeBuilder, ALIAS, START_WAIT,
+};
 
 /// Deterministic bytes for test objects.
 fn object(n: usize, seed: u8) -> Vec<u8> {
@@ -351,13 +24,15 @@ fn object(n: usize, seed: u8) -> Vec<u8> {
 }
 
 /// A web root with some objects.
-fn web_root(dir: &Path) -> PathBuf {
-    let root = dir.join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), object(41_000, 1)).unwrap();
-    std::fs::write(root.join("b.bin"), object(4096, 2)).unwrap();
-    std::fs::write(root.join("c.bin"), object(300_000, 3)).unwrap();
-    root
+fn objects_root(dir: &Path) -> PathBuf {
+    common::web_root(
+        dir,
+        &[
+            ("a.bin", &object(41_000, 1)),
+            ("b.bin", &object(4096, 2)),
+            ("c.bin", &object(300_000, 3)),
+        ],
+    )
 }
 
 /// An origin of our own for faults: one request per connection, answered by
@@ -421,7 +96,7 @@ impl Drop for FaultOrigin {
 
 /// Sends raw bytes to the node and reads until it closes (or 10 s pass).
 fn raw(node: &Node, bytes: &[u8]) -> (String, bool) {
-    let (out, closed) = raw_to(node.http, bytes);
+    let (out, closed) = raw_to(node.http(), bytes);
     (String::from_utf8_lossy(&out).to_string(), closed)
 }
 
@@ -444,21 +119,12 @@ fn raw_to(addr: SocketAddr, bytes: &[u8]) -> (Vec<u8>, bool) {
 
 #[test]
 fn section_2_2_first_request_from_the_origin_second_from_the_cache() {
-    let dir = TempDir::new("first");
-    let root = web_root(dir.path());
+    let dir = temp_dir("first");
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.1.100:8080".parse().unwrap(), &root);
-    let node = Node::start(
-        "127.11.1.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.1.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.1.1", "127.11.1.100").start();
     let url = coralized("www.origin.test", 8080, "/a.bin");
-    let first = curl(&node, &url, &[]);
+    let first = node.curl(&url, &[]);
     assert!(first.curl_ok, "{}", first.curl_err);
     assert_eq!(first.status, 200, "{first:?}");
     assert_eq!(first.body, object(41_000, 1));
@@ -466,78 +132,63 @@ fn section_2_2_first_request_from_the_origin_second_from_the_cache() {
         first.header("cache-status").contains("fwd=uri-miss"),
         "{first:?}"
     );
-    let second = curl(&node, &url, &[]);
+    let second = node.curl(&url, &[]);
     assert_eq!(second.status, 200);
     assert_eq!(second.body, object(41_000, 1));
     assert!(second.header("cache-status").contains("hit"), "{second:?}");
     assert_eq!(nginx.requests("/a.bin"), 1);
     // HEAD from the cache: the head alone, with the length.
-    let head = curl(&node, &url, &["-I"]);
+    let head = node.curl(&url, &["-I"]);
     assert_eq!(head.status, 200);
     assert_eq!(head.header("content-length"), "41000");
     // (curl -I writes the head where the body would go.)
     assert!(head.body.starts_with(b"HTTP/1.1 200"), "{head:?}");
     assert!(head.body.len() < 2000, "no body after a HEAD");
     // A Range from the full cached object.
-    let part = curl(&node, &url, &["-r", "100-199"]);
+    let part = node.curl(&url, &["-r", "100-199"]);
     assert_eq!(part.status, 206);
     assert_eq!(part.body, object(41_000, 1)[100..200].to_vec());
     assert_eq!(nginx.requests("/a.bin"), 1, "served from the cache");
     assert_eq!(nginx.addr.port(), 8080);
 }
 
+/// A one-core proxy node on `ip`, its cache in `dir`, whose origin
+/// `www.origin.test` is `origin_ip`.
+fn proxy_node(dir: &Path, ip: &str, origin_ip: &str) -> NodeBuilder {
+    Node::on(ip)
+        .proxy(&dir.join(format!("cache-{ip}")))
+        .origin(origin_ip)
+}
+
 /// Three nodes on 127.11.`net`.1-3, the first the others' bootstrap, all
 /// resolving `www.origin.test` to `origin_ip`.
 fn three_nodes(dir: &Path, net: u8, origin_ip: &str, extra: &[&str]) -> Vec<Node> {
-    let resolve = format!("www.origin.test={origin_ip}");
-    let mut args = vec!["--allow-private-origins", "--resolve", &resolve];
-    args.extend_from_slice(extra);
     let first = format!("127.11.{net}.1");
-    let mut nodes = vec![Node::start(&first, &dir.join("cache1"), None, &args)];
+    let mut nodes = vec![proxy_node(dir, &first, origin_ip).args(extra).start()];
     for i in 2..=3 {
-        nodes.push(Node::start(
-            &format!("127.11.{net}.{i}"),
-            &dir.join(format!("cache{i}")),
-            Some(&first),
-            &args,
-        ));
+        let ip = format!("127.11.{net}.{i}");
+        let node = proxy_node(dir, &ip, origin_ip).bootstrap(&first);
+        nodes.push(node.args(extra).start());
     }
     // Wait until every node knows the others (the DSHT routes through them).
     for n in &nodes {
-        let admin = format!("{}:7080", n.ip);
-        let start = Instant::now();
-        loop {
-            let out = Command::new(CORAL)
-                .args(["levels", "--node", &admin, "--json"])
-                .output()
-                .unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-            if v["levels"][0]["contacts"].as_u64().unwrap_or(0) >= 2 {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "node {} did not join",
-                n.ip
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        n.wait_joined(2);
     }
     nodes
 }
 
 #[test]
 fn section_3_2_another_node_gets_the_object_from_a_peer_not_the_origin() {
-    let dir = TempDir::new("peer");
-    let root = web_root(dir.path());
+    let dir = temp_dir("peer");
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.2.100:8080".parse().unwrap(), &root);
     let nodes = three_nodes(dir.path(), 2, "127.11.2.100", &[]);
     let url = coralized("www.origin.test", 8080, "/c.bin");
-    let a = curl(&nodes[0], &url, &[]);
+    let a = nodes[0].curl(&url, &[]);
     assert_eq!(a.status, 200, "{a:?}");
     assert_eq!(a.body, object(300_000, 3));
     for n in &nodes[1..] {
-        let b = curl(n, &url, &[]);
+        let b = n.curl(&url, &[]);
         assert_eq!(b.status, 200, "{b:?}");
         assert_eq!(b.body, object(300_000, 3));
         // The peer's level as Fig. 4 counts it (`peer-l2`, `-l1`, `-l0`).
@@ -549,7 +200,7 @@ fn section_3_2_another_node_gets_the_object_from_a_peer_not_the_origin() {
         "one origin fetch for three nodes"
     );
     // Each node serves its own copy now.
-    let again = curl(&nodes[2], &url, &[]);
+    let again = nodes[2].curl(&url, &[]);
     assert!(again.header("cache-status").contains("hit"), "{again:?}");
 }
 
@@ -568,8 +219,8 @@ fn nginx_gzips(nginx: &Nginx, path: &str) -> bool {
 
 #[test]
 fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
-    let dir = TempDir::new("vary");
-    let root = web_root(dir.path());
+    let dir = temp_dir("vary");
+    let root = objects_root(dir.path());
     let text = "Coralized plain text. ".repeat(100);
     std::fs::write(root.join("t.txt"), &text).unwrap();
     std::fs::write(root.join("probe.txt"), &text).unwrap();
@@ -584,8 +235,7 @@ fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
          return 200 \"lang=$http_accept_language\\n\"; }",
     );
     assert!(nginx_gzips(&nginx, "/probe.txt"), "nginx does not gzip");
-    let conf = dir.path().join("coral.toml");
-    std::fs::write(&conf, "[proxy]\nvary_variants_max = 2\n").unwrap();
+    let conf = write_file(dir.path(), "coral.toml", "[proxy]\nvary_variants_max = 2\n");
     let nodes = three_nodes(
         dir.path(),
         16,
@@ -598,7 +248,7 @@ fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
     // not be rewritten), so one stored copy serves clients with and without
     // Accept-Encoding.
     let url = coralized("www.origin.test", 8080, "/t.txt");
-    let gz = curl(&nodes[0], &url, &["-H", "Accept-Encoding: gzip, br"]);
+    let gz = nodes[0].curl(&url, &["-H", "Accept-Encoding: gzip, br"]);
     assert_eq!(gz.status, 200, "{gz:?}");
     assert_eq!(gz.header("content-encoding"), "", "{gz:?}");
     assert_eq!(gz.body, text.as_bytes());
@@ -608,7 +258,7 @@ fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
         &["--compressed"][..],
         &["-H", "Accept-Encoding: identity"][..],
     ] {
-        let a = curl(&nodes[0], &url, args);
+        let a = nodes[0].curl(&url, args);
         assert_eq!(a.body, text.as_bytes(), "{args:?}");
         assert!(a.header("cache-status").contains("hit"), "{args:?}: {a:?}");
     }
@@ -618,7 +268,7 @@ fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
     let lang = coralized("www.origin.test", 8080, "/lang");
     let ask = |node: &Node, l: &str| {
         let h = format!("Accept-Language: {l}");
-        let a = curl(node, &lang, &["-H", &h]);
+        let a = node.curl(&lang, &["-H", &h]);
         assert_eq!(a.status, 200, "{l}: {a:?}");
         assert_eq!(
             String::from_utf8_lossy(&a.body),
@@ -676,11 +326,9 @@ fn rfc9111_4_1_vary_variants_are_stored_served_by_peers_and_bounded() {
 
 #[test]
 fn section_3_2_flash_crowd_of_200_clients_on_three_nodes_makes_one_origin_request() {
-    let dir = TempDir::new("crowd");
+    let dir = temp_dir("crowd");
     let body = object(200_000, 7);
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("crowd.bin"), &body).unwrap();
+    let root = common::web_root(dir.path(), &[("crowd.bin", &body)]);
     // nginx sends it at 200 kB/s, about a second, so the crowd arrives
     // while the one fetch is under way.
     let nginx = Nginx::start_with(
@@ -721,7 +369,7 @@ fn section_3_2_flash_crowd_of_200_clients_on_three_nodes_makes_one_origin_reques
         "exactly one origin request"
     );
     for n in &nodes {
-        let a = curl(n, &url, &[]);
+        let a = n.curl(&url, &[]);
         assert_eq!(a.body, body, "{}", n.ip);
         assert!(a.header("cache-status").contains("hit"), "{a:?}");
     }
@@ -729,25 +377,16 @@ fn section_3_2_flash_crowd_of_200_clients_on_three_nodes_makes_one_origin_reques
 
 #[test]
 fn post_gets_405_with_allow_and_reaches_no_origin() {
-    let dir = TempDir::new("post");
+    let dir = temp_dir("post");
     let origin = FaultOrigin::start("127.11.4.100:8080", |_, _, s| {
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
     });
-    let node = Node::start(
-        "127.11.4.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.4.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.4.1", "127.11.4.100").start();
     let url = coralized("www.origin.test", 8080, "/form");
-    let a = curl(&node, &url, &["-X", "POST", "-d", "x=1"]);
+    let a = node.curl(&url, &["-X", "POST", "-d", "x=1"]);
     assert_eq!(a.status, 405);
     assert_eq!(a.header("allow"), "GET, HEAD");
-    let a = curl(&node, &url, &["-X", "PUT", "-d", "x=1"]);
+    let a = node.curl(&url, &["-X", "PUT", "-d", "x=1"]);
     assert_eq!(a.status, 405);
     // CONNECT (authority-form) is refused too: not an open proxy.
     let (resp, closed) = raw(
@@ -767,16 +406,14 @@ fn post_gets_405_with_allow_and_reaches_no_origin() {
 
 #[test]
 fn ssrf_loopback_origin_gets_403_without_allow_private_origins_and_is_never_connected_to() {
-    let dir = TempDir::new("ssrf");
+    let dir = temp_dir("ssrf");
     let origin = FaultOrigin::start("127.11.5.100:8080", |_, _, s| {
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret");
     });
-    let node = Node::start(
-        "127.11.5.1",
-        &dir.path().join("cache"),
-        None,
-        &["--resolve", "internal.origin.test=127.11.5.100"],
-    );
+    let node = Node::on("127.11.5.1")
+        .proxy(&dir.path().join("cache"))
+        .args(&["--resolve", "internal.origin.test=127.11.5.100"])
+        .start();
     // 127.0.0.1 itself, on a port of its own (this test's network namespace
     // or host may have nothing on port 80 to notice a connection).
     let localhost = FaultOrigin::start("127.0.0.1:18095", |_, _, s| {
@@ -790,7 +427,7 @@ fn ssrf_loopback_origin_gets_403_without_allow_private_origins_and_is_never_conn
         // 169.254.169.254 (metadata) and the IPv4-mapped form of loopback.
         format!("http://169.254.169.254.{ALIAS}:8090/latest/meta-data/"),
     ] {
-        let a = curl(&node, &url, &[]);
+        let a = node.curl(&url, &[]);
         assert_eq!(a.status, 403, "{url}: {a:?}");
         assert!(!String::from_utf8_lossy(&a.body).contains("secret"));
     }
@@ -808,7 +445,7 @@ fn ssrf_loopback_origin_gets_403_without_allow_private_origins_and_is_never_conn
 
 #[test]
 fn malformed_requests_get_400_and_close_reach_no_origin_and_change_no_cache_entry() {
-    let dir = TempDir::new("malformed");
+    let dir = temp_dir("malformed");
     let origin = FaultOrigin::start("127.11.6.100:8080", |n, _, s| {
         let body = format!("object version {n}");
         let _ = write!(
@@ -817,18 +454,9 @@ fn malformed_requests_get_400_and_close_reach_no_origin_and_change_no_cache_entr
             body.len()
         );
     });
-    let node = Node::start(
-        "127.11.6.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.6.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.6.1", "127.11.6.100").start();
     let url = coralized("www.origin.test", 8080, "/x");
-    let good = curl(&node, &url, &[]);
+    let good = node.curl(&url, &[]);
     assert_eq!(good.body, b"object version 0");
     assert_eq!(origin.connections(), 1);
     let host = format!("www.origin.test.8080.{ALIAS}");
@@ -871,7 +499,7 @@ fn malformed_requests_get_400_and_close_reach_no_origin_and_change_no_cache_entr
         "no malformed request reached the origin"
     );
     // The cached object is unchanged, and the next good request is served.
-    let after = curl(&node, &url, &[]);
+    let after = node.curl(&url, &[]);
     assert_eq!(after.status, 200);
     assert_eq!(after.body, b"object version 0");
     assert!(after.header("cache-status").contains("hit"), "{after:?}");
@@ -886,19 +514,10 @@ fn malformed_requests_get_400_and_close_reach_no_origin_and_change_no_cache_entr
 
 #[test]
 fn keep_alive_and_pipelined_requests_are_answered_in_order() {
-    let dir = TempDir::new("pipeline");
-    let root = web_root(dir.path());
+    let dir = temp_dir("pipeline");
+    let root = objects_root(dir.path());
     let _nginx = Nginx::start(dir.path(), "127.11.7.100:8080".parse().unwrap(), &root);
-    let node = Node::start(
-        "127.11.7.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.7.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.7.1", "127.11.7.100").start();
     let host = format!("www.origin.test.8080.{ALIAS}");
     // Three requests in one write, the last closing; a GET with a body too.
     let req = format!(
@@ -906,7 +525,7 @@ fn keep_alive_and_pipelined_requests_are_answered_in_order() {
          GET /a.bin HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\n\r\nxyz\
          HEAD /b.bin HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
     );
-    let mut s = TcpStream::connect(node.http).unwrap();
+    let mut s = TcpStream::connect(node.http()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(req.as_bytes()).unwrap();
     let mut out = Vec::new();
@@ -935,21 +554,12 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[test]
 fn a_restarted_node_serves_its_cached_objects_without_asking_the_origin() {
-    let dir = TempDir::new("restart");
-    let root = web_root(dir.path());
+    let dir = temp_dir("restart");
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.8.100:8080".parse().unwrap(), &root);
-    let mut node = Node::start(
-        "127.11.8.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.8.100",
-        ],
-    );
+    let mut node = proxy_node(dir.path(), "127.11.8.1", "127.11.8.100").start();
     for p in ["/a.bin", "/b.bin", "/c.bin"] {
-        let a = curl(&node, &coralized("www.origin.test", 8080, p), &[]);
+        let a = node.curl(&coralized("www.origin.test", 8080, p), &[]);
         assert_eq!(a.status, 200);
     }
     node.kill();
@@ -959,7 +569,7 @@ fn a_restarted_node_serves_its_cached_objects_without_asking_the_origin() {
         ("/b.bin", object(4096, 2)),
         ("/c.bin", object(300_000, 3)),
     ] {
-        let a = curl(&node, &coralized("www.origin.test", 8080, p), &[]);
+        let a = node.curl(&coralized("www.origin.test", 8080, p), &[]);
         assert_eq!(a.status, 200, "{p}: {a:?}");
         assert_eq!(a.body, want, "{p}");
         assert!(a.header("cache-status").contains("hit"), "{p}: {a:?}");
@@ -970,33 +580,13 @@ fn a_restarted_node_serves_its_cached_objects_without_asking_the_origin() {
         );
     }
     // Its pointers are back in the DSHT (§3.2): others can fetch from it.
-    let admin = format!("{}:7080", node.ip);
-    let start = Instant::now();
-    loop {
-        let out = Command::new(CORAL)
-            .args([
-                "get",
-                "url:http://www.origin.test:8080/c.bin",
-                "--node",
-                &admin,
-                "--json",
-            ])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).contains(&node.http.to_string()) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "no pointer after the restart"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let url = "http://www.origin.test:8080/c.bin";
+    wait_for_pointer(&node, url, &node, Duration::from_secs(15));
 }
 
 #[test]
 fn kill_9_in_the_middle_of_a_download_leaves_no_object_served_truncated() {
-    let dir = TempDir::new("kill9");
+    let dir = temp_dir("kill9");
     let body = object(400_000, 9);
     let served = body.clone();
     let started = Arc::new(AtomicUsize::new(0));
@@ -1021,29 +611,10 @@ fn kill_9_in_the_middle_of_a_download_leaves_no_object_served_truncated() {
             let _ = s.write_all(&served);
         }
     });
-    let mut node = Node::start(
-        "127.11.9.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.9.100",
-        ],
-    );
+    let mut node = proxy_node(dir.path(), "127.11.9.1", "127.11.9.100").start();
     let url = coralized("www.origin.test", 8080, "/big.bin");
     let ip = node.ip.clone();
-    let client = std::thread::spawn(move || {
-        Command::new("curl")
-            .args(["-sS", "--max-time", "60", "-o", "/dev/null"])
-            .args([
-                "--resolve",
-                &format!("www.origin.test.8080.{ALIAS}:8090:{ip}"),
-            ])
-            .arg(&url)
-            .output()
-            .unwrap()
-    });
+    let client = std::thread::spawn(move || curl(&ip, &url, &[]));
     let start = Instant::now();
     while started.load(Ordering::SeqCst) < 100_000 {
         assert!(
@@ -1054,12 +625,9 @@ fn kill_9_in_the_middle_of_a_download_leaves_no_object_served_truncated() {
     }
     node.kill();
     let out = client.join().unwrap();
-    assert!(
-        !out.status.success(),
-        "the client saw the transfer cut short"
-    );
+    assert!(!out.curl_ok, "the client saw the transfer cut short");
     node.restart();
-    let a = curl(&node, &coralized("www.origin.test", 8080, "/big.bin"), &[]);
+    let a = node.curl(&coralized("www.origin.test", 8080, "/big.bin"), &[]);
     assert_eq!(a.status, 200);
     assert_eq!(a.body.len(), body.len(), "never a truncated object");
     assert_eq!(a.body, body);
@@ -1069,8 +637,8 @@ fn kill_9_in_the_middle_of_a_download_leaves_no_object_served_truncated() {
 
 #[test]
 fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
-    let dir = TempDir::new("reuse");
-    let root = web_root(dir.path());
+    let dir = temp_dir("reuse");
+    let root = objects_root(dir.path());
     let ns = root.join("ns");
     std::fs::create_dir_all(&ns).unwrap();
     let big = object(20_000_000, 4);
@@ -1083,19 +651,10 @@ fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
         &root,
         "location /ns/ { expires off; add_header Cache-Control no-store; }",
     );
-    let node = Node::start(
-        "127.11.17.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.17.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.17.1", "127.11.17.100").start();
     // One after another, on one core: one origin connection, reused.
     for p in ["/a.bin", "/b.bin", "/c.bin"] {
-        let a = curl(&node, &coralized("www.origin.test", 8080, p), &[]);
+        let a = node.curl(&coralized("www.origin.test", 8080, p), &[]);
         assert_eq!(a.status, 200, "{p}: {a:?}");
     }
     let first = nginx.connections_of("/a.bin");
@@ -1107,7 +666,7 @@ fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
     // the body would be read as the next answer).
     let host = format!("www.origin.test.8080.{ALIAS}");
     {
-        let mut s = TcpStream::connect(node.http).unwrap();
+        let mut s = TcpStream::connect(node.http()).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         write!(s, "GET /ns/big.bin HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
         let mut got = Vec::new();
@@ -1131,7 +690,7 @@ fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
     let big_conn = nginx.connections_of("/ns/big.bin");
     let url = coralized("www.origin.test", 8080, "/ns/small.bin");
     for _ in 0..2 {
-        let a = curl(&node, &url, &[]);
+        let a = node.curl(&url, &[]);
         assert_eq!(a.status, 200, "{a:?}");
         assert_eq!(
             a.body,
@@ -1155,8 +714,8 @@ fn origin_connections_are_reused_only_after_the_whole_response_was_read() {
 
 #[test]
 fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with_nginx() {
-    let dir = TempDir::new("rfc9111");
-    let root = web_root(dir.path());
+    let dir = temp_dir("rfc9111");
+    let root = objects_root(dir.path());
     std::fs::create_dir_all(root.join("short")).unwrap();
     std::fs::write(root.join("short/s.bin"), object(3000, 8)).unwrap();
     let nginx = Nginx::start_with(
@@ -1165,19 +724,10 @@ fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with
         &root,
         "location /short/ { expires 1s; }",
     );
-    let node = Node::start(
-        "127.11.18.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.18.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.18.1", "127.11.18.100").start();
     let url = coralized("www.origin.test", 8080, "/a.bin");
     let whole = object(41_000, 1);
-    let first = curl(&node, &url, &[]);
+    let first = node.curl(&url, &[]);
     assert_eq!(first.status, 200, "{first:?}");
     assert!(first.header("via").ends_with("(coral)"), "{first:?}");
     assert_eq!(first.header("age"), "0", "{first:?}");
@@ -1186,21 +736,20 @@ fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with
         .starts_with("coral; fwd=uri-miss"));
     // Ranges from the cached object: past the end is 416, several ranges
     // (an abuse vector) get the whole body.
-    let r = curl(&node, &url, &["-r", "50000-"]);
+    let r = node.curl(&url, &["-r", "50000-"]);
     assert_eq!(r.status, 416, "{r:?}");
     assert_eq!(r.header("content-range"), "bytes */41000");
-    let m = curl(&node, &url, &["-r", "0-1,5-6"]);
+    let m = node.curl(&url, &["-r", "0-1,5-6"]);
     assert_eq!(m.status, 200, "{m:?}");
     assert_eq!(m.body, whole);
     // A client's conditionals are answered here.
     let lm = format!("If-Modified-Since: {}", first.header("last-modified"));
-    assert_eq!(curl(&node, &url, &["-H", &lm]).status, 304);
+    assert_eq!(node.curl(&url, &["-H", &lm]).status, 304);
     let inm = format!("If-None-Match: {}", first.header("etag"));
-    assert_eq!(curl(&node, &url, &["-H", &inm]).status, 304);
+    assert_eq!(node.curl(&url, &["-H", &inm]).status, 304);
     // A browser's reload is served from the cache (the deployed CoralCDN's
     // rule: a flash crowd of reloads must not reach the origin).
-    let reload = curl(
-        &node,
+    let reload = node.curl(
         &url,
         &["-H", "Cache-Control: no-cache", "-H", "Pragma: no-cache"],
     );
@@ -1208,12 +757,12 @@ fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with
     assert_eq!(nginx.requests("/a.bin"), 1);
     // Cookies never go upstream (every Coralized site shares one domain).
     let b = coralized("www.origin.test", 8080, "/b.bin");
-    assert_eq!(curl(&node, &b, &["-b", "session=secret"]).status, 200);
+    assert_eq!(node.curl(&b, &["-b", "session=secret"]).status, 200);
     let log = std::fs::read_to_string(&nginx.log).unwrap_or_default();
     let line = log.lines().find(|l| l.contains("GET /b.bin ")).unwrap();
     assert!(line.contains("\"-\"") && !line.contains("secret"), "{line}");
     // Authorization: the answer is for one user; the origin gives it.
-    let auth = curl(&node, &url, &["-H", "Authorization: Basic dXNlcjpwdw=="]);
+    let auth = node.curl(&url, &["-H", "Authorization: Basic dXNlcjpwdw=="]);
     assert_eq!(auth.status, 200);
     assert!(
         auth.header("cache-status").contains("fwd=bypass"),
@@ -1222,15 +771,15 @@ fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with
     assert_eq!(nginx.requests("/a.bin"), 2);
     // A request that already came through Coral is a loop (RFC 8586).
     for l in ["CDN-Loop: coral", &format!("CDN-Loop: other, {ALIAS}")] {
-        let a = curl(&node, &url, &["-H", l]);
+        let a = node.curl(&url, &["-H", l]);
         assert_eq!(a.status, 403, "{l}: {a:?}");
     }
     assert_eq!(nginx.requests("/a.bin"), 2, "no loop reached the origin");
     // A stale object is revalidated with nginx (its validators → 304).
     let s = coralized("www.origin.test", 8080, "/short/s.bin");
-    assert_eq!(curl(&node, &s, &[]).body, object(3000, 8));
+    assert_eq!(node.curl(&s, &[]).body, object(3000, 8));
     std::thread::sleep(Duration::from_millis(2100));
-    let again = curl(&node, &s, &[]);
+    let again = node.curl(&s, &[]);
     assert_eq!(again.status, 200, "{again:?}");
     assert_eq!(again.body, object(3000, 8));
     let log = std::fs::read_to_string(&nginx.log).unwrap_or_default();
@@ -1244,7 +793,7 @@ fn rfc9111_ranges_conditionals_reloads_authorization_loops_and_revalidation_with
 
 #[test]
 fn an_origin_that_never_completes_the_connection_fails_at_the_connect_timeout() {
-    let dir = TempDir::new("connect");
+    let dir = temp_dir("connect");
     // A listener with a backlog of one, its queue filled and never
     // accepted: the kernel drops further SYNs, so connecting hangs.
     let addr: SocketAddr = "127.11.19.100:8080".parse().unwrap();
@@ -1260,26 +809,11 @@ fn an_origin_that_never_completes_the_connection_fails_at_the_connect_timeout() 
         assert!(queued.len() < 16, "the accept queue does not fill");
     };
     assert_eq!(hung.kind(), std::io::ErrorKind::TimedOut, "{hung}");
-    let conf = dir.path().join("coral.toml");
-    std::fs::write(
-        &conf,
-        "[proxy]\nconnect_timeout_ms = 1000\nfirst_byte_timeout_ms = 30000\n",
-    )
-    .unwrap();
-    let node = Node::start(
-        "127.11.19.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--config",
-            conf.to_str().unwrap(),
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.19.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.19.1", "127.11.19.100")
+        .config_text("[proxy]\nconnect_timeout_ms = 1000\nfirst_byte_timeout_ms = 30000\n")
+        .start();
     let start = Instant::now();
-    let a = curl(&node, &coralized("www.origin.test", 8080, "/x"), &[]);
+    let a = node.curl(&coralized("www.origin.test", 8080, "/x"), &[]);
     assert_eq!(a.status, 502, "{a:?}");
     // It waited for the connect timeout (nothing refused it at once);
     // SYN retries would last minutes, the miss timeout 60 s.
@@ -1295,29 +829,17 @@ fn an_origin_that_never_completes_the_connection_fails_at_the_connect_timeout() 
 /// A node whose origin `www.origin.test` is the fault origin on `origin_ip`,
 /// with short timeouts (config file) so that faults show quickly.
 fn fault_node(dir: &Path, ip: &str, origin_ip: &str) -> Node {
-    let conf = dir.join("coral.toml");
-    std::fs::write(
-        &conf,
+    let conf = write_file(
+        dir,
+        "coral.toml",
         "[proxy]\nfirst_byte_timeout_ms = 1500\nidle_timeout_ms = 1500\nobject_bytes_max = 1000000\nnegative_ttl_secs = 2\n",
-    )
-    .unwrap();
-    Node::start(
-        ip,
-        &dir.join("cache"),
-        None,
-        &[
-            "--config",
-            conf.to_str().unwrap(),
-            "--allow-private-origins",
-            "--resolve",
-            &format!("www.origin.test={origin_ip}"),
-        ],
-    )
+    );
+    proxy_node(dir, ip, origin_ip).config(&conf).start()
 }
 
 #[test]
 fn faulty_origins_truncating_lying_slow_oversized_are_never_cached_as_complete() {
-    let dir = TempDir::new("faults");
+    let dir = temp_dir("faults");
     let origin = FaultOrigin::start("127.11.10.100:8080", |_, head, s| {
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         match path.as_str() {
@@ -1377,7 +899,7 @@ fn faulty_origins_truncating_lying_slow_oversized_are_never_cached_as_complete()
     ] {
         let url = coralized("www.origin.test", 8080, path);
         let before = origin.connections();
-        let a = curl(&node, &url, &[]);
+        let a = node.curl(&url, &[]);
         if let Some(s) = want_status {
             assert_eq!(a.status, s, "{path}: {a:?}");
         } else {
@@ -1386,7 +908,7 @@ fn faulty_origins_truncating_lying_slow_oversized_are_never_cached_as_complete()
             assert!(!a.curl_ok || a.status >= 500, "{path}: {a:?}");
         }
         // Nothing truncated was kept: the next request goes to the origin again.
-        let b = curl(&node, &url, &[]);
+        let b = node.curl(&url, &[]);
         assert!(!b.curl_ok || b.status >= 500, "{path} second: {b:?}");
         assert!(origin.connections() >= before + 2, "{path} was not cached");
     }
@@ -1394,7 +916,7 @@ fn faulty_origins_truncating_lying_slow_oversized_are_never_cached_as_complete()
 
 #[test]
 fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
-    let dir = TempDir::new("redirect");
+    let dir = temp_dir("redirect");
     let origin = FaultOrigin::start("127.11.11.100:8080", |_, head, s| {
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         match path.as_str() {
@@ -1421,7 +943,7 @@ fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
         }
     });
     let node = fault_node(dir.path(), "127.11.11.1", "127.11.11.100");
-    let a = curl(&node, &coralized("www.origin.test", 8080, "/moved"), &[]);
+    let a = node.curl(&coralized("www.origin.test", 8080, "/moved"), &[]);
     assert_eq!(a.status, 301);
     assert_eq!(
         a.header("location"),
@@ -1433,28 +955,19 @@ fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
     );
     // Links in HTML stay Coralized; a content-coded body (which we cannot
     // read without decoding it) is passed on byte for byte, never mangled.
-    let page = curl(
-        &node,
-        &coralized("www.origin.test", 8080, "/page.html"),
-        &[],
-    );
+    let page = node.curl(&coralized("www.origin.test", 8080, "/page.html"), &[]);
     assert_eq!(
         String::from_utf8_lossy(&page.body),
         format!("<a href=\"http://www.origin.test.8080.{ALIAS}:8090/x\">x</a>")
     );
-    let coded = curl(
-        &node,
-        &coralized("www.origin.test", 8080, "/coded.html"),
-        &[],
-    );
+    let coded = node.curl(&coralized("www.origin.test", 8080, "/coded.html"), &[]);
     assert_eq!(coded.header("content-encoding"), "gzip");
     assert_eq!(
         coded.body,
         b"<a href=\"http://www.origin.test:8080/x\">x</a>"
     );
     // Set-Cookie never reaches a client: every Coralized site shares one domain.
-    let c = curl(
-        &node,
+    let c = node.curl(
         &coralized("www.origin.test", 8080, "/cookie"),
         &["-b", "id=1"],
     );
@@ -1463,20 +976,20 @@ fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
     // A 404 is cached for negative_ttl_secs (2 s here), then asked again.
     let url = coralized("www.origin.test", 8080, "/missing");
     let before = origin.connections();
-    let first = curl(&node, &url, &[]);
+    let first = node.curl(&url, &[]);
     assert_eq!(first.status, 404, "{first:?}");
-    let again = curl(&node, &url, &[]);
+    let again = node.curl(&url, &[]);
     assert_eq!(again.status, 404);
     assert!(again.header("cache-status").contains("hit"), "{again:?}");
     assert_eq!(origin.connections(), before + 1);
     std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(curl(&node, &url, &[]).status, 404);
+    assert_eq!(node.curl(&url, &[]).status, 404);
     assert_eq!(origin.connections(), before + 2, "asked again once stale");
 }
 
 #[test]
 fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
-    let dir = TempDir::new("stale");
+    let dir = temp_dir("stale");
     let mode = Arc::new(AtomicUsize::new(0));
     let m2 = mode.clone();
     let origin = FaultOrigin::start("127.11.12.100:8080", move |_, head, s| {
@@ -1506,19 +1019,19 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
     });
     let node = fault_node(dir.path(), "127.11.12.1", "127.11.12.100");
     let url = coralized("www.origin.test", 8080, "/v");
-    assert_eq!(curl(&node, &url, &[]).body, b"version");
+    assert_eq!(node.curl(&url, &[]).body, b"version");
     // A client's own conditional request is answered here.
-    let nm = curl(&node, &url, &["-H", "If-None-Match: \"v1\""]);
+    let nm = node.curl(&url, &["-H", "If-None-Match: \"v1\""]);
     assert_eq!(nm.status, 304, "{nm:?}");
     std::thread::sleep(Duration::from_millis(2100));
     mode.store(1, Ordering::SeqCst);
-    let r = curl(&node, &url, &[]);
+    let r = node.curl(&url, &[]);
     assert_eq!(r.status, 200);
     assert_eq!(r.body, b"version", "revalidated with a 304");
     std::thread::sleep(Duration::from_millis(2100));
     mode.store(2, Ordering::SeqCst);
     let before = origin.connections();
-    let s = curl(&node, &url, &[]);
+    let s = node.curl(&url, &[]);
     assert_eq!(s.status, 200, "the stale copy, not the origin's 503: {s:?}");
     assert_eq!(s.body, b"version");
     assert!(s.header("cache-status").contains("stale"), "{s:?}");
@@ -1527,7 +1040,7 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
     for (m, code) in [(3, 429), (4, 403)] {
         mode.store(m, Ordering::SeqCst);
         let before = origin.connections();
-        let t = curl(&node, &url, &[]);
+        let t = node.curl(&url, &[]);
         assert_eq!(
             t.status, 200,
             "the stale copy, not the origin's {code}: {t:?}"
@@ -1538,43 +1051,32 @@ fn rfc9111_stale_objects_are_revalidated_and_served_when_the_origin_errs() {
     }
     // Gone: a 404 replaces the copy (and is cached briefly).
     mode.store(5, Ordering::SeqCst);
-    let g = curl(&node, &url, &[]);
+    let g = node.curl(&url, &[]);
     assert_eq!(g.status, 404, "{g:?}");
-    let g = curl(&node, &url, &[]);
+    let g = node.curl(&url, &[]);
     assert_eq!(g.status, 404, "{g:?}");
     assert!(g.header("cache-status").contains("hit"), "{g:?}");
 }
 
 #[test]
 fn section_3_2_misses_on_any_core_meet_one_fetch_on_the_owning_core() {
-    let dir = TempDir::new("cores");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
+    let dir = temp_dir("cores");
+    let root = common::web_root(dir.path(), &[]);
     for i in 0..16 {
         std::fs::write(root.join(format!("o{i}.bin")), object(20_000 + i, i as u8)).unwrap();
     }
     let nginx = Nginx::start(dir.path(), "127.11.14.100:8080".parse().unwrap(), &root);
-    let mut node = Node::start(
-        "127.11.14.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.14.100",
-        ],
-    );
+    let mut node = proxy_node(dir.path(), "127.11.14.1", "127.11.14.100").start();
     // Two cores: the kernel spreads connections over both listeners, and
     // keys are owned by either.
     node.kill();
-    let cores = node.args.iter().position(|a| a == "--cores").unwrap() + 1;
-    node.args[cores] = "2".into();
+    node.set_cores(2);
     node.restart();
     // 80 concurrent clients, five for each object.
     let host = format!("www.origin.test.8080.{ALIAS}");
     let clients: Vec<_> = (0..80)
         .map(|n| {
-            let (addr, host) = (node.http, host.clone());
+            let (addr, host) = (node.http(), host.clone());
             std::thread::spawn(move || {
                 let i = n % 16;
                 let (resp, _) = raw_to(
@@ -1612,9 +1114,8 @@ fn section_3_2_misses_on_any_core_meet_one_fetch_on_the_owning_core() {
 
 #[test]
 fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
-    let dir = TempDir::new("chromium");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
+    let dir = temp_dir("chromium");
+    let root = common::web_root(dir.path(), &[]);
     let colours = ["#c0392b", "#27ae60", "#2980b9", "#f39c12", "#8e44ad"];
     for (i, c) in colours.iter().enumerate() {
         std::fs::write(
@@ -1645,36 +1146,11 @@ fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
     )
     .unwrap();
     let nginx = Nginx::start(dir.path(), "127.11.15.100:8080".parse().unwrap(), &root);
-    let node = Node::start(
-        "127.11.15.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.15.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.15.1", "127.11.15.100").start();
     let url = coralized("www.origin.test", 8080, "/page.html");
-    let chromium = |extra: &[&str]| {
-        Command::new("/usr/bin/chromium")
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--virtual-time-budget=10000",
-                &format!("--user-data-dir={}", dir.path().join("profile").display()),
-                &format!("--host-resolver-rules=MAP *.{ALIAS} {}", node.ip),
-            ])
-            .args(extra)
-            .arg(&url)
-            .output()
-            .expect("chromium (Debian's package) is needed for this test")
-    };
-    let dom = chromium(&["--dump-dom"]);
+    let rules = format!("--host-resolver-rules=MAP *.{ALIAS} {}", node.ip);
+    let flags = ["--virtual-time-budget=10000", &rules, "--dump-dom"];
+    let dom = common::chromium(dir.path(), &url, &flags);
     let dom = String::from_utf8_lossy(&dom.stdout);
     assert!(dom.contains("loaded 5"), "not every image arrived: {dom}");
     assert!(
@@ -1684,16 +1160,9 @@ fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
         "the link stayed Coralized: {dom}"
     );
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("proxy-chromium.png");
-    let _ = std::fs::remove_file(&shot);
-    let out = chromium(&[
-        &format!("--screenshot={}", shot.display()),
-        "--window-size=800,400",
-    ]);
-    assert!(
-        shot.exists() && std::fs::metadata(&shot).unwrap().len() > 1000,
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let flags = ["--virtual-time-budget=10000", &rules];
+    let (bytes, err) = common::chromium_screenshot(dir.path(), &url, &flags, "800,400", &shot);
+    assert!(bytes > 1000, "no screenshot: {err}");
     // Every object came from the origin once, through the node.
     for p in [
         "/page.html",
@@ -1713,7 +1182,7 @@ fn section_2_1_headless_chromium_loads_a_coralized_page_and_all_its_images() {
 /// is replaced by another version.
 #[test]
 fn fast_hits_follow_age_head_and_a_replaced_object() {
-    let dir = TempDir::new("fast-hits");
+    let dir = temp_dir("fast-hits");
     let version = Arc::new(AtomicUsize::new(1));
     let v2 = version.clone();
     let origin = FaultOrigin::start("127.11.61.100:8080", move |_, head, s| {
@@ -1733,10 +1202,10 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
     });
     let node = fault_node(dir.path(), "127.11.61.1", "127.11.61.100");
     let url = coralized("www.origin.test", 8080, "/f");
-    assert_eq!(curl(&node, &url, &[]).body, b"one");
+    assert_eq!(node.curl(&url, &[]).body, b"one");
     // The full path's hit, then the fast path's: the same answer.
-    let full = curl(&node, &url, &[]);
-    let fast = curl(&node, &url, &[]);
+    let full = node.curl(&url, &[]);
+    let fast = node.curl(&url, &[]);
     for a in [&full, &fast] {
         assert_eq!((a.status, a.body.as_slice()), (200, &b"one"[..]), "{a:?}");
         assert!(a.header("cache-status").contains("hit"), "{a:?}");
@@ -1757,7 +1226,7 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
     assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
     // Still fresh a second later: Age and the ttl moved on.
     std::thread::sleep(Duration::from_millis(1100));
-    let later = curl(&node, &url, &[]);
+    let later = node.curl(&url, &[]);
     assert!(later.header("cache-status").contains("hit"), "{later:?}");
     let age: u64 = later.header("age").parse().unwrap();
     assert!(age >= 1, "{later:?}");
@@ -1765,13 +1234,13 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
     std::thread::sleep(Duration::from_millis(3100));
     version.store(2, Ordering::SeqCst);
     let connections = origin.connections();
-    assert_eq!(curl(&node, &url, &[]).body, b"second");
+    assert_eq!(node.curl(&url, &[]).body, b"second");
     assert!(
         origin.connections() > connections,
         "the stale copy was not served as a hit"
     );
     for _ in 0..3 {
-        let a = curl(&node, &url, &[]);
+        let a = node.curl(&url, &[]);
         assert_eq!(
             (a.status, a.body.as_slice()),
             (200, &b"second"[..]),
@@ -1782,22 +1251,22 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
         assert!(a.header("cache-status").contains("hit"), "{a:?}");
     }
     // Request fields that change a hit's answer still apply.
-    let range = curl(&node, &url, &["-H", "Range: bytes=1-2"]);
+    let range = node.curl(&url, &["-H", "Range: bytes=1-2"]);
     assert_eq!(
         (range.status, range.body.as_slice()),
         (206, &b"ec"[..]),
         "{range:?}"
     );
-    let not_modified = curl(&node, &url, &["-H", "If-None-Match: \"v2\""]);
+    let not_modified = node.curl(&url, &["-H", "If-None-Match: \"v2\""]);
     assert_eq!(not_modified.status, 304, "{not_modified:?}");
     // A varying object: Accept-Language is a plain request's field, and
     // another language must not get the stored variant.
     let lang = coralized("www.origin.test", 8080, "/lang");
     for _ in 0..3 {
-        let en = curl(&node, &lang, &["-H", "Accept-Language: en"]);
+        let en = node.curl(&lang, &["-H", "Accept-Language: en"]);
         assert_eq!(en.body, b"en", "{en:?}");
     }
-    let fr = curl(&node, &lang, &["-H", "Accept-Language: fr"]);
+    let fr = node.curl(&lang, &["-H", "Accept-Language: fr"]);
     assert_eq!(fr.body, b"fr", "{fr:?}");
     // A Host the full parser refuses is refused, learned names or not.
     let (answer, closed) = raw(&node, b"GET /f HTTP/1.1\r\nHost: www origin\r\n\r\n");
@@ -1820,7 +1289,7 @@ fn closed_after(s: &mut TcpStream, from: Instant) -> Duration {
 
 #[test]
 fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not() {
-    let dir = TempDir::new("client-idle");
+    let dir = temp_dir("client-idle");
     // The origin answers after 3 s: longer than the client idle timeout,
     // which must not cut a connection that is being answered.
     let _origin = FaultOrigin::start("127.11.42.100:8080", |_, _, s| {
@@ -1829,28 +1298,13 @@ fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: max-age=600\r\n\r\nhello",
         );
     });
-    let conf = dir.path().join("coral.toml");
-    std::fs::write(
-        &conf,
-        "[proxy]\nclient_idle_timeout_ms = 1000\nfirst_byte_timeout_ms = 20000\n",
-    )
-    .unwrap();
-    let node = Node::start(
-        "127.11.42.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--config",
-            conf.to_str().unwrap(),
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.42.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.42.1", "127.11.42.100")
+        .config_text("[proxy]\nclient_idle_timeout_ms = 1000\nfirst_byte_timeout_ms = 20000\n")
+        .start();
     // Silent from the start, and silent halfway through a head: both idle.
     let start = Instant::now();
-    let mut silent = TcpStream::connect(node.http).unwrap();
-    let mut half = TcpStream::connect(node.http).unwrap();
+    let mut silent = TcpStream::connect(node.http()).unwrap();
+    let mut half = TcpStream::connect(node.http()).unwrap();
     half.write_all(b"GET /x HTTP/1.1\r\nHo").unwrap();
     for s in [&mut silent, &mut half] {
         let took = closed_after(s, start);
@@ -1859,7 +1313,7 @@ fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not
     }
     // Busy for 3 s on a slow origin, then answered, then idle and closed.
     let host = format!("www.origin.test.8080.{ALIAS}");
-    let mut busy = TcpStream::connect(node.http).unwrap();
+    let mut busy = TcpStream::connect(node.http()).unwrap();
     busy.write_all(format!("GET /slow HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
         .unwrap();
     busy.set_read_timeout(Some(Duration::from_secs(30)))
@@ -1894,8 +1348,8 @@ fn client_connections_idle_past_client_idle_timeout_are_closed_busy_ones_are_not
 /// for GET, HEAD and requests that arrive together.
 #[test]
 fn uncacheable_objects_cost_one_origin_request_per_client_request() {
-    let dir = TempDir::new("uncacheable");
-    let root = web_root(dir.path());
+    let dir = temp_dir("uncacheable");
+    let root = objects_root(dir.path());
     std::fs::create_dir_all(root.join("private")).unwrap();
     std::fs::write(root.join("private/p.bin"), object(70_000, 9)).unwrap();
     let nginx = Nginx::start_with(
@@ -1904,18 +1358,9 @@ fn uncacheable_objects_cost_one_origin_request_per_client_request() {
         &root,
         "location /private/ { expires off; add_header Cache-Control no-store; }",
     );
-    let node = Node::start(
-        "127.11.30.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--cores",
-            "2",
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.30.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.30.1", "127.11.30.100")
+        .cores(2)
+        .start();
     let body = object(70_000, 9);
     let mut asked = 0;
     for path in ["/private/p.bin", "/private/p.bin?v=2", "/private/p.bin?v=3"] {
@@ -1924,9 +1369,9 @@ fn uncacheable_objects_cost_one_origin_request_per_client_request() {
         // cores.
         for i in 0..6 {
             let a = if i == 3 {
-                curl(&node, &url, &["-I"])
+                node.curl(&url, &["-I"])
             } else {
-                curl(&node, &url, &[])
+                node.curl(&url, &[])
             };
             asked += 1;
             assert_eq!(a.status, 200, "{path} #{i}: {a:?}");
@@ -1963,30 +1408,12 @@ fn uncacheable_objects_cost_one_origin_request_per_client_request() {
     let crowd: Vec<_> = (0..6)
         .map(|_| {
             let (url, ip) = (url.clone(), node.ip.clone());
-            std::thread::spawn(move || {
-                Command::new("curl")
-                    .args([
-                        "-sS",
-                        "--max-time",
-                        "60",
-                        "-o",
-                        "/dev/null",
-                        "-w",
-                        "%{http_code} %{size_download}",
-                    ])
-                    .args([
-                        "--resolve",
-                        &format!("www.origin.test.8080.{ALIAS}:8090:{ip}"),
-                    ])
-                    .arg(&url)
-                    .output()
-                    .expect("curl")
-            })
+            std::thread::spawn(move || curl(&ip, &url, &[]))
         })
         .collect();
     for c in crowd {
-        let out = c.join().unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "200 70000");
+        let a = c.join().unwrap();
+        assert_eq!(format!("{} {}", a.status, a.body.len()), "200 70000");
     }
     let start = Instant::now();
     while nginx.requests("/private/p.bin?v=4") < 6 && start.elapsed() < Duration::from_secs(10) {
@@ -2010,7 +1437,7 @@ fn uncacheable_objects_cost_one_origin_request_per_client_request() {
 /// the body is not fetched again, and the object is fresh again.
 #[test]
 fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
-    let dir = TempDir::new("lastmod");
+    let dir = temp_dir("lastmod");
     let bodies = Arc::new(AtomicUsize::new(0));
     let not_modified = Arc::new(AtomicUsize::new(0));
     const LM: &str = "Wed, 21 Oct 2015 07:28:00 GMT";
@@ -2041,18 +1468,9 @@ fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
             );
         }
     });
-    let node = Node::start(
-        "127.11.31.1",
-        &dir.path().join("cache"),
-        None,
-        &[
-            "--allow-private-origins",
-            "--resolve",
-            "www.origin.test=127.11.31.100",
-        ],
-    );
+    let node = proxy_node(dir.path(), "127.11.31.1", "127.11.31.100").start();
     let url = coralized("www.origin.test", 8080, "/lm");
-    let first = curl(&node, &url, &[]);
+    let first = node.curl(&url, &[]);
     assert_eq!(first.status, 200, "{first:?}");
     assert_eq!(first.body, b"last-modified ok");
     assert_eq!(first.header("last-modified"), LM);
@@ -2066,7 +1484,7 @@ fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
             "never revalidated"
         );
         std::thread::sleep(Duration::from_millis(200));
-        let a = curl(&node, &url, &[]);
+        let a = node.curl(&url, &[]);
         assert_eq!(a.status, 200, "{a:?}");
         assert_eq!(a.body, b"last-modified ok");
     }
@@ -2081,7 +1499,7 @@ fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
         "the body was not fetched again"
     );
     // Refreshed by the 304: fresh for 600 s, a hit, no origin request.
-    let hit = curl(&node, &url, &[]);
+    let hit = node.curl(&url, &[]);
     assert_eq!(hit.status, 200, "{hit:?}");
     assert_eq!(hit.body, b"last-modified ok");
     assert!(hit.header("cache-status").contains("hit"), "{hit:?}");
@@ -2089,79 +1507,29 @@ fn rfc9111_4_3_stale_object_revalidated_by_last_modified_alone() {
     assert_eq!(bodies.load(Ordering::SeqCst), 1);
 }
 
-/// The sample `sample` (name and labels as exposed) in `node`'s `/metrics`.
-fn metric(node: &Node, sample: &str) -> f64 {
-    let admin: SocketAddr = format!("{}:7080", node.ip).parse().unwrap();
-    let (out, _) = raw_to(
-        admin,
-        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-    );
-    let text = String::from_utf8_lossy(&out);
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(sample)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no {sample} in /metrics:\n{text}"))
-}
-
-/// Waits until `node` knows `contacts` other nodes at level 0.
-fn wait_joined(node: &Node, contacts: u64) {
-    let admin = format!("{}:7080", node.ip);
-    let start = Instant::now();
-    loop {
-        let out = Command::new(CORAL)
-            .args(["levels", "--node", &admin, "--json"])
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        if v["levels"][0]["contacts"].as_u64().unwrap_or(0) >= contacts {
-            return;
+/// Waits (at most `limit`) until a DSHT get of `url` through `node` names
+/// `holder`'s proxy.
+fn wait_for_pointer(node: &Node, url: &str, holder: &Node, limit: Duration) {
+    let key = format!("url:{url}");
+    wait_until(limit, Duration::from_millis(200), || {
+        let out = node.client_output(&["get", &key]);
+        if String::from_utf8_lossy(&out.stdout).contains(&holder.http().to_string()) {
+            Ok(())
+        } else {
+            Err(format!("no pointer to {} for {url}", holder.http()))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "node {} did not join",
-            node.ip
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Waits until a DSHT get of `url` through `node` names `holder`'s proxy.
-fn wait_for_pointer(node: &Node, url: &str, holder: &Node) {
-    let admin = format!("{}:7080", node.ip);
-    let start = Instant::now();
-    loop {
-        let out = Command::new(CORAL)
-            .args(["get", &format!("url:{url}"), "--node", &admin, "--json"])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).contains(&holder.http.to_string()) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no pointer to {} for {url}",
-            holder.http
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// A config file with short pointer TTLs (§3.2's are 20 s and 1 h).
 fn short_ttl_config(dir: &Path, complete_secs: u32) -> PathBuf {
-    let conf = dir.join("short-ttl.toml");
-    std::fs::write(
-        &conf,
+    write_file(
+        dir,
+        "short-ttl.toml",
         format!(
             "[proxy]\nfetching_pointer_ttl_secs = 2\ncomplete_pointer_ttl_secs = {complete_secs}\n"
         ),
     )
-    .unwrap();
-    conf
 }
 
 /// Long enough past a 3 s pointer TTL that an unrenewed pointer is gone.
@@ -2169,34 +1537,27 @@ const PAST_SHORT_TTL: Duration = Duration::from_secs(8);
 
 #[test]
 fn section_3_2_complete_pointers_with_a_short_ttl_are_renewed_and_peers_still_find_them() {
-    let dir = TempDir::new("renew");
-    let root = web_root(dir.path());
+    let dir = temp_dir("renew");
+    let root = objects_root(dir.path());
     let nginx = Nginx::start(dir.path(), "127.11.72.100:8080".parse().unwrap(), &root);
     let conf = short_ttl_config(dir.path(), 3);
-    let args = [
-        "--config",
-        conf.to_str().unwrap(),
-        "--allow-private-origins",
-        "--resolve",
-        "www.origin.test=127.11.72.100",
-    ];
-    let a = Node::start("127.11.72.1", &dir.path().join("cache1"), None, &args);
-    let b = Node::start(
-        "127.11.72.2",
-        &dir.path().join("cache2"),
-        Some("127.11.72.1"),
-        &args,
-    );
-    wait_joined(&a, 1);
-    wait_joined(&b, 1);
+    let a = proxy_node(dir.path(), "127.11.72.1", "127.11.72.100")
+        .config(&conf)
+        .start();
+    let b = proxy_node(dir.path(), "127.11.72.2", "127.11.72.100")
+        .config(&conf)
+        .bootstrap("127.11.72.1")
+        .start();
+    a.wait_joined(1);
+    b.wait_joined(1);
     let url = coralized("www.origin.test", 8080, "/b.bin");
-    let first = curl(&a, &url, &[]);
+    let first = a.curl(&url, &[]);
     assert_eq!(first.status, 200, "{first:?}");
     assert_eq!(nginx.requests("/b.bin"), 1);
-    wait_for_pointer(&b, "http://www.origin.test:8080/b.bin", &a);
+    wait_for_pointer(&b, "http://www.origin.test:8080/b.bin", &a, START_WAIT);
     // Well past the 3 s TTL: only a renewed pointer is still there.
     std::thread::sleep(PAST_SHORT_TTL);
-    let second = curl(&b, &url, &[]);
+    let second = b.curl(&url, &[]);
     assert_eq!(second.status, 200, "{second:?}");
     assert_eq!(second.body, object(4096, 2));
     assert!(
@@ -2208,8 +1569,8 @@ fn section_3_2_complete_pointers_with_a_short_ttl_are_renewed_and_peers_still_fi
 
 #[test]
 fn rfc9111_4_1_a_restarted_node_puts_back_and_renews_its_vary_variants_pointers() {
-    let dir = TempDir::new("vary-restart");
-    let root = web_root(dir.path());
+    let dir = temp_dir("vary-restart");
+    let root = objects_root(dir.path());
     let nginx = Nginx::start_with(
         dir.path(),
         "127.11.71.100:8080".parse().unwrap(),
@@ -2218,24 +1579,19 @@ fn rfc9111_4_1_a_restarted_node_puts_back_and_renews_its_vary_variants_pointers(
          return 200 \"lang=$http_accept_language\\n\"; }",
     );
     let conf = short_ttl_config(dir.path(), 3);
-    let args = [
-        "--config",
-        conf.to_str().unwrap(),
-        "--allow-private-origins",
-        "--resolve",
-        "www.origin.test=127.11.71.100",
-    ];
     let lang = coralized("www.origin.test", 8080, "/lang");
     let ask = |node: &Node, l: &str| {
         let h = format!("Accept-Language: {l}");
-        let a = curl(node, &lang, &["-H", &h]);
+        let a = node.curl(&lang, &["-H", &h]);
         assert_eq!(a.status, 200, "{l}: {a:?}");
         assert_eq!(String::from_utf8_lossy(&a.body), format!("lang={l}\n"));
         a.header("cache-status").to_string()
     };
     // Node 1 alone: "en" is stored under the URL's key (its first variant,
     // with a pointer under its variant key too), "fr" under its variant key.
-    let mut a = Node::start("127.11.71.1", &dir.path().join("cache1"), None, &args);
+    let mut a = proxy_node(dir.path(), "127.11.71.1", "127.11.71.100")
+        .config(&conf)
+        .start();
     assert!(ask(&a, "en").contains("fwd=uri-miss"));
     assert!(ask(&a, "fr").contains("stored"));
     assert_eq!(nginx.requests("/lang"), 2);
@@ -2244,15 +1600,13 @@ fn rfc9111_4_1_a_restarted_node_puts_back_and_renews_its_vary_variants_pointers(
     a.restart();
     assert!(ask(&a, "en").contains("hit"), "kept across the restart");
     assert!(ask(&a, "fr").contains("hit"), "kept across the restart");
-    let b = Node::start(
-        "127.11.71.2",
-        &dir.path().join("cache2"),
-        Some("127.11.71.1"),
-        &args,
-    );
-    wait_joined(&a, 1);
-    wait_joined(&b, 1);
-    wait_for_pointer(&b, "http://www.origin.test:8080/lang", &a);
+    let b = proxy_node(dir.path(), "127.11.71.2", "127.11.71.100")
+        .config(&conf)
+        .bootstrap("127.11.71.1")
+        .start();
+    a.wait_joined(1);
+    b.wait_joined(1);
+    wait_for_pointer(&b, "http://www.origin.test:8080/lang", &a, START_WAIT);
     // Past the TTL: the pointers put after the restart are renewed.
     std::thread::sleep(PAST_SHORT_TTL);
     // Node 2 stores "fr" under the URL's key (found by the URL's pointer);
@@ -2271,7 +1625,7 @@ fn rfc9111_4_1_a_restarted_node_puts_back_and_renews_its_vary_variants_pointers(
 
 #[test]
 fn a_pass_through_answer_the_origin_cuts_short_counts_as_an_origin_error() {
-    let dir = TempDir::new("pass-cut");
+    let dir = temp_dir("pass-cut");
     let origin = FaultOrigin::start("127.11.70.100:8080", |_, head, s| {
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         match path.as_str() {
@@ -2304,17 +1658,12 @@ fn a_pass_through_answer_the_origin_cuts_short_counts_as_an_origin_error() {
     });
     let node = fault_node(dir.path(), "127.11.70.1", "127.11.70.100");
     let errors = |reason: &str| {
-        metric(
-            &node,
-            &format!("coral_http_origin_errors_total{{reason=\"{reason}\"}}"),
-        )
+        node.metric(&format!(
+            "coral_http_origin_errors_total{{reason=\"{reason}\"}}"
+        ))
     };
     // A whole pass-through answer is no error.
-    let ok = curl(
-        &node,
-        &coralized("www.origin.test", 8080, "/private-ok"),
-        &[],
-    );
+    let ok = node.curl(&coralized("www.origin.test", 8080, "/private-ok"), &[]);
     assert_eq!(
         (ok.status, ok.body.as_slice()),
         (200, &b"hello"[..]),
@@ -2327,7 +1676,7 @@ fn a_pass_through_answer_the_origin_cuts_short_counts_as_an_origin_error() {
         // The owning core's fetch finds it uncacheable and hands its answer
         // over; then hit-for-pass; then a request that may not be cached.
         for args in [&[][..], &[][..], &["-H", "Cache-Control: no-store"][..]] {
-            let a = curl(&node, &url, args);
+            let a = node.curl(&url, args);
             assert!(
                 !a.curl_ok,
                 "{path} {args:?}: the client sees it cut short: {a:?}"
@@ -2336,11 +1685,7 @@ fn a_pass_through_answer_the_origin_cuts_short_counts_as_an_origin_error() {
     }
     assert_eq!(origin.connections(), before + 6, "one origin request each");
     assert_eq!(errors("truncated"), 6.0, "every cut answer counted");
-    let huge = curl(
-        &node,
-        &coralized("www.origin.test", 8080, "/private-huge"),
-        &[],
-    );
+    let huge = node.curl(&coralized("www.origin.test", 8080, "/private-huge"), &[]);
     assert!(!huge.curl_ok, "{huge:?}");
     assert_eq!(errors("too_large"), 1.0);
 }

@@ -7,10 +7,11 @@
 //! Every line runs as written except `coral sim hotspot`, which gets
 //! `--no-baseline` appended (its plain-DHT baseline alone takes two minutes).
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+mod common;
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+use std::process::{Command, Stdio};
+
+use common::{temp_dir, Proc, CORAL};
 
 /// The fenced block after the `## Using it` heading.
 fn using_it_block() -> Vec<String> {
@@ -33,19 +34,6 @@ fn using_it_block() -> Vec<String> {
         .collect()
 }
 
-/// The process group of the namespace's script, killed when dropped.
-struct Group(Child);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        // SAFETY: killpg on the group this test created; a stale id only fails.
-        unsafe {
-            libc::killpg(self.0.id() as i32, libc::SIGKILL);
-        }
-        let _ = self.0.wait();
-    }
-}
-
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
@@ -62,8 +50,8 @@ fn readme_using_it_block_runs_as_written() {
         eprintln!("SKIPPED: needs root and unshare(1) to run the README in a network namespace");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("coral-readme-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = temp_dir("readme");
+    let dir = tmp.path();
     let bin = std::path::Path::new(CORAL).parent().unwrap();
     let mut script = String::from(
         "set -u\n\
@@ -103,22 +91,23 @@ fn readme_using_it_block_runs_as_written() {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let child = Command::new("unshare")
-        .args(["-n", "bash", "readme.sh"])
-        .current_dir(&dir)
-        .env("PATH", path)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("unshare");
-    let mut group = Group(child);
-    let stdout = group.0.stdout.take().unwrap();
-    let stderr = group.0.stderr.take().unwrap();
+    // The namespace's script in a process group of its own, killed (with
+    // any node it left) when the test ends.
+    let mut group = Proc::spawn(
+        Command::new("unshare")
+            .args(["-n", "bash", "readme.sh"])
+            .current_dir(dir)
+            .env("PATH", path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        "unshare",
+    );
+    let stdout = group.child().stdout.take().unwrap();
+    let stderr = group.child().stderr.take().unwrap();
     let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
     let out = std::io::read_to_string(stdout).unwrap_or_default();
-    let status = group.0.wait().unwrap();
+    let status = group.child().wait().unwrap();
     let err = err.join().unwrap();
     let logs = std::fs::read_to_string(dir.join("node-setup.log")).unwrap_or_default();
     assert!(
@@ -129,5 +118,4 @@ fn readme_using_it_block_runs_as_written() {
     assert!(out.contains("found 1 value(s)"), "{out}");
     assert!(out.contains("127.0.0.1:8090"), "{out}");
     assert!(dir.join("clusters.svg").exists());
-    let _ = std::fs::remove_dir_all(&dir);
 }

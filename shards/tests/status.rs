@@ -3,235 +3,40 @@
 //! nginx (Debian's) as the origin, curl as the client, headless Chromium
 //! (Debian's) as the browser. Run them in a network namespace (README).
 
+mod common;
+
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
-/// Longest any readiness wait lasts (a loaded 2-core machine).
-const WAIT: Duration = Duration::from_secs(60);
+use common::{http_get, temp_dir, web_root, Nginx, Node, CORAL, START_WAIT as WAIT};
 
-/// A per-test directory under the system's temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "coral-status-{tag}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn wait_for_port(addr: SocketAddr, what: &str) {
-    let start = Instant::now();
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(start.elapsed() < WAIT, "{what} at {addr} did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// GET `path` from `addr`: the status, the head and the body.
-fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, head.to_string(), body.to_string())
-}
-
-fn status_json(admin: SocketAddr) -> serde_json::Value {
-    let (status, _, body) = get(admin, "/status.json");
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap()
-}
-
-/// nginx serving `root` on `addr`, stopped when dropped.
-struct Nginx {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Nginx {
-    fn start(dir: &Path, addr: SocketAddr, root: &Path) -> Nginx {
-        let conf = dir.join("nginx.conf");
-        let log = dir.join("access.log");
-        std::fs::write(
-            &conf,
-            format!(
-                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-                 events {{ worker_connections 1024; }}\n\
-                 http {{\n  access_log {log};\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
-                 fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
-                 types {{ application/octet-stream bin; }}\n\
-                 server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
-                d = dir.display(),
-                log = log.display(),
-                root = root.display(),
-            ),
-        )
-        .unwrap();
-        let child = Command::new("/usr/sbin/nginx")
-            .args(["-p", dir.to_str().unwrap(), "-c", conf.to_str().unwrap()])
-            .args(["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("nginx (Debian's package) is needed for this test");
-        wait_for_port(addr, "nginx");
-        Nginx { child, log }
-    }
-
-    /// Requests nginx has logged for `path`.
-    fn requests(&self, path: &str) -> usize {
-        let needle = format!("GET {path} ");
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(&needle))
-            .count()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A `coral node` process (DSHT :7000, admin :7080, proxy :8090), killed when dropped.
-struct Node {
-    child: Child,
-    ip: String,
-    admin: SocketAddr,
-}
-
-impl Node {
-    fn start(
-        ip: &str,
-        cores: usize,
-        cache: &Path,
-        bootstrap: Option<&str>,
-        origin_ip: &str,
-    ) -> Node {
-        let mut cmd = Command::new(CORAL);
-        cmd.args(["node", "--cores", &cores.to_string()])
-            .args(["--dsht", &format!("{ip}:7000")])
-            .args(["--admin", &format!("{ip}:7080")])
-            .args(["--http", &format!("{ip}:8090")])
-            .arg("--cache-dir")
-            .arg(cache)
-            .args(["--cache-size", "64MiB", "--allow-private-origins"])
-            .args(["--resolve", &format!("www.origin.test={origin_ip}")]);
-        if let Some(b) = bootstrap {
-            cmd.args(["--bootstrap", &format!("{b}:7000")]);
-        }
-        let child = cmd
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start coral node");
-        let admin: SocketAddr = format!("{ip}:7080").parse().unwrap();
-        // Ready: the admin endpoint answers /readyz with 200 once every core serves.
-        let start = Instant::now();
-        loop {
-            if TcpStream::connect_timeout(&admin, Duration::from_millis(200)).is_ok()
-                && get(admin, "/readyz").0 == 200
-            {
-                break;
-            }
-            assert!(start.elapsed() < WAIT, "node {ip} did not become ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Node {
-            child,
-            ip: ip.to_string(),
-            admin,
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// A proxy node on `ip` (`cores` cores) whose origin is nginx on `origin_ip`.
+fn start_node(
+    ip: &str,
+    cores: usize,
+    cache: &Path,
+    bootstrap: Option<&str>,
+    origin_ip: &str,
+) -> Node {
+    let node = Node::on(ip).cores(cores).proxy(cache).origin(origin_ip);
+    match bootstrap {
+        Some(b) => node.bootstrap(b).start(),
+        None => node.start(),
     }
 }
 
 /// curl for the Coralized `path` on www.origin.test:8080, through `node`;
 /// the HTTP status.
 fn curl(node: &Node, path: &str) -> u16 {
-    let host = "www.origin.test.8080.coral.test";
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "--max-time",
-            "60",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-        ])
-        .args(["--resolve", &format!("{host}:8090:{}", node.ip)])
-        .arg(format!("http://{host}:8090{path}"))
-        .output()
-        .expect("curl");
-    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+    node.curl(&common::coralized("www.origin.test", 8080, path), &[])
+        .status
 }
 
 fn chromium(dir: &Path, url: &str, extra: &[&str]) -> std::process::Output {
-    Command::new("/usr/bin/chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--virtual-time-budget=8000",
-            &format!("--user-data-dir={}", dir.join("profile").display()),
-        ])
-        .args(extra)
-        .arg(url)
-        .output()
-        .expect("chromium (Debian's package) is needed for this test")
+    let flags = [&["--hide-scrollbars", "--virtual-time-budget=8000"], extra].concat();
+    common::chromium(dir, url, &flags)
 }
 
 /// A URL whose query holds markup: the page must show it as text.
@@ -239,19 +44,19 @@ const SCRIPT_PATH: &str = "/b.bin?<script>document.title='pwned'</script>";
 
 #[test]
 fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
-    let dir = TempDir::new("page");
-    let root = dir.path().join("www");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("a.bin"), vec![7u8; 41_000]).unwrap();
-    std::fs::write(root.join("b.bin"), vec![8u8; 4096]).unwrap();
+    let dir = temp_dir("page");
+    let root = web_root(
+        dir.path(),
+        &[("a.bin", &[7u8; 41_000]), ("b.bin", &[8u8; 4096])],
+    );
     let origin = "127.19.1.100";
     let nginx = Nginx::start(dir.path(), format!("{origin}:8080").parse().unwrap(), &root);
     // Two cores on the node under test (its numbers come from both over the
     // mesh), and two more nodes so that its clusters have members.
-    let node = Node::start("127.19.1.1", 2, &dir.path().join("c1"), None, origin);
+    let node = start_node("127.19.1.1", 2, &dir.path().join("c1"), None, origin);
     let _others: Vec<Node> = (2..=3)
         .map(|i| {
-            Node::start(
+            start_node(
                 &format!("127.19.1.{i}"),
                 1,
                 &dir.path().join(format!("c{i}")),
@@ -276,7 +81,7 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     // Wait (readiness, not a clock) until the node has measured both others.
     let start = Instant::now();
     let j = loop {
-        let j = status_json(node.admin);
+        let j = node.status_json();
         let measured = j["levels"][0]["members"]
             .as_array()
             .unwrap()
@@ -333,7 +138,7 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     }
     let proxy_addr = format!("{}:8090", node.ip);
     let all_hot: Vec<serde_json::Value> = std::iter::once(j.clone())
-        .chain(_others.iter().map(|o| status_json(o.admin)))
+        .chain(_others.iter().map(|o| o.status_json()))
         .flat_map(|s| s["hot_keys"].as_array().unwrap().clone())
         .collect();
     assert!(
@@ -346,7 +151,7 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     );
 
     // The page: self-contained, with its own headers.
-    let (status, head, page) = get(node.admin, "/status");
+    let (status, head, page) = http_get(node.admin, "/status");
     assert_eq!(status, 200);
     assert!(head.contains("Content-Type: text/html"), "{head}");
     assert!(
@@ -397,20 +202,9 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
         .join("test-output");
     std::fs::create_dir_all(&out_dir).unwrap();
     let shot = out_dir.join("status.png");
-    let _ = std::fs::remove_file(&shot);
-    let out = chromium(
-        dir.path(),
-        &url,
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1280,1100",
-        ],
-    );
-    assert!(
-        shot.exists() && std::fs::metadata(&shot).unwrap().len() > 20_000,
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let flags = ["--hide-scrollbars", "--virtual-time-budget=8000"];
+    let (bytes, err) = common::chromium_screenshot(dir.path(), &url, &flags, "1280,1100", &shot);
+    assert!(bytes > 20_000, "no screenshot: {err}");
     println!("status page screenshot: {}", shot.display());
 
     // coral top --once: one plain frame with rates from two samples.
