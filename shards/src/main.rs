@@ -268,25 +268,6 @@ enum Service {
     Dns,
 }
 
-/// How nodes join in a simulated experiment.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BootstrapMode {
-    /// Each node joins through a random node already in the network.
-    Random,
-    /// Every node joins through node 0, as in the paper's runs.
-    WellKnown,
-}
-
-impl BootstrapMode {
-    /// The name as the flag writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            BootstrapMode::Random => "random",
-            BootstrapMode::WellKnown => "well-known",
-        }
-    }
-}
-
 /// Exit status of a configuration error (as `nginx -t`).
 const EXIT_CONFIG: u8 = 2;
 
