@@ -195,7 +195,15 @@ fn without_tests(code: &str) -> (String, BTreeSet<String>) {
         out.push_str(&rest[..at]);
         let after = &rest[at + "#[cfg(test)]".len()..];
         let trimmed = after.trim_start();
-        let is_mod = trimmed.starts_with("mod ") || trimmed.starts_with("pub mod ");
+        // Past a visibility (`pub`, `pub(crate)`), if any.
+        let trimmed = match trimmed.strip_prefix("pub") {
+            Some(rest) if rest.starts_with('(') => {
+                rest.split_once(')').map_or(rest, |(_, r)| r).trim_start()
+            }
+            Some(rest) if rest.starts_with(' ') => rest.trim_start(),
+            _ => trimmed,
+        };
+        let is_mod = trimmed.starts_with("mod ");
         let open = after.find(['{', ';']);
         match open {
             Some(o) if is_mod && after.as_bytes()[o] == b'{' => {
@@ -217,9 +225,7 @@ fn without_tests(code: &str) -> (String, BTreeSet<String>) {
                 rest = &after[end..];
             }
             Some(o) if is_mod => {
-                let name = trimmed
-                    .trim_start_matches("pub ")
-                    .trim_start_matches("mod ");
+                let name = trimmed.trim_start_matches("mod ");
                 let name: String = name.chars().take_while(|&c| is_ident_char(c)).collect();
                 test_files.insert(name);
                 rest = &after[o..];
