@@ -12,6 +12,7 @@ mod accesslog;
 mod admin;
 pub mod cache;
 mod client;
+mod clock;
 mod config;
 mod demo;
 mod dns;
@@ -21,6 +22,7 @@ mod logging;
 mod metrics;
 mod proxy;
 mod runtime;
+mod serve;
 mod sim;
 mod status;
 mod steer;
@@ -350,7 +352,7 @@ fn main() -> ExitCode {
                 };
                 return fail_with(EXIT_CONFIG, &format!("config: {e}"));
             }
-            match runtime::run_with(cfg, Some(reload)) {
+            match serve::run(cfg, Some(reload)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }
