@@ -316,36 +316,6 @@ impl Shard {
     /// Runs `call` on this core and returns its JSON answer.
     pub async fn run_call(&self, call: Call) -> String {
         let now = self.now();
-        let report = match &call {
-            Call::Stats => {
-                let node = self.node.borrow();
-                Some((
-                    Report::Stats,
-                    stats_json(self.core, node.stats(), *self.send_errors.borrow()),
-                ))
-            }
-            Call::Status => Some((Report::Status, json!({}))),
-            Call::Metrics => {
-                let node = self.node.borrow();
-                let c = crate::metrics::counters();
-                let mut stats = stats_json(self.core, node.stats(), *self.send_errors.borrow());
-                stats["transmit_dropped"] = json!(node.stats().transmit_dropped);
-                let base = json!({
-                    "stats": stats,
-                    "counters": {
-                        "gets_found": c.gets_found, "gets_not_found": c.gets_not_found,
-                        "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
-                    },
-                    "store": node.store_counts(now).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
-                    "dsht_durations": crate::metrics::dsht_durations_json(),
-                });
-                Some((Report::Metrics, base))
-            }
-            Call::Put { .. } | Call::Get { .. } => None,
-        };
-        if let Some((report, base)) = report {
-            return self.report(report, base).to_string();
-        }
         let (tx, rx) = local_channel::new_bounded(1);
         let op = {
             let mut node = self.node.borrow_mut();
@@ -362,7 +332,18 @@ impl Shard {
                     node.put(now, *key, v, *ttl_secs, levels.as_deref())
                 }
                 Call::Get { key, levels } => node.get(now, *key, levels.as_deref()),
-                Call::Stats | Call::Status | Call::Metrics => unreachable!("answered above"),
+                Call::Stats => {
+                    drop(node);
+                    return self.report(Report::Stats).to_string();
+                }
+                Call::Status => {
+                    drop(node);
+                    return self.report(Report::Status).to_string();
+                }
+                Call::Metrics => {
+                    drop(node);
+                    return self.report(Report::Metrics).to_string();
+                }
             }
         };
         let started = Instant::now();
@@ -377,8 +358,31 @@ impl Shard {
         }
     }
 
-    /// `base` with the services' sections of `report` added.
-    fn report(&self, report: Report, mut base: serde_json::Value) -> serde_json::Value {
+    /// This core's `report`: the node's numbers, with the services'
+    /// sections added.
+    fn report(&self, report: Report) -> serde_json::Value {
+        let mut base = {
+            let node = self.node.borrow();
+            let send_errors = *self.send_errors.borrow();
+            match report {
+                Report::Stats => stats_json(self.core, node.stats(), send_errors),
+                Report::Status => json!({}),
+                Report::Metrics => {
+                    let c = crate::metrics::counters();
+                    let mut stats = stats_json(self.core, node.stats(), send_errors);
+                    stats["transmit_dropped"] = json!(node.stats().transmit_dropped);
+                    json!({
+                        "stats": stats,
+                        "counters": {
+                            "gets_found": c.gets_found, "gets_not_found": c.gets_not_found,
+                            "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
+                        },
+                        "store": node.store_counts(self.now()).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
+                        "dsht_durations": crate::metrics::dsht_durations_json(),
+                    })
+                }
+            }
+        };
         for (r, name, section) in self.sections.borrow().iter() {
             if *r != report {
                 continue;
