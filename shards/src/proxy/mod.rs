@@ -36,6 +36,7 @@ use glommio::channels::local_channel;
 use crate::cache::CoreCache;
 use crate::config::{NodeConfig, ProxyConfig};
 use crate::runtime::Shard;
+use crate::status::sink::ProxySnapshot;
 
 mod fetcher;
 mod ready;
@@ -374,18 +375,16 @@ async fn idle_sweep(pc: Rc<ProxyCore>) {
 }
 
 /// This core's proxy and cache counters (the status page), if its proxy runs.
-pub fn status_snapshot() -> Option<crate::status::sink::ProxySnapshot> {
+pub fn status_snapshot() -> Option<ProxySnapshot> {
     CORE.with(|c| {
-        c.borrow()
-            .as_ref()
-            .map(|pc| crate::status::sink::ProxySnapshot {
-                hits: pc.stats.hits.get(),
-                misses: pc.stats.misses.get(),
-                origin_fetches: pc.stats.origin_fetches.get(),
-                peer_fetches: pc.stats.peer_fetches.get(),
-                bad_requests: pc.stats.bad_requests.get(),
-                cache: pc.cache.stats(),
-            })
+        c.borrow().as_ref().map(|pc| ProxySnapshot {
+            hits: pc.stats.hits.get(),
+            misses: pc.stats.misses.get(),
+            origin_fetches: pc.stats.origin_fetches.get(),
+            peer_fetches: pc.stats.peer_fetches.get(),
+            bad_requests: pc.stats.bad_requests.get(),
+            cache: pc.cache.stats(),
+        })
     })
 }
 
