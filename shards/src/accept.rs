@@ -1,121 +1,191 @@
-//! A TCP accept loop for the node's listeners (the admin endpoint today;
-//! the proxy and DNS-over-TCP listeners can adopt it) that survives what
-//! the open Internet, or a local attacker, sends it (SECURITY.md):
+//! The one TCP accept loop of the node: every listener (CoralProxy's HTTP,
+//! dnssrv's DNS over TCP, the admin endpoint) accepts through [`run`], so
+//! all survive alike what the open Internet, or a local attacker, sends
+//! them (SECURITY.md):
 //!
 //! - **Accept errors back off.** `accept` fails while the process is out of
 //!   file descriptors (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM), and the
 //!   pending connection stays in the backlog, so retrying at once fails at
 //!   once, forever: the core spins and its DSHT socket, timers and signal
 //!   handling starve. Here the loop sleeps after each error, from
-//!   [`Limits::backoff_min`] doubling to [`Limits::backoff_max`], and the
-//!   first success resets the delay.
+//!   [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`], and the first success
+//!   resets the delay.
 //! - **A cap on connections.** At most [`Limits::connections_max`] are open
-//!   at once; the loop stops accepting (the kernel's backlog holds, then
-//!   refuses, the rest) until one closes.
-//! - **A deadline per connection.** Each connection's whole handling, not
-//!   each read, must finish within [`Limits::deadline`]; then it is dropped
-//!   and its descriptor closed (a slowloris sending one byte every few
-//!   seconds holds a slot for no longer than that).
+//!   at once; a connection accepted beyond them is closed at once (counted
+//!   [`Tally::refused`]), so the client learns it now and the backlog does
+//!   not fill with connections nobody will serve.
+//! - **A deadline per connection**, where the listener sets one. Each
+//!   connection's whole handling, not each read, must finish within
+//!   [`Limits::deadline`]; then it is dropped and its descriptor closed (a
+//!   slowloris sending one byte every few seconds holds a slot for no
+//!   longer than that). Listeners without one bound their connections
+//!   themselves (idle timeouts).
+//! - **It stops with the node.** Once `stopping` says so, no connection is
+//!   accepted after the one being waited for.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
 use futures_lite::FutureExt;
 use glommio::net::{TcpListener, TcpStream};
-use glommio::sync::Semaphore;
+
+/// First sleep after an accept error.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest sleep after accept errors in a row.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The limits of one listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Connections open at once.
     pub connections_max: usize,
-    /// Longest one connection is served, start to end.
-    pub deadline: Duration,
-    /// First sleep after an accept error.
-    pub backoff_min: Duration,
-    /// Longest sleep after accept errors in a row.
-    pub backoff_max: Duration,
+    /// Longest one connection is served, start to end (`None`: the
+    /// listener's own timeouts bound it).
+    pub deadline: Option<Duration>,
+}
+
+/// What a listener reports as it goes, for its counters.
+pub trait Tally {
+    /// A connection was accepted.
+    fn accepted(&self) {}
+    /// A connection was closed at once: `connections_max` were open.
+    fn refused(&self) {}
+    /// An accept call failed.
+    fn accept_failed(&self) {}
+    /// A connection was dropped at its deadline.
+    fn timed_out(&self) {}
 }
 
 /// What a listener has done (for tests and logs).
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Connections accepted.
-    pub accepted: std::cell::Cell<u64>,
+    pub accepted: Cell<u64>,
+    /// Connections closed at once over the cap.
+    pub refused: Cell<u64>,
     /// Accept calls that failed.
-    pub accept_errors: std::cell::Cell<u64>,
+    pub accept_errors: Cell<u64>,
     /// Connections dropped at their deadline.
-    pub deadlines: std::cell::Cell<u64>,
+    pub deadlines: Cell<u64>,
+}
+
+fn add(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+impl Tally for Counters {
+    fn accepted(&self) {
+        add(&self.accepted);
+    }
+    fn refused(&self) {
+        add(&self.refused);
+    }
+    fn accept_failed(&self) {
+        add(&self.accept_errors);
+    }
+    fn timed_out(&self) {
+        add(&self.deadlines);
+    }
 }
 
 /// The next backoff after `current` (doubling, within the limits).
-pub fn next_backoff(current: Duration, limits: &Limits) -> Duration {
-    (current * 2).clamp(limits.backoff_min, limits.backoff_max)
+pub fn next_backoff(current: Duration) -> Duration {
+    (current * 2).clamp(BACKOFF_MIN, BACKOFF_MAX)
 }
 
-/// Accepts connections on `listener` for ever in the current executor,
-/// each handled by `handle` in a task of its own within `limits`. `name`
-/// names the listener in logs.
-pub fn serve<F, Fut>(
+/// Accepts connections on `listener` until `stopping` says so, each
+/// handled by `handle` in a task of its own within `limits`, and reported
+/// to `tally`. `name` names the listener in logs.
+pub async fn run<T, S, F, Fut>(
     name: &'static str,
     listener: TcpListener,
     limits: Limits,
+    tally: Rc<T>,
+    stopping: S,
+    handle: F,
+) where
+    T: Tally + 'static,
+    S: Fn() -> bool,
+    F: Fn(TcpStream) -> Fut,
+    Fut: Future<Output = ()> + 'static,
+{
+    let open = Rc::new(Cell::new(0usize));
+    let mut backoff = Duration::ZERO;
+    while !stopping() {
+        let stream = match listener.accept().await {
+            Ok(s) => {
+                backoff = Duration::ZERO;
+                s
+            }
+            Err(e) => {
+                tally.accept_failed();
+                backoff = next_backoff(backoff);
+                if backoff == BACKOFF_MAX || backoff == BACKOFF_MIN {
+                    tracing::warn!(listener = name, error = %e, ?backoff, "accept failed; backing off");
+                }
+                glommio::timer::sleep(backoff).await;
+                continue;
+            }
+        };
+        if open.get() >= limits.connections_max {
+            tally.refused();
+            drop(stream);
+            continue;
+        }
+        tally.accepted();
+        open.set(open.get() + 1);
+        let served = handle(stream);
+        let (open, tally) = (open.clone(), tally.clone());
+        let deadline = limits.deadline;
+        glommio::spawn_local(async move {
+            match deadline {
+                Some(deadline) => {
+                    let timed_out = async {
+                        glommio::timer::sleep(deadline).await;
+                        true
+                    };
+                    if async {
+                        served.await;
+                        false
+                    }
+                    .or(timed_out)
+                    .await
+                    {
+                        tally.timed_out();
+                    }
+                }
+                None => served.await,
+            }
+            open.set(open.get() - 1);
+        })
+        .detach();
+    }
+}
+
+/// [`run`] in a task of its own, counted in the [`Counters`] it returns.
+pub fn serve<S, F, Fut>(
+    name: &'static str,
+    listener: TcpListener,
+    limits: Limits,
+    stopping: S,
     handle: F,
 ) -> Rc<Counters>
 where
+    S: Fn() -> bool + 'static,
     F: Fn(TcpStream) -> Fut + 'static,
     Fut: Future<Output = ()> + 'static,
 {
     let counters = Rc::new(Counters::default());
-    let c = counters.clone();
-    glommio::spawn_local(async move {
-        let slots = Rc::new(Semaphore::new(limits.connections_max as u64));
-        let mut backoff = Duration::ZERO;
-        loop {
-            // Wait for a free slot before taking a connection off the backlog.
-            let Ok(permit) = slots.acquire_static_permit(1).await else {
-                return;
-            };
-            let stream = match listener.accept().await {
-                Ok(s) => {
-                    backoff = Duration::ZERO;
-                    s
-                }
-                Err(e) => {
-                    c.accept_errors.set(c.accept_errors.get() + 1);
-                    backoff = next_backoff(backoff, &limits);
-                    if backoff == limits.backoff_max || backoff == limits.backoff_min {
-                        tracing::warn!(listener = name, error = %e, ?backoff, "accept failed; backing off");
-                    }
-                    drop(permit);
-                    glommio::timer::sleep(backoff).await;
-                    continue;
-                }
-            };
-            c.accepted.set(c.accepted.get() + 1);
-            let served = handle(stream);
-            let c = c.clone();
-            let deadline = limits.deadline;
-            glommio::spawn_local(async move {
-                let timed_out = async {
-                    glommio::timer::sleep(deadline).await;
-                    true
-                };
-                if async {
-                    served.await;
-                    false
-                }
-                .or(timed_out)
-                .await
-                {
-                    c.deadlines.set(c.deadlines.get() + 1);
-                }
-                drop(permit);
-            })
-            .detach();
-        }
-    })
+    glommio::spawn_local(run(
+        name,
+        listener,
+        limits,
+        counters.clone(),
+        stopping,
+        handle,
+    ))
     .detach();
     counters
 }
@@ -126,16 +196,10 @@ mod tests {
 
     #[test]
     fn backoff_doubles_within_its_limits() {
-        let l = Limits {
-            connections_max: 1,
-            deadline: Duration::from_secs(1),
-            backoff_min: Duration::from_millis(10),
-            backoff_max: Duration::from_millis(1000),
-        };
         let mut b = Duration::ZERO;
         let mut seen = Vec::new();
         for _ in 0..10 {
-            b = next_backoff(b, &l);
+            b = next_backoff(b);
             seen.push(b.as_millis());
         }
         assert_eq!(seen, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);

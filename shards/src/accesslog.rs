@@ -298,7 +298,7 @@ pub fn log(
     if !enabled() {
         return;
     }
-    let now = crate::proxy::unix_now();
+    let now = crate::clock::unix_now();
     let full = BUF.with(|b| {
         let mut b = b.borrow_mut();
         match client {

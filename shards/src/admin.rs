@@ -34,49 +34,54 @@ const CONNECTIONS_MAX: usize = 64;
 /// The admin listener's limits (see `accept`).
 pub const LIMITS: accept::Limits = accept::Limits {
     connections_max: CONNECTIONS_MAX,
-    deadline: CONNECTION_DEADLINE,
-    backoff_min: std::time::Duration::from_millis(10),
-    backoff_max: std::time::Duration::from_secs(1),
+    deadline: Some(CONNECTION_DEADLINE),
 };
 
 /// Starts the admin server on `addr` in the current executor.
 pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| format!("cannot bind the admin address {addr}: {e}"))?;
-    accept::serve("admin", listener, LIMITS, move |mut stream| {
-        let shard = shard.clone();
-        async move {
-            let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-            let read = async { read_request(&mut stream).await };
-            let deadline = async {
-                glommio::timer::sleep(REQUEST_TIMEOUT).await;
-                Err((408, "request not received in time".to_string()))
-            };
-            let (status, body) = match read.or(deadline).await {
-                Ok(target) => answer(&shard, &target).await,
-                Err((status, why)) => (status, json!({"error": why}).to_string()),
-            };
-            let reason = match status {
-                200 => "OK",
-                400 => "Bad Request",
-                404 => "Not Found",
-                405 => "Method Not Allowed",
-                408 => "Request Timeout",
-                431 => "Request Header Fields Too Large",
-                _ => "Error",
-            };
-            let head = format!(
+    let stopping = shard.clone();
+    accept::serve(
+        "admin",
+        listener,
+        LIMITS,
+        move || stopping.stopping(),
+        move |mut stream| {
+            let shard = shard.clone();
+            async move {
+                let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+                let read = async { read_request(&mut stream).await };
+                let deadline = async {
+                    glommio::timer::sleep(REQUEST_TIMEOUT).await;
+                    Err((408, "request not received in time".to_string()))
+                };
+                let (status, body) = match read.or(deadline).await {
+                    Ok(target) => answer(&shard, &target).await,
+                    Err((status, why)) => (status, json!({"error": why}).to_string()),
+                };
+                let reason = match status {
+                    200 => "OK",
+                    400 => "Bad Request",
+                    404 => "Not Found",
+                    405 => "Method Not Allowed",
+                    408 => "Request Timeout",
+                    431 => "Request Header Fields Too Large",
+                    _ => "Error",
+                };
+                let head = format!(
                 "HTTP/1.1 {status} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
                 content_type(&body),
                 body.len() + 1,
                 if body.starts_with(HTML_START) { HTML_HEADERS } else { "" },
             );
-            let _ = stream.write_all(head.as_bytes()).await;
-            let _ = stream.write_all(body.as_bytes()).await;
-            let _ = stream.write_all(b"\n").await;
-            let _ = stream.close().await;
-        }
-    });
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+                let _ = stream.write_all(b"\n").await;
+                let _ = stream.close().await;
+            }
+        },
+    );
     Ok(())
 }
 
@@ -282,7 +287,7 @@ async fn answer(shard: &Rc<Shard>, target: &str) -> (u16, String) {
             }
             let levels = crate::status::levels_json(shard);
             let uptime_secs = shard.now().0 / 1_000_000;
-            let limit = crate::status::cache_limit_bytes();
+            let limit = crate::status::sink::cache_limit_bytes();
             (200, crate::status::merge(&cores, levels, limit, uptime_secs).to_string())
         }
         // Liveness: this executor answers.

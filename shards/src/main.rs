@@ -12,6 +12,7 @@ mod accesslog;
 mod admin;
 pub mod cache;
 mod client;
+mod clock;
 mod config;
 mod demo;
 mod dns;
@@ -21,6 +22,7 @@ mod logging;
 mod metrics;
 mod proxy;
 mod runtime;
+mod serve;
 mod sim;
 mod status;
 mod steer;
@@ -268,25 +270,6 @@ enum Service {
     Dns,
 }
 
-/// How nodes join in a simulated experiment.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BootstrapMode {
-    /// Each node joins through a random node already in the network.
-    Random,
-    /// Every node joins through node 0, as in the paper's runs.
-    WellKnown,
-}
-
-impl BootstrapMode {
-    /// The name as the flag writes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            BootstrapMode::Random => "random",
-            BootstrapMode::WellKnown => "well-known",
-        }
-    }
-}
-
 /// Exit status of a configuration error (as `nginx -t`).
 const EXIT_CONFIG: u8 = 2;
 
@@ -369,7 +352,7 @@ fn main() -> ExitCode {
                 };
                 return fail_with(EXIT_CONFIG, &format!("config: {e}"));
             }
-            match runtime::run_with(cfg, Some(reload)) {
+            match serve::run(cfg, Some(reload)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }

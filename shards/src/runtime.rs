@@ -16,9 +16,18 @@
 //!   (hint puts and gets, split lookups) run on the key's owning core
 //!   (`Node::poll_delegated`) and their results come back over the mesh.
 //!
+//! - **Services** (the proxy, dnssrv, the admin endpoint) are started on
+//!   each core by the command that runs the node (`serve`), which hands
+//!   `run_with` one start function per core. The runtime knows none of
+//!   them: a service registers what it answers — its messages between cores
+//!   (`Shard::on_message`, one type per service) and its sections of the
+//!   per-core reports (`Shard::add_section`: `Call::Stats`, `Call::Metrics`,
+//!   `Call::Status`).
+//!
 //! Nothing here is shared mutably between cores: each core's state lives in
 //! its executor, and cores exchange messages, not locks.
 
+use std::any::{Any, TypeId};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -78,9 +87,37 @@ pub enum Call {
     Stats,
     /// This core's numbers for `/metrics`.
     Metrics,
-    /// This core's part of `/status.json` (`status::core_json`).
+    /// This core's part of `/status.json`.
     Status,
 }
+
+/// The per-core reports services add sections to (`Shard::add_section`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// `Call::Stats`.
+    Stats,
+    /// `Call::Metrics`.
+    Metrics,
+    /// `Call::Status`.
+    Status,
+}
+
+/// What runs on a core beside its DSHT node: called once on the core's
+/// executor, after the node is up and before the core takes messages from
+/// the others; it registers what the services answer and spawns their
+/// tasks.
+pub type CoreServices = Box<dyn FnOnce(&Rc<Shard>) -> Result<(), String> + Send>;
+
+/// A service's section of a report: its JSON, under its name (`None`: its
+/// object's fields go at the top of the report).
+type Section = (
+    Report,
+    Option<&'static str>,
+    Box<dyn Fn(&Shard) -> serde_json::Value>,
+);
+
+/// A service's handler of its messages from other cores.
+type Handler = Rc<dyn Fn(&Rc<Shard>, Box<dyn Any + Send + Sync>)>;
 
 /// What cores send each other.
 #[derive(Debug)]
@@ -106,9 +143,10 @@ pub enum CoreMsg {
     /// its old cluster removes it there, and core 0, which kept it, never
     /// announces it again) gets them back.
     Table { level: u8, contacts: Vec<Contact> },
-    /// CoralProxy's traffic between cores: misses handed to a key's owning
-    /// core and its answers (`proxy`).
-    Proxy(crate::proxy::ProxyMsg),
+    /// A service's message: the handler its type registered with
+    /// `Shard::on_message` takes it (the proxy's misses handed to a key's
+    /// owning core, and their answers).
+    Service(Box<dyn Any + Send + Sync>),
 }
 
 /// The state of one core.
@@ -130,6 +168,10 @@ pub struct Shard {
     /// The same socket as `socket`, for direct non-blocking syscalls.
     raw: std::mem::ManuallyDrop<socket2::Socket>,
     send_buf: RefCell<Vec<u8>>,
+    /// The services' message handlers, by message type.
+    handlers: RefCell<HashMap<TypeId, Handler>>,
+    /// The services' sections of the reports.
+    sections: RefCell<Vec<Section>>,
 }
 
 impl Shard {
@@ -291,31 +333,16 @@ impl Shard {
                 }
                 Call::Get { key, levels } => node.get(now, *key, levels.as_deref()),
                 Call::Stats => {
-                    let mut stats = stats_json(self.core, node.stats(), *self.send_errors.borrow());
-                    stats["dns"] = crate::dns::counters_json();
-                    return stats.to_string();
+                    drop(node);
+                    return self.report(Report::Stats).to_string();
                 }
                 Call::Status => {
                     drop(node);
-                    return crate::status::core_json(self).to_string();
+                    return self.report(Report::Status).to_string();
                 }
                 Call::Metrics => {
-                    let c = crate::metrics::counters();
-                    let mut stats = stats_json(self.core, node.stats(), *self.send_errors.borrow());
-                    stats["transmit_dropped"] = json!(node.stats().transmit_dropped);
-                    return json!({
-                        "stats": stats,
-                        "counters": {
-                            "gets_found": c.gets_found, "gets_not_found": c.gets_not_found,
-                            "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
-                        },
-                        "store": node.store_counts(now).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
-                        "dsht_durations": crate::metrics::dsht_durations_json(),
-                        "http": crate::proxy::metrics_json(),
-                        // dnssrv's counters on this core (`coral::dns::Counters`).
-                        "dns": crate::dns::counters_json(),
-                    })
-                    .to_string();
+                    drop(node);
+                    return self.report(Report::Metrics).to_string();
                 }
             }
         };
@@ -329,6 +356,74 @@ impl Shard {
             }
             None => json!({"error": "operation dropped"}).to_string(),
         }
+    }
+
+    /// This core's `report`: the node's numbers, with the services'
+    /// sections added.
+    fn report(&self, report: Report) -> serde_json::Value {
+        let mut base = {
+            let node = self.node.borrow();
+            let send_errors = *self.send_errors.borrow();
+            match report {
+                Report::Stats => stats_json(self.core, node.stats(), send_errors),
+                Report::Status => json!({}),
+                Report::Metrics => {
+                    let c = crate::metrics::counters();
+                    let mut stats = stats_json(self.core, node.stats(), send_errors);
+                    stats["transmit_dropped"] = json!(node.stats().transmit_dropped);
+                    json!({
+                        "stats": stats,
+                        "counters": {
+                            "gets_found": c.gets_found, "gets_not_found": c.gets_not_found,
+                            "puts_stored": c.puts_stored, "puts_spilled": c.puts_spilled,
+                        },
+                        "store": node.store_counts(self.now()).iter().map(|&(k, v, l)| json!([k, v, l])).collect::<Vec<_>>(),
+                        "dsht_durations": crate::metrics::dsht_durations_json(),
+                    })
+                }
+            }
+        };
+        for (r, name, section) in self.sections.borrow().iter() {
+            if *r != report {
+                continue;
+            }
+            match (name, section(self)) {
+                (Some(name), v) => base[*name] = v,
+                (None, serde_json::Value::Object(fields)) => {
+                    if let Some(b) = base.as_object_mut() {
+                        b.extend(fields);
+                    }
+                }
+                (None, _) => {}
+            }
+        }
+        base
+    }
+
+    /// Adds a service's section to `report`: `section`'s JSON under `name`
+    /// (`None`: its object's fields at the top).
+    pub fn add_section(
+        &self,
+        report: Report,
+        name: Option<&'static str>,
+        section: impl Fn(&Shard) -> serde_json::Value + 'static,
+    ) {
+        self.sections
+            .borrow_mut()
+            .push((report, name, Box::new(section)));
+    }
+
+    /// Registers the handler of a service's messages of type `M` from other
+    /// cores (`try_send_to_core`).
+    pub fn on_message<M: Any + Send + Sync>(&self, handle: impl Fn(&Rc<Shard>, M) + 'static) {
+        let handler: Handler = Rc::new(move |shard, msg| {
+            if let Ok(m) = msg.downcast::<M>() {
+                handle(shard, *m);
+            }
+        });
+        self.handlers
+            .borrow_mut()
+            .insert(TypeId::of::<M>(), handler);
     }
 
     /// Runs a call another core's node delegated to this core (the owner of
@@ -439,9 +534,12 @@ impl Shard {
         self.node.borrow_mut().set_services(services);
     }
 
-    /// Sends `msg` to core `core` without waiting; false if its channel is full.
-    pub fn try_send_to_core(&self, core: usize, msg: CoreMsg) -> bool {
-        self.senders.try_send_to(core, msg).is_ok()
+    /// Sends a service's `msg` to core `core` (to the handler its type
+    /// registered there) without waiting; false if the channel is full.
+    pub fn try_send_to_core<M: Any + Send + Sync>(&self, core: usize, msg: M) -> bool {
+        self.senders
+            .try_send_to(core, CoreMsg::Service(Box::new(msg)))
+            .is_ok()
     }
 
     /// This core's node (dnssrv reads its snapshot from it).
@@ -583,15 +681,16 @@ pub fn io_uring_problem() -> Option<String> {
     None
 }
 
-/// Runs a node until SIGINT or SIGTERM. Blocks the calling thread.
-#[allow(dead_code)]
-pub fn run(config: NodeConfig) -> Result<(), String> {
-    run_with(config, None)
-}
-
 /// Runs a node until SIGINT or SIGTERM, reloading on SIGHUP what `reload`
-/// allows (see `lifecycle`). Blocks the calling thread.
-pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), String> {
+/// allows (see `lifecycle`). Blocks the calling thread. Once the DSHT's
+/// sockets are bound, `services` is told how many cores run and returns
+/// what to start on each (`CoreServices`, one per core), or why the node
+/// cannot start.
+pub fn run_with(
+    config: NodeConfig,
+    mut reload: Option<Reload>,
+    services: impl FnOnce(usize) -> Result<Vec<CoreServices>, String>,
+) -> Result<(), String> {
     if let Some(p) = io_uring_problem() {
         return Err(p);
     }
@@ -612,36 +711,10 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
     lifecycle::check_addresses_free(config.dsht, config.admin)?;
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
-    // The disk cache opens (and recovers) before any executor starts; each
-    // core gets its own handle.
-    let mut caches = crate::cache::open(
-        &crate::cache::CacheConfig {
-            dir: config.cache_dir(),
-            size_bytes: config.proxy.cache_size_bytes,
-        },
-        cores,
-    )
-    .map_err(|e| {
-        format!(
-            "cannot open the cache in {}: {e}",
-            config.cache_dir().display()
-        )
-    })?
-    .into_iter()
-    .map(Some)
-    .collect::<Vec<_>>();
-    let mut dns_fds: Vec<Option<crate::dns::DnsFds>> = match config.dns {
-        Some(a) => crate::dns::bind_group(a, cores)
-            .map_err(|e| format!("cannot bind the DNS address {a}: {e}"))?
-            .into_iter()
-            .map(Some)
-            .collect(),
-        None => Vec::new(),
-    };
+    // The services open what they need (the disk cache, dnssrv's sockets)
+    // before any executor starts.
+    let mut services: Vec<Option<CoreServices>> = services(cores)?.into_iter().map(Some).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    if let Some(p) = &config.proxy.access_log {
-        crate::accesslog::init(p)?;
-    }
     lifecycle::block_signals();
     // Each core reports once it serves (core 0: with the admin endpoint
     // open), or why it cannot.
@@ -708,8 +781,10 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
         let hints = if core == 0 { hints_rx.take() } else { None };
         let control = if core == 0 { control_rx.take() } else { None };
         let ready = ready_tx.clone();
-        let cache = caches[core].take().ok_or("one cache handle per core")?;
-        let dns = dns_fds.get_mut(core).and_then(Option::take);
+        let services = services
+            .get_mut(core)
+            .and_then(Option::take)
+            .ok_or("one start of the services per core")?;
         let cpu = cpus[core % cpus.len()];
         // A node on every allowed CPU pins one executor to each. A node on
         // fewer leaves placement to the kernel: several small nodes on one
@@ -731,8 +806,7 @@ pub fn run_with(config: NodeConfig, mut reload: Option<Reload>) -> Result<(), St
                     clusters,
                     ready: ready.clone(),
                     control,
-                    cache,
-                    dns,
+                    services,
                 };
                 let r = core_main(start, config, mesh, stop, hints).await;
                 if let Err(e) = &r {
@@ -820,10 +894,8 @@ struct CoreStart {
     ready: std::sync::mpsc::Sender<Result<usize, String>>,
     /// Reloads for core 0 (SIGHUP).
     control: Option<std::sync::mpsc::Receiver<Control>>,
-    /// This core's handle on the disk cache.
-    cache: crate::cache::CoreCache,
-    /// dnssrv's sockets for this core, if it serves DNS.
-    dns: Option<crate::dns::DnsFds>,
+    /// What to start beside the DSHT.
+    services: CoreServices,
 }
 
 async fn core_main(
@@ -841,8 +913,7 @@ async fn core_main(
         clusters,
         ready,
         control,
-        cache,
-        dns,
+        services,
     } = start;
     let (senders, mut receivers) = mesh
         .join()
@@ -879,17 +950,9 @@ async fn core_main(
         send_errors: RefCell::new(0),
         raw,
         send_buf: RefCell::new(Vec::with_capacity(2048)),
+        handlers: RefCell::new(HashMap::new()),
+        sections: RefCell::new(Vec::new()),
     });
-    // Messages from the other cores.
-    for (_, stream) in receivers.streams() {
-        let shard = shard.clone();
-        glommio::spawn_local(async move {
-            while let Some(msg) = stream.recv().await {
-                handle_core_msg(&shard, msg).await;
-            }
-        })
-        .detach();
-    }
     // Datagrams.
     {
         let shard = shard.clone();
@@ -919,13 +982,17 @@ async fn core_main(
         shard.node.borrow_mut().bootstrap(now, &config.bootstrap);
         shard.flush().await;
     }
-    if core == 0 {
-        crate::admin::spawn(shard.clone(), config.admin)?;
-    }
-    crate::proxy::spawn(shard.clone(), &config, cache)?;
-    crate::status::spawn(shard.clone(), config.proxy.cache_size_bytes);
-    if let Some(fds) = dns {
-        crate::dns::spawn(shard.clone(), fds, &config)?;
+    services(&shard)?;
+    // Messages from the other cores, once the services have registered
+    // their handlers (until then they wait in the channels).
+    for (_, stream) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = stream.recv().await {
+                handle_core_msg(&shard, msg).await;
+            }
+        })
+        .detach();
     }
     let _ = ready.send(Ok(core));
     let mut watch = crate::lifecycle::ContactWatch::default();
@@ -1084,7 +1151,13 @@ async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
                 let _ = tx.try_send(json);
             }
         }
-        CoreMsg::Proxy(msg) => crate::proxy::on_core_msg(shard, msg),
+        CoreMsg::Service(msg) => {
+            let handler = shard.handlers.borrow().get(&(*msg).type_id()).cloned();
+            match handler {
+                Some(h) => h(shard, msg),
+                None => tracing::debug!("message for a service this core does not run"),
+            }
+        }
     }
 }
 

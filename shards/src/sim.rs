@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use coral::sim::clusters::{self, ClustersParams, ClustersReport, Outcome, Scenario};
 use coral::sim::hotspot::{self, Bootstrap, HotspotParams, HotspotReport};
 use coral::sim::origin::{self, OriginParams};
@@ -10,7 +10,24 @@ use coral::sim::svg;
 use coral::sim::world::World;
 use serde_json::json;
 
-use crate::BootstrapMode;
+/// How nodes join in a simulated experiment.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootstrapMode {
+    /// Each node joins through a random node already in the network.
+    Random,
+    /// Every node joins through node 0, as in the paper's runs.
+    WellKnown,
+}
+
+impl BootstrapMode {
+    /// The name as the flag writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BootstrapMode::Random => "random",
+            BootstrapMode::WellKnown => "well-known",
+        }
+    }
+}
 
 #[derive(Subcommand, Debug)]
 pub enum Experiment {

@@ -25,7 +25,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use coral::fetch::{FetchConfig, FetchPolicy};
 use coral::proxy::http::{Limits, RequestHead};
@@ -35,7 +35,8 @@ use glommio::channels::local_channel;
 
 use crate::cache::CoreCache;
 use crate::config::{NodeConfig, ProxyConfig};
-use crate::runtime::{CoreMsg, Shard};
+use crate::runtime::Shard;
+use crate::status::sink::ProxySnapshot;
 
 mod fetcher;
 mod ready;
@@ -255,12 +256,7 @@ pub struct ProxyCore {
     ready: Option<Rc<ready::Readiness>>,
 }
 
-/// Seconds since the Unix epoch (HTTP's clock).
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+pub use crate::clock::unix_now;
 
 /// Starts the proxy on this core: its listener, its fetch policy and its
 /// pointer-renewal timer.
@@ -379,9 +375,9 @@ async fn idle_sweep(pc: Rc<ProxyCore>) {
 }
 
 /// This core's proxy and cache counters (the status page), if its proxy runs.
-pub fn status_snapshot() -> Option<crate::status::ProxySnapshot> {
+pub fn status_snapshot() -> Option<ProxySnapshot> {
     CORE.with(|c| {
-        c.borrow().as_ref().map(|pc| crate::status::ProxySnapshot {
+        c.borrow().as_ref().map(|pc| ProxySnapshot {
             hits: pc.stats.hits.get(),
             misses: pc.stats.misses.get(),
             origin_fetches: pc.stats.origin_fetches.get(),
@@ -408,8 +404,7 @@ pub fn on_core_msg(shard: &Rc<Shard>, msg: ProxyMsg) {
             }
             if let ProxyMsg::Miss { from, req, .. } = msg {
                 let answer = MissAnswer::Error(503);
-                let _ =
-                    shard.try_send_to_core(from, CoreMsg::Proxy(ProxyMsg::Answer { req, answer }));
+                let _ = shard.try_send_to_core(from, ProxyMsg::Answer { req, answer });
             }
         })
         .detach();
@@ -467,11 +462,11 @@ impl ProxyCore {
             self.fetch_request(job, fetcher::Waiter::Local(tx));
         } else {
             self.replies.borrow_mut().insert(req, tx);
-            let msg = CoreMsg::Proxy(ProxyMsg::Miss {
+            let msg = ProxyMsg::Miss {
                 from: self.core,
                 req,
                 job: Box::new(job),
-            });
+            };
             if !self.shard.try_send_to_core(owner, msg) {
                 self.replies.borrow_mut().remove(&req);
                 return MissAnswer::Error(503);
@@ -493,7 +488,7 @@ impl ProxyCore {
                 let _ = tx.try_send(answer);
             }
             fetcher::Waiter::Remote { core, req } => {
-                let msg = CoreMsg::Proxy(ProxyMsg::Answer { req, answer });
+                let msg = ProxyMsg::Answer { req, answer };
                 if !self.shard.try_send_to_core(core, msg) {
                     tracing::warn!(core, "proxy answer dropped: mesh channel full");
                 }

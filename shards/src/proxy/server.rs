@@ -3,7 +3,7 @@
 
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use coral::proxy::hot::{self, HitHead, HitInputs};
 use coral::proxy::http::{self, Framing, HttpError, Method, RequestHead};
@@ -35,8 +35,6 @@ const SEND_CHUNK_BYTES: u64 = 256 << 10;
 const SENDFILE_BYTES_MIN: u64 = 4 << 10;
 /// Slices one `send_all` takes in one `sendmsg` (the rest go through the ring).
 const IOV_MAX: usize = 4;
-/// Longest pause after an accept error (EMFILE, ENFILE, ENOBUFS).
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 fn bad_request(reason: &'static str) -> HttpError {
     HttpError {
@@ -45,38 +43,44 @@ fn bad_request(reason: &'static str) -> HttpError {
     }
 }
 
-/// Accepts connections until the node stops; backs off on errors and
-/// closes connections over `connections_max` at once.
+/// Accepts client connections until the node stops (`accept::run`): at
+/// most `connections_max` open at once, those beyond closed at once.
 pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
-    let mut backoff = Duration::from_millis(5);
-    while !pc.shard.stopping() {
-        match listener.accept().await {
-            Ok(stream) => {
-                backoff = Duration::from_millis(5);
-                if pc.connections.get() >= pc.cfg.connections_max {
-                    let refused = &pc.stats.connections_refused;
-                    refused.set(refused.get() + 1);
-                    drop(stream);
-                    continue;
-                }
-                let accepted = &pc.stats.connections_accepted;
-                accepted.set(accepted.get() + 1);
-                pc.connections.set(pc.connections.get() + 1);
-                let pc2 = pc.clone();
-                glommio::spawn_local(async move {
-                    let _ = stream.set_nodelay(true);
-                    Conn::new(&pc2, stream).run().await;
-                    pc2.connections.set(pc2.connections.get() - 1);
-                })
-                .detach();
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed; backing off");
-                glommio::timer::sleep(backoff).await;
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-            }
+    /// The proxy's own counters of its connections (`ProxyStats`).
+    struct Stats(Rc<ProxyCore>);
+    impl crate::accept::Tally for Stats {
+        fn accepted(&self) {
+            let c = &self.0.stats.connections_accepted;
+            c.set(c.get() + 1);
+        }
+        fn refused(&self) {
+            let c = &self.0.stats.connections_refused;
+            c.set(c.get() + 1);
         }
     }
+    let limits = crate::accept::Limits {
+        connections_max: pc.cfg.connections_max,
+        deadline: None,
+    };
+    let stats = Rc::new(Stats(pc.clone()));
+    let stopping = pc.clone();
+    crate::accept::run(
+        "http",
+        listener,
+        limits,
+        stats,
+        move || stopping.shard.stopping(),
+        move |stream| {
+            let pc = pc.clone();
+            async move {
+                let _ = stream.set_nodelay(true);
+                pc.connections.set(pc.connections.get() + 1);
+                Conn::new(&pc, stream).run().await;
+                pc.connections.set(pc.connections.get() - 1);
+            }
+        },
+    )
+    .await;
 }
 
 struct Conn<'a> {
@@ -491,7 +495,7 @@ impl<'a> Conn<'a> {
             self.cold_host_len = name_to(&mut self.cold_name);
         }
         let (head_only, ka) = (plain.head_only, plain.keep_alive);
-        crate::status::served_named(obj.key_prefix(), plain.host, plain.target, len, true);
+        crate::status::sink::served_named(obj.key_prefix(), plain.host, plain.target, len, true);
         self.inb.consume(plain.len);
         pc.stats.hits.set(pc.stats.hits.get() + 1);
         let next = if ka { Next::KeepAlive } else { Next::Close };
@@ -842,7 +846,7 @@ impl<'a> Conn<'a> {
                 return Next::Close;
             }
         };
-        crate::status::served(
+        crate::status::sink::served(
             obj.key_prefix(),
             req,
             body_len.unwrap_or(0),

@@ -1,0 +1,92 @@
+//! `coral node`: the services on the runtime. The runtime (`runtime`)
+//! drives one DSHT node per core and knows no service; this module opens
+//! what the services need before the executors start (the disk cache,
+//! dnssrv's sockets, the access log) and, on each core, registers what they
+//! answer and starts them: the admin endpoint (core 0), CoralProxy, its
+//! status sampler and dnssrv.
+
+use std::rc::Rc;
+
+use crate::config::NodeConfig;
+use crate::lifecycle::Reload;
+use crate::runtime::{CoreServices, Report, Shard};
+use crate::{accesslog, admin, cache, dns, proxy, status};
+
+/// Runs a node until SIGINT or SIGTERM, reloading on SIGHUP what `reload`
+/// allows. Blocks the calling thread.
+pub fn run(config: NodeConfig, reload: Option<Reload>) -> Result<(), String> {
+    let services = {
+        let config = config.clone();
+        move |cores: usize| open(&config, cores)
+    };
+    crate::runtime::run_with(config, reload, services)
+}
+
+/// Opens what the services of a node of `cores` cores need, and returns
+/// each core's start.
+fn open(config: &NodeConfig, cores: usize) -> Result<Vec<CoreServices>, String> {
+    // The disk cache opens (and recovers) before any executor starts; each
+    // core gets its own handle.
+    let caches = cache::open(
+        &cache::CacheConfig {
+            dir: config.cache_dir(),
+            size_bytes: config.proxy.cache_size_bytes,
+        },
+        cores,
+    )
+    .map_err(|e| {
+        format!(
+            "cannot open the cache in {}: {e}",
+            config.cache_dir().display()
+        )
+    })?;
+    let mut dns_fds: Vec<Option<dns::DnsFds>> = match config.dns {
+        Some(a) => dns::bind_group(a, cores)
+            .map_err(|e| format!("cannot bind the DNS address {a}: {e}"))?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => Vec::new(),
+    };
+    if let Some(p) = &config.proxy.access_log {
+        accesslog::init(p)?;
+    }
+    Ok(caches
+        .into_iter()
+        .enumerate()
+        .map(|(core, cache)| {
+            let dns = dns_fds.get_mut(core).and_then(Option::take);
+            let config = config.clone();
+            Box::new(move |shard: &Rc<Shard>| start(shard, &config, cache, dns)) as CoreServices
+        })
+        .collect())
+}
+
+/// Registers what the services answer on this core, and starts them.
+fn start(
+    shard: &Rc<Shard>,
+    config: &NodeConfig,
+    cache: cache::CoreCache,
+    dns: Option<dns::DnsFds>,
+) -> Result<(), String> {
+    shard.on_message(proxy::on_core_msg);
+    // dnssrv's counters on this core (`coral::dns::Counters`), zero where
+    // it does not run.
+    shard.add_section(Report::Stats, Some("dns"), |_| dns::counters_json());
+    shard.add_section(Report::Metrics, Some("http"), |_| proxy::metrics_json());
+    shard.add_section(Report::Metrics, Some("dns"), |_| dns::counters_json());
+    shard.add_section(Report::Status, None, status::core_json);
+    if shard.core == 0 {
+        admin::spawn(shard.clone(), config.admin)?;
+    }
+    proxy::spawn(shard.clone(), config, cache)?;
+    status::sink::spawn(
+        shard.clone(),
+        config.proxy.cache_size_bytes,
+        proxy::status_snapshot,
+    );
+    if let Some(fds) = dns {
+        dns::spawn(shard.clone(), fds, config)?;
+    }
+    Ok(())
+}
