@@ -8,9 +8,8 @@ use std::time::{Duration, Instant};
 use coral::proxy::hot::{self, HitHead, HitInputs};
 use coral::proxy::http::{self, Framing, HttpError, Method, RequestHead};
 use coral::proxy::names;
-use coral::proxy::policy::{
-    self, CacheStatus, ClientHeadInfo, Conditional, Forward, Freshness, RangeAnswer,
-};
+use coral::proxy::policy::{self, CacheStatus, ClientHeadInfo, Forward, Freshness, RangeAnswer};
+use coral::proxy::request::{self, CopyServed, CopyState, Found, Lookup, Refusal, Route, Serve};
 use coral::proxy::rewrite;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
@@ -628,190 +627,122 @@ impl<'a> Conn<'a> {
         }
     }
 
+    /// Answers one request: the core routes it (`request::route`), then
+    /// decides after each cache lookup what to serve (`Lookup::decide`).
     async fn handle(&mut self, req: RequestHead) -> Next {
-        let pc = self.pc;
-        if !matches!(req.method, Method::Get | Method::Head) {
-            // The body is not read: the connection closes.
-            self.error(405, "only GET and HEAD", false, Some("GET, HEAD"))
-                .await;
-            return Next::Close;
+        let routed = request::route(&req, &self.pc.zones);
+        if let Err(r) = &routed {
+            if !r.reads_body {
+                // The body is not read: the connection closes.
+                self.refuse(r).await;
+                return Next::Close;
+            }
         }
         if let Err(e) = self.drain_body(req.framing).await {
             self.bad(e).await;
             return Next::Close;
         }
-        let ka = req.keep_alive;
-        let next = if ka { Next::KeepAlive } else { Next::Close };
-        let no_forward = policy::no_forward(&req);
-        // A peer names the object by its canonical URL, in absolute form
-        // (`policy::upstream_request`); everyone else by a Coralized host.
-        let peer_url = if no_forward && http::split_absolute(&req.target).is_some() {
-            match names::parse_http_url(&req.target) {
-                Ok(ou) => Some(ou),
-                Err(e) => {
-                    self.error(400, &format!("bad URL: {e}"), false, None).await;
-                    return Next::Close;
-                }
+        match routed {
+            Err(r) => self.refuse(&r).await,
+            Ok(route) if route.bypass => {
+                self.pass_through(&req, &route.origin, Forward::Bypass)
+                    .await
             }
-        } else {
-            None
-        };
-        let (origin, url) = match peer_url {
-            Some((origin, path)) => match names::canonical_url(&origin, &path) {
-                Ok(u) => (origin, u),
-                Err(e) => {
-                    self.error(400, &format!("bad URL: {e}"), false, None).await;
-                    return Next::Close;
-                }
-            },
-            None => {
-                let Some(host) = req.host() else {
-                    self.bad(bad_request("no Host")).await;
-                    return Next::Close;
-                };
-                let origin = match names::origin_of_host(host, &pc.zones) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        // Not a Coralized name (absolute-form for another host
-                        // included): coral is not an open proxy.
-                        self.error(403, &format!("not a Coralized name: {e}"), ka, None)
-                            .await;
-                        return next;
-                    }
-                };
-                if !no_forward && policy::loop_detected(&req, &pc.zones) {
-                    self.error(403, "request loop (CDN-Loop names this CDN)", ka, None)
-                        .await;
-                    return next;
-                }
-                let Some(path) = req.path() else {
-                    self.bad(bad_request("bad request target")).await;
-                    return Next::Close;
-                };
-                match names::canonical_url(&origin, path) {
-                    Ok(u) => (origin, u),
-                    Err(e) => {
-                        self.error(400, &format!("bad URL: {e}"), false, None).await;
-                        return Next::Close;
-                    }
-                }
-            }
-        };
-        let key = names::cache_key(&url);
-        if !no_forward && !policy::request_is_cacheable(&req) {
-            return self.pass_through(&req, &origin, Forward::Bypass).await;
+            Ok(route) => self.look_up(&req, &route).await,
         }
-        let mut get = req.clone();
-        get.method = Method::Get;
-        let mut job = Job {
-            key,
-            url_key: key,
-            origin: origin.clone(),
-            request: get,
-            no_forward,
-        };
-        let (url_key, mut key) = (key, key);
-        let mut asked = false;
-        let mut peer = None;
+    }
+
+    /// Answers a routed request from the cache, filled through the key's
+    /// owning core when the core decides so.
+    async fn look_up(&mut self, req: &RequestHead, route: &Route) -> Next {
+        let pc = self.pc;
+        let mut way = Lookup::new(route);
         loop {
             let now = unix_now();
+            let key = way.key();
             let obj = pc.cache.lookup(&key);
             let found = obj.and_then(|o| pc.stored_head(&key, &o).map(|s| (o, s)));
-            if let Some((obj, st)) = found {
-                if !policy::vary_matches(&st.vary_req, &st.head, &req) {
-                    // Another variant: its own entry (`coral::proxy::vary`).
-                    if key == url_key {
-                        if let Some(vk) = pc.variant_for(&key, &st, &req, no_forward) {
-                            (key, job.key) = (vk, vk);
-                            continue;
-                        }
-                    }
-                    if no_forward {
-                        self.error(504, "no matching copy here", ka, None).await;
-                        return next;
-                    }
-                    return self.pass_through(&req, &origin, Forward::VaryMiss).await;
-                }
-                let meta = obj.meta();
-                let fresh = now < meta.fresh_until_secs;
-                match obj.state() {
-                    ObjectState::Writing { .. } => {
-                        let mut cs = if asked {
-                            CacheStatus::forward(Forward::UriMiss, true)
-                        } else {
-                            CacheStatus::hit()
+            let serve = {
+                let mut passes = pc.passes.borrow_mut();
+                match &found {
+                    Some((obj, st)) => {
+                        let state = match obj.state() {
+                            ObjectState::Writing { .. } => CopyState::Writing,
+                            ObjectState::Complete { .. } => CopyState::Complete {
+                                fresh: now < obj.meta().fresh_until_secs,
+                            },
+                            ObjectState::Failed => CopyState::Failed,
                         };
-                        cs.collapsed = !asked;
-                        cs.detail = peer.map(peer_detail);
-                        return self.serve(&req, &obj, &st, cs).await;
-                    }
-                    ObjectState::Complete { .. } if fresh || asked => {
-                        let mut cs = if asked {
-                            CacheStatus::forward(
-                                if fresh {
-                                    Forward::UriMiss
-                                } else {
-                                    Forward::Stale
-                                },
-                                fresh,
-                            )
-                        } else {
-                            pc.stats.hits.set(pc.stats.hits.get() + 1);
-                            self.learn_hot(key, &obj, &st);
-                            CacheStatus::hit()
+                        let copy = Found::Copy {
+                            head: &st.head,
+                            vary_req: &st.vary_req,
+                            state,
                         };
-                        if asked && !fresh {
-                            cs.detail = Some("stale-on-error");
-                        } else if let Some(level) = peer {
-                            cs.detail = Some(peer_detail(level));
-                        }
-                        return self.serve(&req, &obj, &st, cs).await;
+                        way.decide(req, copy, now, &mut passes, || {
+                            pc.variant_for(&key, st, req, route.no_forward)
+                        })
                     }
-                    ObjectState::Complete { .. } if no_forward => {
-                        self.error(504, "stale here", ka, None).await;
-                        return next;
-                    }
-                    _ => {}
+                    None => way.decide(req, Found::Nothing, now, &mut passes, || None),
                 }
-            } else if asked {
-                self.error(502, "the object could not be fetched", ka, None)
-                    .await;
-                return next;
+            };
+            match (serve, &found) {
+                (Serve::Variant, _) => continue,
+                (Serve::Hit, Some((obj, st))) => {
+                    pc.stats.hits.set(pc.stats.hits.get() + 1);
+                    self.learn_hot(key, obj, st);
+                    return self.serve(req, obj, st, CacheStatus::hit()).await;
+                }
+                (Serve::Copy(cs), Some((obj, st))) => return self.serve(req, obj, st, cs).await,
+                (Serve::Hit | Serve::Copy(_), None) => {
+                    unreachable!("the core serves a copy only when one was found")
+                }
+                (Serve::Refuse(r), _) => return self.refuse(&r).await,
+                (Serve::Pass(why), _) => return self.pass_through(req, &route.origin, why).await,
+                (Serve::Fill, _) => {}
             }
-            if asked {
-                self.error(502, "the object could not be fetched", ka, None)
-                    .await;
-                return next;
-            }
-            // Hit-for-pass: its last answer could not be stored.
-            if !no_forward && pc.passes.borrow_mut().pass(&key, now) {
-                return self.pass_through(&req, &origin, Forward::UriMiss).await;
-            }
-            asked = true;
-            match pc.miss(job.clone()).await {
-                MissAnswer::Ready { peer: p } => peer = p,
+            let mut get = req.clone();
+            get.method = Method::Get;
+            let job = Job {
+                key,
+                url_key: route.key,
+                origin: route.origin.clone(),
+                request: get,
+                no_forward: route.no_forward,
+            };
+            match pc.miss(job).await {
+                MissAnswer::Ready { peer } => way.filled(peer),
                 MissAnswer::Stale => {}
                 MissAnswer::Uncacheable => {
                     pc.passes.borrow_mut().mark(key, unix_now());
-                    return self.pass_through(&req, &origin, Forward::UriMiss).await;
+                    return self
+                        .pass_through(req, &route.origin, Forward::UriMiss)
+                        .await;
                 }
                 MissAnswer::Pass(answer) => {
                     // The owning core's fetch for this request: relayed,
                     // not fetched again.
                     pc.passes.borrow_mut().mark(key, unix_now());
                     let resp = answer.resume();
-                    return self.relay(&req, &origin, Forward::UriMiss, resp).await;
+                    return self.relay(req, &route.origin, Forward::UriMiss, resp).await;
                 }
-                MissAnswer::Error(status) => {
-                    let why = match status {
-                        403 => "the origin's address is not allowed",
-                        504 => "no answer in time",
-                        _ => "the origin failed",
-                    };
-                    self.error(status, why, ka, None).await;
-                    return next;
+                MissAnswer::Error(fail) => {
+                    return self.refuse(&Refusal::failed(fail, req.keep_alive)).await;
                 }
             }
+        }
+    }
+
+    /// Answers with the core's refusal.
+    async fn refuse(&mut self, r: &Refusal) -> Next {
+        if r.malformed {
+            let bad = &self.pc.stats.bad_requests;
+            bad.set(bad.get() + 1);
+        }
+        self.error(r.status, &r.reason, r.keep_alive, r.allow).await;
+        if r.keep_alive {
+            Next::KeepAlive
+        } else {
+            Next::Close
         }
     }
 
@@ -826,7 +757,7 @@ impl<'a> Conn<'a> {
         let pc = self.pc;
         let now = unix_now();
         let meta = obj.meta();
-        let fresh = Freshness {
+        let freshness = Freshness {
             date_secs: meta.stored_secs,
             fresh_until_secs: meta.fresh_until_secs,
             response_secs: meta.stored_secs,
@@ -848,24 +779,15 @@ impl<'a> Conn<'a> {
             body_len.unwrap_or(0),
             cache_status.hit,
         );
-        let not_modified = st.head.status == 200
-            && policy::evaluate_conditional(req, &st.head) == Conditional::NotModified;
-        let range = match (body_len, obj.state(), req.method == Method::Get) {
-            (Some(len), ObjectState::Complete { .. }, true) if st.head.status == 200 => {
-                policy::range_for(req, &st.head, len)
-            }
-            _ => RangeAnswer::Full,
-        };
-        let info = ClientHeadInfo {
-            node_name: &pc.node_name,
-            age_secs: policy::age_secs(&fresh, now),
-            cache_status,
-            range,
+        let copy = CopyServed {
+            head: &st.head,
+            freshness,
             body_len,
-            keep_alive: req.keep_alive,
-            not_modified,
-            client_minor_version: req.minor_version,
+            complete: matches!(obj.state(), ObjectState::Complete { .. }),
+            cache_status,
         };
+        let info = request::copy_answer(req, &copy, now, &pc.node_name);
+        let range = info.range;
         self.out.clear();
         let framing = policy::client_head(&st.head, &info, &mut self.out);
         self.resp.status = head_status(&self.out);
@@ -976,11 +898,7 @@ impl<'a> Conn<'a> {
             Ok(a) => a,
             Err(e) => {
                 pc.stats.origin_error("resolve");
-                let status = match e {
-                    super::resolve::ResolveError::Refused(..) => 403,
-                    super::resolve::ResolveError::Timeout => 504,
-                    super::resolve::ResolveError::NotFound => 502,
-                };
+                let status = e.fail().status;
                 self.error(status, &e.to_string(), req.keep_alive, None)
                     .await;
                 return if req.keep_alive {
@@ -1256,16 +1174,6 @@ async fn send_all(stream: &mut TcpStream, bufs: &[&[u8]]) -> std::io::Result<()>
         skip = 0;
     }
     Ok(())
-}
-
-/// `Cache-Status`'s detail for an object from a peer found at `level`
-/// (`peer-l2`, `peer-l1`, `peer-l0`): where Fig. 4 counts it.
-fn peer_detail(level: coral::node::Level) -> &'static str {
-    match level {
-        2 => "peer-l2",
-        1 => "peer-l1",
-        _ => "peer-l0",
-    }
 }
 
 #[cfg(test)]
