@@ -1,5 +1,7 @@
 //! The owning core's side of a miss: `coral::proxy::fetch::FetchPolicy` driven with
-//! the DSHT, peers, the origin and the cache (§3.2).
+//! the DSHT, peers, the origin and the cache (§3.2). What a fetch's answer
+//! means (revalidated, served stale, stored, passed, failed with which status)
+//! is the core's `coral::proxy::fetch::judge`; this file moves the bytes.
 //!
 //! One policy per core, for the keys the core owns, so every request for one
 //! object on this node meets the same policy: one fetch per object per node

@@ -1,5 +1,11 @@
 //! Client connections: keep-alive, pipelining (answers in order), strict
 //! parsing (`coral::proxy::http`), hits served from the cache's mapping.
+//!
+//! Every decision about a request is the core's (`coral::proxy::request`):
+//! `route` refuses or routes it, `Lookup::decide` says after each cache
+//! lookup what to serve, `copy_answer` how a copy answers (304, range). This
+//! file moves the bytes and drives those calls; `fast` answers hits of plain
+//! requests without them (issue #11), `io` reads and sends.
 
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
