@@ -16,7 +16,6 @@
 //! - [`node`]: one node: two-phase put, hierarchical get, `nodes`, `levels` (§2.3, §4.2–4.3).
 //! - [`cache`]: the disk cache's record format, index entry and eviction policies (§3.2).
 //! - [`dns`]: dnssrv, the authoritative DNS redirector (§3.1), sans-IO.
-//! - [`fetch`]: the proxy's fetch policy: local cache, DSHT, peer, origin (§3.2).
 //! - [`proxy`]: the proxy's HTTP framing, Coralized names, cache policy and rewriting (§2.1, §3.2).
 //! - [`sim`]: the deterministic simulator and the paper's experiments (§6).
 
@@ -27,7 +26,6 @@ pub mod cache;
 pub mod cluster;
 pub mod config;
 pub mod dns;
-pub mod fetch;
 pub mod id;
 pub mod lookup;
 pub mod node;

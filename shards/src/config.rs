@@ -225,9 +225,9 @@ impl Default for ProxyConfig {
             negative_ttl_secs: 60,
             resolve_ttl_secs: 60,
             vary_variants_max: coral::proxy::vary::VARY_VARIANTS_MAX,
-            fetching_pointer_ttl_secs: coral::fetch::FetchConfig::default()
+            fetching_pointer_ttl_secs: coral::proxy::fetch::FetchConfig::default()
                 .fetching_pointer_ttl_secs,
-            complete_pointer_ttl_secs: coral::fetch::FetchConfig::default()
+            complete_pointer_ttl_secs: coral::proxy::fetch::FetchConfig::default()
                 .complete_pointer_ttl_secs,
             access_log: None,
         }

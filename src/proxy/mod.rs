@@ -6,14 +6,19 @@
 //!   to our stricter framing rules (RFC 9112), which reject what request smuggling needs.
 //! - [`names`]: Coralized host names ↔ origins, canonical URLs and cache keys.
 //! - [`policy`]: what may be stored, for how long, what a client gets, what the origin is asked.
+//! - [`request`]: one decision per request: refused or routed, then what a cache lookup
+//!   serves (hit, copy arriving or stale, variant, pass, fill), and how a copy answers.
 //! - [`rewrite`]: `Location` headers and absolute links in HTML stay Coralized.
 //! - [`origin_addr`]: which origin addresses are refused (the SSRF guard).
+//! - [`fetch`]: the fetch policy (local cache, DSHT, peer, origin, §3.2) and what a
+//!   failed fetch answers ([`fetch::Fail`]).
 //! - [`hot`]: the fast path of a hit: plain requests, the per-core name → key table, the
 //!   hit head kept built.
 //! - [`pass`]: hit-for-pass, objects recently found uncacheable.
 //! - [`vary`]: the keys of several stored variants of one object, and their bound.
 
 pub mod date;
+pub mod fetch;
 pub mod hot;
 pub mod http;
 pub mod idle;
@@ -21,5 +26,6 @@ pub mod names;
 pub mod origin_addr;
 pub mod pass;
 pub mod policy;
+pub mod request;
 pub mod rewrite;
 pub mod vary;

@@ -909,7 +909,7 @@ fn dropped_upstream(name: &str) -> bool {
 
 /// Writes the request to send to the origin, or to a peer (`to_peer`), for `req`:
 /// the method (GET or HEAD), `Host` = the origin's `host[:port]`, the client's end-to-end
-/// fields minus [`dropped_upstream`] ones, `Via`, `CDN-Loop: coral` (RFC 8586), the
+/// fields minus `dropped_upstream` ones, `Via`, `CDN-Loop: coral` (RFC 8586), the
 /// `User-Agent` with [`USER_AGENT_MARKER`] appended, then `extra` (validators from
 /// [`revalidation_headers`]).
 ///

@@ -1,5 +1,7 @@
-//! The owning core's side of a miss: `coral::fetch::FetchPolicy` driven with
-//! the DSHT, peers, the origin and the cache (§3.2).
+//! The owning core's side of a miss: `coral::proxy::fetch::FetchPolicy` driven with
+//! the DSHT, peers, the origin and the cache (§3.2). What a fetch's answer
+//! means (revalidated, served stale, stored, passed, failed with which status)
+//! is the core's `coral::proxy::fetch::judge`; this file moves the bytes.
 //!
 //! One policy per core, for the keys the core owns, so every request for one
 //! object on this node meets the same policy: one fetch per object per node
@@ -12,10 +14,10 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use coral::fetch::{Action, FetchPolicy};
 use coral::node::Event;
-use coral::proxy::http::{Framing, Headers};
-use coral::proxy::policy::{self, Storable};
+use coral::proxy::fetch::{self, Action, Fail, FetchPolicy, Verdict};
+use coral::proxy::http::{Framing, Headers, RequestHead, ResponseHead};
+use coral::proxy::policy::{self, Freshness};
 use coral::proxy::rewrite;
 use coral::Id;
 use glommio::channels::local_channel::LocalSender;
@@ -44,8 +46,6 @@ struct JobState {
     writing: bool,
     /// From a peer, found at this level (for Cache-Status).
     peer: Option<coral::node::Level>,
-    /// What waiters get if the fetch fails.
-    error: u16,
 }
 
 /// The owning core's fetch state.
@@ -121,7 +121,7 @@ impl ProxyCore {
         if job.no_forward {
             // A peer asks: we have no copy and fetch none (it would have
             // been found above).
-            self.answer(waiter, MissAnswer::Error(504));
+            self.answer(waiter, MissAnswer::Error(Fail::TIMEOUT));
             return;
         }
         let now = self.shard.now();
@@ -141,7 +141,6 @@ impl ProxyCore {
                 waiters: vec![waiter],
                 writing: false,
                 peer: None,
-                error: 502,
             },
         );
         self.run(out);
@@ -155,9 +154,8 @@ impl ProxyCore {
                     let peer = peer_level(first);
                     self.finish_job(&key, || MissAnswer::Ready { peer });
                 }
-                Action::Fail { key, .. } => {
-                    let status = self.fetch.jobs.borrow().get(&key).map_or(502, |j| j.error);
-                    self.finish_job(&key, || MissAnswer::Error(status));
+                Action::Fail { key, fail, .. } => {
+                    self.finish_job(&key, || MissAnswer::Error(fail));
                 }
                 Action::DshtGet { key } => {
                     let pc = self.clone();
@@ -290,13 +288,14 @@ impl ProxyCore {
         }
     }
 
-    fn set_error(&self, key: &Id, status: u16) {
-        if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(key) {
-            js.error = status;
-        }
+    /// Records why a fetch of `key` failed (what its waiters get if no
+    /// source serves it).
+    fn fetch_failed(&self, key: &Id, fail: Fail) {
+        self.fetch.policy.borrow_mut().fetch_failed(key, fail);
     }
 
-    /// Fetches `key` from `peer` (or the origin) into the cache.
+    /// Fetches `key` from `peer` (or the origin) into the cache: asks, has
+    /// the core judge the answer (`coral::proxy::fetch::judge`), and acts.
     async fn fetch_from(self: &Rc<Self>, key: Id, peer: Option<SocketAddr>) -> Outcome {
         let Some(job) = self.fetch.jobs.borrow().get(&key).map(|j| j.job.clone()) else {
             return Outcome::Failed;
@@ -320,12 +319,7 @@ impl ProxyCore {
                 Err(e) => {
                     tracing::info!(host = %job.origin.host, error = %e, "origin not fetched");
                     self.stats.origin_error("resolve");
-                    let status = match e {
-                        super::resolve::ResolveError::Refused(..) => 403,
-                        super::resolve::ResolveError::Timeout => 504,
-                        super::resolve::ResolveError::NotFound => 502,
-                    };
-                    self.set_error(&key, status);
+                    self.fetch_failed(&key, e.fail());
                     return Outcome::Failed;
                 }
             },
@@ -338,102 +332,115 @@ impl ProxyCore {
         policy::upstream_request(&job.request, &job.origin, peer.is_some(), &extra, &mut req);
         let no_pool = upstream::Pool::default();
         let pool = if peer.is_some() { &no_pool } else { &self.pool };
-        let mut resp =
-            match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
-                    if peer.is_none() {
-                        self.stats.origin_error(e.reason());
-                    }
-                    self.set_error(
-                        &key,
-                        if matches!(e, UpstreamError::FirstByteTimeout) {
-                            504
-                        } else {
-                            502
-                        },
-                    );
-                    return self.stale_or_failed(&key, peer, old.as_ref());
+        let resp = match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
+                if peer.is_none() {
+                    self.stats.origin_error(e.reason());
                 }
-            };
-        let status = resp.head.status;
-        // Revalidated: the stored body stands, with new freshness.
-        if status == 304 && peer.is_none() {
-            if let Some((meta, s)) = &old {
-                let fresh_head = policy::freshen(&s.head, &resp.head);
-                let fresh_until = match policy::storable(&job.request, &fresh_head, now) {
-                    Storable::Yes(f) => f.fresh_until_secs,
-                    Storable::No(_) => now,
-                };
+                self.fetch_failed(
+                    &key,
+                    if matches!(e, UpstreamError::FirstByteTimeout) {
+                        Fail::TIMEOUT
+                    } else {
+                        Fail::BAD_GATEWAY
+                    },
+                );
+                return self.stale_or_failed(&key, peer, old.as_ref());
+            }
+        };
+        if let Some(fail) = fetch::origin_error(peer.is_some(), resp.head.status) {
+            self.stats.origin_error("status_5xx");
+            self.fetch_failed(&key, fail);
+        }
+        let verdict = fetch::judge(&fetch::Response {
+            request: &job.request,
+            head: &resp.head,
+            from_peer: peer.is_some(),
+            old: old.as_ref().map(|(_, s)| &s.head),
+            now_secs: now,
+            negative_ttl_secs: self.cfg.negative_ttl_secs,
+            object_bytes_max: self.cfg.object_bytes_max,
+        });
+        let fresh = match verdict {
+            Verdict::Store(fresh) => fresh,
+            Verdict::Revalidated { fresh_until_secs } => {
+                // The stored body stands, with new freshness.
+                let expected_len = old.as_ref().and_then(|(m, _)| m.expected_len);
                 self.cache.touch_meta(
                     &key,
                     ObjectMeta {
                         stored_secs: now,
-                        fresh_until_secs: fresh_until,
-                        expected_len: meta.expected_len,
+                        fresh_until_secs,
+                        expected_len,
                     },
                 );
                 resp.release(&self.pool);
                 return Outcome::Ok;
             }
-        }
-        if peer.is_some() && (status >= 500 || status == 304) {
-            // 504: the peer has no copy after all.
-            return Outcome::Failed;
-        }
-        if status >= 500 {
-            self.stats.origin_error("status_5xx");
-            self.set_error(&key, status);
-        }
-        // "Serve liberally": an origin that fails or refuses never replaces
-        // a good copy; the copy is served stale.
-        if let Some((_, s)) = &old {
-            if peer.is_none() && policy::origin_failed(s.head.status, status) {
-                self.set_error(&key, status);
-                return self.stale_or_failed(&key, peer, old.as_ref());
-            }
-        }
-        let fresh = match policy::storable(&job.request, &resp.head, now) {
-            Storable::Yes(f) => f,
-            Storable::No(why) => {
-                tracing::debug!(%key, why, "not stored");
-                if status >= 500 {
-                    return Outcome::Failed;
-                }
-                if peer.is_some() {
-                    return Outcome::Failed;
-                }
-                // The request that made this fetch gets its answer, to
-                // relay on its own core (the origin is asked once for it);
-                // every other waiter fetches it for itself.
-                let mut waiters = self.take_waiters(&key).into_iter();
-                if let Some(first) = waiters.next() {
-                    self.answer(first, MissAnswer::Pass(Box::new(resp.hand_over())));
-                }
-                for w in waiters {
-                    self.answer(w, MissAnswer::Uncacheable);
+            Verdict::Failed(fail) => {
+                if let Some(fail) = fail {
+                    self.fetch_failed(&key, fail);
                 }
                 return Outcome::Failed;
             }
-        };
-        let mut fresh = fresh;
-        if status >= 400 {
-            // Negative answers are cached briefly.
-            fresh.fresh_until_secs = fresh
-                .fresh_until_secs
-                .min(now.saturating_add(self.cfg.negative_ttl_secs));
-        }
-        if let Framing::Length(n) = resp.head.framing {
-            if n > self.cfg.object_bytes_max {
+            Verdict::Stale(fail) => {
+                self.fetch_failed(&key, fail);
+                return self.stale_or_failed(&key, peer, old.as_ref());
+            }
+            Verdict::NotStored { why, relay } => {
+                tracing::debug!(%key, why, "not stored");
+                if relay {
+                    self.pass_waiters(&key, resp);
+                }
+                return Outcome::Failed;
+            }
+            Verdict::TooLarge => {
                 if peer.is_none() {
                     self.stats.origin_error("too_large");
                 }
-                self.set_error(&key, 502);
-                tracing::info!(%key, bytes = n, "object larger than object_bytes_max");
+                self.fetch_failed(&key, Fail::BAD_GATEWAY);
+                let bytes = match resp.head.framing {
+                    Framing::Length(n) => n,
+                    _ => 0,
+                };
+                tracing::info!(%key, bytes, "object larger than object_bytes_max");
                 return Outcome::Failed;
             }
+        };
+        self.store(key, &job, peer, addr, resp, &fresh, old.as_ref(), now)
+            .await
+    }
+
+    /// An answer that may not be stored: the request that made this fetch
+    /// gets it, to relay on its own core (the origin is asked once for it);
+    /// every other waiter fetches it for itself.
+    fn pass_waiters(&self, key: &Id, resp: upstream::Response) {
+        let mut waiters = self.take_waiters(key).into_iter();
+        if let Some(first) = waiters.next() {
+            self.answer(first, MissAnswer::Pass(Box::new(resp.hand_over())));
         }
+        for w in waiters {
+            self.answer(w, MissAnswer::Uncacheable);
+        }
+    }
+
+    /// Stores the response `resp` to the fetch of `key` in the cache as it
+    /// arrives; its waiters are answered as soon as the object exists.
+    #[allow(clippy::too_many_arguments)]
+    async fn store(
+        self: &Rc<Self>,
+        key: Id,
+        job: &Job,
+        peer: Option<SocketAddr>,
+        addr: SocketAddr,
+        mut resp: upstream::Response,
+        fresh: &Freshness,
+        old: Option<&(ObjectMeta, stored::Stored)>,
+        now: u64,
+    ) -> Outcome {
         let mut head = policy::head_to_store(&resp.head);
         // §2.1: redirects and links to the origin stay Coralized (HTML that
         // is content-coded is passed through untouched).
@@ -442,13 +449,7 @@ impl ProxyCore {
             .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         let vary_req = policy::vary_request_headers(&resp.head, &job.request);
         let mut head_bytes = Vec::with_capacity(1024);
-        stored::encode(
-            &head,
-            &fresh,
-            &vary_req,
-            key != job.url_key,
-            &mut head_bytes,
-        );
+        stored::encode(&head, fresh, &vary_req, key != job.url_key, &mut head_bytes);
         let expected_len = match resp.head.framing {
             Framing::Length(n) if rewriter.is_none() => Some(n),
             Framing::Empty => Some(0),
@@ -463,7 +464,7 @@ impl ProxyCore {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!(%key, error = %e, "cache refused the object");
-                self.set_error(&key, 503);
+                self.fetch_failed(&key, Fail::UNAVAILABLE);
                 return Outcome::Failed;
             }
         };
@@ -497,7 +498,7 @@ impl ProxyCore {
                             self.stats.origin_error("too_large");
                         }
                         writer.abort();
-                        self.set_error(&key, 502);
+                        self.fetch_failed(&key, Fail::BAD_GATEWAY);
                         return Outcome::Failed;
                     }
                     if !data.is_empty() {
@@ -517,7 +518,7 @@ impl ProxyCore {
                         self.stats.origin_error(e.reason());
                     }
                     writer.abort();
-                    return self.stale_or_failed(&key, peer, old.as_ref());
+                    return self.stale_or_failed(&key, peer, old);
                 }
             }
         }
@@ -525,26 +526,8 @@ impl ProxyCore {
             tracing::info!(%key, error = %e, "cache finish failed");
             return Outcome::Failed;
         }
-        // The first variant of a URL is stored under the URL's key: a pointer
-        // under its variant key too lets nodes that ask for this variant by
-        // that key find it here (a peer's request selects it by its fields).
-        // It is renewed with the URL key's pointer (`tick`) while the object
-        // stays cached; the object's own pointer pins it.
         if key == job.url_key {
-            let mut pointers = self.fetch.variant_pointers.borrow_mut();
-            match coral::proxy::vary::variant_key(&key, &resp.head, &job.request) {
-                Some(vk) => {
-                    if pointers.len() < VARIANT_POINTERS_MAX || pointers.contains_key(&key) {
-                        pointers.insert(key, vk);
-                    }
-                    drop(pointers);
-                    // As long as the URL key's own (`complete_pointer_ttl_secs`).
-                    self.put_variant_pointer(vk, self.cfg.complete_pointer_ttl_secs);
-                }
-                None => {
-                    pointers.remove(&key);
-                }
-            }
+            self.note_first_variant(key, &resp.head, &job.request);
         }
         if peer.is_none() {
             resp.release(&self.pool);
@@ -552,21 +535,40 @@ impl ProxyCore {
         Outcome::Ok
     }
 
-    /// After an origin failure: a stale copy that may be served keeps the
-    /// object (its waiters get it); otherwise the fetch failed.
+    /// The first variant of a URL is stored under the URL's key: a pointer
+    /// under its variant key too lets nodes that ask for this variant by
+    /// that key find it here (a peer's request selects it by its fields).
+    /// It is renewed with the URL key's pointer (`tick`) while the object
+    /// stays cached; the object's own pointer pins it.
+    fn note_first_variant(self: &Rc<Self>, key: Id, head: &ResponseHead, request: &RequestHead) {
+        let mut pointers = self.fetch.variant_pointers.borrow_mut();
+        match coral::proxy::vary::variant_key(&key, head, request) {
+            Some(vk) => {
+                if pointers.len() < VARIANT_POINTERS_MAX || pointers.contains_key(&key) {
+                    pointers.insert(key, vk);
+                }
+                drop(pointers);
+                // As long as the URL key's own (`complete_pointer_ttl_secs`).
+                self.put_variant_pointer(vk, self.cfg.complete_pointer_ttl_secs);
+            }
+            None => {
+                pointers.remove(&key);
+            }
+        }
+    }
+
+    /// After a fetch failed: a stale copy that may be served keeps the
+    /// object (its waiters get it); otherwise the fetch failed
+    /// (`coral::proxy::fetch::serve_stale`).
     fn stale_or_failed(
         &self,
         key: &Id,
         peer: Option<SocketAddr>,
         old: Option<&(ObjectMeta, stored::Stored)>,
     ) -> Outcome {
-        if peer.is_none() {
-            if let Some((_, s)) = old {
-                if !s.must_revalidate {
-                    self.answer_waiters(key, || MissAnswer::Stale);
-                    return Outcome::Ok;
-                }
-            }
+        if fetch::serve_stale(peer.is_some(), old.map(|(_, s)| s.must_revalidate)) {
+            self.answer_waiters(key, || MissAnswer::Stale);
+            return Outcome::Ok;
         }
         Outcome::Failed
     }
@@ -667,10 +669,10 @@ impl ProxyCore {
 
 /// The level at which a source was found, if it is a peer (§3.2): the
 /// level of the DSHT get that named it, 0 for a peer named by a lost claim.
-fn peer_level(source: coral::fetch::Served) -> Option<coral::node::Level> {
+fn peer_level(source: coral::proxy::fetch::Served) -> Option<coral::node::Level> {
     match source {
-        coral::fetch::Served::Peer(level) => Some(level),
-        coral::fetch::Served::ClaimedPeer => Some(0),
+        coral::proxy::fetch::Served::Peer(level) => Some(level),
+        coral::proxy::fetch::Served::ClaimedPeer => Some(0),
         _ => None,
     }
 }

@@ -9,7 +9,7 @@
 //!   one still being written is streamed as its bytes arrive (cut-through).
 //! - **Miss or stale.** The request goes to the key's *owning* core
 //!   (`steer::shard_of_key`) over the mesh (`ProxyMsg::Miss`). That core
-//!   alone runs the fetch policy for its keys (`coral::fetch::FetchPolicy`):
+//!   alone runs the fetch policy for its keys (`coral::proxy::fetch::FetchPolicy`):
 //!   DSHT get → peers (with `Coral-No-Forward: 1`) → claim → origin, one
 //!   fetch per object however many wait (collapsed forwarding). The fetch
 //!   writes into the cache; as soon as the object exists every waiter is
@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use coral::fetch::{FetchConfig, FetchPolicy};
+use coral::proxy::fetch::{Fail, FetchConfig, FetchPolicy};
 use coral::proxy::http::{Limits, RequestHead};
 use coral::proxy::names::{Origin, Zones};
 use coral::Id;
@@ -101,8 +101,8 @@ pub enum MissAnswer {
     /// the one that fetched it: here it is, its head read, to relay to this
     /// client alone (one client request, one origin request).
     Pass(Box<upstream::Handover>),
-    /// Answer the client with this status.
-    Error(u16),
+    /// Answer the client with this error.
+    Error(Fail),
 }
 
 /// CoralProxy's messages between cores.
@@ -403,7 +403,7 @@ pub fn on_core_msg(shard: &Rc<Shard>, msg: ProxyMsg) {
                 glommio::timer::sleep(Duration::from_millis(1)).await;
             }
             if let ProxyMsg::Miss { from, req, .. } = msg {
-                let answer = MissAnswer::Error(503);
+                let answer = MissAnswer::Error(Fail::UNAVAILABLE);
                 let _ = shard.try_send_to_core(from, ProxyMsg::Answer { req, answer });
             }
         })
@@ -469,15 +469,15 @@ impl ProxyCore {
             };
             if !self.shard.try_send_to_core(owner, msg) {
                 self.replies.borrow_mut().remove(&req);
-                return MissAnswer::Error(503);
+                return MissAnswer::Error(Fail::UNAVAILABLE);
             }
         }
         let answer = glommio::future::timeout(MISS_TIMEOUT, rx.recv()).await;
         self.replies.borrow_mut().remove(&req);
         match answer {
             Ok(Some(a)) => a,
-            Ok(None) => MissAnswer::Error(502),
-            Err(_) => MissAnswer::Error(504),
+            Ok(None) => MissAnswer::Error(Fail::BAD_GATEWAY),
+            Err(_) => MissAnswer::Error(Fail::TIMEOUT),
         }
     }
 

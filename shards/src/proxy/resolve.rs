@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use coral::proxy::fetch::Fail;
 use coral::proxy::origin_addr::{self, Refused};
 
 /// Answers kept per core at most; the oldest half goes when full.
@@ -31,6 +32,17 @@ pub enum ResolveError {
     Timeout,
     /// The only addresses are ones origins may not have.
     Refused(IpAddr, Refused),
+}
+
+impl ResolveError {
+    /// What a request whose origin cannot be reached is answered.
+    pub fn fail(&self) -> Fail {
+        match self {
+            ResolveError::Refused(..) => Fail::REFUSED,
+            ResolveError::Timeout => Fail::TIMEOUT,
+            ResolveError::NotFound => Fail::BAD_GATEWAY,
+        }
+    }
 }
 
 impl std::fmt::Display for ResolveError {

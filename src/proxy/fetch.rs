@@ -34,6 +34,9 @@ use crate::node::Level;
 use crate::time::{Duration, Time};
 use crate::wire::Value;
 
+use super::http::{Framing, RequestHead, ResponseHead};
+use super::policy::{self, Freshness, Storable};
+
 /// Parameters of the fetch policy.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FetchConfig {
@@ -90,6 +93,40 @@ pub enum Served {
     Origin,
 }
 
+/// What a fetch that failed answers the requests waiting for it: the status
+/// of the error response (RFC 9110 §15.6), chosen here, not by the runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fail {
+    /// The response's status code.
+    pub status: u16,
+}
+
+impl Fail {
+    /// The origin's address is one the proxy refuses (the SSRF guard).
+    pub const REFUSED: Fail = Fail { status: 403 };
+    /// No answer in time: from the origin's name or its first byte.
+    pub const TIMEOUT: Fail = Fail { status: 504 };
+    /// The origin could not be reached, failed, or sent too much.
+    pub const BAD_GATEWAY: Fail = Fail { status: 502 };
+    /// The cache refused the object (or the owning core could not be asked).
+    pub const UNAVAILABLE: Fail = Fail { status: 503 };
+
+    /// The origin answered `status` (a 5xx, or an error over a good copy):
+    /// the client gets the same status.
+    pub fn origin(status: u16) -> Fail {
+        Fail { status }
+    }
+
+    /// The reason the error response gives.
+    pub fn reason(self) -> &'static str {
+        match self.status {
+            403 => "the origin's address is not allowed",
+            504 => "no answer in time",
+            _ => "the origin failed",
+        }
+    }
+}
+
 /// What the caller must do.
 #[allow(missing_docs)] // fields named by each variant's docs
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,8 +134,9 @@ pub enum Action {
     /// Answer `count` waiting requests for `key`; the first was served from
     /// `first`, the rest were coalesced onto it.
     Serve { key: Key, first: Served, count: u32 },
-    /// Answer `count` waiting requests for `key` with an error (502).
-    Fail { key: Key, count: u32 },
+    /// Answer `count` waiting requests for `key` with the error `fail`
+    /// (the last recorded by [`FetchPolicy::fetch_failed`], else 502).
+    Fail { key: Key, count: u32, fail: Fail },
     /// Run `get(key)` on the DSHT and report with [`FetchPolicy::on_get`].
     DshtGet { key: Key },
     /// Run `claim(key, value, ttl)` and report with [`FetchPolicy::on_claim`].
@@ -139,6 +177,8 @@ enum State {
 struct Object {
     state: State,
     waiters: u32,
+    /// What the waiters get if no source serves the object.
+    fail: Fail,
 }
 
 /// Counters of the policy's decisions.
@@ -228,6 +268,7 @@ impl FetchPolicy {
             Object {
                 state: State::Complete { renew_at },
                 waiters: 0,
+                fail: Fail::BAD_GATEWAY,
             },
         );
         out.push(Action::DshtPut {
@@ -282,6 +323,7 @@ impl FetchPolicy {
             Object {
                 state: State::Looking,
                 waiters: 1,
+                fail: Fail::BAD_GATEWAY,
             },
         );
         out.push(Action::DshtGet { key });
@@ -407,6 +449,14 @@ impl FetchPolicy {
         renew_after(self.config.complete_pointer_ttl_secs)
     }
 
+    /// Records why a fetch of `key` failed: what its waiters get if no
+    /// source serves the object (the last recorded counts).
+    pub fn fetch_failed(&mut self, key: &Key, fail: Fail) {
+        if let Some(o) = self.objects.get_mut(key) {
+            o.fail = fail;
+        }
+    }
+
     /// The fetch of `key` finished, successfully or not.
     pub fn on_fetched(&mut self, now: Time, key: Key, ok: bool, out: &mut Vec<Action>) {
         let renew = self.renew_complete();
@@ -435,9 +485,9 @@ impl FetchPolicy {
         if *source == Served::Origin {
             // The origin failed: nothing better to try. ("Accept
             // conservatively": no pointer to a copy we do not have.)
-            let count = o.waiters;
+            let (count, fail) = (o.waiters, o.fail);
             self.objects.remove(&key);
-            out.push(Action::Fail { key, count });
+            out.push(Action::Fail { key, count, fail });
             return;
         }
         if !peers.is_empty() {
@@ -476,6 +526,122 @@ impl FetchPolicy {
             }
         }
     }
+}
+
+/// What a fetch's response means for the object: the part of a fetch that
+/// decides (revalidation, serving stale, what is stored and for how long),
+/// apart from the runtime that moves its bytes. See [`judge`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// The origin's 304 revalidated the stale copy: its body stands, stored
+    /// now and fresh until `fresh_until_secs` (RFC 9111 §4.3.4).
+    Revalidated {
+        /// The copy's new end of freshness.
+        fresh_until_secs: u64,
+    },
+    /// The source failed: the next one is tried. `Some` is why, recorded
+    /// for the waiters ([`FetchPolicy::fetch_failed`]).
+    Failed(Option<Fail>),
+    /// "Serve liberally": the origin failed or refused over a good copy,
+    /// which is served stale unless it must be revalidated ([`serve_stale`]).
+    Stale(Fail),
+    /// The response may not be stored (`why`). With `relay`, the request
+    /// that made the fetch gets it, to relay to its client alone, and every
+    /// other waiter fetches it for itself; without, the fetch failed.
+    NotStored {
+        /// The reason (RFC 9111 §3).
+        why: &'static str,
+        /// Relayed to the request that made the fetch.
+        relay: bool,
+    },
+    /// The response says it is larger than `object_bytes_max`: not fetched.
+    TooLarge,
+    /// Store it with this freshness (an error status's cut to the negative TTL).
+    Store(Freshness),
+}
+
+/// A fetch's response, with what [`judge`] needs to know of the fetch.
+#[derive(Clone, Copy, Debug)]
+pub struct Response<'a> {
+    /// The request the origin or peer was asked (a GET).
+    pub request: &'a RequestHead,
+    /// The response's head.
+    pub head: &'a ResponseHead,
+    /// From a peer proxy (`Coral-No-Forward`), not the origin.
+    pub from_peer: bool,
+    /// The stale complete copy in the cache, if any (its stored head).
+    pub old: Option<&'a ResponseHead>,
+    /// Now, in Unix seconds.
+    pub now_secs: u64,
+    /// Longest an error answer (4xx) is fresh.
+    pub negative_ttl_secs: u64,
+    /// Largest object stored.
+    pub object_bytes_max: u64,
+}
+
+/// What a fetch's response means for the object, in this order: an origin's
+/// 304 revalidates the stale copy; a peer's 5xx or 304 means it has no copy
+/// after all; an origin's error over a good copy serves that copy stale; an
+/// unstorable response passes (or fails, for a 5xx or a peer's); an error
+/// status is stored briefly; a body longer than allowed is not fetched.
+pub fn judge(r: &Response<'_>) -> Verdict {
+    let status = r.head.status;
+    if status == 304 && !r.from_peer {
+        if let Some(old) = r.old {
+            let fresh_head = policy::freshen(old, r.head);
+            let fresh_until_secs = match policy::storable(r.request, &fresh_head, r.now_secs) {
+                Storable::Yes(f) => f.fresh_until_secs,
+                Storable::No(_) => r.now_secs,
+            };
+            return Verdict::Revalidated { fresh_until_secs };
+        }
+    }
+    if r.from_peer && (status >= 500 || status == 304) {
+        // 504: the peer has no copy after all.
+        return Verdict::Failed(None);
+    }
+    if let Some(old) = r.old {
+        if !r.from_peer && policy::origin_failed(old.status, status) {
+            return Verdict::Stale(Fail::origin(status));
+        }
+    }
+    let mut fresh = match policy::storable(r.request, r.head, r.now_secs) {
+        Storable::Yes(f) => f,
+        Storable::No(why) => {
+            return Verdict::NotStored {
+                why,
+                relay: status < 500 && !r.from_peer,
+            }
+        }
+    };
+    if status >= 400 {
+        // Negative answers are cached briefly.
+        fresh.fresh_until_secs = fresh
+            .fresh_until_secs
+            .min(r.now_secs.saturating_add(r.negative_ttl_secs));
+    }
+    if let Framing::Length(n) = r.head.framing {
+        if n > r.object_bytes_max {
+            return Verdict::TooLarge;
+        }
+    }
+    Verdict::Store(fresh)
+}
+
+/// The failure an origin's answer records before it is judged: a 5xx is
+/// what the waiters get if no copy serves them (a peer's 5xx only means it
+/// has no copy).
+pub fn origin_error(from_peer: bool, status: u16) -> Option<Fail> {
+    (!from_peer && status >= 500).then(|| Fail::origin(status))
+}
+
+/// After a fetch failed: whether the stale copy in the cache (whose
+/// `must-revalidate` is `old_must_revalidate`) keeps the object and is
+/// served to its waiters. Only for the origin's failures (a peer's failure
+/// tries the next source), and never for a copy that must be revalidated
+/// (RFC 9111 §5.2.2.2).
+pub fn serve_stale(from_peer: bool, old_must_revalidate: Option<bool>) -> bool {
+    !from_peer && old_must_revalidate == Some(false)
 }
 
 #[cfg(test)]
@@ -713,7 +879,14 @@ mod tests {
         assert_eq!(out[0], Action::FetchOrigin { key: k });
         out.clear();
         p.on_fetched(Time::ZERO, k, false, &mut out);
-        assert_eq!(out, vec![Action::Fail { key: k, count: 1 }]);
+        assert_eq!(
+            out,
+            vec![Action::Fail {
+                key: k,
+                count: 1,
+                fail: Fail::BAD_GATEWAY
+            }]
+        );
         assert!(!p.is_cached(&k));
     }
 }

@@ -1,0 +1,250 @@
+//! The fast path of a fresh hit (issue #11): a plain request whose Host and
+//! target bytes this core has answered a hit for is answered from a kept
+//! client head, with no owned request, URL canonicalisation or SHA-1.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use coral::proxy::hot::{self, HitHead, HitInputs};
+use coral::proxy::http::Framing;
+use coral::Id;
+
+use super::io::send_all;
+use super::io::send_complete;
+use super::{Conn, Next, Resp, HOT_HEAD_BYTES_MAX, HOT_NAME_BYTES_MAX};
+use crate::cache::{ObjectRef, ObjectState};
+use crate::metrics::CacheResult;
+use crate::proxy::stored::Stored;
+use crate::proxy::{unix_now, ProxyCore};
+
+/// What the fast path of a hit knows of an object: its key, the stored head
+/// the built hit head came from, and when its body was last seen resident.
+pub(in crate::proxy) struct HotEntry {
+    key: Id,
+    /// The stored head's bytes (compared with the object's on every hit: a
+    /// replaced object has other bytes, or another length and date below).
+    raw_head: Box<[u8]>,
+    stored: Rc<Stored>,
+    head: HitHead,
+    /// The second in which the body was last found resident (`mincore`):
+    /// a hot object is checked at most once a second, not on every hit.
+    resident_secs: u64,
+}
+
+/// Whether a stored response's hits may take the fast path: a 200 that
+/// does not vary (a varying one needs the request's fields compared), with
+/// a head short enough to keep.
+fn hot_eligible(st: &Stored, raw_head: &[u8]) -> bool {
+    st.head.status == 200
+        && !st.head.headers.contains("vary")
+        && raw_head.len() <= HOT_HEAD_BYTES_MAX
+}
+
+impl HotEntry {
+    /// A fresh complete hit on this entry's object as of `now`: the object,
+    /// its body length, the framing of the body, and whether its residency
+    /// must be checked; its client head is left in `out`. `None` when the
+    /// object is gone, stale, being written or no longer eligible.
+    fn hit(
+        &mut self,
+        pc: &ProxyCore,
+        now: u64,
+        keep_alive: bool,
+        out: &mut Vec<u8>,
+    ) -> Option<(ObjectRef, u64, Framing, bool)> {
+        let obj = pc.cache.lookup(&self.key)?;
+        let ObjectState::Complete { len } = obj.state() else {
+            return None;
+        };
+        let meta = obj.meta();
+        if now >= meta.fresh_until_secs {
+            return None;
+        }
+        if *self.raw_head != *obj.head() {
+            let st = pc.stored_head(&self.key, &obj)?;
+            if !hot_eligible(&st, obj.head()) {
+                return None;
+            }
+            self.raw_head = obj.head().into();
+            self.stored = st;
+            self.head.invalidate();
+        }
+        let inputs = HitInputs {
+            now_secs: now,
+            stored_secs: meta.stored_secs,
+            fresh_until_secs: meta.fresh_until_secs,
+            initial_age_secs: self.stored.initial_age_secs,
+            body_len: len,
+            keep_alive,
+        };
+        let (bytes, framing) = self.head.head(&self.stored.head, &pc.node_name, inputs);
+        out.clear();
+        out.extend_from_slice(bytes);
+        Some((obj, len, framing, self.resident_secs != now))
+    }
+}
+
+/// What the fast path did with the request at the head of the buffer.
+pub(super) enum Hot {
+    /// Answered it.
+    Served(Next),
+    /// A plain request with no valid entry: the full path answers it.
+    Cold,
+    /// Not a plain request: the full path answers it.
+    NotPlain,
+}
+
+impl Conn<'_> {
+    /// The fast path of a fresh hit (issue #11) for a plain request whose
+    /// Host and target bytes this core has answered a hit for: no owned
+    /// request, no URL canonicalisation or SHA-1, the client head reused
+    /// (rebuilt once a second), the body's residency checked once a second.
+    /// Every hit still looks the object up in the cache (it keeps the
+    /// segment alive while the body is sent) and compares its stored head.
+    pub(super) async fn hot_hit(&mut self) -> Hot {
+        let pc = self.pc;
+        // The access log needs the request's fields: the full path logs.
+        if crate::accesslog::enabled() {
+            return Hot::NotPlain;
+        }
+        let Some(plain) = hot::parse_plain(self.inb.filled(), &pc.limits) else {
+            return Hot::NotPlain;
+        };
+        let started = Instant::now();
+        let now = unix_now();
+        let found = pc
+            .hot
+            .borrow_mut()
+            .get_mut(plain.host, plain.target)
+            .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
+        let name_to = |name: &mut Vec<u8>| {
+            name.clear();
+            name.extend_from_slice(plain.host);
+            name.extend_from_slice(plain.target);
+            plain.host.len()
+        };
+        let Some((key, (obj, len, framing, check_resident))) = found else {
+            self.cold_host_len = name_to(&mut self.cold_name);
+            self.cold = true;
+            return Hot::Cold;
+        };
+        if check_resident {
+            self.cold_host_len = name_to(&mut self.cold_name);
+        }
+        let (head_only, ka) = (plain.head_only, plain.keep_alive);
+        crate::status::sink::served_named(obj.key_prefix(), plain.host, plain.target, len, true);
+        self.inb.consume(plain.len);
+        pc.stats.hits.set(pc.stats.hits.get() + 1);
+        let next = if ka { Next::KeepAlive } else { Next::Close };
+        let out = std::mem::take(&mut self.out);
+        let sent = if head_only || framing == Framing::Empty {
+            send_all(&mut self.stream, &[&out]).await
+        } else {
+            if check_resident {
+                obj.ensure_resident(0, len).await;
+                let (host, target) = self.cold_name.split_at(self.cold_host_len);
+                if let Some(e) = pc.hot.borrow_mut().get_mut(host, target) {
+                    if e.key == key {
+                        e.resident_secs = now;
+                    }
+                }
+            }
+            send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len).await
+        };
+        self.out = out;
+        self.resp = Resp {
+            method: if head_only { "HEAD" } else { "GET" },
+            status: 200,
+            body_bytes: if head_only || sent.is_err() { 0 } else { len },
+            cache: CacheResult::Local,
+        };
+        self.end(started);
+        Hot::Served(if sent.is_ok() { next } else { Next::Close })
+    }
+
+    /// After a fresh hit on the full path for a plain request: the next
+    /// plain request with the same Host and target bytes takes the fast path.
+    pub(super) fn learn_hot(&mut self, key: Id, obj: &ObjectRef, st: &Rc<Stored>) {
+        if !self.cold || !hot_eligible(st, obj.head()) || self.cold_name.len() > HOT_NAME_BYTES_MAX
+        {
+            return;
+        }
+        self.cold = false;
+        let (host, target) = self.cold_name.split_at(self.cold_host_len);
+        let entry = HotEntry {
+            key,
+            raw_head: obj.head().into(),
+            stored: st.clone(),
+            head: HitHead::default(),
+            resident_secs: 0,
+        };
+        self.pc.hot.borrow_mut().insert(host, target, entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use coral::proxy::hot::{self, HitHead, HitInputs, HotTable};
+    use coral::proxy::http::{self, Limits};
+
+    use crate::cache::tests::allocations;
+
+    /// The pure part of a fast hit (recognise the request, find its entry,
+    /// take the built head) allocates nothing once the head is built.
+    #[test]
+    fn a_fast_hit_allocates_nothing() {
+        let limits = Limits::default();
+        let stored_bytes = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nETag: \"a\"\r\n\r\n";
+        let (stored, _) = http::parse_response_head(stored_bytes, true, &limits)
+            .unwrap()
+            .unwrap();
+        let mut table: HotTable<(u64, HitHead)> =
+            HotTable::new(64, coral::id::keyed_hasher(b"test", "hot objects"));
+        let req =
+            b"GET /a.bin HTTP/1.1\r\nHost: origin.test.8080.coral.test\r\nUser-Agent: wrk\r\n\r\n";
+        let plain = hot::parse_plain(req, &limits).unwrap();
+        table.insert(plain.host, plain.target, (7, HitHead::default()));
+        let inputs = HitInputs {
+            now_secs: 1_000,
+            stored_secs: 990,
+            fresh_until_secs: 5_000,
+            initial_age_secs: 0,
+            body_len: 4096,
+            keep_alive: true,
+        };
+        let mut out = Vec::with_capacity(1024);
+        let built = {
+            let (_, h) = table.get_mut(plain.host, plain.target).unwrap();
+            h.head(&stored, "127.0.0.1:8090", inputs).0.to_vec()
+        };
+        let text = String::from_utf8(built.clone()).unwrap();
+        assert!(text.contains("Age: 10\r\n"), "{text}");
+        assert!(
+            text.contains("Cache-Status: coral; hit; ttl=4000\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("Content-Length: 4096\r\n"), "{text}");
+        let before = allocations();
+        for _ in 0..1_000 {
+            let plain = hot::parse_plain(req, &limits).unwrap();
+            let (key, h) = table.get_mut(plain.host, plain.target).unwrap();
+            assert_eq!(*key, 7);
+            let (bytes, _) = h.head(&stored, "127.0.0.1:8090", inputs);
+            out.clear();
+            out.extend_from_slice(bytes);
+        }
+        assert_eq!(allocations() - before, 0, "the fast path allocated");
+        assert_eq!(out, built);
+        // The next second's head differs only in Age and the ttl.
+        let (_, h) = table.get_mut(plain.host, plain.target).unwrap();
+        let next = HitInputs {
+            now_secs: 1_001,
+            ..inputs
+        };
+        let text = String::from_utf8(h.head(&stored, "127.0.0.1:8090", next).0.to_vec()).unwrap();
+        assert!(
+            text.contains("Age: 11\r\n") && text.contains("ttl=3999\r\n"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,235 @@
+//! Moving a client connection's bytes: its input buffer, read by `recv`
+//! when the core's readiness set watches the socket, and the sends of heads
+//! and bodies (one `sendmsg` from the cache's mapping, or `sendfile`).
+
+use std::os::fd::AsRawFd;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+
+use super::{IOV_MAX, SENDFILE_BYTES_MIN};
+use crate::cache::ObjectRef;
+use crate::proxy::ready::Readiness;
+
+/// A connection's input: one buffer, allocated (and zeroed) once, read into
+/// at `end` and parsed from `start`.
+pub(super) struct InBuf {
+    data: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// The last `recv` took less than it had room for: the socket was
+    /// empty, so the next read waits for an edge first (no `recv` that
+    /// would find nothing).
+    drained: bool,
+}
+
+impl InBuf {
+    pub(super) fn new(size: usize) -> InBuf {
+        InBuf {
+            data: vec![0; size].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            drained: false,
+        }
+    }
+
+    pub(super) fn filled(&self) -> &[u8] {
+        &self.data[self.start..self.end]
+    }
+
+    pub(super) fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads more; false on EOF, error, idle timeout, or a full buffer.
+    /// With `ready` (the core's readiness set watches the socket) by a
+    /// plain `recv`, waiting for the socket's next edge only when it finds
+    /// nothing (`ready.rs`); else through glommio's stream.
+    pub(super) async fn fill(&mut self, stream: &mut TcpStream, ready: Option<&Readiness>) -> bool {
+        if self.end == self.data.len() {
+            if self.start == 0 {
+                return false;
+            }
+            self.data.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let Some(ready) = ready else {
+            return match stream.read(&mut self.data[self.end..]).await {
+                Ok(n) if n > 0 => {
+                    self.end += n;
+                    true
+                }
+                _ => false,
+            };
+        };
+        let fd = stream.as_raw_fd();
+        if self.drained {
+            ready.readable(fd).await;
+            self.drained = false;
+        }
+        loop {
+            let room = &mut self.data[self.end..];
+            // SAFETY: `room` is live and writable for its length; `fd` is
+            // the open socket `stream` owns.
+            let n =
+                unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+            if n > 0 {
+                self.drained = (n as usize) < room.len();
+                self.end += n as usize;
+                return true;
+            }
+            if n == 0 {
+                return false;
+            }
+            match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::WouldBlock => ready.readable(fd).await,
+                std::io::ErrorKind::Interrupted => {}
+                _ => return false,
+            }
+        }
+    }
+}
+
+/// Puts `fd` in non-blocking mode (reads and writes through the ring are
+/// unaffected; direct `sendfile` must not block); whether it is.
+pub(super) fn is_nonblocking(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: F_GETFL/F_SETFL on a descriptor we hold; no memory is passed.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            return false;
+        }
+        flags & libc::O_NONBLOCK != 0
+            || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    }
+}
+
+/// Sends `head` and then the complete object's bytes `[start, end)`: with
+/// `sendfile` from the cache's file (no copy through user space; the socket
+/// is non-blocking, so it never parks the executor) when the body is large
+/// enough to be worth a second syscall, else one `sendmsg` of head and body
+/// from the mapping. Whatever the socket does not take at once goes through
+/// the ring.
+pub(super) async fn send_complete(
+    stream: &mut TcpStream,
+    nonblocking: bool,
+    head: &[u8],
+    obj: &ObjectRef,
+    start: u64,
+    end: u64,
+) -> std::io::Result<()> {
+    if !nonblocking || end - start < SENDFILE_BYTES_MIN {
+        return send_all(stream, &[head, obj.body(start, end)]).await;
+    }
+    send_all_more(stream, head).await?;
+    let fd = stream.as_raw_fd();
+    let mut pos = start;
+    while pos < end {
+        let (file, at) = obj.file_at(pos);
+        let mut off = at as libc::off_t;
+        // SAFETY: `fd` and `file` are open descriptors (the object is alive
+        // while `obj` is); `off` is a valid in/out offset.
+        let n = unsafe { libc::sendfile(fd, file, &mut off, (end - pos) as usize) };
+        if n > 0 {
+            pos += n as u64;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if n == 0 || e.kind() != std::io::ErrorKind::WouldBlock {
+            if n < 0 {
+                return Err(e);
+            }
+            break;
+        }
+        // The socket is full: the rest from the mapping through the ring.
+        break;
+    }
+    if pos < end {
+        stream.write_all(obj.body(pos, end)).await?;
+    }
+    Ok(())
+}
+
+/// Sends `head` with `MSG_MORE` (the body follows at once).
+async fn send_all_more(stream: &mut TcpStream, head: &[u8]) -> std::io::Result<()> {
+    // SAFETY: `head` is a live slice for the duration of the call.
+    let sent = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            head.as_ptr().cast(),
+            head.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE,
+        )
+    };
+    let sent = if sent < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        0
+    } else {
+        sent as usize
+    };
+    if sent < head.len() {
+        stream.write_all(&head[sent..]).await?;
+    }
+    Ok(())
+}
+
+/// Writes `bufs` in order: first with one non-blocking `sendmsg` (head and
+/// body straight from the cache's mapping, no copy), then whatever is left
+/// through the ring.
+pub(super) async fn send_all(stream: &mut TcpStream, bufs: &[&[u8]]) -> std::io::Result<()> {
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    if total == 0 {
+        return Ok(());
+    }
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iov = [empty; IOV_MAX];
+    let mut n_iov = 0;
+    for b in bufs.iter().filter(|b| !b.is_empty()).take(IOV_MAX) {
+        iov[n_iov] = libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        };
+        n_iov += 1;
+    }
+    // SAFETY: a zeroed msghdr is valid; it points at `iov`, whose entries
+    // point at the live slices in `bufs`, for the duration of the call.
+    let sent = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n_iov as _;
+        libc::sendmsg(
+            stream.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    let mut skip = if sent < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        0
+    } else {
+        sent as usize
+    };
+    for b in bufs {
+        if skip >= b.len() {
+            skip -= b.len();
+            continue;
+        }
+        stream.write_all(&b[skip..]).await?;
+        skip = 0;
+    }
+    Ok(())
+}
