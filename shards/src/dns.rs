@@ -30,7 +30,6 @@
 //!   `HOLD_POLL`, on a fresh snapshot; the executor never blocks.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::os::fd::{FromRawFd, IntoRawFd, RawFd};
@@ -38,11 +37,10 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use coral::dns::{DnsConfig, Dnssrv, FollowUp, Hold, Outcome, Transport, View};
+use coral::dns::{Dnssrv, FollowUp, Hold, Outcome, Transport, View};
 use coral::wire::Services;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream, UdpSocket};
-use serde::Deserialize;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::NodeConfig;
@@ -73,130 +71,6 @@ const PROBES_QUEUED_MAX: usize = 64;
 /// Longest and shortest back-off of the TCP accept loop after an error.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// `[dnssrv]`: dnssrv's limits (each optional; `coral::dns::DnsConfig` has
-/// the defaults).
-#[derive(Deserialize, Debug, Clone, PartialEq, Default)]
-#[serde(deny_unknown_fields)]
-pub struct DnsSection {
-    /// A records per answer (1–16; default 4).
-    pub answers_max: Option<usize>,
-    /// Name servers per delegation (1–8; default 3).
-    pub nameservers_max: Option<usize>,
-    /// A proxy is live if it answered one of our RPCs this recently (300).
-    pub live_secs: Option<u64>,
-    /// Largest UDP answer with EDNS (512–4096; default 1232).
-    pub udp_payload_bytes: Option<u16>,
-    /// The level of a client not measured yet (0–2; default 0).
-    pub default_level: Option<u8>,
-    /// UDP responses a second per client /24 or /56 (0: off; default 100).
-    pub rrl_responses_per_sec: Option<u32>,
-    /// Over the limit every n-th response is sent truncated (default 2).
-    pub rrl_slip: Option<u32>,
-    /// A client address is probed at most once this often (600).
-    pub probe_interval_secs: Option<u64>,
-    /// Probes per /24 per interval (4).
-    pub probes_per_prefix: Option<u32>,
-    /// Probes a second per core (20; 0: never probe).
-    pub probes_per_sec: Option<u32>,
-    /// Client networks remembered per core (65536).
-    pub clients_max: Option<usize>,
-    /// How long a measured RTT is used (3600).
-    pub client_rtt_secs: Option<u64>,
-    /// TCP connections per core (256).
-    pub tcp_connections_max: Option<usize>,
-    /// Longest a query with no live proxy waits while candidates are
-    /// pinged, in ms (400; 0: never).
-    pub hold_ms: Option<u64>,
-    /// Queries held at once per core (128).
-    pub held_max: Option<usize>,
-    /// A TCP connection with no query this long is closed (10000).
-    pub tcp_idle_ms: Option<u64>,
-    /// This node's proxy is non-recursive: it serves only clients on its
-    /// local network, and dnssrv (on every node) gives its address only to
-    /// those (§3.1). Advertised as the non-recursive service bit.
-    pub non_recursive: Option<bool>,
-    /// Known RTTs of client networks instead of measured ones, by address
-    /// (its /24 or /56): `{ "192.0.2.0" = 15 }`. For resolvers whose
-    /// distance is known, and for tests, which place clients at a level.
-    #[serde(default)]
-    pub client_rtt_ms: BTreeMap<String, u32>,
-}
-
-impl DnsSection {
-    /// dnssrv's configuration for a node configured as `cfg`.
-    pub fn dns_config(&self, cfg: &NodeConfig) -> DnsConfig {
-        let d = DnsConfig::default();
-        DnsConfig {
-            zone: cfg.zone.clone(),
-            alias: cfg.alias.clone(),
-            level_thresholds_ms: cfg.dht.level_thresholds_ms.clone(),
-            answers_max: self.answers_max.unwrap_or(d.answers_max),
-            nameservers_max: self.nameservers_max.unwrap_or(d.nameservers_max),
-            live_secs: self.live_secs.unwrap_or(d.live_secs),
-            udp_payload_bytes: self.udp_payload_bytes.unwrap_or(d.udp_payload_bytes),
-            default_level: self.default_level.unwrap_or(d.default_level),
-            rrl_responses_per_sec: self
-                .rrl_responses_per_sec
-                .unwrap_or(d.rrl_responses_per_sec),
-            rrl_slip: self.rrl_slip.unwrap_or(d.rrl_slip),
-            probe_interval_secs: self.probe_interval_secs.unwrap_or(d.probe_interval_secs),
-            probes_per_prefix: self.probes_per_prefix.unwrap_or(d.probes_per_prefix),
-            probes_per_sec: self.probes_per_sec.unwrap_or(d.probes_per_sec),
-            clients_max: self.clients_max.unwrap_or(d.clients_max),
-            client_rtt_secs: self.client_rtt_secs.unwrap_or(d.client_rtt_secs),
-            serial: d.serial,
-            hold_ms: self.hold_ms.unwrap_or(d.hold_ms),
-            held_max: self.held_max.unwrap_or(d.held_max),
-        }
-    }
-
-    /// Checks every limit against its bound.
-    pub fn validate(&self) -> Result<(), String> {
-        let bad = |what: &str, range: &str| Err(format!("[dnssrv] {what} must be {range}"));
-        if self
-            .answers_max
-            .is_some_and(|n| !(1..=coral::dns::ANSWERS_MAX).contains(&n))
-        {
-            return bad("answers_max", "1-16");
-        }
-        if self
-            .nameservers_max
-            .is_some_and(|n| !(1..=coral::dns::NAMESERVERS_MAX).contains(&n))
-        {
-            return bad("nameservers_max", "1-8");
-        }
-        if self
-            .udp_payload_bytes
-            .is_some_and(|n| !(512..=4096).contains(&n))
-        {
-            return bad("udp_payload_bytes", "512-4096");
-        }
-        if self.default_level.is_some_and(|l| l > 2) {
-            return bad("default_level", "0-2");
-        }
-        if self.tcp_connections_max == Some(0) || self.tcp_idle_ms == Some(0) {
-            return bad("tcp_connections_max and tcp_idle_ms", "above 0");
-        }
-        if self.clients_max == Some(0) {
-            return bad("clients_max", "above 0");
-        }
-        if self.hold_ms.is_some_and(|ms| ms > 5000) {
-            return bad("hold_ms", "0-5000");
-        }
-        if self.held_max.is_some_and(|n| n > 65_536) {
-            return bad("held_max", "0-65536");
-        }
-        for ip in self.client_rtt_ms.keys() {
-            if ip.parse::<IpAddr>().is_err() {
-                return Err(format!(
-                    "[dnssrv] client_rtt_ms: {ip:?} is not an IP address"
-                ));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// One core's sockets.
 pub struct DnsFds {
@@ -235,7 +109,7 @@ pub fn bind_group(addr: SocketAddr, cores: usize) -> io::Result<Vec<DnsFds>> {
 pub fn services(cfg: &NodeConfig) -> Services {
     // The HTTP bit is the proxy's to set (it runs on every node).
     let mut s = Services::DNS;
-    if cfg.dnssrv.non_recursive == Some(true) {
+    if cfg.dnssrv.non_recursive {
         s = s.with(Services::NON_RECURSIVE);
     }
     s
@@ -375,8 +249,8 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
         probe_tx,
         probe_rx: rtt_rx,
         tcp_open: Cell::new(0),
-        tcp_connections_max: cfg.dnssrv.tcp_connections_max.unwrap_or(256),
-        tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms.unwrap_or(10_000)),
+        tcp_connections_max: cfg.dnssrv.tcp_connections_max,
+        tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms),
         held: RefCell::new(Vec::new()),
         holding: Cell::new(false),
         udp_raw,

@@ -43,7 +43,7 @@ struct Cli {
 }
 
 /// The default admin endpoint, where client commands look for a node.
-const DEFAULT_ADMIN: &str = "127.0.0.1:7080";
+const DEFAULT_ADMIN: &str = config::DEFAULT_ADMIN;
 
 // Parsed once at start-up: the size of its largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
