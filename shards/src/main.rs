@@ -17,6 +17,7 @@ mod demo;
 mod dns;
 mod hints;
 mod lifecycle;
+mod limits;
 mod logging;
 mod metrics;
 mod proxy;

@@ -26,19 +26,19 @@ use serde_json::{json, Value as Json};
 use crate::runtime::Shard;
 
 /// Entries in each core's top-objects sketch.
-pub const TOP_OBJECTS_PER_CORE: usize = 32;
+pub const TOP_OBJECTS_PER_CORE: usize = crate::limits::STATUS.top_objects_per_core;
 /// Top objects in the merged answer.
-pub const TOP_OBJECTS_MAX: usize = 32;
+pub const TOP_OBJECTS_MAX: usize = crate::limits::STATUS.top_objects_max;
 /// Longest URL kept for an entry, in bytes (longer ones are cut, marked `…`).
-pub const URL_BYTES_MAX: usize = 256;
+pub const URL_BYTES_MAX: usize = crate::limits::STATUS.url_bytes_max;
 /// How often each core records a sample.
 pub const SAMPLE_PERIOD: Duration = Duration::from_secs(10);
 /// Samples kept per core: an hour at `SAMPLE_PERIOD`.
-pub const SAMPLES_MAX: usize = 360;
+pub const SAMPLES_MAX: usize = crate::limits::STATUS.samples_max;
 /// Hottest DSHT keys reported per core and in the merged answer.
-pub const HOT_KEYS_MAX: usize = 16;
+pub const HOT_KEYS_MAX: usize = crate::limits::STATUS.hot_keys_max;
 /// Cluster members reported per level (the nearest by RTT).
-pub const MEMBERS_PER_LEVEL_MAX: usize = 64;
+pub const MEMBERS_PER_LEVEL_MAX: usize = crate::limits::STATUS.members_per_level_max;
 
 /// One entry of the space-saving sketch (its hash is in `TopK::hashes`).
 #[derive(Debug, Default)]
