@@ -1085,6 +1085,62 @@ mod tests {
         assert!(checked >= 10, "only {checked} keys in README's table");
     }
 
+    /// SECURITY.md's table of limits: every config field it names is a
+    /// key coral reads, with its default; every fixed limit of
+    /// `shards/src/limits.rs` and every `coral::Config` field it names
+    /// exists with the value it states.
+    #[test]
+    fn security_md_limits_are_true() {
+        const SECURITY: &str = include_str!("../../SECURITY.md");
+        let defaults = default_values();
+        let core = format!("{:?}", coral::Config::default());
+        let lines: Vec<&str> = SECURITY.lines().collect();
+        let header = lines
+            .iter()
+            .position(|l| l.starts_with("| limit | value | set by |"))
+            .expect("SECURITY.md has a table of limits");
+        let mut checked = 0;
+        for row in lines[header + 2..]
+            .iter()
+            .take_while(|l| l.starts_with('|'))
+        {
+            let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+            let (name, value, set_by) = (cells[0].trim_matches('`'), cells[1], cells[2]);
+            if name.starts_with('[') {
+                assert_eq!(set_by, "config", "{name}");
+                let d = defaults
+                    .get(name)
+                    .unwrap_or_else(|| panic!("SECURITY.md: {name} is not a key coral reads"));
+                assert!(
+                    readme_value_is(value, d),
+                    "SECURITY.md: {name} {value}, default {d}"
+                );
+            } else if name.starts_with("limits::") {
+                assert_eq!(set_by, "fixed", "{name}");
+                assert_eq!(
+                    crate::limits::value_of(name).as_deref(),
+                    Some(value),
+                    "SECURITY.md: {name}"
+                );
+            } else if let Some(field) = name.strip_prefix("coral::Config::") {
+                let at = core
+                    .find(&format!(" {field}: "))
+                    .unwrap_or_else(|| panic!("SECURITY.md: no coral::Config::{field}"));
+                let rest = &core[at + field.len() + 3..];
+                let v = rest.split([',', ' ']).next().unwrap();
+                assert_eq!(v, value, "SECURITY.md: {name}");
+                assert!(
+                    !defaults.contains_key(&format!("[limits] {field}")),
+                    "{name} is a config field"
+                );
+            } else {
+                continue;
+            }
+            checked += 1;
+        }
+        assert!(checked >= 50, "only {checked} limits checked");
+    }
+
     /// The keys whose default is computed from others (none is written).
     const COMPUTED_DEFAULTS: &[&str] = &["http", "public_addr", "[proxy] cache_dir"];
 

@@ -82,6 +82,10 @@ pub struct ProxyLimits {
     /// Largest request body drained (a GET with a body); more closes the
     /// connection.
     pub request_body_bytes_max: u64,
+    /// Objects per core whose hits take the fast path: slots of the
+    /// direct-mapped table from Host and target bytes to the key (a flood
+    /// of names only evicts, sending hits down the full path).
+    pub hot_objects_max: usize,
     /// Longest Host plus target a hot-object entry is made for.
     pub hot_name_bytes_max: usize,
     /// Longest stored head a hot-object entry is made for (it keeps the
@@ -104,6 +108,7 @@ pub struct ProxyLimits {
 /// CoralProxy's runtime limits.
 pub const PROXY: ProxyLimits = ProxyLimits {
     request_body_bytes_max: 1 << 20,
+    hot_objects_max: 2048,
     hot_name_bytes_max: 1024,
     hot_head_bytes_max: 4096,
     variant_pointers_max: 1 << 16,
@@ -217,3 +222,56 @@ pub const RUNTIME: RuntimeLimits = RuntimeLimits {
     table_sync_contacts_max: 4096,
     hint_hops_max: 5,
 };
+
+/// The value of a limit named as SECURITY.md names it
+/// (`limits::ADMIN.connections_max`), as it writes it: a count or bytes as
+/// a number, a duration as seconds ("5 s").
+#[cfg(test)]
+pub fn value_of(name: &str) -> Option<String> {
+    let n = |v: u64| Some(v.to_string());
+    let secs = |d: Duration| Some(format!("{} s", d.as_secs()));
+    match name {
+        "limits::ADMIN.request_bytes_max" => n(ADMIN.request_bytes_max as u64),
+        "limits::ADMIN.request_timeout" => secs(ADMIN.request_timeout),
+        "limits::ADMIN.connection_deadline" => secs(ADMIN.connection_deadline),
+        "limits::ADMIN.connections_max" => n(ADMIN.connections_max as u64),
+        "limits::DNS.udp_query_bytes_max" => n(DNS.udp_query_bytes_max as u64),
+        "limits::DNS.recv_batch_max" => n(DNS.recv_batch_max as u64),
+        "limits::DNS.verify_proxy_pings_per_level_max" => {
+            n(DNS.verify_proxy_pings_per_level_max as u64)
+        }
+        "limits::DNS.probe_hops_max" => n(u64::from(DNS.probe_hops_max)),
+        "limits::DNS.hint_lookups_inflight_max" => n(DNS.hint_lookups_inflight_max as u64),
+        "limits::DNS.probes_queued_max" => n(DNS.probes_queued_max as u64),
+        "limits::PROXY.request_body_bytes_max" => n(PROXY.request_body_bytes_max),
+        "limits::PROXY.hot_objects_max" => n(PROXY.hot_objects_max as u64),
+        "limits::PROXY.hot_name_bytes_max" => n(PROXY.hot_name_bytes_max as u64),
+        "limits::PROXY.hot_head_bytes_max" => n(PROXY.hot_head_bytes_max as u64),
+        "limits::PROXY.variant_pointers_max" => n(PROXY.variant_pointers_max as u64),
+        "limits::PROXY.resolve_answers_max" => n(PROXY.resolve_answers_max as u64),
+        "limits::PROXY.decoded_heads_max" => n(PROXY.decoded_heads_max as u64),
+        "limits::PROXY.decoded_head_bytes_max" => n(PROXY.decoded_head_bytes_max as u64),
+        "limits::CACHE.object_bytes_max" => n(CACHE.object_bytes_max),
+        "limits::CACHE.head_bytes_max" => n(CACHE.head_bytes_max as u64),
+        "limits::CACHE.segments_per_core_max" => n(u64::from(CACHE.segments_per_core_max)),
+        "limits::CACHE.segment_bytes_min" => n(CACHE.segment_bytes_min),
+        "limits::CACHE.segment_bytes_max" => n(CACHE.segment_bytes_max),
+        "limits::ACCESS_LOG.batches_queued_max" => n(ACCESS_LOG.batches_queued_max as u64),
+        "limits::ACCESS_LOG.request_line_bytes_max" => n(ACCESS_LOG.request_line_bytes_max as u64),
+        "limits::ACCESS_LOG.referer_bytes_max" => n(ACCESS_LOG.referer_bytes_max as u64),
+        "limits::ACCESS_LOG.user_agent_bytes_max" => n(ACCESS_LOG.user_agent_bytes_max as u64),
+        "limits::ACCESS_LOG.host_bytes_max" => n(ACCESS_LOG.host_bytes_max as u64),
+        "limits::STATUS.top_objects_per_core" => n(STATUS.top_objects_per_core as u64),
+        "limits::STATUS.top_objects_max" => n(STATUS.top_objects_max as u64),
+        "limits::STATUS.url_bytes_max" => n(STATUS.url_bytes_max as u64),
+        "limits::STATUS.samples_max" => n(STATUS.samples_max as u64),
+        "limits::STATUS.hot_keys_max" => n(STATUS.hot_keys_max as u64),
+        "limits::STATUS.members_per_level_max" => n(STATUS.members_per_level_max as u64),
+        "limits::STATUS.http_series_max" => n(STATUS.http_series_max as u64),
+        "limits::RUNTIME.mesh_channel_capacity" => n(RUNTIME.mesh_channel_capacity as u64),
+        "limits::RUNTIME.recv_batch_max" => n(RUNTIME.recv_batch_max as u64),
+        "limits::RUNTIME.table_sync_contacts_max" => n(RUNTIME.table_sync_contacts_max as u64),
+        "limits::RUNTIME.hint_hops_max" => n(u64::from(RUNTIME.hint_hops_max)),
+        _ => None,
+    }
+}
