@@ -29,6 +29,7 @@ pub mod config;
 pub mod dns;
 pub mod fetch;
 pub mod id;
+pub mod limits;
 pub mod lookup;
 pub mod node;
 pub mod proxy;

@@ -1122,6 +1122,23 @@ mod tests {
                     Some(value),
                     "SECURITY.md: {name}"
                 );
+            } else if name.starts_with("coral::limits::") {
+                assert_eq!(set_by, "fixed", "{name}");
+                let (d, p) = (coral::limits::DNS, coral::limits::PROXY);
+                let v = match name {
+                    "coral::limits::DNS.answers_max" => d.answers_max,
+                    "coral::limits::DNS.nameservers_max" => d.nameservers_max,
+                    "coral::limits::DNS.ns_cache_max" => d.ns_cache_max,
+                    "coral::limits::DNS.compress_names_max" => d.compress_names_max,
+                    "coral::limits::DNS.rrl_buckets" => d.rrl_buckets,
+                    "coral::limits::DNS.near_nodes_max" => d.near_nodes_max,
+                    "coral::limits::PROXY.pass_keys_max" => p.pass_keys_max,
+                    "coral::limits::PROXY.vary_urls_tracked_max" => p.vary_urls_tracked_max,
+                    "coral::limits::PROXY.range_bytes_max" => p.range_bytes_max,
+                    "coral::limits::PROXY.chunk_line_bytes_max" => p.chunk_line_bytes_max,
+                    _ => panic!("SECURITY.md: no {name}"),
+                };
+                assert_eq!(v.to_string(), value, "SECURITY.md: {name}");
             } else if let Some(field) = name.strip_prefix("coral::Config::") {
                 let at = core
                     .find(&format!(" {field}: "))
