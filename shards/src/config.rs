@@ -443,7 +443,8 @@ impl Default for ProxySection {
             first_byte_timeout_ms: 15000,
             idle_timeout_ms: 15000,
             client_idle_timeout_ms: 30000,
-            object_bytes_max: 50_000_000,
+            // The largest object the disk cache stores.
+            object_bytes_max: crate::limits::CACHE.object_bytes_max,
             connections_max: 10000,
             negative_ttl_secs: 60,
             resolve_ttl_secs: 60,
