@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod config;
 pub mod dns;
 pub mod id;
+pub mod limits;
 pub mod lookup;
 pub mod node;
 pub mod proxy;

@@ -34,12 +34,12 @@ const FLUSH_BYTES: usize = 32 << 10;
 /// ... and at least this often when it holds any.
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Batches queued for the writer before new ones are dropped.
-const BATCHES_QUEUED_MAX: usize = 64;
+const BATCHES_QUEUED_MAX: usize = crate::limits::ACCESS_LOG.batches_queued_max;
 /// Escaped bytes kept of each field (the line stays under PIPE_BUF).
-const REQUEST_LINE_BYTES_MAX: usize = 1536;
-const REFERER_BYTES_MAX: usize = 768;
-const USER_AGENT_BYTES_MAX: usize = 768;
-const HOST_BYTES_MAX: usize = 300;
+const REQUEST_LINE_BYTES_MAX: usize = crate::limits::ACCESS_LOG.request_line_bytes_max;
+const REFERER_BYTES_MAX: usize = crate::limits::ACCESS_LOG.referer_bytes_max;
+const USER_AGENT_BYTES_MAX: usize = crate::limits::ACCESS_LOG.user_agent_bytes_max;
+const HOST_BYTES_MAX: usize = crate::limits::ACCESS_LOG.host_bytes_max;
 /// The longest line: every field at its bound, and 200 bytes for the
 /// address (at most 39), the date (28), status, bytes, cache and duration.
 const _: () = assert!(

@@ -21,15 +21,15 @@ use crate::runtime::{Call, Shard};
 use crate::steer;
 
 /// Largest request head accepted.
-const REQUEST_BYTES_MAX: usize = 8 << 10;
+const REQUEST_BYTES_MAX: usize = crate::limits::ADMIN.request_bytes_max;
 /// Longest a client may take to send its whole request (one deadline for
 /// all its reads: a slowloris cannot stretch it).
-const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const REQUEST_TIMEOUT: std::time::Duration = crate::limits::ADMIN.request_timeout;
 /// Longest one connection is served, start to end: the request, a DSHT
 /// operation (`operation_timeout_ms`, 30 s by default) and the answer.
-const CONNECTION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(40);
+const CONNECTION_DEADLINE: std::time::Duration = crate::limits::ADMIN.connection_deadline;
 /// Admin connections open at once.
-const CONNECTIONS_MAX: usize = 64;
+const CONNECTIONS_MAX: usize = crate::limits::ADMIN.connections_max;
 
 /// The admin listener's limits (see `accept`).
 pub const LIMITS: accept::Limits = accept::Limits {

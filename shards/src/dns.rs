@@ -50,25 +50,25 @@ use crate::runtime::Shard;
 /// How often a core re-reads its snapshot from its node.
 const VIEW_REFRESH: Duration = Duration::from_millis(200);
 /// Largest query datagram read.
-const UDP_QUERY_BYTES_MAX: usize = 4096;
+const UDP_QUERY_BYTES_MAX: usize = crate::limits::DNS.udp_query_bytes_max;
 /// Datagrams read without waiting after each awaited one (then the
 /// executor's other tasks get their turn).
-const RECV_BATCH_MAX: usize = 256;
+const RECV_BATCH_MAX: usize = crate::limits::DNS.recv_batch_max;
 /// How long an RTT probe waits for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// The closed port RTT probes go to (traceroute's).
 const PROBE_PORT: u16 = 33434;
-/// Verification pings sent for one level at a time.
-const VERIFY_PINGS_MAX: usize = 8;
+/// Proxies of one level pinged per verification follow-up.
+const VERIFY_PROXY_PINGS_PER_LEVEL_MAX: usize = crate::limits::DNS.verify_proxy_pings_per_level_max;
 /// Hops a client's path is probed out to (all at once).
-const PROBE_HOPS_MAX: u8 = 24;
+const PROBE_HOPS_MAX: u8 = crate::limits::DNS.probe_hops_max;
 /// Hint lookups (each a few DSHT gets) running at once per core; beyond
 /// it a client's lookup is dropped (it finds no near node this time).
-const HINT_LOOKUPS_INFLIGHT_MAX: usize = 16;
+const HINT_LOOKUPS_INFLIGHT_MAX: usize = crate::limits::DNS.hint_lookups_inflight_max;
 /// How often held queries are asked again (on a fresh snapshot).
 const HOLD_POLL: Duration = Duration::from_millis(10);
 /// Probes queued per core before new ones are dropped.
-const PROBES_QUEUED_MAX: usize = 64;
+const PROBES_QUEUED_MAX: usize = crate::limits::DNS.probes_queued_max;
 
 /// One core's sockets.
 pub struct DnsFds {
@@ -107,7 +107,7 @@ pub fn bind_group(addr: SocketAddr, cores: usize) -> io::Result<Vec<DnsFds>> {
 pub fn services(cfg: &NodeConfig) -> Services {
     // The HTTP bit is the proxy's to set (it runs on every node).
     let mut s = Services::DNS;
-    if cfg.dnssrv.non_recursive == Some(true) {
+    if cfg.dnssrv.non_recursive {
         s = s.with(Services::NON_RECURSIVE);
     }
     s
@@ -245,8 +245,8 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
         services,
         probe_tx,
         probe_rx: rtt_rx,
-        tcp_connections_max: cfg.dnssrv.tcp_connections_max.unwrap_or(256),
-        tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms.unwrap_or(10_000)),
+        tcp_connections_max: cfg.dnssrv.tcp_connections_max,
+        tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms),
         held: RefCell::new(Vec::new()),
         holding: Cell::new(false),
         udp_raw,
@@ -701,7 +701,7 @@ async fn run_followups(core: &Rc<Core>) {
                 }
                 Some(FollowUp::Verify(level)) => {
                     // Ping the level's proxies not verified lately (at most
-                    // VERIFY_PINGS_MAX); answers refresh their entries.
+                    // VERIFY_PROXY_PINGS_PER_LEVEL_MAX); answers refresh their entries.
                     let live = coral::Duration::from_secs(core.srv.borrow().config().live_secs);
                     let mut node = core.shard.node();
                     let stale: Vec<SocketAddr> = node
@@ -710,7 +710,7 @@ async fn run_followups(core: &Rc<Core>) {
                             t.with_services(Services::HTTP)
                                 .filter(|e| now.saturating_since(e.last_seen) > live)
                                 .map(|e| e.contact.addr)
-                                .take(VERIFY_PINGS_MAX)
+                                .take(VERIFY_PROXY_PINGS_PER_LEVEL_MAX)
                                 .collect()
                         })
                         .unwrap_or_default();

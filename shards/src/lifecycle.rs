@@ -99,7 +99,7 @@ pub fn check_addresses_free(dsht: SocketAddr, admin: SocketAddr) -> Result<(), S
 
 /// What a SIGHUP needs: where the file is and what the flags fixed.
 pub struct Reload {
-    /// The config file (`None`: the embedded default, nothing to reload).
+    /// The config file (`None`: the defaults, nothing to reload).
     pub path: Option<PathBuf>,
     /// The configuration as the file gave it at start (before flags).
     pub file_config: NodeConfig,

@@ -18,6 +18,7 @@ mod demo;
 mod dns;
 mod hints;
 mod lifecycle;
+mod limits;
 mod logging;
 mod metrics;
 mod proxy;
@@ -45,7 +46,7 @@ struct Cli {
 }
 
 /// The default admin endpoint, where client commands look for a node.
-const DEFAULT_ADMIN: &str = "127.0.0.1:7080";
+const DEFAULT_ADMIN: &str = config::DEFAULT_ADMIN;
 
 // Parsed once at start-up: the size of its largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]

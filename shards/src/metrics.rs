@@ -220,7 +220,7 @@ pub fn method_label(m: &str) -> &'static str {
 /// Distinct (method, status, cache) combinations a core counts; more are
 /// counted under status 0 (statuses are bounded by HTTP, this bounds them
 /// further).
-const HTTP_SERIES_MAX: usize = 256;
+const HTTP_SERIES_MAX: usize = crate::limits::STATUS.http_series_max;
 
 /// One core's HTTP counts: requests by method, status and cache result,
 /// response body bytes and the duration histogram.

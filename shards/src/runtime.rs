@@ -54,22 +54,22 @@ use crate::steer;
 /// for the whole process (see tuning/).
 const IO_MEMORY_BYTES: usize = 256 << 10;
 /// Messages queued per mesh channel.
-const MESH_CHANNEL_CAPACITY: usize = 4096;
+const MESH_CHANNEL_CAPACITY: usize = crate::limits::RUNTIME.mesh_channel_capacity;
 /// Longest the timer task sleeps before checking the node's deadline and
 /// the stop flag.
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
 /// Largest datagram received: the wire format's limit.
 const RECV_BUFFER_BYTES: usize = coral::wire::DATAGRAM_BYTES_MAX;
 /// Routers probed for clustering hints (§4.4: up to five hops out).
-const HINT_HOPS_MAX: u8 = 5;
+const HINT_HOPS_MAX: u8 = crate::limits::RUNTIME.hint_hops_max;
 /// How long the hint probe waits for answers.
 const HINT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
 /// Datagrams read from the socket without waiting after each awaited one.
-const RECV_BATCH_MAX: usize = 64;
+const RECV_BATCH_MAX: usize = crate::limits::RUNTIME.recv_batch_max;
 /// How often core 0 sends its routing tables to the other cores.
 const TABLE_SYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 /// Contacts per level sent in one table sync.
-const TABLE_SYNC_CONTACTS_MAX: usize = 4096;
+const TABLE_SYNC_CONTACTS_MAX: usize = crate::limits::RUNTIME.table_sync_contacts_max;
 
 /// A call into the DSHT from the client commands.
 #[derive(Debug, Clone)]

@@ -237,7 +237,7 @@ pub enum Rrl {
     Drop,
 }
 
-const RRL_BUCKETS: usize = 4096;
+const RRL_BUCKETS: usize = crate::limits::DNS.rrl_buckets;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Bucket {

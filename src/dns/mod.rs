@@ -65,12 +65,12 @@ use crate::time::{Duration, Time};
 /// Levels the names have: `L0`, `L1`, `L2`.
 pub const LEVELS: usize = 3;
 /// Most A records in one answer.
-pub const ANSWERS_MAX: usize = 16;
+pub const ANSWERS_MAX: usize = crate::limits::DNS.answers_max;
 /// Most name servers in one delegation.
-pub const NAMESERVERS_MAX: usize = 8;
-/// Plain DNS over UDP without EDNS (RFC 1035).
+pub const NAMESERVERS_MAX: usize = crate::limits::DNS.nameservers_max;
+/// Protocol constant: plain DNS over UDP without EDNS (RFC 1035 §4.2.1).
 const UDP_PLAIN_BYTES: usize = 512;
-/// A DNS message over TCP.
+/// Protocol constant: a DNS message over TCP (a two-octet length, RFC 1035 §4.2.2).
 const TCP_MESSAGE_BYTES: usize = 65_535;
 /// Time-to-live of A records for clients at levels 0 and 1 (§3.1).
 pub const A_TTL_SECS_NEAR: u32 = 30;
@@ -86,7 +86,7 @@ pub const NEGATIVE_TTL_SECS: u32 = 30;
 /// EDNS option code of Client Subnet (RFC 7871).
 const OPT_CLIENT_SUBNET: u16 = 8;
 /// Name servers' names kept made.
-const NS_CACHE_MAX: usize = 64;
+const NS_CACHE_MAX: usize = crate::limits::DNS.ns_cache_max;
 /// How often a level with no live proxy may ask for verification pings.
 const VERIFY_INTERVAL: Duration = Duration::from_secs(5);
 /// Verification rounds a held query may ask for, per level: at most one
@@ -460,7 +460,7 @@ enum Bad {
 }
 
 /// Names the compressor remembers per message.
-const COMPRESS_NAMES_MAX: usize = 24;
+const COMPRESS_NAMES_MAX: usize = crate::limits::DNS.compress_names_max;
 
 /// The answer buffer: a plain `Vec` the builder appends to, reused across
 /// queries (domain's own `Vec` builder needs its `std` feature), and name

@@ -21,7 +21,7 @@ pub const HINT_HOPS_LAST: usize = 2;
 /// /48; and the client's own /24 or /48).
 pub const HINT_LOOKUP_KEYS_MAX: usize = 2 * HINT_HOPS_LAST + 1;
 /// Nodes remembered as near one client network.
-pub const NEAR_NODES_MAX: usize = 4;
+pub const NEAR_NODES_MAX: usize = crate::limits::DNS.near_nodes_max;
 
 /// The hint keys for a client at `client` whose path (nearest the prober
 /// first) is `hops`: each of the last [`HINT_HOPS_LAST`] routers' address

@@ -46,7 +46,7 @@ impl Default for Limits {
 }
 
 /// Bytes of a chunk-size line, extensions included.
-pub const CHUNK_LINE_BYTES_MAX: usize = 4096;
+pub const CHUNK_LINE_BYTES_MAX: usize = crate::limits::PROXY.chunk_line_bytes_max;
 
 /// Bytes a request line may have beyond its target (method, spaces, version).
 pub(crate) const REQUEST_LINE_OVERHEAD_BYTES: usize = 64;

@@ -89,9 +89,9 @@ impl core::fmt::Display for NameError {
 
 impl std::error::Error for NameError {}
 
-/// Longest host name (RFC 1035 §2.3.4, without the root dot).
+/// Protocol constant: the longest host name (RFC 1035 §2.3.4, without the root dot).
 pub const HOST_BYTES_MAX: usize = 253;
-/// Longest label.
+/// Protocol constant: the longest label (RFC 1035 §2.3.4).
 pub const LABEL_BYTES_MAX: usize = 63;
 
 /// Strips the port from a `Host` value (`h:8090`, `h:`); `None` if malformed. IP literals

@@ -13,7 +13,7 @@ use crate::id::{Id, KeyedBuildHasher};
 pub const PASS_MEMORY_SECS: u64 = 120;
 /// Objects marked at once; a full memory first drops the expired marks, then an
 /// arbitrary one.
-pub const PASS_KEYS_MAX: usize = 4096;
+pub const PASS_KEYS_MAX: usize = crate::limits::PROXY.pass_keys_max;
 
 /// The objects recently found uncacheable (one per core: no sharing).
 pub struct PassMemory {

@@ -25,7 +25,7 @@ pub const USER_AGENT_MARKER: &str = "CoralWebPrx/0.2 (See http://coralcdn.org/)"
 /// The header that tells a peer to answer only from its cache or an in-progress fetch.
 pub const NO_FORWARD_HEADER: &str = "coral-no-forward";
 /// A `Range` header longer than this is abusive: whole body.
-pub const RANGE_BYTES_MAX: usize = 256;
+pub const RANGE_BYTES_MAX: usize = crate::limits::PROXY.range_bytes_max;
 
 /// When a stored response was received and how long it stays fresh (RFC 9111 §4.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use crate::id::{Id, KeyedBuildHasher};
 pub const VARY_VARIANTS_MAX: usize = 8;
 /// URLs whose variants one [`VariantBudget`] tracks; beyond it an arbitrary one is
 /// forgotten.
-pub const VARY_URLS_TRACKED_MAX: usize = 4096;
+pub const VARY_URLS_TRACKED_MAX: usize = crate::limits::PROXY.vary_urls_tracked_max;
 /// Seconds an admitted variant counts against its URL before it is in the cache
 /// (the fetch's DSHT lookups, claim and first byte; the proxy's miss timeout).
 pub const VARY_ADMIT_GRACE_SECS: u64 = 60;

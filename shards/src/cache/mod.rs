@@ -57,14 +57,14 @@ use crate::steer;
 use index::{Entry, Partition, COMPLETE, WRITING};
 
 /// The largest object the cache stores (the default), in bytes.
-pub const OBJECT_BYTES_MAX: u64 = 50_000_000;
+pub const OBJECT_BYTES_MAX: u64 = crate::limits::CACHE.object_bytes_max;
 /// The largest stored response head, in bytes (the index keeps 16 bits).
-pub const HEAD_BYTES_MAX: usize = (64 << 10) - 1;
+pub const HEAD_BYTES_MAX: usize = crate::limits::CACHE.head_bytes_max;
 /// Segment table slots per core (packing, solo and in-progress segments).
-const SEGMENTS_PER_CORE_MAX: u32 = 4096;
+const SEGMENTS_PER_CORE_MAX: u32 = crate::limits::CACHE.segments_per_core_max;
 /// Bounds of a packing segment's size, in bytes.
-const SEGMENT_BYTES_MIN: u64 = 64 << 10;
-const SEGMENT_BYTES_MAX: u64 = 64 << 20;
+const SEGMENT_BYTES_MIN: u64 = crate::limits::CACHE.segment_bytes_min;
+const SEGMENT_BYTES_MAX: u64 = crate::limits::CACHE.segment_bytes_max;
 /// The index is sized for objects of at least this mean size, in bytes
 /// (fewer, larger objects leave slots free; more, smaller ones are evicted).
 const OBJECT_BYTES_MEAN_MIN: u64 = 2048;

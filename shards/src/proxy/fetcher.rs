@@ -62,7 +62,7 @@ pub struct Fetcher {
 }
 
 /// URLs whose first variant's pointer under its variant key is renewed.
-const VARIANT_POINTERS_MAX: usize = 1 << 16;
+const VARIANT_POINTERS_MAX: usize = crate::limits::PROXY.variant_pointers_max;
 
 /// Objects found in the cache at start whose pointers are put per tick.
 const ADOPT_PER_TICK: usize = 64;

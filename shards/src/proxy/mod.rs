@@ -50,7 +50,7 @@ pub mod upstream;
 const MISS_TIMEOUT: Duration = Duration::from_secs(60);
 /// Objects per core whose hits take the fast path (`server::HotEntry`):
 /// slots of the direct-mapped table from Host and target bytes to the key.
-const HOT_OBJECTS_MAX: usize = 2048;
+const HOT_OBJECTS_MAX: usize = crate::limits::PROXY.hot_objects_max;
 /// Milliseconds a message waits for this core's proxy to start.
 const STARTUP_WAIT_TICKS: u32 = 10_000;
 /// How long after start the cached objects' pointers are put.

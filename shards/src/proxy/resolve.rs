@@ -17,7 +17,7 @@ use coral::proxy::fetch::Fail;
 use coral::proxy::origin_addr::{self, Refused};
 
 /// Answers kept per core at most; the oldest half goes when full.
-const ANSWERS_MAX: usize = 4096;
+const ANSWERS_MAX: usize = crate::limits::PROXY.resolve_answers_max;
 /// Longest a name may take to resolve.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a failed resolution is remembered.

@@ -34,7 +34,7 @@ use io::{is_nonblocking, send_all, send_complete, InBuf};
 /// Bytes read from a client at once.
 const READ_BYTES: usize = 16 << 10;
 /// Largest request body drained (a GET with a body); more closes.
-const REQUEST_BODY_BYTES_MAX: u64 = 1 << 20;
+const REQUEST_BODY_BYTES_MAX: u64 = crate::limits::PROXY.request_body_bytes_max;
 /// Bytes of a body sent per write.
 const SEND_CHUNK_BYTES: u64 = 256 << 10;
 /// Bodies at least this large go out with `sendfile` after the head (sent
@@ -121,10 +121,10 @@ struct Conn<'a> {
 }
 
 /// Longest Host plus target a `HotEntry` is made for.
-const HOT_NAME_BYTES_MAX: usize = 1024;
+const HOT_NAME_BYTES_MAX: usize = crate::limits::PROXY.hot_name_bytes_max;
 /// Longest stored head a `HotEntry` is made for (it keeps the bytes, the
 /// decoded head and the built client head: a few KiB per entry at most).
-const HOT_HEAD_BYTES_MAX: usize = 4096;
+const HOT_HEAD_BYTES_MAX: usize = crate::limits::PROXY.hot_head_bytes_max;
 
 /// What a request was answered with: set where the answer's head is made
 /// (`serve`, `pass_through`, `error`), counted by `run` when it ends.

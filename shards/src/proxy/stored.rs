@@ -128,11 +128,11 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Option<Stored> {
 }
 
 /// Decoded stored heads kept per core ([`DecodedHeads`]).
-pub const DECODED_HEADS_MAX: usize = 4096;
+pub const DECODED_HEADS_MAX: usize = crate::limits::PROXY.decoded_heads_max;
 /// Longest stored head whose decoded form is kept ([`DecodedHeads`]): a
 /// longer one (up to `Limits::head_bytes_max`) is decoded on each use, so
 /// the memo holds at most `DECODED_HEADS_MAX` heads of a few KiB each.
-pub const DECODED_HEAD_BYTES_MAX: usize = 4096;
+pub const DECODED_HEAD_BYTES_MAX: usize = crate::limits::PROXY.decoded_head_bytes_max;
 
 /// The decoded stored heads of recently served objects, with the raw bytes
 /// they were decoded from (a request compares bytes instead of parsing).

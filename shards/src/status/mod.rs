@@ -27,11 +27,11 @@ pub mod sink;
 use sink::SAMPLE_PERIOD;
 
 /// Top objects in the merged answer.
-pub const TOP_OBJECTS_MAX: usize = 32;
+pub const TOP_OBJECTS_MAX: usize = crate::limits::STATUS.top_objects_max;
 /// Hottest DSHT keys reported per core and in the merged answer.
-pub const HOT_KEYS_MAX: usize = 16;
+pub const HOT_KEYS_MAX: usize = crate::limits::STATUS.hot_keys_max;
 /// Cluster members reported per level (the nearest by RTT).
-pub const MEMBERS_PER_LEVEL_MAX: usize = 64;
+pub const MEMBERS_PER_LEVEL_MAX: usize = crate::limits::STATUS.members_per_level_max;
 
 /// This core's part of `/status.json` (`Call::Status`): its counters, top
 /// objects, samples (the last one taken now) and hottest DSHT keys.

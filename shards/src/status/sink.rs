@@ -22,13 +22,13 @@ use serde_json::{json, Value as Json};
 use crate::runtime::Shard;
 
 /// Entries in each core's top-objects sketch.
-pub const TOP_OBJECTS_PER_CORE: usize = 32;
+pub const TOP_OBJECTS_PER_CORE: usize = crate::limits::STATUS.top_objects_per_core;
 /// Longest URL kept for an entry, in bytes (longer ones are cut, marked `…`).
-pub const URL_BYTES_MAX: usize = 256;
+pub const URL_BYTES_MAX: usize = crate::limits::STATUS.url_bytes_max;
 /// How often each core records a sample.
 pub const SAMPLE_PERIOD: Duration = Duration::from_secs(10);
 /// Samples kept per core: an hour at `SAMPLE_PERIOD`.
-pub const SAMPLES_MAX: usize = 360;
+pub const SAMPLES_MAX: usize = crate::limits::STATUS.samples_max;
 
 /// One entry of the space-saving sketch (its hash is in `TopK::hashes`).
 #[derive(Debug, Default)]

@@ -1,0 +1,277 @@
+//! The I/O layer's fixed limits, in one place. Each bounds memory, a queue
+//! or work that input from the network can grow; units are last in the
+//! names, and each says why it is what it is.
+//!
+//! These are fixed because they bound the node's own structures (buffers,
+//! tables, queues) at sizes that are safe on any host and that no
+//! deployment has needed to change. What an operator tunes is a config
+//! field instead (`config.rs`): `[limits]` (what one source may cost the
+//! DSHT, `coral::Config`), `[proxy]` (`connections_max`, `object_bytes_max`,
+//! `vary_variants_max`, timeouts) and `[dnssrv]` (rates, `clients_max`,
+//! `tcp_connections_max`, `held_max`). The core crate's own bounds live
+//! beside the code they bound (`coral::dns::ANSWERS_MAX`,
+//! `coral::proxy::http::Limits`, ...); SECURITY.md lists them all.
+//!
+//! Each file keeps its constants' names, defined from these structs
+//! (`const CONNECTIONS_MAX: usize = limits::ADMIN.connections_max;`).
+
+use std::time::Duration;
+
+/// The admin endpoint (`admin.rs`): loopback, no authentication, so local
+/// users can hold connections open; these keep one of them from starving
+/// core 0.
+pub struct AdminLimits {
+    /// Largest request head accepted: the admin requests are one line and a
+    /// few headers.
+    pub request_bytes_max: usize,
+    /// Longest a client may take to send its whole request (one deadline
+    /// for all its reads: a slowloris cannot stretch it).
+    pub request_timeout: Duration,
+    /// Longest one connection is served, start to end: the request, a DSHT
+    /// operation (`operation_timeout_ms`, 30 s by default) and the answer.
+    pub connection_deadline: Duration,
+    /// Admin connections open at once (each a descriptor and a task).
+    pub connections_max: usize,
+}
+
+/// The admin endpoint's limits.
+pub const ADMIN: AdminLimits = AdminLimits {
+    request_bytes_max: 8 << 10,
+    request_timeout: Duration::from_secs(5),
+    connection_deadline: Duration::from_secs(40),
+    connections_max: 64,
+};
+
+/// dnssrv's runtime (`dns.rs`); the answers' own limits are `[dnssrv]`
+/// fields and `coral::dns` constants.
+pub struct DnsLimits {
+    /// Largest query datagram read: the most any EDNS client may send, as
+    /// our advertised payload size is at most 4096.
+    pub udp_query_bytes_max: usize,
+    /// Datagrams read without waiting after each awaited one (then the
+    /// executor's other tasks get their turn).
+    pub recv_batch_max: usize,
+    /// Proxies of one level pinged per verification follow-up: a query can
+    /// trigger this much DSHT traffic, no more (the core's
+    /// `verify_pings_max` bounds the node's pings in flight in all).
+    pub verify_proxy_pings_per_level_max: usize,
+    /// Hops a client's path is probed out to (all at once): past ~24 hops
+    /// a path has left any network near the client.
+    pub probe_hops_max: u8,
+    /// Hint lookups (each a few DSHT gets) running at once per core; beyond
+    /// it a client's lookup is dropped (it finds no near node this time).
+    pub hint_lookups_inflight_max: usize,
+    /// Probes queued per core for the probe thread before new ones are
+    /// dropped.
+    pub probes_queued_max: usize,
+}
+
+/// dnssrv's runtime limits.
+pub const DNS: DnsLimits = DnsLimits {
+    udp_query_bytes_max: 4096,
+    recv_batch_max: 256,
+    verify_proxy_pings_per_level_max: 8,
+    probe_hops_max: 24,
+    hint_lookups_inflight_max: 16,
+    probes_queued_max: 64,
+};
+
+/// CoralProxy's runtime (`proxy/`): the per-core tables anyone can grow by
+/// requesting names, and what a client may send.
+pub struct ProxyLimits {
+    /// Largest request body drained (a GET with a body); more closes the
+    /// connection.
+    pub request_body_bytes_max: u64,
+    /// Objects per core whose hits take the fast path: slots of the
+    /// direct-mapped table from Host and target bytes to the key (a flood
+    /// of names only evicts, sending hits down the full path).
+    pub hot_objects_max: usize,
+    /// Longest Host plus target a hot-object entry is made for.
+    pub hot_name_bytes_max: usize,
+    /// Longest stored head a hot-object entry is made for (it keeps the
+    /// bytes, the decoded head and the built client head: a few KiB per
+    /// entry at most).
+    pub hot_head_bytes_max: usize,
+    /// URLs whose first variant's pointer under its variant key is renewed
+    /// (`Vary`), per core.
+    pub variant_pointers_max: usize,
+    /// Resolved origin names kept per core; the oldest half goes when full.
+    pub resolve_answers_max: usize,
+    /// Decoded stored heads kept per core (`stored::DecodedHeads`).
+    pub decoded_heads_max: usize,
+    /// Longest stored head whose decoded form is kept: a longer one (up to
+    /// `Limits::head_bytes_max`) is decoded on each use, so the memo holds
+    /// at most `decoded_heads_max` heads of a few KiB each.
+    pub decoded_head_bytes_max: usize,
+}
+
+/// CoralProxy's runtime limits.
+pub const PROXY: ProxyLimits = ProxyLimits {
+    request_body_bytes_max: 1 << 20,
+    hot_objects_max: 2048,
+    hot_name_bytes_max: 1024,
+    hot_head_bytes_max: 4096,
+    variant_pointers_max: 1 << 16,
+    resolve_answers_max: 4096,
+    decoded_heads_max: 4096,
+    decoded_head_bytes_max: 4096,
+};
+
+/// The disk cache (`cache/`): bounds of its record format and segment
+/// table.
+pub struct CacheLimits {
+    /// The largest object the cache stores, in bytes: the space reserved
+    /// for a body of unknown length (`[proxy] object_bytes_max` bounds what
+    /// is fetched; its default is the same 50 MB).
+    pub object_bytes_max: u64,
+    /// The largest stored response head, in bytes: the index keeps its
+    /// length in 16 bits (a format bound).
+    pub head_bytes_max: usize,
+    /// Segment table slots per core (packing, solo and in-progress
+    /// segments).
+    pub segments_per_core_max: u32,
+    /// Smallest packing segment, in bytes.
+    pub segment_bytes_min: u64,
+    /// Largest packing segment, in bytes.
+    pub segment_bytes_max: u64,
+}
+
+/// The disk cache's limits.
+pub const CACHE: CacheLimits = CacheLimits {
+    object_bytes_max: 50_000_000,
+    head_bytes_max: (64 << 10) - 1,
+    segments_per_core_max: 4096,
+    segment_bytes_min: 64 << 10,
+    segment_bytes_max: 64 << 20,
+};
+
+/// The access log (`accesslog.rs`): a line per response, of fields a
+/// client chooses, written by one thread.
+pub struct AccessLogLimits {
+    /// Batches queued for the writer before new ones are dropped (a slow
+    /// disk loses lines, never stalls a core).
+    pub batches_queued_max: usize,
+    /// Escaped bytes kept of the request line; with the next three, a line
+    /// stays under PIPE_BUF (4096), so concurrent appends never interleave.
+    pub request_line_bytes_max: usize,
+    /// Escaped bytes kept of the Referer.
+    pub referer_bytes_max: usize,
+    /// Escaped bytes kept of the User-Agent.
+    pub user_agent_bytes_max: usize,
+    /// Escaped bytes kept of the Host.
+    pub host_bytes_max: usize,
+}
+
+/// The access log's limits.
+pub const ACCESS_LOG: AccessLogLimits = AccessLogLimits {
+    batches_queued_max: 64,
+    request_line_bytes_max: 1536,
+    referer_bytes_max: 768,
+    user_agent_bytes_max: 768,
+    host_bytes_max: 300,
+};
+
+/// What the status page and `/metrics` keep (`status.rs`, `metrics.rs`):
+/// fixed-size sketches, whatever names requests carry.
+pub struct StatusLimits {
+    /// Entries in each core's top-objects sketch.
+    pub top_objects_per_core: usize,
+    /// Top objects in the merged answer.
+    pub top_objects_max: usize,
+    /// Longest URL kept for an entry, in bytes (longer ones are cut).
+    pub url_bytes_max: usize,
+    /// Samples kept per core: an hour at one every 10 s.
+    pub samples_max: usize,
+    /// Hottest DSHT keys reported per core and in the merged answer.
+    pub hot_keys_max: usize,
+    /// Cluster members reported per level (the nearest by RTT).
+    pub members_per_level_max: usize,
+    /// Distinct (method, status, cache) combinations a core counts; more
+    /// are counted under status 0.
+    pub http_series_max: usize,
+}
+
+/// The status page's and `/metrics`' limits.
+pub const STATUS: StatusLimits = StatusLimits {
+    top_objects_per_core: 32,
+    top_objects_max: 32,
+    url_bytes_max: 256,
+    samples_max: 360,
+    hot_keys_max: 16,
+    members_per_level_max: 64,
+    http_series_max: 256,
+};
+
+/// The runtime (`runtime.rs`): channels between cores and the DSHT
+/// socket's reads.
+pub struct RuntimeLimits {
+    /// Messages queued per mesh channel between two cores.
+    pub mesh_channel_capacity: usize,
+    /// DSHT datagrams read without waiting after each awaited one.
+    pub recv_batch_max: usize,
+    /// Contacts per level sent in one routing-table sync from core 0.
+    pub table_sync_contacts_max: usize,
+    /// Routers probed for clustering hints (§4.4: up to five hops out).
+    pub hint_hops_max: u8,
+}
+
+/// The runtime's limits.
+pub const RUNTIME: RuntimeLimits = RuntimeLimits {
+    mesh_channel_capacity: 4096,
+    recv_batch_max: 64,
+    table_sync_contacts_max: 4096,
+    hint_hops_max: 5,
+};
+
+/// The value of a limit named as SECURITY.md names it
+/// (`limits::ADMIN.connections_max`), as it writes it: a count or bytes as
+/// a number, a duration as seconds ("5 s").
+#[cfg(test)]
+pub fn value_of(name: &str) -> Option<String> {
+    let n = |v: u64| Some(v.to_string());
+    let secs = |d: Duration| Some(format!("{} s", d.as_secs()));
+    match name {
+        "limits::ADMIN.request_bytes_max" => n(ADMIN.request_bytes_max as u64),
+        "limits::ADMIN.request_timeout" => secs(ADMIN.request_timeout),
+        "limits::ADMIN.connection_deadline" => secs(ADMIN.connection_deadline),
+        "limits::ADMIN.connections_max" => n(ADMIN.connections_max as u64),
+        "limits::DNS.udp_query_bytes_max" => n(DNS.udp_query_bytes_max as u64),
+        "limits::DNS.recv_batch_max" => n(DNS.recv_batch_max as u64),
+        "limits::DNS.verify_proxy_pings_per_level_max" => {
+            n(DNS.verify_proxy_pings_per_level_max as u64)
+        }
+        "limits::DNS.probe_hops_max" => n(u64::from(DNS.probe_hops_max)),
+        "limits::DNS.hint_lookups_inflight_max" => n(DNS.hint_lookups_inflight_max as u64),
+        "limits::DNS.probes_queued_max" => n(DNS.probes_queued_max as u64),
+        "limits::PROXY.request_body_bytes_max" => n(PROXY.request_body_bytes_max),
+        "limits::PROXY.hot_objects_max" => n(PROXY.hot_objects_max as u64),
+        "limits::PROXY.hot_name_bytes_max" => n(PROXY.hot_name_bytes_max as u64),
+        "limits::PROXY.hot_head_bytes_max" => n(PROXY.hot_head_bytes_max as u64),
+        "limits::PROXY.variant_pointers_max" => n(PROXY.variant_pointers_max as u64),
+        "limits::PROXY.resolve_answers_max" => n(PROXY.resolve_answers_max as u64),
+        "limits::PROXY.decoded_heads_max" => n(PROXY.decoded_heads_max as u64),
+        "limits::PROXY.decoded_head_bytes_max" => n(PROXY.decoded_head_bytes_max as u64),
+        "limits::CACHE.object_bytes_max" => n(CACHE.object_bytes_max),
+        "limits::CACHE.head_bytes_max" => n(CACHE.head_bytes_max as u64),
+        "limits::CACHE.segments_per_core_max" => n(u64::from(CACHE.segments_per_core_max)),
+        "limits::CACHE.segment_bytes_min" => n(CACHE.segment_bytes_min),
+        "limits::CACHE.segment_bytes_max" => n(CACHE.segment_bytes_max),
+        "limits::ACCESS_LOG.batches_queued_max" => n(ACCESS_LOG.batches_queued_max as u64),
+        "limits::ACCESS_LOG.request_line_bytes_max" => n(ACCESS_LOG.request_line_bytes_max as u64),
+        "limits::ACCESS_LOG.referer_bytes_max" => n(ACCESS_LOG.referer_bytes_max as u64),
+        "limits::ACCESS_LOG.user_agent_bytes_max" => n(ACCESS_LOG.user_agent_bytes_max as u64),
+        "limits::ACCESS_LOG.host_bytes_max" => n(ACCESS_LOG.host_bytes_max as u64),
+        "limits::STATUS.top_objects_per_core" => n(STATUS.top_objects_per_core as u64),
+        "limits::STATUS.top_objects_max" => n(STATUS.top_objects_max as u64),
+        "limits::STATUS.url_bytes_max" => n(STATUS.url_bytes_max as u64),
+        "limits::STATUS.samples_max" => n(STATUS.samples_max as u64),
+        "limits::STATUS.hot_keys_max" => n(STATUS.hot_keys_max as u64),
+        "limits::STATUS.members_per_level_max" => n(STATUS.members_per_level_max as u64),
+        "limits::STATUS.http_series_max" => n(STATUS.http_series_max as u64),
+        "limits::RUNTIME.mesh_channel_capacity" => n(RUNTIME.mesh_channel_capacity as u64),
+        "limits::RUNTIME.recv_batch_max" => n(RUNTIME.recv_batch_max as u64),
+        "limits::RUNTIME.table_sync_contacts_max" => n(RUNTIME.table_sync_contacts_max as u64),
+        "limits::RUNTIME.hint_hops_max" => n(u64::from(RUNTIME.hint_hops_max)),
+        _ => None,
+    }
+}
