@@ -30,6 +30,7 @@ const SHARDS_LAYERS: &[(&str, &[&str])] = &[
     (
         "platform",
         &[
+            "limits",
             "clock",
             "config",
             "logging",
