@@ -6,7 +6,6 @@ use clap::{Args, Subcommand, ValueEnum};
 use coral::sim::clusters::{self, ClustersParams, ClustersReport, Outcome, Scenario};
 use coral::sim::hotspot::{self, Bootstrap, HotspotParams, HotspotReport};
 use coral::sim::origin::{self, OriginParams};
-use coral::sim::svg;
 use coral::sim::world::World;
 use serde_json::json;
 
@@ -288,18 +287,24 @@ fn clusters(a: ClustersArgs) -> ExitCode {
     let wall = started.elapsed().as_secs_f64();
     let failures = r.invariant_failures();
     if let Some(path) = &a.plot {
-        let level_points = |l: usize| -> Vec<svg::MapPoint> {
+        let level_points = |l: usize| -> Vec<coral_plot::MapPoint> {
             r.map
                 .iter()
-                .map(|p| p[l].clone())
+                .map(|p| &p[l])
                 .filter(|p| p.group != u32::MAX)
+                .map(|p| coral_plot::MapPoint {
+                    lat: p.lat,
+                    lon: p.lon,
+                    label: p.label.clone(),
+                    group: p.group,
+                })
                 .collect()
         };
-        let world = svg::world_map(
+        let world = coral_plot::world_map(
             "Level-1 clusters (60 ms) the nodes formed (cf. NSDI 2004 Fig. 7)",
             &level_points(0),
         );
-        let us = svg::us_map(
+        let us = coral_plot::us_map(
             "Level-2 clusters (20 ms) the nodes formed (cf. NSDI 2004 Fig. 7)",
             &level_points(1),
         );
@@ -432,7 +437,7 @@ fn print_clusters(r: &ClustersReport, wall: f64) {
                 .collect();
             println!(
                 "    {:>2} {:>4} nodes: {}",
-                svg::group_letter(i as u32),
+                coral_plot::group_letter(i as u32),
                 c.size,
                 regions.join(", ")
             );
@@ -532,7 +537,7 @@ fn latency(a: LatencyArgs) -> ExitCode {
     }
     let (s1, m3) = (&results[0], &results[1]);
     if let Some(path) = &a.plot {
-        let cdf = |name: &str, v: &[f64]| svg::Series {
+        let cdf = |name: &str, v: &[f64]| coral_plot::Series {
             label: name.to_string(),
             points: v
                 .iter()
@@ -540,7 +545,7 @@ fn latency(a: LatencyArgs) -> ExitCode {
                 .map(|(i, ms)| ((i + 1) as f64 / v.len() as f64, ms / 1000.0))
                 .collect(),
         };
-        let text = svg::line_chart(
+        let text = coral_plot::line_chart(
             "Latency for proxies to get keys from Coral (cf. NSDI 2004 Fig. 6)",
             "Fraction of requests",
             "Latency (s)",
@@ -633,7 +638,7 @@ fn origin_load(a: OriginArgs) -> ExitCode {
     let failures = r.invariant_failures();
     let wall = started.elapsed().as_secs_f64();
     if let Some(path) = &a.plot {
-        let series = |name: &str, f: fn(&origin::MinuteCounts) -> u64| svg::Series {
+        let series = |name: &str, f: fn(&origin::MinuteCounts) -> u64| coral_plot::Series {
             label: name.to_string(),
             points: r
                 .per_minute
@@ -642,7 +647,7 @@ fn origin_load(a: OriginArgs) -> ExitCode {
                 .map(|(i, m)| ((i + 1) as f64, f(m) as f64))
                 .collect(),
         };
-        let text = svg::line_chart(
+        let text = coral_plot::line_chart(
             "Requests per minute by source (cf. NSDI 2004 Fig. 4)",
             "Time (minutes)",
             "Requests / minute",
@@ -801,7 +806,7 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
             })
             .collect();
         let bound = report.bound_rpcs_per_min as f64;
-        let text = svg::bar_chart(
+        let text = coral_plot::bar_chart(
             "Put RPCs/minute per node, by distance to the key (cf. Fig. 8)",
             "Nodes, closest to the key first",
             "Put RPCs / minute (after minute 1)",
@@ -1098,7 +1103,7 @@ fn hotspot_seeds(
             .iter()
             .map(|(s, r)| (format!("{s}"), r.closest_steady_per_min))
             .collect();
-        let text = svg::bar_chart(
+        let text = coral_plot::bar_chart(
             "Closest node's put RPCs/minute, one bar per seed (cf. Fig. 8)",
             "Seed",
             "Put RPCs / minute (after minute 1)",

@@ -1,8 +1,9 @@
-//! The disk cache's pure parts (NSDI 2004 §3.2; DESIGN.md decision 4):
-//! the on-disk record format ([`record`]), its checksum ([`checksum`]),
-//! the in-memory index entry ([`entry`]) and the eviction policies
-//! ([`policy`]). The files, mappings and the index shared by all cores are
-//! in `shards/src/cache/`.
+//! The disk cache's pure parts (NSDI 2004 §3.2): the on-disk record format
+//! ([`record`]), its checksum ([`checksum`]) and the eviction policies
+//! ([`policy`]). Cached objects live in memory-mapped segment files that
+//! survive restarts: a hit is sent straight from the mapping, and a miss
+//! streams to every waiting client as its bytes arrive. The files, the
+//! mappings and the index shared by all cores are in `shards/src/cache/`.
 
 pub mod checksum;
 pub mod policy;

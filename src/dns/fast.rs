@@ -10,8 +10,8 @@
 //! zone's, the alias's and http.L2.L1.L0.Z's ([`Tails`], made once).
 //! [`Dnssrv::respond_fast`] writes the answer straight into the buffer,
 //! without domain's builder and without the compressor: where the
-//! compressor ([`put_name`]) would point is known from the names' shapes
-//! (the A records' owner is the question name or the CNAME's target, each
+//! compressor ([`put_name`](super::compress::put_name)) would point is
+//! known from the names' shapes (the A records' owner is the question name or the CNAME's target, each
 //! apex `Lk.Z` is that name's tail, glue points at the NS data), so the
 //! bytes are the builder's. The decision (client level, proxies, name
 //! servers, counters, follow-ups) is [`Dnssrv::pick`] and
@@ -211,6 +211,20 @@ fn put_addr(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
     buf.extend_from_slice(&r[..len]);
 }
 
+/// The answer's header over its first 12 octets: the query's id, QR,
+/// opcode QUERY, AA, RD and CD as asked, NOERROR, one question and the
+/// section `counts` (answer, authority, additional).
+fn put_header(buf: &mut [u8], query: &[u8], counts: [u16; 3]) {
+    let h = &mut buf[..12];
+    h[..2].copy_from_slice(&query[..2]);
+    h[2] = 0x84 | (query[2] & 0x01);
+    h[3] = query[3] & 0x10;
+    h[4..6].copy_from_slice(&1u16.to_be_bytes());
+    h[6..8].copy_from_slice(&counts[0].to_be_bytes());
+    h[8..10].copy_from_slice(&counts[1].to_be_bytes());
+    h[10..12].copy_from_slice(&counts[2].to_be_bytes());
+}
+
 impl Dnssrv {
     /// Whether the common query takes the fast path (on by default; off,
     /// every query goes through domain's parser and message builder, as
@@ -240,13 +254,7 @@ impl Dnssrv {
             _ => return self.respond(now, msg, Rrl::Send, client, transport, view, buf),
         };
         let edns = q.edns;
-        let limit = match transport {
-            Transport::Tcp => TCP_MESSAGE_BYTES,
-            Transport::Udp if edns.present => {
-                usize::from(edns.udp.min(self.cfg.udp_payload_bytes)).max(UDP_PLAIN_BYTES)
-            }
-            Transport::Udp => UDP_PLAIN_BYTES,
-        };
+        let limit = self.size_limit(transport, &edns);
         // As the builder's path: room left for the OPT record, and a push
         // must end below the limit (domain's `set_push_limit`).
         let opt_room = if edns.present { 11 + 24 } else { 0 };
@@ -265,48 +273,11 @@ impl Dnssrv {
         let (owner_at, owner_len) = match prefix {
             None => (12, q.qname.len()),
             Some(at) => {
-                // The DNAME (its target, http.L2.L1.L0.Z, never compressed,
-                // RFC 6672 §2.5), then the synthesized CNAME, as `build`
-                // writes them: the labels before the alias, then
-                // http.L2.L1.L0.Z. The builder's NameBuf takes names of at
-                // most 255 octets with the root: a longer target is
-                // YXDOMAIN, a longer DNAME target does not fit.
-                let proxy = &self.tails.proxy;
-                let target_len = at + proxy.len();
-                let Some((literal, shared)) = &self.tails.alias_cname else {
+                let Some(owner) = self.put_alias_records(&mut buf, q.qname, at, push_limit) else {
                     return self.fall_back(now, msg, client, transport, view, buf);
                 };
-                if target_len > 255 || proxy.len() > 255 {
-                    return self.fall_back(now, msg, client, transport, view, buf);
-                }
-                // The alias is the question name's tail; the question name
-                // is at 12.
-                let alias_len = q.qname.len() - at;
-                buf.extend_from_slice(&(0xc000 | (12 + at) as u16).to_be_bytes());
-                put_head(&mut buf, Rtype::DNAME.to_int(), ZONE_TTL_SECS);
-                buf.extend_from_slice(&(proxy.len() as u16).to_be_bytes());
-                buf.extend_from_slice(proxy);
-                buf.extend_from_slice(&[0xc0, 12]);
-                put_head(&mut buf, Rtype::CNAME.to_int(), ZONE_TTL_SECS);
-                let rdlen_at = buf.len();
-                buf.extend_from_slice(&[0, 0]);
-                let owner_at = buf.len();
-                buf.extend_from_slice(&q.qname[..at]);
-                buf.extend_from_slice(literal);
-                if *shared > 1 {
-                    let p = 12 + at + alias_len - shared;
-                    buf.extend_from_slice(&(0xc000 | p as u16).to_be_bytes());
-                } else {
-                    // Nothing shared but the root: never pointed at.
-                    buf.push(0);
-                }
-                let rdlen = (buf.len() - owner_at) as u16;
-                buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
-                if buf.len() >= push_limit {
-                    return self.fall_back(now, msg, client, transport, view, buf);
-                }
                 ancount = 2;
-                (owner_at, target_len)
+                owner
             }
         };
         let qtype = Rtype::from_int(q.qtype);
@@ -335,23 +306,11 @@ impl Dnssrv {
         let ns_level = apex.level().min(view.levels.len().saturating_sub(1));
         self.pick_nameservers_into(&ctx, ns_level, ctx.client, &mut scratch.1);
         let mut idx = [usize::MAX; NAMESERVERS_MAX];
-        let mut nscount: u16 = 0;
-        let mut named = true;
-        for (slot, ip) in idx.iter_mut().zip(scratch.1.addrs()) {
-            match self.ns_name_cached(apex, ip) {
-                Some(i) => *slot = i,
-                None => {
-                    named = false;
-                    break;
-                }
-            }
-            nscount += 1;
-        }
-        if !named {
+        let Some(nscount) = self.name_nameservers(apex, &scratch.1, &mut idx) else {
             self.picked = Some((pick, scratch.0));
             self.scratch = Some(scratch);
             return self.fall_back(now, msg, client, transport, view, buf);
-        }
+        };
         let best = &scratch.0;
         let apex_name = self.apex_names[apex_index(apex)].as_slice();
         let idx = &idx[..usize::from(nscount)];
@@ -367,6 +326,107 @@ impl Dnssrv {
             put_addr(&mut buf, owner_ptr, ip, ttl);
             ancount += 1;
         }
+        self.put_delegation(&mut buf, idx, apex_ptr);
+        if buf.len() >= push_limit {
+            // Too big with the delegation: the builder's path drops it, or
+            // truncates.
+            self.picked = Some((pick, *best));
+            self.scratch = Some(scratch);
+            return self.fall_back(now, msg, client, transport, view, buf);
+        }
+        let mut arcount = nscount;
+        if edns.present {
+            self.put_opt(&mut buf, &edns, scope);
+            arcount += 1;
+        }
+        put_header(&mut buf, msg.as_slice(), [ancount, nscount, arcount]);
+        if !matches!(self.hold, Hold::Retry(_)) {
+            match qtype {
+                Rtype::AAAA => self.counters.queries_aaaa += 1,
+                _ => self.counters.queries_a += 1,
+            }
+        }
+        self.fast_answered += 1;
+        self.scratch = Some(scratch);
+        Some(buf)
+    }
+
+    /// Writes the alias's two records for `qname` (the alias at offset
+    /// `at`): the DNAME, then the synthesized CNAME to `http.L2.L1.L0.Z`.
+    /// Returns where the CNAME's target (the A records' owner) is written
+    /// in full and its length with the root; `None` when the builder's
+    /// path must answer instead (no alias, too long a name, or past
+    /// `push_limit`).
+    fn put_alias_records(
+        &self,
+        buf: &mut Vec<u8>,
+        qname: &[u8],
+        at: usize,
+        push_limit: usize,
+    ) -> Option<(usize, usize)> {
+        // The DNAME (its target, http.L2.L1.L0.Z, never compressed,
+        // RFC 6672 §2.5), then the synthesized CNAME, as `build`
+        // writes them: the labels before the alias, then
+        // http.L2.L1.L0.Z. The builder's NameBuf takes names of at
+        // most 255 octets with the root: a longer target is
+        // YXDOMAIN, a longer DNAME target does not fit.
+        let proxy = &self.tails.proxy;
+        let target_len = at + proxy.len();
+        let (literal, shared) = self.tails.alias_cname.as_ref()?;
+        if target_len > 255 || proxy.len() > 255 {
+            return None;
+        }
+        // The alias is the question name's tail; the question name
+        // is at 12.
+        let alias_len = qname.len() - at;
+        buf.extend_from_slice(&(0xc000 | (12 + at) as u16).to_be_bytes());
+        put_head(buf, Rtype::DNAME.to_int(), ZONE_TTL_SECS);
+        buf.extend_from_slice(&(proxy.len() as u16).to_be_bytes());
+        buf.extend_from_slice(proxy);
+        buf.extend_from_slice(&[0xc0, 12]);
+        put_head(buf, Rtype::CNAME.to_int(), ZONE_TTL_SECS);
+        let rdlen_at = buf.len();
+        buf.extend_from_slice(&[0, 0]);
+        let owner_at = buf.len();
+        buf.extend_from_slice(&qname[..at]);
+        buf.extend_from_slice(literal);
+        if *shared > 1 {
+            let p = 12 + at + alias_len - shared;
+            buf.extend_from_slice(&(0xc000 | p as u16).to_be_bytes());
+        } else {
+            // Nothing shared but the root: never pointed at.
+            buf.push(0);
+        }
+        let rdlen = (buf.len() - owner_at) as u16;
+        buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+        if buf.len() >= push_limit {
+            return None;
+        }
+        Some((owner_at, target_len))
+    }
+
+    /// The names of the name servers in `servers` (indexes in `ns_cache`,
+    /// made if missing) into `idx`; how many, or `None` if one could not
+    /// be made.
+    fn name_nameservers(
+        &mut self,
+        apex: Apex,
+        servers: &Best<NAMESERVERS_MAX>,
+        idx: &mut [usize; NAMESERVERS_MAX],
+    ) -> Option<u16> {
+        let mut nscount: u16 = 0;
+        for (slot, ip) in idx.iter_mut().zip(servers.addrs()) {
+            *slot = self.ns_name_cached(apex, ip)?;
+            nscount += 1;
+        }
+        Some(nscount)
+    }
+
+    /// The NS records of the apex (at `apex_ptr`) naming the name servers
+    /// `idx` (in `ns_cache`), then their glue: each name server's name is
+    /// its own label then a pointer to the apex, and its glue's owner
+    /// points at it.
+    fn put_delegation(&self, buf: &mut Vec<u8>, idx: &[usize], apex_ptr: [u8; 2]) {
         let mut ns_at = [0u16; NAMESERVERS_MAX];
         for (&i, ns_at) in idx.iter().zip(ns_at.iter_mut()) {
             let ns = self.ns_cache[i].2.as_slice();
@@ -382,65 +442,38 @@ impl Dnssrv {
         }
         for (&i, &ns_at) in idx.iter().zip(ns_at.iter()) {
             let owner = (0xc000 | ns_at).to_be_bytes();
-            put_addr(&mut buf, owner, self.ns_cache[i].1, NS_TTL_SECS);
+            put_addr(buf, owner, self.ns_cache[i].1, NS_TTL_SECS);
         }
-        if buf.len() >= push_limit {
-            // Too big with the delegation: the builder's path drops it, or
-            // truncates.
-            self.picked = Some((pick, *best));
-            self.scratch = Some(scratch);
-            return self.fall_back(now, msg, client, transport, view, buf);
-        }
-        let mut arcount = nscount;
-        if edns.present {
-            // The OPT record: our payload size, DO echoed, the Client
-            // Subnet echoed with the scope the answer holds for.
-            buf.extend_from_slice(&[0, 0, 41]);
-            buf.extend_from_slice(&self.cfg.udp_payload_bytes.to_be_bytes());
-            buf.extend_from_slice(&[0, 0, if edns.dnssec_ok { 0x80 } else { 0 }, 0]);
-            match edns.ecs {
-                Some(e) => {
-                    let (family, octets): (u16, [u8; 16]) = match e.addr {
-                        IpAddr::V4(a) => {
-                            let mut o = [0u8; 16];
-                            o[..4].copy_from_slice(&a.octets());
-                            (1, o)
-                        }
-                        IpAddr::V6(a) => (2, a.octets()),
-                    };
-                    let bits: u8 = if family == 1 { 32 } else { 128 };
-                    let n = usize::from(e.source.min(bits)).div_ceil(8);
-                    let olen = 4 + n as u16;
-                    buf.extend_from_slice(&(olen + 4).to_be_bytes());
-                    buf.extend_from_slice(&OPT_CLIENT_SUBNET.to_be_bytes());
-                    buf.extend_from_slice(&olen.to_be_bytes());
-                    buf.extend_from_slice(&family.to_be_bytes());
-                    buf.extend_from_slice(&[e.source.min(bits), scope.min(bits)]);
-                    buf.extend_from_slice(&octets[..n]);
-                }
-                None => buf.extend_from_slice(&[0, 0]),
+    }
+
+    /// The OPT record: our payload size, DO echoed, the Client Subnet
+    /// echoed with the `scope` the answer holds for.
+    fn put_opt(&self, buf: &mut Vec<u8>, edns: &Edns, scope: u8) {
+        buf.extend_from_slice(&[0, 0, 41]);
+        buf.extend_from_slice(&self.cfg.udp_payload_bytes.to_be_bytes());
+        buf.extend_from_slice(&[0, 0, if edns.dnssec_ok { 0x80 } else { 0 }, 0]);
+        match edns.ecs {
+            Some(e) => {
+                let (family, octets): (u16, [u8; 16]) = match e.addr {
+                    IpAddr::V4(a) => {
+                        let mut o = [0u8; 16];
+                        o[..4].copy_from_slice(&a.octets());
+                        (1, o)
+                    }
+                    IpAddr::V6(a) => (2, a.octets()),
+                };
+                let bits: u8 = if family == 1 { 32 } else { 128 };
+                let n = usize::from(e.source.min(bits)).div_ceil(8);
+                let olen = 4 + n as u16;
+                buf.extend_from_slice(&(olen + 4).to_be_bytes());
+                buf.extend_from_slice(&OPT_CLIENT_SUBNET.to_be_bytes());
+                buf.extend_from_slice(&olen.to_be_bytes());
+                buf.extend_from_slice(&family.to_be_bytes());
+                buf.extend_from_slice(&[e.source.min(bits), scope.min(bits)]);
+                buf.extend_from_slice(&octets[..n]);
             }
-            arcount += 1;
+            None => buf.extend_from_slice(&[0, 0]),
         }
-        let query = msg.as_slice();
-        let h = &mut buf[..12];
-        h[..2].copy_from_slice(&query[..2]);
-        // QR, opcode QUERY, AA, RD as asked; CD as asked; NOERROR.
-        h[2] = 0x84 | (query[2] & 0x01);
-        h[3] = query[3] & 0x10;
-        h[4..6].copy_from_slice(&1u16.to_be_bytes());
-        h[6..8].copy_from_slice(&ancount.to_be_bytes());
-        h[8..10].copy_from_slice(&nscount.to_be_bytes());
-        h[10..12].copy_from_slice(&arcount.to_be_bytes());
-        if !matches!(self.hold, Hold::Retry(_)) {
-            match qtype {
-                Rtype::AAAA => self.counters.queries_aaaa += 1,
-                _ => self.counters.queries_a += 1,
-            }
-        }
-        self.fast_answered += 1;
-        self.scratch = Some(scratch);
-        Some(buf)
     }
 
     /// Where a query name (flat, with its root label) falls, as

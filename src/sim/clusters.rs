@@ -31,7 +31,6 @@ use crate::id::Id;
 use crate::node::Node;
 use crate::rng::Rng;
 use crate::sim::net::{sim_addr, HintPath, Links, Sim};
-use crate::sim::svg::MapPoint;
 use crate::sim::world::{Region, World};
 use crate::time::{Duration, Time};
 
@@ -179,6 +178,21 @@ pub enum Outcome {
     },
 }
 
+/// One node as Fig. 7 shows it: where it sits and its cluster at a level.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlacedNode {
+    /// Latitude in degrees (north positive).
+    pub lat: f64,
+    /// Longitude in degrees (east positive).
+    pub lon: f64,
+    /// Its site and index, such as `MIT (node 3)`.
+    pub label: String,
+    /// Its cluster: the index in the level's non-singleton clusters,
+    /// largest first ([`LevelReport::clusters`]); `u32::MAX` for a
+    /// singleton or a node that is down (left off the map, as in the paper).
+    pub group: u32,
+}
+
 /// What the experiment measured.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClustersReport {
@@ -206,7 +220,7 @@ pub struct ClustersReport {
     /// See `restarts`.
     pub rejoin_minutes: Vec<u32>,
     /// Where each node is and its cluster at each level (for the map).
-    pub map: Vec<[MapPoint; 2]>,
+    pub map: Vec<[PlacedNode; 2]>,
 }
 
 impl ClustersReport {
@@ -658,7 +672,7 @@ fn map_points(
     sim: &Sim<SplitLinks>,
     clusters: &[[Id; 2]],
     levels: &[LevelReport],
-) -> Vec<[MapPoint; 2]> {
+) -> Vec<[PlacedNode; 2]> {
     let world = &sim.links().world;
     clusters
         .iter()
@@ -671,7 +685,7 @@ fn map_points(
                     .filter(|_| sim.is_alive(i))
                     .and_then(|r| r.clusters.iter().position(|s| s.id == c[l]))
                     .map_or(u32::MAX, |g| g as u32);
-                MapPoint {
+                PlacedNode {
                     lat: place.lat,
                     lon: place.lon,
                     label: format!("{} (node {i})", world.site_name(i)),

@@ -1,6 +1,8 @@
 //! The deterministic simulator: many [`Node`](crate::node::Node)s in virtual
 //! time on a modelled wide-area network. No threads, no sockets, no clock:
-//! one seed drives everything, and the same seed gives the same run.
+//! one seed drives everything, and the same seed gives the same run. The
+//! experiments return data; drawing it (`coral sim ... --plot`) is the
+//! command line's business (the `coral-plot` crate).
 //!
 //! - [`clusters`]: clusters the nodes form themselves (§4.4, Fig. 7).
 //! - [`hotspot`]: the hot-spot experiment of §6.4 (Fig. 8).
@@ -8,12 +10,10 @@
 //! - [`origin`]: the flash crowd of §6.1 (Fig. 4) and get latencies of §6.2 (Fig. 6).
 //! - [`queue`]: the event queue (a timer wheel), ordered by time, then insertion.
 //! - [`world`]: where nodes sit on the globe and the RTTs that follow.
-//! - [`svg`]: plots of results, for `--plot`.
 
 pub mod clusters;
 pub mod hotspot;
 pub mod net;
 pub mod origin;
 pub mod queue;
-pub mod svg;
 pub mod world;

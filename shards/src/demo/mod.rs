@@ -645,7 +645,7 @@ fn report(
     );
     if let Some(path) = &a.plot {
         let per_min = 60.0 / interval_secs as f64;
-        let line = |label: &str, f: &dyn Fn(usize) -> u64| plot::Line {
+        let line = |label: &str, f: &dyn Fn(usize) -> u64| coral_plot::Series {
             label: label.to_string(),
             points: (0..rows.len())
                 .map(|i| {

@@ -1,0 +1,332 @@
+//! Locality (§3.1): where the client is, and the live proxies and name
+//! servers nearest it — hints first, then its level's cluster by shared
+//! prefix and RTT, falling back to larger clusters.
+
+use super::*;
+
+/// Bits two addresses share from the left (0 across families).
+pub(super) fn common_prefix(a: IpAddr, b: IpAddr) -> u32 {
+    match (a, b) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) ^ u32::from(b)).leading_zeros(),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a) ^ u128::from(b)).leading_zeros(),
+        _ => 0,
+    }
+}
+
+/// Whether `client` is on `proxy`'s local network (/24, /64).
+pub(super) fn same_local_net(client: IpAddr, proxy: IpAddr) -> bool {
+    match client {
+        IpAddr::V4(_) => common_prefix(client, proxy) >= 24,
+        IpAddr::V6(_) => common_prefix(client, proxy) >= 64,
+    }
+}
+
+/// Up to `N` peers, best first.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Best<const N: usize> {
+    pub(super) items: [(u32, u64, IpAddr); N],
+    pub(super) len: usize,
+    pub(super) cap: usize,
+}
+
+impl<const N: usize> Best<N> {
+    pub(super) fn new(cap: usize) -> Self {
+        Best {
+            items: [(0, 0, IpAddr::V4(Ipv4Addr::UNSPECIFIED)); N],
+            len: 0,
+            cap: cap.min(N),
+        }
+    }
+
+    /// Offers a peer: more shared prefix bits with the target first, then
+    /// lower RTT. Duplicates (several levels name one node) are skipped.
+    pub(super) fn offer(&mut self, prefix: u32, rtt_us: u64, addr: IpAddr) {
+        if self.cap == 0 || self.items[..self.len].iter().any(|i| i.2 == addr) {
+            return;
+        }
+        let key = (std::cmp::Reverse(prefix), rtt_us);
+        let mut at = self.len;
+        while at > 0 {
+            let p = self.items[at - 1];
+            if (std::cmp::Reverse(p.0), p.1) <= key {
+                break;
+            }
+            at -= 1;
+        }
+        if at >= self.cap {
+            return;
+        }
+        let end = self.len.min(self.cap - 1);
+        self.items.copy_within(at..end, at + 1);
+        self.items[at] = (prefix, rtt_us, addr);
+        self.len = (self.len + 1).min(self.cap);
+    }
+
+    /// Empties it, to hold up to `cap` (the items are overwritten before
+    /// they are read).
+    pub(super) fn clear(&mut self, cap: usize) {
+        self.len = 0;
+        self.cap = cap.min(N);
+    }
+
+    pub(super) fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.items[..self.len].iter().map(|i| i.2)
+    }
+}
+
+/// What [`Dnssrv::pick`] decided for a proxy name.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Pick {
+    /// The query type has no addresses (NODATA).
+    NoAddress,
+    /// Held (with the Client Subnet scope).
+    Held(u8),
+    /// No proxy live: NODATA (with the scope).
+    NoProxy(u8),
+    /// The proxies picked, for a client at `level`.
+    Proxies { level: usize, scope: u8 },
+}
+
+impl Dnssrv {
+    /// Where the client is: its level and the Client Subnet scope the
+    /// answer holds for.
+    /// Also the nodes hints found near it (one look at the near cache).
+    pub(super) fn locate(
+        &mut self,
+        now: Time,
+        client: IpAddr,
+        ecs: Option<Ecs>,
+    ) -> (Level, u8, [Option<SocketAddr>; NEAR_NODES_MAX]) {
+        let (ip, scope) = match ecs {
+            Some(e) if e.source > 0 => {
+                let bits = match e.addr {
+                    IpAddr::V4(_) => 24,
+                    IpAddr::V6(_) => 56,
+                };
+                (e.addr, e.source.min(bits))
+            }
+            _ => (client, 0),
+        };
+        let key = prefix_key(ip, 24, 56);
+        let rtt = self.clients.rtt(key, now);
+        // Probe a network not measured, or whose near nodes (hints) are not
+        // known: its RTT and its last hops come back in `on_probe`.
+        let retry = matches!(self.hold, Hold::Retry(_));
+        let (near_fresh, near) = self.near.get(key, now);
+        if !retry && (rtt.is_none() || !near_fresh) {
+            if self.probes.allow(ip, now) {
+                self.counters.probes_sent += 1;
+                self.followups.push_back(FollowUp::Probe(ip));
+            } else if rtt.is_none() {
+                self.counters.probes_refused += 1;
+            }
+        }
+        match rtt {
+            Some(rtt) => (self.level_for(rtt), scope, near),
+            None => (self.cfg.default_level, scope, near),
+        }
+    }
+
+    /// The live proxies nearest `target` at `level`: first those a
+    /// clustering hint found near the target (verified alive, in the order
+    /// of their hops, nearest the client first), then that level's cluster
+    /// by shared prefix and RTT, falling back to lower levels (larger
+    /// clusters) when a level has none. With none live at all while
+    /// candidates are being pinged, it asks to hold the query
+    /// (`self.hold_now`) if `self.hold` allows.
+    pub(super) fn pick_proxies(
+        &mut self,
+        ctx: &Who,
+        level: usize,
+        target: IpAddr,
+        want: Rtype,
+        near: [Option<SocketAddr>; NEAR_NODES_MAX],
+        best: &mut Best<ANSWERS_MAX>,
+    ) -> bool {
+        let live = Duration::from_secs(self.cfg.live_secs);
+        let hold_window = Duration::from_millis(self.cfg.hold_ms);
+        best.clear(self.cfg.answers_max);
+        let usable = |p: &Peer| {
+            family_rtype(p.addr) == want
+                && ctx.now.saturating_since(p.verified) <= live
+                && (!p.non_recursive || same_local_net(ctx.client, p.addr))
+        };
+        // Nodes near the target, found through hints: ranked above every
+        // proxy of the level (they are near by topology, not only by RTT).
+        let mut unverified = false;
+        for (i, a) in near.iter().flatten().enumerate() {
+            let ip = a.ip();
+            if ip == ctx.view.me {
+                continue;
+            }
+            let found = ctx
+                .view
+                .levels
+                .iter()
+                .flat_map(|lv| lv.proxies.iter())
+                .find(|p| p.addr == ip && usable(p));
+            match found {
+                Some(p) => best.offer(HINT_RANK, i as u64, p.addr),
+                None => unverified = true,
+            }
+        }
+        let hinted = best.len > 0;
+        if unverified
+            && self
+                .near
+                .ping_due(prefix_key(target, 24, 56), ctx.now, VERIFY_INTERVAL)
+        {
+            for a in near.into_iter().flatten() {
+                self.followups.push_back(FollowUp::Ping(a));
+            }
+        }
+        // A query that may be held asks for a fresh round of pings (at most
+        // one per HOLD_ROUND_INTERVAL), unless a held query recently waited
+        // for one in vain (then only the periodic rounds).
+        let hold_may_ping = self.hold == Hold::Allowed
+            && self.cfg.hold_ms > 0
+            && self
+                .hold_failed
+                .is_none_or(|t| ctx.now.saturating_since(t) >= VERIFY_INTERVAL);
+        let mut pinging = false;
+        for l in (0..=level).rev() {
+            if let Some(lv) = ctx.view.levels.get(l) {
+                for p in lv.proxies.iter().filter(|p| usable(p)) {
+                    best.offer(
+                        common_prefix(target, p.addr),
+                        p.rtt.map_or(u64::MAX, |d| d.as_micros()),
+                        p.addr,
+                    );
+                }
+            }
+            if ctx.view.me_http
+                && family_rtype(ctx.view.me) == want
+                && (!ctx.view.me_non_recursive || same_local_net(ctx.client, ctx.view.me))
+            {
+                best.offer(common_prefix(target, ctx.view.me), 0, ctx.view.me);
+            }
+            if best.len > 0 {
+                break;
+            }
+            if l < LEVELS
+                && ctx
+                    .view
+                    .levels
+                    .get(l)
+                    .is_some_and(|lv| lv.proxies.iter().any(|p| family_rtype(p.addr) == want))
+            {
+                let since = self.verify_asked[l].map(|t| ctx.now.saturating_since(t));
+                let due = since.is_none_or(|s| {
+                    s >= VERIFY_INTERVAL || (hold_may_ping && s >= HOLD_ROUND_INTERVAL)
+                });
+                if due {
+                    self.verify_asked[l] = Some(ctx.now);
+                    self.followups.push_back(FollowUp::Verify(l as Level));
+                }
+                // Pings of this level are out (just now, or recently
+                // enough that their answers may still come).
+                pinging |=
+                    self.verify_asked[l].is_some_and(|t| ctx.now.saturating_since(t) < hold_window);
+            }
+        }
+        if best.len == 0 && pinging && hold_may_ping {
+            if self.held < self.cfg.held_max {
+                self.hold_now = true;
+            } else {
+                self.counters.held_refused += 1;
+            }
+        }
+        if let Hold::Retry(since) = self.hold {
+            if best.len == 0 && ctx.now.saturating_since(since) < hold_window {
+                // Still waiting on the pings asked for when it was held.
+                self.hold_now = true;
+            }
+        }
+        hinted
+    }
+
+    /// The name servers of `level`'s cluster nearest `target` (this node
+    /// always among the candidates: it is answering).
+    pub(super) fn pick_nameservers(
+        &self,
+        ctx: &Who,
+        level: usize,
+        target: IpAddr,
+    ) -> Best<NAMESERVERS_MAX> {
+        let mut best = Best::new(self.cfg.nameservers_max);
+        self.pick_nameservers_into(ctx, level, target, &mut best);
+        best
+    }
+
+    /// [`Dnssrv::pick_nameservers`] into `best` (cleared first).
+    pub(super) fn pick_nameservers_into(
+        &self,
+        ctx: &Who,
+        level: usize,
+        target: IpAddr,
+        best: &mut Best<NAMESERVERS_MAX>,
+    ) {
+        let live = Duration::from_secs(self.cfg.live_secs);
+        best.clear(self.cfg.nameservers_max);
+        best.offer(common_prefix(target, ctx.view.me), 0, ctx.view.me);
+        if let Some(lv) = ctx.view.levels.get(level) {
+            for p in &lv.nameservers {
+                if ctx.now.saturating_since(p.verified) <= live {
+                    best.offer(
+                        common_prefix(target, p.addr),
+                        p.rtt.map_or(u64::MAX, |d| d.as_micros()),
+                        p.addr,
+                    );
+                }
+            }
+        }
+    }
+
+    /// What the answer for a proxy name holds: the client located, the
+    /// proxies picked, the counters and follow-ups of that done (the
+    /// answer function's side effects, taken once per query whichever way
+    /// the answer is then written).
+    pub(super) fn pick(&mut self, ctx: &Who, best: &mut Best<ANSWERS_MAX>) -> Pick {
+        let want = match ctx.qtype {
+            Rtype::A | Rtype::ANY => Rtype::A,
+            Rtype::AAAA => Rtype::AAAA,
+            _ => return Pick::NoAddress,
+        };
+        let (level, scope, near) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
+        let level = (level as usize).min(ctx.view.levels.len().saturating_sub(1));
+        let target = match ctx.edns.ecs {
+            Some(e) if e.source > 0 => e.addr,
+            _ => ctx.client,
+        };
+        let hinted = self.pick_proxies(ctx, level, target, want, near, best);
+        if self.hold_now {
+            // Held: nothing is sent now; the query is asked again.
+            return Pick::Held(scope);
+        }
+        if !matches!(self.hold, Hold::Retry(_)) {
+            match level {
+                0 => self.counters.client_level0 += 1,
+                1 => self.counters.client_level1 += 1,
+                _ => self.counters.client_level2 += 1,
+            }
+        }
+        match self.hold {
+            Hold::Retry(_) if best.len > 0 => self.counters.held_answered += 1,
+            Hold::Retry(_) => {
+                self.counters.held_expired += 1;
+                self.hold_failed = Some(ctx.now);
+            }
+            _ => {}
+        }
+        if best.len == 0 {
+            self.counters.answers_no_proxy += 1;
+            return Pick::NoProxy(scope);
+        }
+        if hinted {
+            self.counters.answers_hinted += 1;
+        }
+        self.counters.answers_proxied += 1;
+        self.answer_level = Some(level as Level);
+        Pick::Proxies { level, scope }
+    }
+}
