@@ -5,7 +5,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use coral::wire::{Body, Header, Message, Services};
+use coral::dsht::wire::{Body, Header, Message, Services};
 use coral::Id;
 
 const CORAL: &str = env!("CARGO_BIN_EXE_coral");
@@ -223,7 +223,7 @@ fn keys_are_served_by_their_owning_core() {
     let mut buf = [0u8; 2048];
     for k in 0..200u32 {
         let key = Id::hash(&k.to_be_bytes());
-        let route = coral::node::route_of(&key);
+        let route = coral::dsht::node::route_of(&key);
         want[((u32::from(route) * 2) >> 16) as usize] += 1;
         let msg = Message {
             header: Header {
@@ -340,7 +340,7 @@ fn a_flood_of_bad_datagrams_does_not_stop_good_answers() {
         let key = Id::hash(&k.to_be_bytes());
         let msg = Message {
             header: Header {
-                route: coral::node::route_of(&key),
+                route: coral::dsht::node::route_of(&key),
                 txid: k,
                 sender,
                 services: Services::NONE,

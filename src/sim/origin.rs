@@ -18,9 +18,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::config::Config;
+use crate::dsht::id::{Id, Key};
+use crate::dsht::node::{Event, Node, OpId};
 use crate::fetch::{Action, FetchConfig, FetchPolicy, Served};
-use crate::id::{Id, Key};
-use crate::node::{Event, Node, OpId};
 use crate::rng::Rng;
 use crate::sim::clusters::join_network;
 use crate::sim::net::{sim_addr, Links, Sim};

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
+use coral::dsht::node::Event;
 use coral::fetch::{Action, FetchPolicy};
-use coral::node::Event;
 use coral::proxy::http::{Framing, Headers};
 use coral::proxy::policy::{self, Storable};
 use coral::proxy::rewrite;
@@ -43,7 +43,7 @@ struct JobState {
     /// The object is being written: new waiters are answered at once.
     writing: bool,
     /// From a peer, found at this level (for Cache-Status).
-    peer: Option<coral::node::Level>,
+    peer: Option<coral::dsht::node::Level>,
     /// What waiters get if the fetch fails.
     error: u16,
 }
@@ -648,7 +648,7 @@ impl ProxyCore {
     /// Puts this proxy's pointer under `vk`, the variant key of a URL's
     /// first variant (stored under the URL's key).
     fn put_variant_pointer(self: &Rc<Self>, vk: Id, ttl_secs: u32) {
-        let value = coral::wire::Value::from_addr(self.http);
+        let value = coral::dsht::wire::Value::from_addr(self.http);
         let pc = self.clone();
         glommio::spawn_local(async move {
             pc.shard
@@ -667,7 +667,7 @@ impl ProxyCore {
 
 /// The level at which a source was found, if it is a peer (§3.2): the
 /// level of the DSHT get that named it, 0 for a peer named by a lost claim.
-fn peer_level(source: coral::fetch::Served) -> Option<coral::node::Level> {
+fn peer_level(source: coral::fetch::Served) -> Option<coral::dsht::node::Level> {
     match source {
         coral::fetch::Served::Peer(level) => Some(level),
         coral::fetch::Served::ClaimedPeer => Some(0),

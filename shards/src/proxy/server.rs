@@ -1260,7 +1260,7 @@ async fn send_all(stream: &mut TcpStream, bufs: &[&[u8]]) -> std::io::Result<()>
 
 /// `Cache-Status`'s detail for an object from a peer found at `level`
 /// (`peer-l2`, `peer-l1`, `peer-l0`): where Fig. 4 counts it.
-fn peer_detail(level: coral::node::Level) -> &'static str {
+fn peer_detail(level: coral::dsht::node::Level) -> &'static str {
     match level {
         2 => "peer-l2",
         1 => "peer-l1",
@@ -1285,7 +1285,7 @@ mod hot_tests {
             .unwrap()
             .unwrap();
         let mut table: HotTable<(u64, HitHead)> =
-            HotTable::new(64, coral::id::keyed_hasher(b"test", "hot objects"));
+            HotTable::new(64, coral::dsht::id::keyed_hasher(b"test", "hot objects"));
         let req =
             b"GET /a.bin HTTP/1.1\r\nHost: origin.test.8080.coral.test\r\nUser-Agent: wrk\r\n\r\n";
         let plain = hot::parse_plain(req, &limits).unwrap();

@@ -2,7 +2,7 @@
 //! node measures of the clusters around it, and when it joins, merges into,
 //! splits from or leaves one. One [`Manager`] per non-global level.
 //!
-//! The manager is sans-IO twice over: the [`Node`](crate::node::Node) feeds
+//! The manager is sans-IO twice over: the [`Node`](crate::dsht::node::Node) feeds
 //! it what every RPC reply carries (the sender's cluster, its age and size
 //! estimate, and the measured RTT) and the results of the work it asked for,
 //! and it answers with [`Command`]s — pings, lookups, a put, a switch — that
@@ -43,10 +43,10 @@ use std::net::{IpAddr, SocketAddr};
 use smallvec::SmallVec;
 
 use crate::config::Config;
-use crate::id::{Id, Key, KeyedBuildHasher};
+use crate::dsht::id::{Id, Key, KeyedBuildHasher};
+use crate::dsht::wire::{ClusterInfo, Contact, Value};
 use crate::rng::Rng;
 use crate::time::{Duration, Time};
-use crate::wire::{ClusterInfo, Contact, Value};
 
 /// A cluster level (0 is global).
 pub type Level = u8;
@@ -1326,7 +1326,7 @@ fn median<T: Copy + Ord>(values: &[T]) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::Services;
+    use crate::dsht::wire::Services;
     use std::net::{Ipv4Addr, SocketAddr};
 
     const HOUR: u64 = 3600;

@@ -32,7 +32,7 @@
 //! Bounded: at most [`RECALL_ENTRIES_MAX`] entries; a new one replaces an
 //! expired one, else the oldest.
 
-use crate::id::{Id, Key};
+use crate::dsht::id::{Id, Key};
 use crate::time::{Duration, Time};
 
 /// How long an answer "loaded" is remembered: the paper's window ("more

@@ -21,20 +21,21 @@ use std::net::{IpAddr, SocketAddr};
 use sha1::{Digest, Sha1};
 use smallvec::SmallVec;
 
-use crate::cluster::{self, ClusterStats, Command, Current, Manager, View};
 use crate::config::{Config, ConfigError};
-use crate::id::{keyed_hasher, FastBuildHasher, Id, Key, KeyedBuildHasher, NodeId};
-use crate::lookup::{Lookup, ProbeReply, Step};
-use crate::ratelimit::{RateLimiter, Verdict};
-use crate::recall::Recall;
-use crate::rng::Rng;
-use crate::routing::{Insert, RoutingTable};
-use crate::store::{ProbeState, Quotas, Source, Store, StoreOutcome};
-use crate::time::{Duration, Time};
-use crate::wire::{
+use crate::dsht::cluster::{self, ClusterStats, Command, Current, Manager, View};
+use crate::dsht::id::{keyed_hasher, FastBuildHasher, Id, Key, KeyedBuildHasher, NodeId};
+use crate::dsht::lookup::{Lookup, ProbeReply, Step};
+use crate::dsht::prefetch::prefetch;
+use crate::dsht::ratelimit::{RateLimiter, Verdict};
+use crate::dsht::recall::Recall;
+use crate::dsht::routing::{Insert, RoutingTable};
+use crate::dsht::store::{ProbeState, Quotas, Source, Store, StoreOutcome};
+use crate::dsht::wire::{
     self, kind, Body, ClusterInfo, Contact, Contacts, ErrorCode, Header, Message, Services, Token,
     Value, Values, WireError, TOKEN_BYTES,
 };
+use crate::rng::Rng;
+use crate::time::{Duration, Time};
 
 /// Identifies an operation started by [`Node::get`] or [`Node::put`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -655,27 +656,6 @@ pub struct Node {
     /// Nodes that answered a put probe "full and loaded" (§4.2): not probed
     /// again before they could accept a store.
     recall: Recall,
-}
-
-/// Asks the CPU to start loading `bytes` bytes at `p` into its caches: a
-/// hint that changes no result. A no-op off x86-64.
-#[inline]
-#[allow(unsafe_code)]
-pub fn prefetch(p: *const u8, bytes: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let mut off = 0;
-        while off < bytes {
-            // SAFETY: a prefetch never faults and reads nothing the program
-            // sees, whatever the address; `wrapping_add` keeps the pointer
-            // arithmetic defined.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, bytes);
 }
 
 impl Node {
@@ -2073,7 +2053,7 @@ impl Node {
     fn new_lookup(&self, key: Key, level: Level, start: Id) -> Lookup {
         let l = &self.levels[level as usize];
         // Seed with the contacts closest to where the walk will go first.
-        let first = crate::id::next_target(
+        let first = crate::dsht::id::next_target(
             &key,
             &start,
             key.distance(&start).leading_zeros() / self.hot.b,
@@ -3012,7 +2992,7 @@ impl Node {
         };
         // Bucket i holds distances of bit length i + 1.
         let first = nearest as usize; // the bucket just past the closest neighbour's
-        for bucket in (first..crate::id::ID_BITS as usize)
+        for bucket in (first..crate::dsht::id::ID_BITS as usize)
             .rev()
             .take(JOIN_REFRESHES_MAX)
         {
