@@ -3,15 +3,20 @@
 
 use std::net::SocketAddr;
 
-use crate::dsht::id::Id;
+use crate::dsht::id::{Id, Key};
 use crate::dsht::store::{ProbeState, Source, StoreOutcome};
-use crate::dsht::wire::{self, Body, Contact, Contacts, ErrorCode, Header, Message, Values};
+use crate::dsht::wire::{
+    self, Body, Contact, Contacts, ErrorCode, Header, Message, Token, Value, Values,
+};
 use crate::time::{Duration, Time};
 
 use super::send::Purpose;
 use super::{Node, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET, PINGED_RECENTLY};
 
 impl Node {
+    /// Serves one request: answers it (if it is one this node answers), and
+    /// sends the reply within the amplification budget of an unverified
+    /// source.
     pub(super) fn on_request(
         &mut self,
         now: Time,
@@ -21,22 +26,40 @@ impl Node {
         verified: bool,
     ) {
         let Message { header, body } = msg;
-        let level_ok = |node: &Node, level: u8| -> Result<usize, ErrorCode> {
-            let l = level as usize;
-            if l >= node.levels.len() {
-                return Err(ErrorCode::NoSuchLevel);
-            }
-            if !node.shares_cluster(&header, l) || !node.is_member(l, &header.sender, from) {
-                return Err(ErrorCode::WrongCluster);
-            }
-            Ok(l)
+        // Replies are handled in on_reply.
+        let Some(reply) = self.answer(now, from, &header, body) else {
+            return;
         };
+        self.send_reply(now, from, &header, reply, request_bytes, verified);
+    }
+
+    /// The level `level` of a request from `from` may be served at: one this
+    /// node has, whose cluster the sender shares and is known first-hand to
+    /// belong to (§4.3).
+    fn served_level(
+        &self,
+        header: &Header,
+        from: SocketAddr,
+        level: u8,
+    ) -> Result<usize, ErrorCode> {
+        let l = level as usize;
+        if l >= self.levels.len() {
+            return Err(ErrorCode::NoSuchLevel);
+        }
+        if !self.shares_cluster(header, l) || !self.is_member(l, &header.sender, from) {
+            return Err(ErrorCode::WrongCluster);
+        }
+        Ok(l)
+    }
+
+    /// The reply to request `body`, or `None` for a body that is not a request.
+    fn answer(&mut self, now: Time, from: SocketAddr, header: &Header, body: Body) -> Option<Body> {
         let reply = match body {
             Body::Ping => {
                 self.stats.pings_served += 1;
                 Body::Pong
             }
-            Body::FindNode { level, target } => match level_ok(self, level) {
+            Body::FindNode { level, target } => match self.served_level(header, from, level) {
                 Ok(l) => {
                     self.stats.find_nodes_served += 1;
                     Body::Nodes {
@@ -49,27 +72,10 @@ impl Node {
             // Served whatever the sender's cluster: a node validating our
             // cluster as a candidate asks for members to measure (§4.4).
             Body::Members { level, target } if (level as usize) < self.levels.len() => {
-                self.stats.members_served += 1;
-                // A sender that has answered our ping (it is in our table)
-                // gets up to the validation sample; anyone else no more
-                // than a find-node reply, so that a forged source address
-                // cannot make us a reflector of large replies.
-                let verified = self.levels[0].table.contains(&header.sender, from);
-                let count = if verified {
-                    self.config.cluster_validate_probes.min(wire::CONTACTS_MAX)
-                } else {
-                    self.hot.reply_contacts_max
-                };
-                let mut contacts = Contacts::new();
-                contacts.extend(self.levels[level as usize].table.closest_matching(
-                    &target,
-                    count,
-                    |id| *id != header.sender,
-                ));
-                Body::MembersReply { level, contacts }
+                self.serve_members(from, header, level, &target)
             }
             Body::Members { .. } => self.refuse(ErrorCode::NoSuchLevel),
-            Body::Get { level, key, target } => match level_ok(self, level) {
+            Body::Get { level, key, target } => match self.served_level(header, from, level) {
                 Ok(l) => {
                     self.stats.gets_served += 1;
                     let values =
@@ -89,7 +95,7 @@ impl Node {
                 }
                 Err(code) => self.refuse(code),
             },
-            Body::PutProbe { level, key, target } => match level_ok(self, level) {
+            Body::PutProbe { level, key, target } => match self.served_level(header, from, level) {
                 Ok(l) => {
                     self.stats.put_probes_received += 1;
                     let ProbeState {
@@ -115,81 +121,135 @@ impl Node {
                 if_absent,
                 token,
                 value,
-            } => match level_ok(self, level) {
+            } => match self.served_level(header, from, level) {
                 Ok(l) => {
-                    self.stats.stores_received += 1;
-                    if !self.token_is_valid(now, from, &token) {
-                        self.stats.bad_token += 1;
-                        Body::Error {
-                            code: ErrorCode::BadToken,
-                        }
-                    } else if value.0.len() > self.hot.value_bytes_max
-                        || value.to_addr().is_some_and(|a| a.ip() != from.ip())
-                    {
-                        // A value naming an address must name the storer's
-                        // own (§3.2: proxies insert pointers to themselves,
-                        // hints point to the storing node): no pointers to
-                        // a victim.
-                        self.stats.stores_refused += 1;
-                        Body::StoreReply {
-                            level,
-                            stored: false,
-                            values: Values::new(),
-                        }
-                    } else if if_absent && self.levels[l].store.has_values(&key, now) {
-                        // Test-and-set lost: here is who got there first.
-                        let values = self.levels[l].store.get(
-                            &key,
-                            now,
-                            self.hot.get_values_max,
-                            &mut self.rng,
-                        );
-                        Body::StoreReply {
-                            level,
-                            stored: false,
-                            values,
-                        }
-                    } else {
-                        let ttl =
-                            Duration::from_secs(u64::from(ttl_secs.min(self.hot.ttl_max_secs)));
-                        let source = if self.hot.id_includes_port {
-                            Source::Remote(from)
-                        } else {
-                            Source::Remote(SocketAddr::new(from.ip(), 0))
-                        };
-                        let outcome = self.levels[l]
-                            .store
-                            .store_from(&key, value, ttl, now, source);
-                        self.stats.stores_accepted += u64::from(outcome.is_stored());
-                        self.stats.stores_refused +=
-                            u64::from(matches!(outcome, StoreOutcome::OverQuota));
-                        Body::StoreReply {
-                            level,
-                            stored: outcome.is_stored(),
-                            values: Values::new(),
-                        }
-                    }
+                    let store = StoreRequest {
+                        level,
+                        key,
+                        ttl_secs,
+                        if_absent,
+                        token,
+                        value,
+                    };
+                    self.serve_store(now, from, l, store)
                 }
                 Err(code) => self.refuse(code),
             },
-            // Replies are handled in on_reply.
-            _ => return,
+            _ => return None,
         };
+        Some(reply)
+    }
+
+    /// Members of our cluster at `level` near `target`, for a node that
+    /// validates that cluster (§4.4).
+    fn serve_members(&mut self, from: SocketAddr, header: &Header, level: u8, target: &Id) -> Body {
+        self.stats.members_served += 1;
+        // A sender that has answered our ping (it is in our table)
+        // gets up to the validation sample; anyone else no more
+        // than a find-node reply, so that a forged source address
+        // cannot make us a reflector of large replies.
+        let verified = self.levels[0].table.contains(&header.sender, from);
+        let count = if verified {
+            self.config.cluster_validate_probes.min(wire::CONTACTS_MAX)
+        } else {
+            self.hot.reply_contacts_max
+        };
+        let mut contacts = Contacts::new();
+        contacts.extend(
+            self.levels[level as usize]
+                .table
+                .closest_matching(target, count, |id| *id != header.sender),
+        );
+        Body::MembersReply { level, contacts }
+    }
+
+    /// A store (or claim, `if_absent`) at level index `l` from `from` (§4.2):
+    /// refused without a valid token or for a value naming another address;
+    /// a claim that finds values returns them.
+    fn serve_store(&mut self, now: Time, from: SocketAddr, l: usize, req: StoreRequest) -> Body {
+        let StoreRequest {
+            level,
+            key,
+            ttl_secs,
+            if_absent,
+            token,
+            value,
+        } = req;
+        self.stats.stores_received += 1;
+        if !self.token_is_valid(now, from, &token) {
+            self.stats.bad_token += 1;
+            Body::Error {
+                code: ErrorCode::BadToken,
+            }
+        } else if value.0.len() > self.hot.value_bytes_max
+            || value.to_addr().is_some_and(|a| a.ip() != from.ip())
+        {
+            // A value naming an address must name the storer's
+            // own (§3.2: proxies insert pointers to themselves,
+            // hints point to the storing node): no pointers to
+            // a victim.
+            self.stats.stores_refused += 1;
+            Body::StoreReply {
+                level,
+                stored: false,
+                values: Values::new(),
+            }
+        } else if if_absent && self.levels[l].store.has_values(&key, now) {
+            // Test-and-set lost: here is who got there first.
+            let values =
+                self.levels[l]
+                    .store
+                    .get(&key, now, self.hot.get_values_max, &mut self.rng);
+            Body::StoreReply {
+                level,
+                stored: false,
+                values,
+            }
+        } else {
+            let ttl = Duration::from_secs(u64::from(ttl_secs.min(self.hot.ttl_max_secs)));
+            let source = if self.hot.id_includes_port {
+                Source::Remote(from)
+            } else {
+                Source::Remote(SocketAddr::new(from.ip(), 0))
+            };
+            let outcome = self.levels[l]
+                .store
+                .store_from(&key, value, ttl, now, source);
+            self.stats.stores_accepted += u64::from(outcome.is_stored());
+            self.stats.stores_refused += u64::from(matches!(outcome, StoreOutcome::OverQuota));
+            Body::StoreReply {
+                level,
+                stored: outcome.is_stored(),
+                values: Values::new(),
+            }
+        }
+    }
+
+    /// Sends `reply` to the request `header` from `from`. A source that has
+    /// not answered our ping may have been forged: what we send it (the
+    /// reply, and any verifying ping) is at most `reply_amplification_max`
+    /// times its request of `request_bytes`.
+    fn send_reply(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        header: &Header,
+        reply: Body,
+        request_bytes: usize,
+        verified: bool,
+    ) {
         let mut msg = Message {
             header: self.header(header.route, header.txid, now),
             body: reply,
         };
         let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
         msg.encode(&mut bytes);
-        // A source that has not answered our ping may have been forged:
-        // what we send it (the reply, and any verifying ping) is at most
-        // `reply_amplification_max` times its request.
         // The verifying ping comes first: once the source answers it, it
         // is served in full.
         let mut ping = verified;
         if !verified {
             let full = request_bytes.saturating_mul(self.hot.reply_amplification_max);
-            let wanted = self.verify_wanted(now, from, &header, false);
+            let wanted = self.verify_wanted(now, from, header, false);
             let budget = if wanted {
                 full.saturating_sub(wire::HEADER_FIXED_BYTES)
             } else {
@@ -205,7 +265,7 @@ impl Node {
         }
         self.queue_bytes(from, bytes);
         if ping {
-            self.observe_requester(now, from, &header, verified);
+            self.observe_requester(now, from, header, verified);
         }
     }
 
@@ -394,4 +454,14 @@ fn trim_reply(body: &mut Body, mut excess: usize) {
             excess = excess.saturating_sub(1 + last.0.len());
         }
     }
+}
+
+/// The fields of a store request, as [`Node::serve_store`] takes them.
+struct StoreRequest {
+    level: u8,
+    key: Key,
+    ttl_secs: u32,
+    if_absent: bool,
+    token: Token,
+    value: Value,
 }
