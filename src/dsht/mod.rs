@@ -23,6 +23,7 @@
 
 pub mod cluster;
 pub mod id;
+pub mod limits;
 
 pub mod lookup;
 pub mod node;

@@ -9,14 +9,14 @@ use smallvec::SmallVec;
 
 use crate::config::Config;
 use crate::dsht::id::{Id, KeyedBuildHasher};
+use crate::dsht::limits::{AVOIDED_CLUSTERS_MAX, MEMBER_QUERIES_MAX, PROBE_MEMBERS_MAX};
 use crate::dsht::wire::{ClusterInfo, Contact, Value};
 use crate::rng::Rng;
 use crate::time::{Duration, Time};
 
 use super::{
     is_acceptable, judge, prefers, split_ids, Accesses, Candidate, ClusterStats, Command, Current,
-    Level, Observed, SwitchReason, Verdict, View, AVOIDED_MAX, MEMBER_QUERIES_MAX,
-    PROBE_MEMBERS_MAX,
+    Level, Observed, SwitchReason, Verdict, View,
 };
 /// Measuring members of one cluster (or one node) for a decision.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -122,7 +122,7 @@ pub struct Manager {
     splits_in_a_row: u32,
     /// Clusters this node split from, left, or failed to validate, and until
     /// when it will not consider them again.
-    avoided: SmallVec<[(Id, Time); AVOIDED_MAX]>,
+    avoided: SmallVec<[(Id, Time); AVOIDED_CLUSTERS_MAX]>,
     stats: ClusterStats,
 }
 
@@ -771,7 +771,7 @@ impl Manager {
     /// Keeps `cluster` out of the candidates until `until`.
     fn avoid(&mut self, cluster: Id, until: Time) {
         self.avoided.retain(|(id, _)| *id != cluster);
-        if self.avoided.len() == AVOIDED_MAX {
+        if self.avoided.len() == AVOIDED_CLUSTERS_MAX {
             self.avoided.remove(0);
         }
         self.avoided.push((cluster, until));

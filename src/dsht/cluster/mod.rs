@@ -47,6 +47,7 @@ use smallvec::SmallVec;
 
 use crate::config::Config;
 use crate::dsht::id::{Id, Key};
+use crate::dsht::limits::{HINT_KEYS_MAX, HINT_ROUTERS_MAX};
 use crate::dsht::wire::Contact;
 use crate::time::{Duration, Time};
 
@@ -56,17 +57,6 @@ pub use manager::Manager;
 
 /// A cluster level (0 is global).
 pub type Level = u8;
-
-/// Most routers (hops out) whose addresses become hints (§4.4: five).
-pub const HINT_ROUTERS_MAX: usize = 5;
-/// Most hint keys one node stores.
-pub const HINT_KEYS_MAX: usize = 16;
-/// Members a validation asks for more members ("routing to selected keys").
-const MEMBER_QUERIES_MAX: usize = 4;
-/// Clusters avoided at once (see `cluster_rejoin_holdoff_secs`).
-const AVOIDED_MAX: usize = 8;
-/// Confirmed members remembered by a probe, to seed the routing table after a switch.
-const PROBE_MEMBERS_MAX: usize = 16;
 
 /// How a cluster looks from here: the inputs of the preference function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

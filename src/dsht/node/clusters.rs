@@ -8,15 +8,16 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
-use crate::dsht::cluster::{self, ClusterStats, Command, Current, Manager, View};
+use crate::dsht::cluster::{ClusterStats, Command, Current, Manager, View};
 use crate::dsht::id::{Id, Key};
+use crate::dsht::limits::{CLUSTER_CHANGES_MAX, HINT_KEYS_MAX};
 use crate::dsht::routing::Insert;
 use crate::dsht::wire::{Body, Contact, Value};
 use crate::time::{Duration, Time};
 
 use super::send::Purpose;
 use super::timers::Timer;
-use super::{new_table, Cluster, DelegatedCall, Event, Level, Node, CLUSTER_CHANGES_MAX};
+use super::{new_table, Cluster, DelegatedCall, Event, Level, Node};
 
 /// What an operation started by the node itself is for: its event goes to
 /// the node, not to the application.
@@ -79,7 +80,7 @@ impl Node {
     /// stores a pointer to itself under each, renewed until replaced. Once
     /// joined, it also looks them up to measure the nodes they name.
     pub fn set_hints(&mut self, now: Time, keys: &[Key]) {
-        self.hints = keys.iter().copied().take(cluster::HINT_KEYS_MAX).collect();
+        self.hints = keys.iter().copied().take(HINT_KEYS_MAX).collect();
         self.hints_stored = false;
         if self.joined {
             self.store_hints(now);

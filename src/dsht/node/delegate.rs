@@ -4,10 +4,11 @@
 //! ([`Node::on_delegated_done`]).
 
 use crate::dsht::id::Key;
+use crate::dsht::limits::DELEGATED_CALLS_MAX;
 use crate::time::Time;
 
 use super::clusters::Internal;
-use super::{route_of, shard_of_route, Delegated, DelegatedCall, Event, Node, DELEGATED_MAX};
+use super::{route_of, shard_of_route, Delegated, DelegatedCall, Event, Node};
 
 impl Node {
     /// Makes this node shard `index` of `count` of one address: keyed
@@ -39,10 +40,10 @@ impl Node {
     pub(super) fn delegate(&mut self, call: DelegatedCall, internal: Internal) {
         let tag = self.next_tag;
         self.next_tag += 1;
-        if self.delegated.len() >= DELEGATED_MAX {
+        if self.delegated.len() >= DELEGATED_CALLS_MAX {
             self.delegated.pop_first(); // its result never came
         }
-        if self.delegated_out.len() >= DELEGATED_MAX {
+        if self.delegated_out.len() >= DELEGATED_CALLS_MAX {
             self.delegated_out.pop_front();
         }
         self.delegated.insert(tag, internal);

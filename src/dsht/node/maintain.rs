@@ -2,12 +2,11 @@
 //! buckets no lookup has touched (Kademlia's bucket refresh).
 
 use crate::dsht::id::Id;
+use crate::dsht::limits::JOIN_REFRESHES_MAX;
 use crate::time::{Duration, Time};
 
 use super::timers::Timer;
-use super::{
-    Level, Node, JOIN_REFRESHES_MAX, MAINTENANCE_INTERVAL, PINGED_RECENTLY, SWEEP_INTERVAL,
-};
+use super::{Level, Node, MAINTENANCE_INTERVAL, PINGED_RECENTLY, SWEEP_INTERVAL};
 
 impl Node {
     pub(super) fn maintain(&mut self, now: Time) {

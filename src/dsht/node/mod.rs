@@ -290,15 +290,6 @@ const MEMBER_FORGET: Duration = Duration::from_secs(3600);
 /// The capacity a datagram's buffer starts with: room for a header and a
 /// full set of contacts, so that encoding rarely grows it.
 const DATAGRAM_BUFFER_BYTES: usize = 512;
-/// Newly verified contacts kept for [`Node::poll_learned`] before the oldest are dropped.
-const LEARNED_QUEUE_MAX: usize = 1024;
-/// Bucket refreshes a node starts after joining, per level.
-const JOIN_REFRESHES_MAX: usize = 20;
-/// Cluster changes kept for [`Node::poll_cluster_change`] before the oldest are dropped.
-const CLUSTER_CHANGES_MAX: usize = 64;
-/// Calls queued for [`Node::poll_delegated`], and delegated calls awaiting
-/// their results, before the oldest are dropped.
-const DELEGATED_MAX: usize = 256;
 
 struct LevelState {
     threshold_ms: u32,

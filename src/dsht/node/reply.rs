@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 
+use crate::dsht::limits::LEARNED_CONTACTS_MAX;
 use crate::dsht::lookup::ProbeReply;
 use crate::dsht::routing::Insert;
 use crate::dsht::store::ProbeState;
@@ -13,7 +14,7 @@ use crate::time::{Duration, Time};
 use super::ops::{OpKind, Phase};
 use super::send::{Pending, Purpose};
 use super::timers::Timer;
-use super::{Dropped, Level, Node, StoredAt, LEARNED_QUEUE_MAX};
+use super::{Dropped, Level, Node, StoredAt};
 
 impl Node {
     pub(super) fn on_reply(
@@ -149,7 +150,7 @@ impl Node {
     }
 
     pub(super) fn push_learned(&mut self, level: Level, contact: Contact, rtt: Duration) {
-        if self.learned.len() >= LEARNED_QUEUE_MAX {
+        if self.learned.len() >= LEARNED_CONTACTS_MAX {
             self.learned.pop_front();
         }
         self.learned.push_back((level, contact, rtt));
