@@ -76,7 +76,7 @@ impl Node {
     }
 
     /// Sets this node's clustering hints (§4.4) — keys from
-    /// [`cluster::hint_keys`] for its gateway routers and subnets — and
+    /// [`hint_keys`](crate::dsht::cluster::hint_keys) for its gateway routers and subnets — and
     /// stores a pointer to itself under each, renewed until replaced. Once
     /// joined, it also looks them up to measure the nodes they name.
     pub fn set_hints(&mut self, now: Time, keys: &[Key]) {
