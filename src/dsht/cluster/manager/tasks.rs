@@ -239,131 +239,182 @@ impl Manager {
                 probe,
                 confirm: true,
                 ..
-            } => {
-                let Some(cid) = probe.cluster else { return };
-                let size = probe.view(cid, now).size;
-                let (measured, within) = probe.sample(config);
-                if judge(measured, within, size, config) == Verdict::Unacceptable {
-                    // IPTPS §2.5: the cluster is no longer acceptable: split.
-                    self.stats.splits += 1;
-                    self.avoid(
-                        cid,
-                        now + Duration::from_secs(config.cluster_rejoin_holdoff_secs),
-                    );
-                    let (near, _) = split_ids(&cid);
-                    self.split_get(now, cid, near, false, config, out);
-                }
-            }
+            } => self.conclude_confirmation(now, probe, config, out),
             Task::Validate {
                 probe,
                 confirm: false,
                 current,
-            } => {
-                let Some(cid) = probe.cluster else { return };
-                let view = probe.view(cid, now);
-                // The probe sized the candidate from many members' reports:
-                // the preference must still hold with that figure.
-                let preferred = prefers(&view, &current, now, config);
-                let (measured, within) = probe.sample(config);
-                if preferred && judge(measured, within, view.size, config) == Verdict::Acceptable {
-                    self.stats.merges += 1;
-                    self.splits_in_a_row = 0;
-                    self.accesses = Accesses::default();
-                    out.push(Command::Switch {
-                        cluster: cid,
-                        created: view.created,
-                        members: probe.members,
-                        reason: SwitchReason::Merge,
-                    });
-                } else {
-                    // Not shown acceptable: do not test it again at once, or
-                    // sooner or later a lucky sample would let us in.
-                    let until = now + Duration::from_secs(config.cluster_retry_holdoff_secs);
-                    self.avoid(cid, until);
-                }
-            }
+            } => self.conclude_validation(now, probe, current, config, out),
             Task::Split {
                 old,
                 successor,
                 far,
                 stage: SplitStage::ProbeCentre(probe),
-            } => {
-                // Within half the threshold of the centre, so that the
-                // nodes that join cid^N this way are within the threshold of
-                // each other (triangle inequality): a centre in the middle
-                // of a chain otherwise gathers both its ends again.
-                let radius = Duration::from_micros(self.threshold.as_micros() / 2);
-                if probe.rtt_best.is_some_and(|r| r <= radius) {
-                    self.join(
-                        now,
-                        successor,
-                        now,
-                        Vec::new(),
-                        SwitchReason::Split,
-                        config,
-                        out,
-                    );
-                } else {
-                    let (_, far_id) = split_ids(&old);
-                    debug_assert!(!far);
-                    self.split_get(now, old, far_id, true, config, out);
-                }
-            }
+            } => self.conclude_centre_probe(now, (old, successor, far), probe, config, out),
             Task::Split {
                 old,
                 successor,
                 far,
                 stage: SplitStage::ProbeMembers(probe),
             } => {
-                let view = probe.view(successor, now);
-                let acceptable = probe.measured > 0
-                    && probe.within * 100 >= config.cluster_join_percent as usize * probe.measured;
-                if acceptable {
-                    self.splits_in_a_row = 0;
-                    self.join(
-                        now,
-                        successor,
-                        view.created,
-                        probe.members,
-                        SwitchReason::Split,
-                        config,
-                        out,
-                    );
-                } else if !far {
-                    let (_, far_id) = split_ids(&old);
-                    self.split_get(now, old, far_id, true, config, out);
-                } else if probe.measured == 0 {
-                    // Nobody answers for cid^F any more: found it afresh.
-                    self.join(
-                        now,
-                        successor,
-                        now,
-                        Vec::new(),
-                        SwitchReason::Split,
-                        config,
-                        out,
-                    );
-                } else {
-                    self.splits_in_a_row += 1;
-                    if self.splits_in_a_row >= config.cluster_splits_max {
-                        // Give up on splitting: a singleton with a random id.
-                        self.splits_in_a_row = 0;
-                        self.form_singleton(now, rng, out);
-                    } else {
-                        // cid^F may be no better; join it anyway, it may split again.
-                        self.join(
-                            now,
-                            successor,
-                            view.created,
-                            probe.members,
-                            SwitchReason::Split,
-                            config,
-                            out,
-                        );
-                    }
-                }
+                let split = (old, successor, far);
+                self.conclude_members_probe(now, split, probe, config, rng, out)
             }
             other => self.task = other,
+        }
+    }
+
+    /// Our own cluster's members measured (`confirm`): split from it if it
+    /// is no longer acceptable (IPTPS §2.5).
+    fn conclude_confirmation(
+        &mut self,
+        now: Time,
+        probe: Probe,
+        config: &Config,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(cid) = probe.cluster else { return };
+        let size = probe.view(cid, now).size;
+        let (measured, within) = probe.sample(config);
+        if judge(measured, within, size, config) == Verdict::Unacceptable {
+            // IPTPS §2.5: the cluster is no longer acceptable: split.
+            self.stats.splits += 1;
+            self.avoid(
+                cid,
+                now + Duration::from_secs(config.cluster_rejoin_holdoff_secs),
+            );
+            let (near, _) = split_ids(&cid);
+            self.split_get(now, cid, near, false, config, out);
+        }
+    }
+
+    /// A candidate's members measured: switch to it if it is still preferred
+    /// and acceptable (§4.4), else hold off testing it again.
+    fn conclude_validation(
+        &mut self,
+        now: Time,
+        probe: Probe,
+        current: View,
+        config: &Config,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(cid) = probe.cluster else { return };
+        let view = probe.view(cid, now);
+        // The probe sized the candidate from many members' reports:
+        // the preference must still hold with that figure.
+        let preferred = prefers(&view, &current, now, config);
+        let (measured, within) = probe.sample(config);
+        if preferred && judge(measured, within, view.size, config) == Verdict::Acceptable {
+            self.stats.merges += 1;
+            self.splits_in_a_row = 0;
+            self.accesses = Accesses::default();
+            out.push(Command::Switch {
+                cluster: cid,
+                created: view.created,
+                members: probe.members,
+                reason: SwitchReason::Merge,
+            });
+        } else {
+            // Not shown acceptable: do not test it again at once, or
+            // sooner or later a lucky sample would let us in.
+            let until = now + Duration::from_secs(config.cluster_retry_holdoff_secs);
+            self.avoid(cid, until);
+        }
+    }
+
+    /// The cluster centre measured (nobody joined the successor yet): join
+    /// the successor if the centre is near enough, else try cid^F. `split`
+    /// is the split's (old, successor, far).
+    fn conclude_centre_probe(
+        &mut self,
+        now: Time,
+        split: (Id, Id, bool),
+        probe: Probe,
+        config: &Config,
+        out: &mut Vec<Command>,
+    ) {
+        let (old, successor, far) = split;
+        // Within half the threshold of the centre, so that the
+        // nodes that join cid^N this way are within the threshold of
+        // each other (triangle inequality): a centre in the middle
+        // of a chain otherwise gathers both its ends again.
+        let radius = Duration::from_micros(self.threshold.as_micros() / 2);
+        if probe.rtt_best.is_some_and(|r| r <= radius) {
+            self.join(
+                now,
+                successor,
+                now,
+                Vec::new(),
+                SwitchReason::Split,
+                config,
+                out,
+            );
+        } else {
+            let (_, far_id) = split_ids(&old);
+            debug_assert!(!far);
+            self.split_get(now, old, far_id, true, config, out);
+        }
+    }
+
+    /// The successor's members measured: join it if acceptable; else try
+    /// cid^F, found cid^F afresh, join it anyway, or give up on splitting.
+    /// `split` is the split's (old, successor, far).
+    fn conclude_members_probe(
+        &mut self,
+        now: Time,
+        split: (Id, Id, bool),
+        probe: Probe,
+        config: &Config,
+        rng: &mut Rng,
+        out: &mut Vec<Command>,
+    ) {
+        let (old, successor, far) = split;
+        let view = probe.view(successor, now);
+        let acceptable = probe.measured > 0
+            && probe.within * 100 >= config.cluster_join_percent as usize * probe.measured;
+        if acceptable {
+            self.splits_in_a_row = 0;
+            self.join(
+                now,
+                successor,
+                view.created,
+                probe.members,
+                SwitchReason::Split,
+                config,
+                out,
+            );
+        } else if !far {
+            let (_, far_id) = split_ids(&old);
+            self.split_get(now, old, far_id, true, config, out);
+        } else if probe.measured == 0 {
+            // Nobody answers for cid^F any more: found it afresh.
+            self.join(
+                now,
+                successor,
+                now,
+                Vec::new(),
+                SwitchReason::Split,
+                config,
+                out,
+            );
+        } else {
+            self.splits_in_a_row += 1;
+            if self.splits_in_a_row >= config.cluster_splits_max {
+                // Give up on splitting: a singleton with a random id.
+                self.splits_in_a_row = 0;
+                self.form_singleton(now, rng, out);
+            } else {
+                // cid^F may be no better; join it anyway, it may split again.
+                self.join(
+                    now,
+                    successor,
+                    view.created,
+                    probe.members,
+                    SwitchReason::Split,
+                    config,
+                    out,
+                );
+            }
         }
     }
 }
