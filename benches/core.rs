@@ -18,9 +18,9 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration as StdDuration;
 
-use coral::id::Id;
-use coral::node::route_of;
-use coral::wire::{Body, ClusterInfo, Contact, Contacts, Header, Message, Services, Values};
+use coral::dsht::id::Id;
+use coral::dsht::node::route_of;
+use coral::dsht::wire::{Body, ClusterInfo, Contact, Contacts, Header, Message, Services, Values};
 use coral::{Config, Node, Time, Value};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use smallvec::SmallVec;

@@ -2,9 +2,9 @@
 //! in-process harness: nodes exchange real encoded datagrams through a queue
 //! and time jumps to the next deadline.
 
-use coral::node::{Event, PutLevel, StoredAt};
+use coral::dsht::node::{Event, PutLevel, StoredAt};
+use coral::dsht::wire::{Body, Header, Message, Services};
 use coral::sim::net::{sim_addr, sim_index, ConstantLinks, Links, Sim};
-use coral::wire::{Body, Header, Message, Services};
 use coral::{Config, Duration, Id, Node, Time, Value};
 
 fn config_levels(levels: usize) -> Config {
@@ -368,7 +368,7 @@ fn receivers_refuse_levels_they_do_not_share() {
             txid: 42,
             sender: me,
             services: Services::NONE,
-            clusters: [coral::wire::ClusterInfo {
+            clusters: [coral::dsht::wire::ClusterInfo {
                 id: Id::hash(b"mine"),
                 age_secs: 0,
                 size: 1,

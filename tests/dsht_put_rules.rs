@@ -1,7 +1,7 @@
 //! The put rules that keep a hot key from making a hot spot (NSDI 2004
 //! §4.2, issue 15), each checked on its own in the in-process harness.
 
-use coral::node::{Event, PutLevel, StoredAt};
+use coral::dsht::node::{Event, PutLevel, StoredAt};
 use coral::sim::net::{sim_addr, ConstantLinks, Links, Sim};
 use coral::{Config, Duration, Id, Node, Value};
 

@@ -8,7 +8,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use coral::wire::{
+use coral::dsht::wire::{
     Body, ClusterInfo, Contact, Contacts, ErrorCode, Header, Message, Services, Values,
 };
 use coral::{Id, Value};

@@ -18,8 +18,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use coral::node::{DelegatedCall, Event};
-use coral::wire::{Contact, Message, Services};
+use coral::dsht::node::{DelegatedCall, Event};
+use coral::dsht::wire::{Contact, Message, Services};
 use coral::{Config, Duration, Id, Node, OpId, Time, Value};
 use libfuzzer_sys::fuzz_target;
 

@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use coral::wire::Message;
+use coral::dsht::wire::Message;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use coral::wire::{Body, Header, Message, Services};
+use coral::dsht::wire::{Body, Header, Message, Services};
 use coral::Id;
 
 mod common;
@@ -230,7 +230,7 @@ fn main() {
     let request = move |txid: u32| {
         Message {
             header: Header {
-                route: coral::node::route_of(&key),
+                route: coral::dsht::node::route_of(&key),
                 txid,
                 sender,
                 services: Services::NONE,

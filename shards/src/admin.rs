@@ -10,7 +10,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 
-use coral::wire::Services;
+use coral::dsht::wire::Services;
 use coral::Id;
 use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use glommio::net::TcpListener;

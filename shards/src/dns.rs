@@ -39,7 +39,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use coral::dns::{Dnssrv, FollowUp, Hold, Outcome, Transport, View};
-use coral::wire::Services;
+use coral::dsht::wire::Services;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream, UdpSocket};
 use socket2::{Domain, Protocol, Socket, Type};

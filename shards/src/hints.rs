@@ -263,7 +263,7 @@ fn read_error(fd: i32) -> io::Result<Option<ErrorReport>> {
 /// The IPv4 and IPv6 subnets this host is directly connected to, as
 /// (network address, prefix length), from the interfaces' addresses and
 /// netmasks (§4.4: "any IP subnets they directly connect to"). Which of them
-/// may be hints is for `coral::cluster::hint_keys` to decide (not private,
+/// may be hints is for `coral::dsht::cluster::hint_keys` to decide (not private,
 /// loopback or link-local ones).
 pub fn local_subnets() -> Vec<(IpAddr, u8)> {
     let mut out = Vec::new();

@@ -302,7 +302,7 @@ impl ContactWatch {
     }
 
     /// Compares `levels` with what it saw last and logs the differences.
-    pub fn observe(&mut self, now: coral::Time, levels: &[coral::node::LevelInfo]) {
+    pub fn observe(&mut self, now: coral::Time, levels: &[coral::dsht::node::LevelInfo]) {
         self.next = coral::Time(now.0 + WATCH_PERIOD.0);
         let first = self.contacts.is_empty();
         self.contacts.resize(levels.len(), 0);
@@ -350,7 +350,7 @@ pub struct LimitWatch {
 
 impl LimitWatch {
     /// Compares the counters with the last look (at most once a second).
-    pub fn observe(&mut self, now: coral::Time, core: usize, stats: &coral::node::Stats) {
+    pub fn observe(&mut self, now: coral::Time, core: usize, stats: &coral::dsht::node::Stats) {
         if now < self.next {
             return;
         }

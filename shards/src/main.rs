@@ -365,11 +365,11 @@ fn main() -> ExitCode {
             levels,
             target,
         } => {
-            if value.len() > coral::wire::VALUE_BYTES_MAX {
+            if value.len() > coral::dsht::wire::VALUE_BYTES_MAX {
                 return fail(&format!(
                     "VALUE is {} bytes: a value holds at most {} (it is an address or a short record, §2.3)",
                     value.len(),
-                    coral::wire::VALUE_BYTES_MAX
+                    coral::dsht::wire::VALUE_BYTES_MAX
                 ));
             }
             let mut q = format!(
@@ -443,7 +443,7 @@ fn main() -> ExitCode {
                     if json {
                         let v: Vec<_> = found
                             .iter()
-                            .map(|h| serde_json::json!({"ttl": h.ttl, "addr": h.addr.to_string(), "hint": coral::cluster::is_hint_address(h.addr)}))
+                            .map(|h| serde_json::json!({"ttl": h.ttl, "addr": h.addr.to_string(), "hint": coral::dsht::cluster::is_hint_address(h.addr)}))
                             .collect();
                         println!(
                             "{}",
@@ -451,7 +451,7 @@ fn main() -> ExitCode {
                         );
                     } else {
                         for h in &found {
-                            let note = if coral::cluster::is_hint_address(h.addr) {
+                            let note = if coral::dsht::cluster::is_hint_address(h.addr) {
                                 ""
                             } else {
                                 "  (private: not a hint)"

@@ -175,7 +175,7 @@ pub enum CacheResult {
     /// A hit in this node's cache (fresh, or joined a fetch under way).
     Local,
     /// Fetched from a peer proxy the DSHT named at this level (§3.2).
-    Peer(coral::node::Level),
+    Peer(coral::dsht::node::Level),
     /// Fetched from the origin.
     Origin,
     /// A stale copy, served because the origin failed.
@@ -302,18 +302,18 @@ thread_local! {
 }
 
 /// Counts the outcome of a completed operation on this core.
-pub fn count_event(e: &coral::node::Event) {
+pub fn count_event(e: &coral::dsht::node::Event) {
     COUNTERS.with(|c| {
         let mut c = c.borrow_mut();
         match e {
-            coral::node::Event::GetDone { values, .. } => {
+            coral::dsht::node::Event::GetDone { values, .. } => {
                 if values.is_empty() {
                     c.gets_not_found += 1;
                 } else {
                     c.gets_found += 1;
                 }
             }
-            coral::node::Event::PutDone { levels, .. } => {
+            coral::dsht::node::Event::PutDone { levels, .. } => {
                 for l in levels {
                     if l.stored_at.is_some() {
                         c.puts_stored += 1;
@@ -323,7 +323,7 @@ pub fn count_event(e: &coral::node::Event) {
                     }
                 }
             }
-            coral::node::Event::ClaimDone { .. } => {}
+            coral::dsht::node::Event::ClaimDone { .. } => {}
         }
     });
 }
@@ -334,11 +334,11 @@ thread_local! {
 }
 
 /// Counts how long a client operation took, start to its event.
-pub fn observe_dsht(e: &coral::node::Event, took: std::time::Duration) {
+pub fn observe_dsht(e: &coral::dsht::node::Event, took: std::time::Duration) {
     let i = match e {
-        coral::node::Event::GetDone { .. } => 0,
-        coral::node::Event::PutDone { .. } => 1,
-        coral::node::Event::ClaimDone { .. } => return,
+        coral::dsht::node::Event::GetDone { .. } => 0,
+        coral::dsht::node::Event::PutDone { .. } => 1,
+        coral::dsht::node::Event::ClaimDone { .. } => return,
     };
     DSHT_DURATIONS.with(|d| d.borrow_mut()[i].observe(took));
 }

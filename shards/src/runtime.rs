@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use coral::node::{Delegated, DelegatedCall, Event, LevelInfo, Stats};
-use coral::wire::{Contact, Value};
+use coral::dsht::node::{Delegated, DelegatedCall, Event, LevelInfo, Stats};
+use coral::dsht::wire::{Contact, Value};
 use coral::{Id, Node, OpId, Time};
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
 use glommio::channels::local_channel;
@@ -59,7 +59,7 @@ const MESH_CHANNEL_CAPACITY: usize = crate::limits::RUNTIME.mesh_channel_capacit
 /// the stop flag.
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
 /// Largest datagram received: the wire format's limit.
-const RECV_BUFFER_BYTES: usize = coral::wire::DATAGRAM_BYTES_MAX;
+const RECV_BUFFER_BYTES: usize = coral::dsht::wire::DATAGRAM_BYTES_MAX;
 /// Routers probed for clustering hints (§4.4: up to five hops out).
 const HINT_HOPS_MAX: u8 = crate::limits::RUNTIME.hint_hops_max;
 /// How long the hint probe waits for answers.
@@ -494,7 +494,7 @@ impl Shard {
         level: u8,
         count: usize,
         target: Option<std::net::IpAddr>,
-        services: coral::wire::Services,
+        services: coral::dsht::wire::Services,
     ) -> serde_json::Value {
         let node = self.node.borrow();
         let nodes: Vec<_> = node
@@ -530,7 +530,7 @@ impl Shard {
     }
 
     /// Sets the services this core's node advertises (HTTP when the proxy runs).
-    pub fn set_services(&self, services: coral::wire::Services) {
+    pub fn set_services(&self, services: coral::dsht::wire::Services) {
         self.node.borrow_mut().set_services(services);
     }
 
@@ -629,8 +629,8 @@ fn event_json(e: &Event) -> serde_json::Value {
             "levels": levels.iter().map(|l| json!({
                 "level": l.level,
                 "stored_at": match l.stored_at {
-                    Some(coral::node::StoredAt::Local) => json!("local"),
-                    Some(coral::node::StoredAt::Remote(c)) => json!(c.addr.to_string()),
+                    Some(coral::dsht::node::StoredAt::Local) => json!("local"),
+                    Some(coral::dsht::node::StoredAt::Remote(c)) => json!(c.addr.to_string()),
                     None => serde_json::Value::Null,
                 },
                 "stopped_at_loaded": l.stopped_at_loaded,
@@ -1054,10 +1054,10 @@ async fn core_main(
 async fn set_hints(shard: &Rc<Shard>, hops: &[crate::hints::Hop]) {
     let routers: Vec<IpAddr> = hops.iter().map(|h| h.addr).collect();
     let subnets = crate::hints::local_subnets();
-    let keys = coral::cluster::hint_keys(&routers, &subnets);
+    let keys = coral::dsht::cluster::hint_keys(&routers, &subnets);
     for hop in hops
         .iter()
-        .filter(|h| coral::cluster::is_hint_address(h.addr))
+        .filter(|h| coral::dsht::cluster::is_hint_address(h.addr))
     {
         tracing::info!(ttl = hop.ttl, router = %hop.addr, "storing clustering hint");
     }
@@ -1075,7 +1075,7 @@ fn sync_tables(shard: &Rc<Shard>) {
             level,
             TABLE_SYNC_CONTACTS_MAX,
             None,
-            coral::wire::Services::NONE,
+            coral::dsht::wire::Services::NONE,
         );
         if contacts.is_empty() {
             continue;

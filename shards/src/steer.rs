@@ -4,7 +4,7 @@
 //! SO_REUSEPORT group. The kernel would spread datagrams by address hash;
 //! a classic BPF program attached to the group instead picks the socket from
 //! the datagram's *route* field (bytes 2–3 of the payload, see
-//! `coral::wire`): requests for a key carry the key's first two bytes, and
+//! `coral::dsht::wire`): requests for a key carry the key's first two bytes, and
 //! replies echo the route of their request. So a datagram reaches the core
 //! that owns its key or its pending RPC with no user-space hop:
 //!
@@ -33,7 +33,7 @@ pub fn shard_of_route(route: u16, cores: usize) -> usize {
 
 /// The shard that owns `key`.
 pub fn shard_of_key(key: &coral::Id, cores: usize) -> usize {
-    shard_of_route(coral::node::route_of(key), cores)
+    shard_of_route(coral::dsht::node::route_of(key), cores)
 }
 
 /// A route value that core `core` of `cores` owns (for requests that are not
@@ -69,7 +69,7 @@ fn attach_program(socket: &Socket, cores: usize) -> io::Result<()> {
             code: 0x28,
             jt: 0,
             jf: 0,
-            k: coral::wire::ROUTE_OFFSET as u32,
+            k: coral::dsht::wire::ROUTE_OFFSET as u32,
         },
         libc::sock_filter {
             code: 0x24,

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use coral::id::FastHasher;
-use coral::wire::{Body, ClusterInfo, ErrorCode, Header, Message, Services, Token, Value};
+use coral::dsht::id::FastHasher;
+use coral::dsht::wire::{Body, ClusterInfo, ErrorCode, Header, Message, Services, Token, Value};
 use coral::Id;
 
 use common::Node;
@@ -100,7 +100,7 @@ impl Peer {
         self.txid += 1;
         let route = match &body {
             Body::Get { key, .. } | Body::PutProbe { key, .. } | Body::Store { key, .. } => {
-                coral::node::route_of(key)
+                coral::dsht::node::route_of(key)
             }
             _ => 0,
         };
@@ -476,7 +476,7 @@ fn fx_colliding_keys(n: usize) -> Vec<Id> {
 
 /// Row "hash flooding the store": keys that collide in the unkeyed hash are
 /// stored, then absent colliding keys are asked for. The store's hash is
-/// keyed (they do not collide there: `coral::id` tests), a source holds at
+/// keyed (they do not collide there: `coral::dsht::id` tests), a source holds at
 /// most `values_per_source_max` values, and the good client is served.
 #[test]
 fn hash_flooding_the_store_finds_a_keyed_hash_and_a_quota() {
@@ -901,7 +901,7 @@ fn one_source_flooding_gets_is_rate_limited_and_blocked() {
     let flood = move |stop: Arc<AtomicBool>| {
         let a = Peer::new(&attacker_ip(10, 0, 1), dsht);
         let m = Message {
-            header: a.header(coral::node::route_of(&key), 9),
+            header: a.header(coral::dsht::node::route_of(&key), 9),
             body: Body::Get {
                 level: 0,
                 key,

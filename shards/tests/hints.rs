@@ -326,8 +326,8 @@ fn dnssrv_answers_with_the_node_a_hint_names(p: &HintPlan) {
         .netns(&n)
         .spawn();
     // N's hint under the R1–R2 link's prefix is in the DSHT.
-    let key =
-        coral::cluster::hint_prefix_key(p.link_prefix.parse().unwrap(), p.link_bits).to_string();
+    let key = coral::dsht::cluster::hint_prefix_key(p.link_prefix.parse().unwrap(), p.link_bits)
+        .to_string();
     wait_for_hint(
         &node_d,
         &key,
@@ -437,7 +437,7 @@ fn ipv6_probe_finds_the_router_and_the_node_stores_its_hint() {
     let router: std::net::IpAddr = "2001:db8:1::1".parse().unwrap();
     for key in [
         coral::Id::from_ip(router),
-        coral::cluster::hint_prefix_key(router, 48),
+        coral::dsht::cluster::hint_prefix_key(router, 48),
     ] {
         wait_for_hint(
             &node_b,

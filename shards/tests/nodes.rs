@@ -7,7 +7,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use coral::wire::{Body, Header, Message, Services};
+use coral::dsht::wire::{Body, Header, Message, Services};
 use coral::Id;
 
 use common::{temp_dir, write_file, Node};
@@ -78,7 +78,7 @@ fn answer_ping(sock: &UdpSocket, sender: Id, msg: &Message, from: SocketAddr) {
 fn get_request(key: Id, txid: u32, sender: Id) -> Message {
     Message {
         header: Header {
-            route: coral::node::route_of(&key),
+            route: coral::dsht::node::route_of(&key),
             txid,
             sender,
             services: Services::NONE,

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use crate::id::KeyedBuildHasher;
+use crate::dsht::id::KeyedBuildHasher;
 use crate::time::{Duration, Time};
 
 /// The hasher of a table made by `new`: fixed seeds, for tests and the

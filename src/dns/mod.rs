@@ -65,8 +65,8 @@ pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
 pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
 pub use view::{LevelView, Peer, View};
 
-use crate::id::{keyed_hasher, Key};
-use crate::node::Level;
+use crate::dsht::id::{keyed_hasher, Key};
+use crate::dsht::node::Level;
 use crate::time::{Duration, Time};
 
 use compress::{eq_fold, Compress, Target, Wire};

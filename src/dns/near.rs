@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::cluster::{hint_prefix_key, is_hint_address};
-use crate::id::{Id, Key, KeyedBuildHasher};
+use crate::dsht::cluster::{hint_prefix_key, is_hint_address};
+use crate::dsht::id::{Id, Key, KeyedBuildHasher};
 use crate::time::{Duration, Time};
 
 /// Routers at the end of a client's path whose hints are looked up.
@@ -217,7 +217,7 @@ impl NearCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::hint_keys;
+    use crate::dsht::cluster::hint_keys;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

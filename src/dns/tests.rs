@@ -922,7 +922,7 @@ fn nsdi2004_3_1_ipv6_clients_look_up_hints_under_their_last_hops() {
     assert_eq!(keys[0], crate::Id::from_ip(hops[1]));
     assert_eq!(
         keys[1],
-        crate::cluster::hint_prefix_key("2001:db8:5::".parse().unwrap(), 48)
+        crate::dsht::cluster::hint_prefix_key("2001:db8:5::".parse().unwrap(), 48)
     );
     assert_eq!(
         followups(&mut s),

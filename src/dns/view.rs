@@ -4,9 +4,9 @@
 
 use std::net::IpAddr;
 
-use crate::node::{Level, Node};
+use crate::dsht::node::{Level, Node};
+use crate::dsht::wire::Services;
 use crate::time::{Duration, Time};
-use crate::wire::Services;
 
 /// One proxy or name server as this node last verified it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

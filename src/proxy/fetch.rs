@@ -24,15 +24,15 @@
 //! fetch results and time; outputs are [`Action`]s. The simulator and the
 //! real proxy drive the same code.
 //!
-//! [`Node::claim`]: crate::node::Node::claim
+//! [`Node::claim`]: crate::dsht::node::Node::claim
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use crate::id::{Key, KeyedBuildHasher};
-use crate::node::Level;
+use crate::dsht::id::{Key, KeyedBuildHasher};
+use crate::dsht::node::Level;
+use crate::dsht::wire::Value;
 use crate::time::{Duration, Time};
-use crate::wire::Value;
 
 use super::http::{Framing, RequestHead, ResponseHead};
 use super::policy::{self, Freshness, Storable};
@@ -647,7 +647,7 @@ pub fn serve_stale(from_peer: bool, old_must_revalidate: Option<bool>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::Id;
+    use crate::dsht::id::Id;
 
     fn me() -> SocketAddr {
         "10.0.0.1:8090".parse().unwrap()

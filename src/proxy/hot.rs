@@ -9,7 +9,7 @@
 //! the object up in the cache on every hit and checks the stored head's bytes,
 //! so a replaced, evicted or stale object is never answered from here.
 
-use crate::id::KeyedBuildHasher;
+use crate::dsht::id::KeyedBuildHasher;
 use crate::proxy::http::{self, Framing, Limits, ResponseHead};
 use crate::proxy::policy::{self, CacheStatus, ClientHeadInfo, RangeAnswer};
 
@@ -338,7 +338,8 @@ mod tests {
 
     #[test]
     fn the_table_answers_exact_names_and_stays_bounded() {
-        let mut t: HotTable<u32> = HotTable::new(5, crate::id::keyed_hasher(b"secret", "hot test"));
+        let mut t: HotTable<u32> =
+            HotTable::new(5, crate::dsht::id::keyed_hasher(b"secret", "hot test"));
         assert_eq!(t.capacity(), 8);
         t.insert(b"a.test", b"/x", 1);
         assert_eq!(t.get_mut(b"a.test", b"/x"), Some(&mut 1));

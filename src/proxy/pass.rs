@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::id::{Id, KeyedBuildHasher};
+use crate::dsht::id::{Id, KeyedBuildHasher};
 
 /// How long an object stays marked uncacheable (Varnish's hit-for-miss default, 120 s);
 /// after it, the next request tries to store it again.
@@ -70,7 +70,7 @@ mod tests {
     use super::*;
 
     fn memory() -> PassMemory {
-        PassMemory::new(crate::id::keyed_hasher(b"test", "pass"))
+        PassMemory::new(crate::dsht::id::keyed_hasher(b"test", "pass"))
     }
 
     #[test]

@@ -16,8 +16,8 @@
 
 use std::borrow::Cow;
 
-use crate::id::Id;
-use crate::node::Level;
+use crate::dsht::id::Id;
+use crate::dsht::node::Level;
 
 use super::fetch::Fail;
 use super::http::{self, Headers, Method, RequestHead, ResponseHead};

@@ -23,7 +23,7 @@ use smallvec::SmallVec;
 
 use super::http::{RequestHead, ResponseHead};
 use super::policy::{never_forwarded, normalized};
-use crate::id::{Id, KeyedBuildHasher};
+use crate::dsht::id::{Id, KeyedBuildHasher};
 
 /// Default of `vary_variants_max`: variants of one URL stored beside the first.
 pub const VARY_VARIANTS_MAX: usize = 8;
@@ -164,7 +164,7 @@ mod tests {
     }
 
     fn hasher() -> KeyedBuildHasher {
-        crate::id::keyed_hasher(b"test", "vary")
+        crate::dsht::id::keyed_hasher(b"test", "vary")
     }
 
     #[test]

@@ -25,10 +25,10 @@
 
 use std::collections::HashMap;
 
-use crate::cluster::hint_keys;
 use crate::config::Config;
-use crate::id::Id;
-use crate::node::Node;
+use crate::dsht::cluster::hint_keys;
+use crate::dsht::id::Id;
+use crate::dsht::node::Node;
 use crate::rng::Rng;
 use crate::sim::net::{sim_addr, HintPath, Links, Sim};
 use crate::sim::world::{Region, World};

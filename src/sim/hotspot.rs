@@ -13,11 +13,11 @@
 //! node is ever loaded, so every put walks to the closest node).
 
 use crate::config::Config;
-use crate::id::Id;
-use crate::node::Node;
+use crate::dsht::id::Id;
+use crate::dsht::node::Node;
+use crate::dsht::wire::Value;
 use crate::sim::net::{sim_addr, Links, Sim};
 use crate::time::Duration;
-use crate::wire::Value;
 
 /// Parameters of the hot-spot experiment.
 #[derive(Clone, Debug, PartialEq)]
@@ -204,10 +204,10 @@ fn count_found<L: Links>(sim: &mut Sim<L>, key: &Id, busy: &mut [u8]) -> u64 {
     let mut found = 0;
     for (i, e) in sim.drain_events() {
         match e {
-            crate::node::Event::GetDone { key: k, values, .. } if k == *key => {
+            crate::dsht::node::Event::GetDone { key: k, values, .. } if k == *key => {
                 found += u64::from(!values.is_empty());
             }
-            crate::node::Event::PutDone { key: k, .. } if k == *key => {}
+            crate::dsht::node::Event::PutDone { key: k, .. } if k == *key => {}
             _ => continue,
         }
         if let Some(b) = busy.get_mut(i) {

@@ -1,4 +1,4 @@
-//! The deterministic simulator: many [`Node`](crate::node::Node)s in virtual
+//! The deterministic simulator: many [`Node`](crate::dsht::node::Node)s in virtual
 //! time on a modelled wide-area network. No threads, no sockets, no clock:
 //! one seed drives everything, and the same seed gives the same run. The
 //! experiments return data; drawing it (`coral sim ... --plot`) is the

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use crate::node::{Event, Node};
+use crate::dsht::node::{Event, Node};
 use crate::rng::Rng;
 use crate::sim::queue::EventQueue;
 use crate::time::{Duration, Time};
@@ -144,7 +144,7 @@ pub struct Sim<L: Links> {
     /// experiments; a hash probe per datagram was a cache miss at 10,000
     /// nodes). Nodes with any other address are in `by_addr`.
     at_home: Vec<bool>,
-    by_addr: HashMap<SocketAddr, usize, crate::id::FastBuildHasher>,
+    by_addr: HashMap<SocketAddr, usize, crate::dsht::id::FastBuildHasher>,
     queue: EventQueue<What>,
     /// Datagrams on the wire, by slot; at most [`DATAGRAMS_IN_FLIGHT_MAX`].
     in_flight: Vec<InFlight>,
@@ -345,13 +345,13 @@ impl<L: Links> Sim<L> {
         let n = match *self.queue.peek_hint()? {
             What::Deliver(slot) => {
                 let d = &self.in_flight[slot as usize];
-                crate::node::prefetch(d.bytes.as_ptr(), d.bytes.len());
+                crate::dsht::prefetch::prefetch(d.bytes.as_ptr(), d.bytes.len());
                 d.to
             }
             What::Wake(n) => n as usize,
         };
         self.nodes[n].prefetch();
-        crate::node::prefetch((&self.wake_at[n] as *const Option<Time>).cast(), 1);
+        crate::dsht::prefetch::prefetch((&self.wake_at[n] as *const Option<Time>).cast(), 1);
         Some(n)
     }
 

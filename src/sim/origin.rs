@@ -18,8 +18,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::config::Config;
-use crate::id::{Id, Key};
-use crate::node::{Event, Node, OpId};
+use crate::dsht::id::{Id, Key};
+use crate::dsht::node::{Event, Node, OpId};
 use crate::proxy::fetch::{Action, FetchConfig, FetchPolicy, Served};
 use crate::rng::Rng;
 use crate::sim::clusters::join_network;

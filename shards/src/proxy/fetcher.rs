@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use coral::node::Event;
+use coral::dsht::node::Event;
 use coral::proxy::fetch::{self, Action, Fail, FetchPolicy, Verdict};
 use coral::proxy::http::{Framing, Headers, RequestHead, ResponseHead};
 use coral::proxy::policy::{self, Freshness};
@@ -45,7 +45,7 @@ struct JobState {
     /// The object is being written: new waiters are answered at once.
     writing: bool,
     /// From a peer, found at this level (for Cache-Status).
-    peer: Option<coral::node::Level>,
+    peer: Option<coral::dsht::node::Level>,
 }
 
 /// The owning core's fetch state.
@@ -650,7 +650,7 @@ impl ProxyCore {
     /// Puts this proxy's pointer under `vk`, the variant key of a URL's
     /// first variant (stored under the URL's key).
     fn put_variant_pointer(self: &Rc<Self>, vk: Id, ttl_secs: u32) {
-        let value = coral::wire::Value::from_addr(self.http);
+        let value = coral::dsht::wire::Value::from_addr(self.http);
         let pc = self.clone();
         glommio::spawn_local(async move {
             pc.shard
@@ -669,7 +669,7 @@ impl ProxyCore {
 
 /// The level at which a source was found, if it is a peer (§3.2): the
 /// level of the DSHT get that named it, 0 for a peer named by a lost claim.
-fn peer_level(source: coral::proxy::fetch::Served) -> Option<coral::node::Level> {
+fn peer_level(source: coral::proxy::fetch::Served) -> Option<coral::dsht::node::Level> {
     match source {
         coral::proxy::fetch::Served::Peer(level) => Some(level),
         coral::proxy::fetch::Served::ClaimedPeer => Some(0),

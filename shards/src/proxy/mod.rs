@@ -91,7 +91,7 @@ pub enum MissAnswer {
     Ready {
         /// Fetched from a peer, not the origin: the cluster level at which
         /// the DSHT named it (0 for a peer found by a lost claim).
-        peer: Option<coral::node::Level>,
+        peer: Option<coral::dsht::node::Level>,
     },
     /// The origin failed; the stale copy in the cache may be served.
     Stale,
@@ -276,7 +276,7 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         ..FetchConfig::default()
     };
     let policy = FetchPolicy::new(fetch_config, config.http_addr())
-        .with_hasher(coral::id::keyed_hasher(&secret, "fetch objects"));
+        .with_hasher(coral::dsht::id::keyed_hasher(&secret, "fetch objects"));
     let pc = Rc::new(ProxyCore {
         core: shard.core,
         cores: shard.cores,
@@ -310,14 +310,14 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         )),
         hot: RefCell::new(coral::proxy::hot::HotTable::new(
             HOT_OBJECTS_MAX,
-            coral::id::keyed_hasher(&secret, "hot objects"),
+            coral::dsht::id::keyed_hasher(&secret, "hot objects"),
         )),
         variants: RefCell::new(coral::proxy::vary::VariantBudget::new(
             config.proxy.vary_variants_max,
-            coral::id::keyed_hasher(&secret, "vary variants"),
+            coral::dsht::id::keyed_hasher(&secret, "vary variants"),
         )),
         passes: RefCell::new(coral::proxy::pass::PassMemory::new(
-            coral::id::keyed_hasher(&secret, "hit-for-pass"),
+            coral::dsht::id::keyed_hasher(&secret, "hit-for-pass"),
         )),
         idle: RefCell::new(coral::proxy::idle::IdleTable::new()),
         ready: match ready::Readiness::new() {
@@ -334,7 +334,10 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     let listener = glommio::net::TcpListener::bind(config.http_addr())
         .map_err(|e| format!("cannot bind the HTTP address {}: {e}", config.http_addr()))?;
     // Keep what other services (dnssrv) advertise.
-    let services = shard.node().services().with(coral::wire::Services::HTTP);
+    let services = shard
+        .node()
+        .services()
+        .with(coral::dsht::wire::Services::HTTP);
     shard.set_services(services);
     CORE.with(|c| *c.borrow_mut() = Some(pc.clone()));
     glommio::spawn_local(server::accept_loop(pc.clone(), listener)).detach();

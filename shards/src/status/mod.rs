@@ -78,7 +78,7 @@ pub fn core_json(shard: &Shard) -> Json {
 }
 
 /// A stored value as the page shows it: an address, text, or hex.
-fn value_text(v: &coral::wire::Value) -> String {
+fn value_text(v: &coral::dsht::wire::Value) -> String {
     if let Some(a) = v.to_addr() {
         return a.to_string();
     }

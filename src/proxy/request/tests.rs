@@ -37,7 +37,7 @@ fn resp(status_line: &str, fields: &str) -> ResponseHead {
 }
 
 fn passes() -> PassMemory {
-    PassMemory::new(crate::id::keyed_hasher(b"test", "pass"))
+    PassMemory::new(crate::dsht::id::keyed_hasher(b"test", "pass"))
 }
 
 fn routed(r: &RequestHead) -> Route {

@@ -199,7 +199,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let mut table: HotTable<(u64, HitHead)> =
-            HotTable::new(64, coral::id::keyed_hasher(b"test", "hot objects"));
+            HotTable::new(64, coral::dsht::id::keyed_hasher(b"test", "hot objects"));
         let req =
             b"GET /a.bin HTTP/1.1\r\nHost: origin.test.8080.coral.test\r\nUser-Agent: wrk\r\n\r\n";
         let plain = hot::parse_plain(req, &limits).unwrap();

@@ -15,9 +15,9 @@
 
 use smallvec::SmallVec;
 
-use crate::id::{next_target, words, Distance, Id};
+use crate::dsht::id::{next_target, words, Distance, Id};
+use crate::dsht::wire::{Contact, Token};
 use crate::time::{Duration, Time};
-use crate::wire::{Contact, Token};
 
 /// The state of one candidate node.
 #[allow(missing_docs)] // fields named by the enclosing docs
@@ -439,8 +439,8 @@ impl Lookup {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dsht::wire::Services;
     use crate::rng::Rng;
-    use crate::wire::Services;
     use std::collections::BTreeMap;
     use std::net::SocketAddr;
 

@@ -29,7 +29,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use smallvec::SmallVec;
 
 use crate::config::LEVELS_MAX;
-use crate::id::{Id, ID_BYTES};
+use crate::dsht::id::{Id, ID_BYTES};
 
 /// The wire format's version.
 pub const VERSION: u8 = 1;

@@ -32,7 +32,8 @@
 //! Bounded: at most [`RECALL_ENTRIES_MAX`] entries; a new one replaces an
 //! expired one, else the oldest.
 
-use crate::id::{Id, Key};
+use crate::dsht::id::{Id, Key};
+use crate::dsht::limits::RECALL_ENTRIES_MAX;
 use crate::time::{Duration, Time};
 
 /// How long an answer "loaded" is remembered: the paper's window ("more
@@ -43,9 +44,6 @@ pub const RECALL_LOADED: Duration = Duration::from_secs(60);
 /// and loaded (the window doubles from [`RECALL_LOADED`] per answer heard
 /// within one window of the previous recall running out).
 pub const RECALL_LOADED_MAX: Duration = Duration::from_secs(240);
-
-/// The most answers a node remembers (for all keys and levels together).
-pub const RECALL_ENTRIES_MAX: usize = 256;
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {

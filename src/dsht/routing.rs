@@ -12,9 +12,9 @@ use std::net::SocketAddr;
 
 use smallvec::SmallVec;
 
-use crate::id::{Distance, Id, ID_BITS};
+use crate::dsht::id::{Distance, Id, ID_BITS};
+use crate::dsht::wire::{Contact, Services};
 use crate::time::{Duration, Time};
-use crate::wire::{Contact, Services};
 
 /// RPC failures in a row after which a contact is dropped even when no
 /// replacement waits for its place.
@@ -169,11 +169,11 @@ impl RoutingTable {
             return true;
         }
         let (base, len) = self.span(bi);
-        let prefix = crate::store::prefix_of(addr.ip());
+        let prefix = crate::dsht::store::prefix_of(addr.ip());
         let (mut ip, mut net) = (0, 0);
         for r in &self.reach[base..base + len] {
             ip += usize::from(r.addr.ip() == addr.ip());
-            net += usize::from(crate::store::prefix_of(r.addr.ip()) == prefix);
+            net += usize::from(crate::dsht::store::prefix_of(r.addr.ip()) == prefix);
         }
         ip < self.per_ip_max && net < self.per_prefix_max
     }

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use crate::id::KeyedBuildHasher;
+use crate::dsht::id::KeyedBuildHasher;
 
 /// Entries kept in the vectors before the map moves to a hash map.
 pub const SMALL_MAP_VEC_MAX: usize = 8;
@@ -188,8 +188,8 @@ impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
     /// driver that knows this map is read next; it changes no result).
     pub fn prefetch(&self) {
         if let Repr::Small { keys, values } = &self.0 {
-            crate::node::prefetch(keys.as_ptr().cast(), std::mem::size_of_val(&keys[..]));
-            crate::node::prefetch(
+            crate::dsht::prefetch::prefetch(keys.as_ptr().cast(), std::mem::size_of_val(&keys[..]));
+            crate::dsht::prefetch::prefetch(
                 values.as_ptr().cast(),
                 std::mem::size_of::<V>().min(std::mem::size_of_val(&values[..])),
             );

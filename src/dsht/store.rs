@@ -37,11 +37,11 @@ use std::net::{IpAddr, SocketAddr};
 
 use smallvec::SmallVec;
 
-use crate::id::{Key, KeyedBuildHasher};
+use crate::dsht::id::{Key, KeyedBuildHasher};
+use crate::dsht::smallmap::SmallMap;
+use crate::dsht::wire::{Value, Values};
 use crate::rng::Rng;
-use crate::smallmap::SmallMap;
 use crate::time::{Duration, Time};
-use crate::wire::{Value, Values};
 
 /// One stored value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -721,7 +721,7 @@ fn state(entry: &Entry, now: Time, loaded: bool) -> ProbeState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::{Id, KeyedBuildHasher};
+    use crate::dsht::id::{Id, KeyedBuildHasher};
     use crate::rng::Rng;
     use proptest::prelude::*;
 
@@ -1135,7 +1135,7 @@ mod tests {
 
     #[test]
     fn many_keys_move_from_the_vector_to_the_map_and_keep_their_state() {
-        let keys_max = 3 * crate::smallmap::SMALL_MAP_VEC_MAX;
+        let keys_max = 3 * crate::dsht::smallmap::SMALL_MAP_VEC_MAX;
         let mut s = Store::new(4, 12, keys_max);
         let key = |i: usize| Id::hash(&i.to_be_bytes());
         let long = Duration::from_secs(1000);

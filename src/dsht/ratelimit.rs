@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use crate::id::KeyedBuildHasher;
+use crate::dsht::id::KeyedBuildHasher;
 use crate::time::{Duration, Time};
 
 /// What the limiter decided for one request.

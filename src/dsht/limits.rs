@@ -1,0 +1,54 @@
+//! The DSHT's bounds on its queues and tables that are not fields of
+//! [`Config`](crate::config::Config): fixed sizes chosen once, each named
+//! with its unit and saying why it is that size. Every other DSHT limit an
+//! operator may tune (operations, RPCs, transmit queue, stores, quotas, rate
+//! limits) is a field of `Config`; the wire format's protocol maxima
+//! (contacts and values per message, value and datagram bytes) are in
+//! [`wire`](super::wire).
+//!
+//! A full queue drops its oldest entry (or refuses the newest, as each use
+//! says); nothing here grows with what the network sends.
+
+/// Newly verified contacts kept for
+/// [`Node::poll_learned`](super::node::Node::poll_learned) before the oldest
+/// are dropped: a driver that does not poll them loses only the oldest.
+pub const LEARNED_CONTACTS_MAX: usize = 1024;
+
+/// Bucket refreshes a node starts after joining, per level: enough to fill
+/// the buckets of a network of millions, without a burst of lookups.
+pub const JOIN_REFRESHES_MAX: usize = 20;
+
+/// Cluster changes kept for
+/// [`Node::poll_cluster_change`](super::node::Node::poll_cluster_change)
+/// before the oldest are dropped.
+pub const CLUSTER_CHANGES_MAX: usize = 64;
+
+/// Calls queued for [`Node::poll_delegated`](super::node::Node::poll_delegated),
+/// and delegated calls awaiting their results, before the oldest are
+/// dropped: a core that does not answer cannot grow another's memory.
+pub const DELEGATED_CALLS_MAX: usize = 256;
+
+/// Most routers (hops out) whose addresses become clustering hints (§4.4:
+/// five).
+pub const HINT_ROUTERS_MAX: usize = 5;
+
+/// Most hint keys one node stores: the routers, their prefixes and the
+/// node's own subnets, duplicates dropped.
+pub const HINT_KEYS_MAX: usize = 16;
+
+/// Members a cluster validation asks for more members ("routing to selected
+/// keys", §4.4): a few, so that one lying member cannot fill the sample.
+pub const MEMBER_QUERIES_MAX: usize = 4;
+
+/// Clusters avoided at once (see `cluster_rejoin_holdoff_secs`): the oldest
+/// avoidance ends early when a ninth comes.
+pub const AVOIDED_CLUSTERS_MAX: usize = 8;
+
+/// Confirmed members remembered by a cluster probe, to seed the routing
+/// table after a switch.
+pub const PROBE_MEMBERS_MAX: usize = 16;
+
+/// The most "full and loaded" answers a putting node remembers (§4.2), for
+/// all keys and levels together; a new one replaces an expired or the
+/// oldest entry.
+pub const RECALL_ENTRIES_MAX: usize = 256;

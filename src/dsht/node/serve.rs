@@ -1,0 +1,467 @@
+//! Serving requests: who may be served at which level (§4.3, SECURITY.md),
+//! and the answers to ping, find, get, put and claim.
+
+use std::net::SocketAddr;
+
+use crate::dsht::id::{Id, Key};
+use crate::dsht::store::{ProbeState, Source, StoreOutcome};
+use crate::dsht::wire::{
+    self, Body, Contact, Contacts, ErrorCode, Header, Message, Token, Value, Values,
+};
+use crate::time::{Duration, Time};
+
+use super::send::Purpose;
+use super::{Node, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET, PINGED_RECENTLY};
+
+impl Node {
+    /// Serves one request: answers it (if it is one this node answers), and
+    /// sends the reply within the amplification budget of an unverified
+    /// source.
+    pub(super) fn on_request(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        msg: Message,
+        request_bytes: usize,
+        verified: bool,
+    ) {
+        let Message { header, body } = msg;
+        // Replies are handled in on_reply.
+        let Some(reply) = self.answer(now, from, &header, body) else {
+            return;
+        };
+        self.send_reply(now, from, &header, reply, request_bytes, verified);
+    }
+
+    /// The level `level` of a request from `from` may be served at: one this
+    /// node has, whose cluster the sender shares and is known first-hand to
+    /// belong to (§4.3).
+    fn served_level(
+        &self,
+        header: &Header,
+        from: SocketAddr,
+        level: u8,
+    ) -> Result<usize, ErrorCode> {
+        let l = level as usize;
+        if l >= self.levels.len() {
+            return Err(ErrorCode::NoSuchLevel);
+        }
+        if !self.shares_cluster(header, l) || !self.is_member(l, &header.sender, from) {
+            return Err(ErrorCode::WrongCluster);
+        }
+        Ok(l)
+    }
+
+    /// The reply to request `body`, or `None` for a body that is not a request.
+    fn answer(&mut self, now: Time, from: SocketAddr, header: &Header, body: Body) -> Option<Body> {
+        let reply = match body {
+            Body::Ping => {
+                self.stats.pings_served += 1;
+                Body::Pong
+            }
+            Body::FindNode { level, target } => match self.served_level(header, from, level) {
+                Ok(l) => {
+                    self.stats.find_nodes_served += 1;
+                    Body::Nodes {
+                        level,
+                        contacts: self.closest_for_reply(l, &target, &header.sender),
+                    }
+                }
+                Err(code) => self.refuse(code),
+            },
+            // Served whatever the sender's cluster: a node validating our
+            // cluster as a candidate asks for members to measure (§4.4).
+            Body::Members { level, target } if (level as usize) < self.levels.len() => {
+                self.serve_members(from, header, level, &target)
+            }
+            Body::Members { .. } => self.refuse(ErrorCode::NoSuchLevel),
+            Body::Get { level, key, target } => match self.served_level(header, from, level) {
+                Ok(l) => {
+                    self.stats.gets_served += 1;
+                    let values =
+                        self.levels[l]
+                            .store
+                            .get(&key, now, self.hot.get_values_max, &mut self.rng);
+                    let contacts = if values.is_empty() {
+                        self.closest_for_reply(l, &target, &header.sender)
+                    } else {
+                        Contacts::new()
+                    };
+                    Body::GetReply {
+                        level,
+                        values,
+                        contacts,
+                    }
+                }
+                Err(code) => self.refuse(code),
+            },
+            Body::PutProbe { level, key, target } => match self.served_level(header, from, level) {
+                Ok(l) => {
+                    self.stats.put_probes_received += 1;
+                    let ProbeState {
+                        loaded,
+                        value_count,
+                        min_ttl_secs,
+                    } = self.levels[l].store.probe(&key, now);
+                    Body::PutProbeReply {
+                        level,
+                        loaded,
+                        value_count,
+                        min_ttl_secs,
+                        token: self.token_for(now, from),
+                        contacts: self.closest_for_reply(l, &target, &header.sender),
+                    }
+                }
+                Err(code) => self.refuse(code),
+            },
+            Body::Store {
+                level,
+                key,
+                ttl_secs,
+                if_absent,
+                token,
+                value,
+            } => match self.served_level(header, from, level) {
+                Ok(l) => {
+                    let store = StoreRequest {
+                        level,
+                        key,
+                        ttl_secs,
+                        if_absent,
+                        token,
+                        value,
+                    };
+                    self.serve_store(now, from, l, store)
+                }
+                Err(code) => self.refuse(code),
+            },
+            _ => return None,
+        };
+        Some(reply)
+    }
+
+    /// Members of our cluster at `level` near `target`, for a node that
+    /// validates that cluster (§4.4).
+    fn serve_members(&mut self, from: SocketAddr, header: &Header, level: u8, target: &Id) -> Body {
+        self.stats.members_served += 1;
+        // A sender that has answered our ping (it is in our table)
+        // gets up to the validation sample; anyone else no more
+        // than a find-node reply, so that a forged source address
+        // cannot make us a reflector of large replies.
+        let verified = self.levels[0].table.contains(&header.sender, from);
+        let count = if verified {
+            self.config.cluster_validate_probes.min(wire::CONTACTS_MAX)
+        } else {
+            self.hot.reply_contacts_max
+        };
+        let mut contacts = Contacts::new();
+        contacts.extend(
+            self.levels[level as usize]
+                .table
+                .closest_matching(target, count, |id| *id != header.sender),
+        );
+        Body::MembersReply { level, contacts }
+    }
+
+    /// A store (or claim, `if_absent`) at level index `l` from `from` (§4.2):
+    /// refused without a valid token or for a value naming another address;
+    /// a claim that finds values returns them.
+    fn serve_store(&mut self, now: Time, from: SocketAddr, l: usize, req: StoreRequest) -> Body {
+        let StoreRequest {
+            level,
+            key,
+            ttl_secs,
+            if_absent,
+            token,
+            value,
+        } = req;
+        self.stats.stores_received += 1;
+        if !self.token_is_valid(now, from, &token) {
+            self.stats.bad_token += 1;
+            Body::Error {
+                code: ErrorCode::BadToken,
+            }
+        } else if value.0.len() > self.hot.value_bytes_max
+            || value.to_addr().is_some_and(|a| a.ip() != from.ip())
+        {
+            // A value naming an address must name the storer's
+            // own (§3.2: proxies insert pointers to themselves,
+            // hints point to the storing node): no pointers to
+            // a victim.
+            self.stats.stores_refused += 1;
+            Body::StoreReply {
+                level,
+                stored: false,
+                values: Values::new(),
+            }
+        } else if if_absent && self.levels[l].store.has_values(&key, now) {
+            // Test-and-set lost: here is who got there first.
+            let values =
+                self.levels[l]
+                    .store
+                    .get(&key, now, self.hot.get_values_max, &mut self.rng);
+            Body::StoreReply {
+                level,
+                stored: false,
+                values,
+            }
+        } else {
+            let ttl = Duration::from_secs(u64::from(ttl_secs.min(self.hot.ttl_max_secs)));
+            let source = if self.hot.id_includes_port {
+                Source::Remote(from)
+            } else {
+                Source::Remote(SocketAddr::new(from.ip(), 0))
+            };
+            let outcome = self.levels[l]
+                .store
+                .store_from(&key, value, ttl, now, source);
+            self.stats.stores_accepted += u64::from(outcome.is_stored());
+            self.stats.stores_refused += u64::from(matches!(outcome, StoreOutcome::OverQuota));
+            Body::StoreReply {
+                level,
+                stored: outcome.is_stored(),
+                values: Values::new(),
+            }
+        }
+    }
+
+    /// Sends `reply` to the request `header` from `from`. A source that has
+    /// not answered our ping may have been forged: what we send it (the
+    /// reply, and any verifying ping) is at most `reply_amplification_max`
+    /// times its request of `request_bytes`.
+    fn send_reply(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        header: &Header,
+        reply: Body,
+        request_bytes: usize,
+        verified: bool,
+    ) {
+        let mut msg = Message {
+            header: self.header(header.route, header.txid, now),
+            body: reply,
+        };
+        let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
+        msg.encode(&mut bytes);
+        // The verifying ping comes first: once the source answers it, it
+        // is served in full.
+        let mut ping = verified;
+        if !verified {
+            let full = request_bytes.saturating_mul(self.hot.reply_amplification_max);
+            let wanted = self.verify_wanted(now, from, header, false);
+            let budget = if wanted {
+                full.saturating_sub(wire::HEADER_FIXED_BYTES)
+            } else {
+                full
+            };
+            if bytes.len() > budget {
+                trim_reply(&mut msg.body, bytes.len() - budget);
+                self.stats.replies_trimmed += 1;
+                bytes.clear();
+                msg.encode(&mut bytes);
+            }
+            ping = wanted && bytes.len() + wire::HEADER_FIXED_BYTES <= full;
+        }
+        self.queue_bytes(from, bytes);
+        if ping {
+            self.observe_requester(now, from, header, verified);
+        }
+    }
+
+    /// Whether the node at `from` claiming `sender` has answered one of our
+    /// RPCs from that address.
+    pub(super) fn has_answered(&self, sender: &Id, from: SocketAddr) -> bool {
+        self.levels[0].table.contains(sender, from)
+            || self.answered.contains(self.answered.tag(from, sender))
+    }
+
+    /// Whether `sender` at `from` is known first-hand to be in our cluster
+    /// at `level` (§4.3): it is in that level's table, which it entered by
+    /// answering our RPC with our cluster in its header, and its measured
+    /// RTT is within the level's threshold. A cluster id copied into a
+    /// header is not enough.
+    fn is_member(&self, level: usize, sender: &Id, from: SocketAddr) -> bool {
+        if level == 0 {
+            return true;
+        }
+        self.levels[level]
+            .members
+            .get(&from)
+            .is_some_and(|(id, _)| id == sender)
+    }
+
+    /// Records that `contact` answered us with our cluster at `level` in its
+    /// header, `rtt` after we asked.
+    pub(super) fn observe_member(
+        &mut self,
+        now: Time,
+        level: usize,
+        contact: &Contact,
+        rtt: Duration,
+    ) {
+        let max = self.config.cluster_members_known_max;
+        let l = &mut self.levels[level];
+        if rtt.as_micros() > u64::from(l.threshold_ms) * 1000 {
+            return;
+        }
+        if l.members.len() >= max && !l.members.contains_key(&contact.addr) {
+            // Forget those not heard from in an hour; if none, no room.
+            l.members
+                .retain(|_, (_, t)| now.saturating_since(*t) < MEMBER_FORGET);
+            if l.members.len() >= max {
+                return;
+            }
+        }
+        l.members.insert(contact.addr, (contact.id, now));
+    }
+
+    fn refuse(&mut self, code: ErrorCode) -> Body {
+        if code == ErrorCode::WrongCluster {
+            self.stats.wrong_cluster += 1;
+        }
+        Body::Error { code }
+    }
+
+    fn closest_for_reply(&self, level: usize, target: &Id, requester: &Id) -> Contacts {
+        // Takes over the vector's buffer: no second allocation, no copy.
+        Contacts::from_vec(self.levels[level].table.closest_matching(
+            target,
+            self.hot.reply_contacts_max,
+            |id| id != requester,
+        ))
+    }
+
+    /// Whether the sender of `header` is in our cluster at `level` (level 0: always).
+    pub(super) fn shares_cluster(&self, header: &Header, level: usize) -> bool {
+        level == 0
+            || header
+                .clusters
+                .get(level - 1)
+                .is_some_and(|c| c.id == self.levels[level].cluster.id)
+    }
+
+    pub(super) fn sender_is_bound(&mut self, sender: &Id, from: SocketAddr) -> bool {
+        if !self.hot.require_id_binding {
+            return true;
+        }
+        // A contact in the level-0 table answered one of our RPCs from this
+        // address with this id, which was checked then (or, from
+        // `learn_verified`, by another core). The bucket is read again at
+        // once by `observe_requester` or `observe_verified`, so this check
+        // costs no extra cache misses; about half the datagrams of a loaded
+        // network end here.
+        if self.levels[0].table.contains(sender, from) {
+            return true;
+        }
+        let tag = self.verified.tag(from, sender);
+        if self.verified.contains(tag) {
+            return true;
+        }
+        // One rule per node, for peers as for itself: SHA-1 of the IP, or
+        // of the IP and port only where so configured (a lab of many nodes
+        // on one address). Accepting either would let one address choose
+        // among 65,536 ids.
+        let bound = if self.hot.id_includes_port {
+            *sender == Id::from_ip_port(from)
+        } else {
+            *sender == Id::from_ip(from.ip())
+        };
+        if bound {
+            self.verified.insert(tag);
+        }
+        bound
+    }
+
+    /// A request tells us a node exists; it enters our tables only after it
+    /// answers a ping of ours (a request's source can be forged).
+    /// Also, a sender in one of our clusters that is missing from that
+    /// level's table (it has just joined our cluster, §4.3: tables follow
+    /// the cluster information in headers) is pinged, so that it enters.
+    pub(super) fn observe_requester(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        header: &Header,
+        verified: bool,
+    ) {
+        if !self.verify_wanted(now, from, header, verified) {
+            return;
+        }
+        if self.pinged.len() >= self.hot.verify_pings_max * 16 {
+            self.pinged
+                .retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+        }
+        self.pinged.insert(from, now);
+        self.verify_pings_in_flight += 1;
+        self.send_request(
+            now,
+            from,
+            Some(header.sender),
+            self.route_hint,
+            Body::Ping,
+            Purpose::VerifyPing,
+        );
+    }
+
+    /// Whether [`Node::observe_requester`] would ping this requester.
+    /// `verified`: the sender is known to have answered us (or is local).
+    fn verify_wanted(&self, now: Time, from: SocketAddr, header: &Header, verified: bool) -> bool {
+        // `has_room_for` implies the sender is not in the table (so not
+        // `contains`), and reads only the bucket's length when it is full,
+        // as the far buckets nearly always are: no scan of its ids.
+        // A sender claiming one of our clusters that we have not measured
+        // in it is pinged too: its pong makes it a first-hand member.
+        // And so is any sender that has not answered us yet: until it does,
+        // it is held to the unverified rate and to small replies.
+        let wanted = (0..self.levels.len()).any(|level| {
+            self.shares_cluster(header, level)
+                && (self.levels[level].table.has_room_for(&header.sender)
+                    || !self.is_member(level, &header.sender, from))
+        }) || (!verified && !self.has_answered(&header.sender, from));
+        wanted
+            && self.verify_pings_in_flight < self.hot.verify_pings_max
+            && self
+                .pinged
+                .get(&from)
+                .is_none_or(|&t| now.saturating_since(t) >= PINGED_RECENTLY)
+    }
+}
+
+/// Drops contacts, then values, from a reply until it is `excess` bytes
+/// shorter (or has none left).
+fn trim_reply(body: &mut Body, mut excess: usize) {
+    let contact_bytes = |c: &Contact| if c.addr.is_ipv4() { 28 } else { 40 };
+    let (contacts, values): (Option<&mut Contacts>, Option<&mut Values>) = match body {
+        Body::Nodes { contacts, .. }
+        | Body::MembersReply { contacts, .. }
+        | Body::PutProbeReply { contacts, .. } => (Some(contacts), None),
+        Body::GetReply {
+            values, contacts, ..
+        } => (Some(contacts), Some(values)),
+        Body::StoreReply { values, .. } => (None, Some(values)),
+        _ => (None, None),
+    };
+    if let Some(c) = contacts {
+        while excess > 0 {
+            let Some(last) = c.pop() else { break };
+            excess = excess.saturating_sub(contact_bytes(&last));
+        }
+    }
+    if let Some(v) = values {
+        while excess > 0 {
+            let Some(last) = v.pop() else { break };
+            excess = excess.saturating_sub(1 + last.0.len());
+        }
+    }
+}
+
+/// The fields of a store request, as [`Node::serve_store`] takes them.
+struct StoreRequest {
+    level: u8,
+    key: Key,
+    ttl_secs: u32,
+    if_absent: bool,
+    token: Token,
+    value: Value,
+}
