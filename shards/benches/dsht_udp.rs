@@ -5,6 +5,10 @@
 //! (≥ 0.8× the echo server).
 //!
 //! `cargo bench -p coral-shards --bench dsht_udp [-- SECONDS [WINDOW]]`
+//!
+//! `CORAL=/path/to/coral` measures another build of the node (an earlier
+//! commit's, to compare two builds with the same load generator), as
+//! `benches/dns.sh` does.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -17,7 +21,10 @@ use coral::Id;
 mod common;
 use common::{allowed_cpus, cpu_secs};
 
-const CORAL: &str = env!("CARGO_BIN_EXE_coral");
+/// The node binary: this build's, or `$CORAL`.
+fn coral() -> String {
+    std::env::var("CORAL").unwrap_or_else(|_| env!("CARGO_BIN_EXE_coral").to_string())
+}
 
 fn pin_to(cpu: usize) {
     // SAFETY: as above; the set names one CPU from our own mask.
@@ -188,7 +195,7 @@ fn main() {
     // 2. A coral node on one core answering gets for a key it stores.
     let node_addr: SocketAddr = "127.0.0.62:7000".parse().unwrap();
     let node = Kill(
-        Command::new(CORAL)
+        Command::new(coral())
             .args([
                 "node",
                 "--cores",
@@ -205,7 +212,7 @@ fn main() {
     );
     wait_for_readyz("127.0.0.62:7080".parse().unwrap());
     let key = Id::from_url("http://www.x.com/y.jpg");
-    let put = Command::new(CORAL)
+    let put = Command::new(coral())
         .args([
             "put",
             "url:http://www.x.com/y.jpg",

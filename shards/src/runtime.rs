@@ -905,76 +905,19 @@ async fn core_main(
     stop: Arc<AtomicBool>,
     hints: Option<std::sync::mpsc::Receiver<Vec<crate::hints::Hop>>>,
 ) -> Result<(), String> {
-    let CoreStart {
-        core,
-        cores,
-        fd,
-        epoch,
-        clusters,
-        ready,
-        control,
-        services,
-    } = start;
     let (senders, mut receivers) = mesh
         .join()
         .await
         .map_err(|_| "cannot join the core mesh".to_string())?;
-    // SAFETY: `fd` is a bound UDP socket made by `steer::bind_group` for this
-    // core alone; ownership passes to the glommio socket, which closes it.
-    let socket = unsafe { UdpSocket::from_raw_fd(fd) };
-    // SAFETY: a second handle on the same descriptor for direct syscalls;
-    // ManuallyDrop keeps it from closing what `socket` owns.
-    let raw = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(fd) });
-    let seed = seed_from_os() ^ core as u64;
-    // Core 0 organizes the clusters (§4.4); the other cores follow it.
-    let mut dht = config.dht.clone();
-    dht.cluster_manage &= core == 0;
-    let now = Time(epoch.elapsed().as_micros() as u64);
-    let mut node = Node::new(dht, config.id_addr(), now, seed).map_err(|e| e.to_string())?;
-    node.set_route_hint(steer::route_for_core(core, cores));
-    node.set_shard(core, cores);
-    for (i, id) in clusters.iter().enumerate() {
-        node.set_cluster(i as u8 + 1, *id, now);
-    }
-    let shard = Rc::new(Shard {
+    let shard = new_shard(&start, &config, senders, stop)?;
+    let CoreStart {
         core,
-        cores,
-        node: RefCell::new(node),
-        socket,
-        epoch,
-        waiting: RefCell::new(HashMap::new()),
-        replies: RefCell::new(HashMap::new()),
-        next_req: RefCell::new(0),
-        senders,
-        stop,
-        send_errors: RefCell::new(0),
-        raw,
-        send_buf: RefCell::new(Vec::with_capacity(2048)),
-        handlers: RefCell::new(HashMap::new()),
-        sections: RefCell::new(Vec::new()),
-    });
-    // Datagrams.
-    {
-        let shard = shard.clone();
-        glommio::spawn_local(async move {
-            let mut buf = vec![0u8; RECV_BUFFER_BYTES];
-            let mut more = vec![std::mem::MaybeUninit::<u8>::uninit(); RECV_BUFFER_BYTES];
-            loop {
-                match shard.socket.recv_from(&mut buf).await {
-                    Ok((n, from)) => {
-                        shard.input(from, &buf[..n]);
-                        shard.drain_socket(&mut more);
-                        shard.flush().await;
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "recv failed");
-                        glommio::timer::sleep(TICK).await;
-                    }
-                }
-            }
-        })
-        .detach();
-    }
+        ready,
+        control,
+        services,
+        ..
+    } = start;
+    spawn_datagrams(&shard);
     // Joining: core 0 bootstraps; the others learn from it over the mesh.
     if core == 0 && !config.bootstrap.is_empty() {
         let now = shard.now();
@@ -995,20 +938,96 @@ async fn core_main(
         .detach();
     }
     let _ = ready.send(Ok(core));
+    run_timers(&shard, control, hints).await;
+    crate::accesslog::flush();
+    Ok(())
+}
+
+/// This core's shard: its node (core 0 organizes the clusters, §4.4; the
+/// other cores follow it) on its own socket of the steered group.
+fn new_shard(
+    start: &CoreStart,
+    config: &NodeConfig,
+    senders: Senders<CoreMsg>,
+    stop: Arc<AtomicBool>,
+) -> Result<Rc<Shard>, String> {
+    let (core, cores, fd, epoch) = (start.core, start.cores, start.fd, start.epoch);
+    // SAFETY: `fd` is a bound UDP socket made by `steer::bind_group` for this
+    // core alone; ownership passes to the glommio socket, which closes it.
+    let socket = unsafe { UdpSocket::from_raw_fd(fd) };
+    // SAFETY: a second handle on the same descriptor for direct syscalls;
+    // ManuallyDrop keeps it from closing what `socket` owns.
+    let raw = std::mem::ManuallyDrop::new(unsafe { socket2::Socket::from_raw_fd(fd) });
+    let seed = seed_from_os() ^ core as u64;
+    let mut dht = config.dht.clone();
+    dht.cluster_manage &= core == 0;
+    let now = Time(epoch.elapsed().as_micros() as u64);
+    let mut node = Node::new(dht, config.id_addr(), now, seed).map_err(|e| e.to_string())?;
+    node.set_route_hint(steer::route_for_core(core, cores));
+    node.set_shard(core, cores);
+    for (i, id) in start.clusters.iter().enumerate() {
+        node.set_cluster(i as u8 + 1, *id, now);
+    }
+    Ok(Rc::new(Shard {
+        core,
+        cores,
+        node: RefCell::new(node),
+        socket,
+        epoch,
+        waiting: RefCell::new(HashMap::new()),
+        replies: RefCell::new(HashMap::new()),
+        next_req: RefCell::new(0),
+        senders,
+        stop,
+        send_errors: RefCell::new(0),
+        raw,
+        send_buf: RefCell::new(Vec::with_capacity(2048)),
+        handlers: RefCell::new(HashMap::new()),
+        sections: RefCell::new(Vec::new()),
+    }))
+}
+
+/// The datagram task: one awaited receive, then whatever else the socket
+/// holds without waiting, then the node's output in one flush.
+fn spawn_datagrams(shard: &Rc<Shard>) {
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        let mut buf = vec![0u8; RECV_BUFFER_BYTES];
+        let mut more = vec![std::mem::MaybeUninit::<u8>::uninit(); RECV_BUFFER_BYTES];
+        loop {
+            match shard.socket.recv_from(&mut buf).await {
+                Ok((n, from)) => {
+                    shard.input(from, &buf[..n]);
+                    shard.drain_socket(&mut more);
+                    shard.flush().await;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "recv failed");
+                    glommio::timer::sleep(TICK).await;
+                }
+            }
+        }
+    })
+    .detach();
+}
+
+/// The node's timers, reloads, clustering hints and (on core 0) the
+/// contact watch and table sync, until the node stops.
+async fn run_timers(
+    shard: &Rc<Shard>,
+    control: Option<std::sync::mpsc::Receiver<Control>>,
+    hints: Option<std::sync::mpsc::Receiver<Vec<crate::hints::Hop>>>,
+) {
+    let (core, cores) = (shard.core, shard.cores);
     let mut watch = crate::lifecycle::ContactWatch::default();
     let mut next_sync = Instant::now();
     let mut limits = crate::lifecycle::LimitWatch::default();
-    // Timers, until told to stop.
     while !shard.stopping() {
-        if let Some(c) = control.as_ref().and_then(|rx| rx.try_recv().ok()) {
-            match c {
-                Control::Bootstrap(list) => {
-                    tracing::info!(through = ?list, "joining (reload)");
-                    let now = shard.now();
-                    shard.node.borrow_mut().bootstrap(now, &list);
-                    shard.flush().await;
-                }
-            }
+        if let Some(Control::Bootstrap(list)) = control.as_ref().and_then(|rx| rx.try_recv().ok()) {
+            tracing::info!(through = ?list, "joining (reload)");
+            let now = shard.now();
+            shard.node.borrow_mut().bootstrap(now, &list);
+            shard.flush().await;
         }
         {
             let now = shard.now();
@@ -1022,11 +1041,11 @@ async fn core_main(
             }
             if cores > 1 && next_sync.elapsed() >= TABLE_SYNC_PERIOD {
                 next_sync = Instant::now();
-                sync_tables(&shard);
+                sync_tables(shard);
             }
         }
         if let Some(hops) = hints.as_ref().and_then(|rx| rx.try_recv().ok()) {
-            set_hints(&shard, &hops).await;
+            set_hints(shard, &hops).await;
         }
         let now = shard.now();
         let due = shard.node.borrow().poll_timeout().is_some_and(|t| t <= now);
@@ -1043,8 +1062,6 @@ async fn core_main(
             .min(TICK);
         glommio::timer::sleep(wait).await;
     }
-    crate::accesslog::flush();
-    Ok(())
 }
 
 /// Hands the node its clustering hints (§4.4): the routers the start-up
