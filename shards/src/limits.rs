@@ -8,9 +8,10 @@
 //! field instead (`config.rs`): `[limits]` (what one source may cost the
 //! DSHT, `coral::Config`), `[proxy]` (`connections_max`, `object_bytes_max`,
 //! `vary_variants_max`, timeouts) and `[dnssrv]` (rates, `clients_max`,
-//! `tcp_connections_max`, `held_max`). The core crate's own bounds live
-//! beside the code they bound (`coral::dns::ANSWERS_MAX`,
-//! `coral::proxy::http::Limits`, ...); SECURITY.md lists them all.
+//! `tcp_connections_max`, `held_max`). The core crate's own fixed bounds
+//! are `coral::limits` (dnssrv's and the proxy's, `coral::limits::DNS`,
+//! `coral::limits::PROXY`), `coral::dsht::limits` and
+//! `coral::proxy::http::Limits`; SECURITY.md lists them all.
 //!
 //! Each file keeps its constants' names, defined from these structs
 //! (`const CONNECTIONS_MAX: usize = limits::ADMIN.connections_max;`).

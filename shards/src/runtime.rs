@@ -74,14 +74,14 @@ const TABLE_SYNC_CONTACTS_MAX: usize = crate::limits::RUNTIME.table_sync_contact
 /// A call into the DSHT from the client commands.
 #[derive(Debug, Clone)]
 pub enum Call {
-    /// put(key, value, ttl, [levels]).
+    /// `put(key, value, ttl, [levels])`.
     Put {
         key: Id,
         value: Vec<u8>,
         ttl_secs: u32,
         levels: Option<Vec<u8>>,
     },
-    /// get(key, [levels]).
+    /// `get(key, [levels])`.
     Get { key: Id, levels: Option<Vec<u8>> },
     /// This core's counters.
     Stats,

@@ -2,7 +2,7 @@
 //! may be stored and for how long, what a client gets (conditional requests, ranges,
 //! `Age`, `Via`, `Cache-Status`), and what the origin or a peer is asked.
 //!
-//! Deployed rules (LESSONS.md): cookies are stripped both ways (every Coralized site
+//! Deployed rules (the deployed CoralCDN's): cookies are stripped both ways (every Coralized site
 //! shares one domain, so cookies would leak between sites); an origin that says nothing
 //! about freshness is trusted for 12 hours; negative answers are cached briefly. A
 //! client's `Cache-Control: no-cache` (a browser's reload) does not reach the origin: as
