@@ -50,6 +50,13 @@ const DEFAULT_ADMIN: &str = config::DEFAULT_ADMIN;
 
 // Parsed once at start-up: the size of its largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
+// These doc comments are the command line's help text (clap prints them as
+// written), not rustdoc: `<ZONE>`, `[levels]` and URLs stay plain.
+#[allow(
+    rustdoc::broken_intra_doc_links,
+    rustdoc::invalid_html_tags,
+    rustdoc::bare_urls
+)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a node: the DSHT over UDP on every core. With no config file it
@@ -77,10 +84,10 @@ enum Command {
         /// Loopback HTTP address for the client commands.
         #[arg(long)]
         admin: Option<SocketAddr>,
-        /// The zone dnssrv serves (proxies are `*.http.L2.L1.L0.<ZONE>`).
+        /// The zone dnssrv serves (proxies are *.http.L2.L1.L0.<ZONE>).
         #[arg(long)]
         zone: Option<String>,
-        /// The short alias zone of Coralized URLs (`www.x.com.<ALIAS>`).
+        /// The short alias zone of Coralized URLs (www.x.com.<ALIAS>).
         #[arg(long)]
         alias: Option<String>,
         #[command(flatten)]
@@ -89,9 +96,9 @@ enum Command {
         #[arg(long)]
         dns: Option<SocketAddr>,
     },
-    /// `put(key, value, ttl, [levels])`: insert a value (§2.3).
+    /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
-        /// 40 hex digits, or `url:<URL>` (hashed with SHA-1 as the proxy does).
+        /// 40 hex digits, or url:<URL> (hashed with SHA-1 as the proxy does).
         key: String,
         /// The value (its bytes are stored).
         value: String,
@@ -104,9 +111,9 @@ enum Command {
         #[command(flatten)]
         target: NodeArgs,
     },
-    /// `get(key, [levels])`: retrieve some of the values stored under a key (§2.3).
+    /// get(key, [levels]): retrieve some of the values stored under a key (§2.3).
     Get {
-        /// 40 hex digits, or `url:<URL>`.
+        /// 40 hex digits, or url:<URL>.
         key: String,
         /// Levels to search, e.g. 2,1,0 (default: all, fastest first).
         #[arg(long)]
@@ -114,7 +121,7 @@ enum Command {
         #[command(flatten)]
         target: NodeArgs,
     },
-    /// `nodes(level, count, [target], [services])`: members of the node's cluster (§2.3).
+    /// nodes(level, count, [target], [services]): members of the node's cluster (§2.3).
     Nodes {
         /// The level.
         #[arg(long, default_value_t = 0)]
@@ -174,7 +181,7 @@ enum Command {
     /// Print the Coralized form of an http:// URL (§2.1): its host gains the
     /// origin port as a label (when not 80) and the Coral suffix.
     Coralize {
-        /// The origin URL, e.g. `http://www.x.com/y.jpg`.
+        /// The origin URL, e.g. http://www.x.com/y.jpg.
         url: String,
         /// The suffix to append: the alias zone (or the zone).
         #[arg(long, default_value = "coral.test")]
@@ -202,12 +209,19 @@ enum Command {
 }
 
 /// CoralProxy's flags for `coral node` (§2.2).
+// These doc comments are the command line's help text (clap prints them as
+// written), not rustdoc: `<ZONE>`, `[levels]` and URLs stay plain.
+#[allow(
+    rustdoc::broken_intra_doc_links,
+    rustdoc::invalid_html_tags,
+    rustdoc::bare_urls
+)]
 #[derive(clap::Args, Debug)]
 struct ProxyArgs {
     /// CoralProxy's HTTP address (default: the DSHT address's IP, port 8090).
     #[arg(long)]
     http: Option<SocketAddr>,
-    /// The disk cache's directory (default: `coral-cache/<DSHT IP>-<port>`).
+    /// The disk cache's directory (default: coral-cache/<DSHT IP>-<port>).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
     /// The disk cache's size, e.g. 1GiB, 500MB.
