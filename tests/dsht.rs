@@ -2,6 +2,9 @@
 //! in-process harness: nodes exchange real encoded datagrams through a queue
 //! and time jumps to the next deadline.
 
+mod common;
+
+use common::network;
 use coral::dsht::node::{Event, PutLevel, StoredAt};
 use coral::dsht::wire::{Body, Header, Message, Services};
 use coral::sim::net::{sim_addr, sim_index, ConstantLinks, Links, Sim};
@@ -11,27 +14,6 @@ fn config_levels(levels: usize) -> Config {
     let mut c = Config::default();
     c.level_thresholds_ms.truncate(levels);
     c
-}
-
-/// `n` nodes, each bootstrapped from node 0, settled for a minute.
-fn network<L: Links>(n: usize, config: &Config, links: L, seed: u64) -> Sim<L> {
-    let mut sim = Sim::new(links, seed);
-    for i in 0..n {
-        let node = Node::new(
-            config.clone(),
-            sim_addr(i),
-            sim.now(),
-            seed.wrapping_mul(1000) + i as u64,
-        )
-        .unwrap();
-        sim.add(node);
-    }
-    for i in 1..n {
-        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(0)]));
-        sim.run_for(Duration::from_millis(50));
-    }
-    sim.run_for(Duration::from_secs(60));
-    sim
 }
 
 fn put(sim: &mut Sim<impl Links>, i: usize, key: Id, value: &[u8], ttl: u32) -> Vec<PutLevel> {

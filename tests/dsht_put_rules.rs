@@ -1,9 +1,11 @@
 //! The put rules that keep a hot key from making a hot spot (NSDI 2004
 //! §4.2, issue 15), each checked on its own in the in-process harness.
 
+mod common;
+
 use coral::dsht::node::{Event, PutLevel, StoredAt};
-use coral::sim::net::{sim_addr, ConstantLinks, Links, Sim};
-use coral::{Config, Duration, Id, Node, Value};
+use coral::sim::net::{ConstantLinks, Links, Sim};
+use coral::{Config, Duration, Id, Value};
 
 fn config(beta: u32) -> Config {
     let mut c = Config {
@@ -24,25 +26,9 @@ fn config_one_source_fills(beta: u32) -> Config {
     c
 }
 
-/// `n` nodes, each bootstrapped from node 0, settled for a minute.
+/// `n` nodes 10 ms apart, each bootstrapped from node 0, settled for a minute.
 fn network(n: usize, config: &Config, seed: u64) -> Sim<ConstantLinks> {
-    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), seed);
-    for i in 0..n {
-        let node = Node::new(
-            config.clone(),
-            sim_addr(i),
-            sim.now(),
-            seed * 1000 + i as u64,
-        )
-        .unwrap();
-        sim.add(node);
-    }
-    for i in 1..n {
-        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(0)]));
-        sim.run_for(Duration::from_millis(50));
-    }
-    sim.run_for(Duration::from_secs(60));
-    sim
+    common::network(n, config, ConstantLinks(Duration::from_millis(10)), seed)
 }
 
 /// A put from node `i` that completes within a second of simulated time.
