@@ -490,15 +490,7 @@ impl Manager {
                     self.probe_successor(now, old, successor, far, &addrs, config, out);
                 } else if far {
                     // Nobody is in cid^F yet: this node founds it.
-                    self.join(
-                        now,
-                        successor,
-                        now,
-                        Vec::new(),
-                        SwitchReason::Split,
-                        config,
-                        out,
-                    );
+                    self.found(now, successor, config, out);
                 } else {
                     match centre
                         .filter(|c| c.id.distance(&successor) < self.local.distance(&successor))
@@ -526,15 +518,7 @@ impl Manager {
                             };
                         }
                         // We are the centre (or know nobody closer): cid^N starts here.
-                        None => self.join(
-                            now,
-                            successor,
-                            now,
-                            Vec::new(),
-                            SwitchReason::Split,
-                            config,
-                            out,
-                        ),
+                        None => self.found(now, successor, config, out),
                     }
                 }
             }

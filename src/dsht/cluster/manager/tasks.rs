@@ -152,6 +152,26 @@ impl Manager {
         );
     }
 
+    /// Founds `cluster`, one half of a split nobody is in yet: joins it
+    /// alone, created now.
+    pub(super) fn found(
+        &mut self,
+        now: Time,
+        cluster: Id,
+        config: &Config,
+        out: &mut Vec<Command>,
+    ) {
+        self.join(
+            now,
+            cluster,
+            now,
+            Vec::new(),
+            SwitchReason::Split,
+            config,
+            out,
+        );
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn join(
         &mut self,
@@ -340,15 +360,7 @@ impl Manager {
         // of a chain otherwise gathers both its ends again.
         let radius = Duration::from_micros(self.threshold.as_micros() / 2);
         if probe.rtt_best.is_some_and(|r| r <= radius) {
-            self.join(
-                now,
-                successor,
-                now,
-                Vec::new(),
-                SwitchReason::Split,
-                config,
-                out,
-            );
+            self.found(now, successor, config, out);
         } else {
             let (_, far_id) = split_ids(&old);
             debug_assert!(!far);
@@ -388,15 +400,7 @@ impl Manager {
             self.split_get(now, old, far_id, true, config, out);
         } else if probe.measured == 0 {
             // Nobody answers for cid^F any more: found it afresh.
-            self.join(
-                now,
-                successor,
-                now,
-                Vec::new(),
-                SwitchReason::Split,
-                config,
-                out,
-            );
+            self.found(now, successor, config, out);
         } else {
             self.splits_in_a_row += 1;
             if self.splits_in_a_row >= config.cluster_splits_max {
