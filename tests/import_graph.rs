@@ -435,7 +435,7 @@ fn graph(src: &Path) -> Graph {
             (1..=m.len()).any(|n| {
                 let (parent, name) = (&m[..n - 1], &m[n - 1]);
                 files
-                    .get(&parent.to_vec())
+                    .get(parent)
                     .is_some_and(|p| p.test_children.contains(name))
             })
         })
