@@ -4,7 +4,8 @@
 //! after it, and that no stored value is lost.
 //!
 //! Addresses: the node under attack in test `n` is 127.14.n.1, its good
-//! client 127.14.n.2, attackers in 127.14.(20 + 10·n + j).x.
+//! client 127.14.n.2, attackers in 127.14.(20 + 10·n + j).x, each test in
+//! a network namespace of its own (`common::own_network`).
 
 mod common;
 
@@ -336,6 +337,7 @@ fn pace(sent: u64) {
 /// endpoint recovers, and SIGTERM ends the node.
 #[test]
 fn admin_fd_exhaustion_backs_off_and_keeps_the_dsht_served() {
+    common::own_network();
     let mut node = start_node(1, CONFIG, Some(40));
     let mut honest = Honest::new(1, &node);
     let admin = node.admin;
@@ -404,6 +406,7 @@ fn admin_fd_exhaustion_backs_off_and_keeps_the_dsht_served() {
 /// read), and at most 64 are served at once.
 #[test]
 fn admin_slowloris_is_cut_at_the_request_deadline() {
+    common::own_network();
     let node = start_node(2, CONFIG, None);
     let mut honest = Honest::new(2, &node);
     let admin = node.admin;
@@ -480,6 +483,7 @@ fn fx_colliding_keys(n: usize) -> Vec<Id> {
 /// most `values_per_source_max` values, and the good client is served.
 #[test]
 fn hash_flooding_the_store_finds_a_keyed_hash_and_a_quota() {
+    common::own_network();
     use std::hash::Hasher;
     let keys = fx_colliding_keys(3000);
     // They do collide in the unkeyed hash.
@@ -544,6 +548,7 @@ fn hash_flooding_the_store_finds_a_keyed_hash_and_a_quota() {
 /// no store entry, so they cannot fill `keys_per_level_max`.
 #[test]
 fn put_probes_for_unknown_keys_fill_nothing() {
+    common::own_network();
     let node = start_node(4, CONFIG, None);
     let mut honest = Honest::new(4, &node);
     let keys_before = keys_at(&node, 0);
@@ -583,6 +588,7 @@ fn put_probes_for_unknown_keys_fill_nothing() {
 /// its TTL; a /24 holds at most two; honest re-puts keep working.
 #[test]
 fn poisoning_a_key_neither_points_elsewhere_nor_evicts() {
+    common::own_network();
     let node = start_node(5, CONFIG, None);
     let mut honest = Honest::new(5, &node);
     let (dsht, key) = (node.dsht, honest.key);
@@ -647,6 +653,7 @@ fn poisoning_a_key_neither_points_elsewhere_nor_evicts() {
 /// for SHA-1(IP), and one /24 gets at most two contacts per bucket.
 #[test]
 fn sybil_ids_one_id_per_address_and_two_per_24_per_bucket() {
+    common::own_network();
     let node = start_node(6, CONFIG, None);
     let mut honest = Honest::new(6, &node);
     let dsht = node.dsht;
@@ -693,6 +700,7 @@ fn sybil_ids_one_id_per_address_and_two_per_24_per_bucket() {
 /// first-hand, from our own measurement, not from a header.
 #[test]
 fn copied_cluster_ids_do_not_open_level_2() {
+    common::own_network();
     let node = start_node(7, CONFIG, None);
     let mut honest = Honest::new(7, &node);
     let dsht = node.dsht;
@@ -738,6 +746,7 @@ fn copied_cluster_ids_do_not_open_level_2() {
 /// counting our verifying ping.
 #[test]
 fn replies_to_unverified_sources_are_at_most_three_times_the_request() {
+    common::own_network();
     let node = start_node(8, CONFIG, None);
     let mut honest = Honest::new(8, &node);
     // Contacts to fill replies: verified peers in ten /24s.
@@ -839,6 +848,7 @@ fn replies_to_unverified_sources_are_at_most_three_times_the_request() {
 /// to its quota, and the level to its bytes; the node's memory stays flat.
 #[test]
 fn memory_per_level_is_bounded_by_bytes() {
+    common::own_network();
     let node = start_node(
         9,
         &format!("{CONFIG}[limits]\nstore_bytes_per_level_max = 1048576\nvalues_per_source_max = 100000\nvalues_per_prefix_max = 100000\n"),
@@ -895,6 +905,7 @@ fn memory_per_level_is_bounded_by_bytes() {
 /// while the good client (which answered our ping) is served.
 #[test]
 fn one_source_flooding_gets_is_rate_limited_and_blocked() {
+    common::own_network();
     let node = start_node(10, CONFIG, None);
     let mut honest = Honest::new(10, &node);
     let (dsht, key) = (node.dsht, honest.key);

@@ -1,5 +1,8 @@
 //! dnssrv (NSDI 2004 §3.1) on a running `coral node`, queried by real
-//! clients (kdig, dig, a real recursive resolver: unbound) on 127.13.x.y.
+//! clients (kdig, dig, a real recursive resolver: unbound) on 127.13.x.y,
+//! each test in a network namespace of its own (`common::own_network`):
+//! port 53, nginx's 8080 and the node's default ports are the test's,
+//! whatever the host runs.
 
 mod common;
 
@@ -103,6 +106,7 @@ fn udp_exchange(server: SocketAddr, q: &[u8], wait: Duration) -> Option<Vec<u8>>
 
 #[test]
 fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
+    common::own_network();
     // Clients in 127.13.2/24 are 100 ms away (level 0), 127.13.3/24 40 ms
     // (level 1 within 60 ms), 127.13.4/24 5 ms (level 2 within 20 ms).
     let node = DnsNode::start(
@@ -171,6 +175,7 @@ fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
 
 #[test]
 fn rfc6672_alias_dname_nodata_refused_badvers_and_case() {
+    common::own_network();
     let node = DnsNode::start("127.13.1.2", DNS_PORT, "");
     // DNAME, the synthesized CNAME, then the proxy.
     let out = node.kdig(&["www.x.com.coral.test", "A"]);
@@ -231,6 +236,7 @@ fn rfc6672_alias_dname_nodata_refused_badvers_and_case() {
 
 #[test]
 fn rfc7766_tc_over_udp_and_the_whole_answer_over_pipelined_tcp() {
+    common::own_network();
     let node = DnsNode::start("127.13.1.3", DNS_PORT, "");
     // A long alias name: DNAME, CNAME and A exceed 512 octets without EDNS.
     let name = format!("{0}.{0}.{0}.{1}.coral.test", "a".repeat(63), "b".repeat(33));
@@ -267,6 +273,7 @@ fn rfc7766_tc_over_udp_and_the_whole_answer_over_pipelined_tcp() {
 
 #[test]
 fn malformed_packets_get_formerr_or_silence_and_the_next_query_is_answered() {
+    common::own_network();
     let node = DnsNode::start("127.13.1.4", DNS_PORT, "");
     let good = query(42, "www.x.com.coral.test", 1, true);
     let header = |id: u8, qd: u8, ar: u8| vec![0, id, 1, 0, 0, qd, 0, 0, 0, 0, 0, ar];
@@ -307,16 +314,13 @@ fn malformed_packets_get_formerr_or_silence_and_the_next_query_is_answered() {
     assert_eq!(rcode(&a), 1);
 }
 
-fn port_53_free(ip: &str) -> bool {
-    UdpSocket::bind(format!("{ip}:53")).is_ok()
-}
-
 #[test]
 fn unbound_resolves_the_alias_through_dname_and_cname_to_the_proxy() {
-    // Port 53 where the test may bind it, so the name servers' glue (which
-    // carries no port) is reachable too.
+    common::own_network();
+    // Port 53 (the test's own network has it free), so the name servers'
+    // glue, which carries no port, is reachable too.
     let ip = "127.13.7.1";
-    let port = if port_53_free(ip) { 53 } else { DNS_PORT };
+    let port = 53;
     let _node = DnsNode::start(ip, port, "");
     let dir = temp_dir("unbound");
     let resolver: SocketAddr = "127.13.7.53:5301".parse().unwrap();
@@ -344,6 +348,7 @@ fn unbound_resolves_the_alias_through_dname_and_cname_to_the_proxy() {
 
 #[test]
 fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
+    common::own_network();
     let node = DnsNode::start(
         "127.13.1.5",
         DNS_PORT,
@@ -390,6 +395,7 @@ fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
 
 #[test]
 fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
+    common::own_network();
     let node = DnsNode::start("127.13.1.6", DNS_PORT, "[dnssrv]\nnon_recursive = true\n");
     let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
     let near = node.kdig(&["-b", "127.13.1.77", name, "A"]);
@@ -402,6 +408,7 @@ fn nsdi2004_3_1_a_non_recursive_proxy_only_for_clients_on_its_network() {
 
 #[test]
 fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
+    common::own_network();
     // D's own proxy is non-recursive, so a client on another network can
     // only be sent to N; D counts N live for one second after it last
     // answered an RPC, and holds a query up to 3 s while it pings.
@@ -473,11 +480,8 @@ fn nsdi2004_3_1_with_no_live_proxy_the_answer_waits_for_a_ping() {
 /// then fetches the object through that proxy from an nginx origin.
 #[test]
 fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given() {
+    common::own_network();
     let (ip, resolver_ip, origin) = ("127.13.14.1", "127.13.14.53", "127.13.14.100:8080");
-    if !port_53_free(ip) || !port_53_free(resolver_ip) {
-        eprintln!("SKIPPED: port 53 is taken (run the tests in a network namespace)");
-        return;
-    }
     let dir = temp_dir("curl");
     let d = dir.path().display().to_string();
     // The origin: nginx serving one file.
@@ -537,6 +541,7 @@ fn curl_through_unbound_fetches_a_coralized_url_through_the_proxy_it_was_given()
 /// (4) probes; the rest are refused and counted.
 #[test]
 fn client_probes_are_bounded_per_slash_24() {
+    common::own_network();
     let node = DnsNode::start(
         "127.13.15.1",
         DNS_PORT,

@@ -69,11 +69,17 @@ impl Proc {
         );
     }
 
-    /// Its exit status if it exits within `limit`.
+    /// Its exit status if it exits within `limit`; anything it left
+    /// running in its group is killed before it is reaped.
     pub fn exit_within(&mut self, limit: Duration) -> Option<ExitStatus> {
         let start = Instant::now();
         loop {
+            if self.exited_unreaped() {
+                self.kill_group();
+                return Some(self.child.wait().expect("wait"));
+            }
             if let Some(st) = self.child.try_wait().expect("try_wait") {
+                // Reaped elsewhere already.
                 return Some(st);
             }
             if start.elapsed() >= limit {
@@ -82,15 +88,57 @@ impl Proc {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+
+    /// Whether the child has exited and is a zombie not reaped yet (its pid
+    /// and so its group's id still reserved: the group is ours to kill).
+    fn exited_unreaped(&self) -> bool {
+        // SAFETY: waitid(2) with WNOWAIT only reads the child's state into
+        // `info`, a zeroed siginfo_t of our own.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                self.child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) == 0
+                && info.si_pid() != 0
+        }
+    }
+
+    /// Whether the child is not reaped yet (running, or a zombie): while
+    /// it is not, its pid, which is its group's id, cannot name anyone
+    /// else's process group.
+    fn unreaped(&self) -> bool {
+        // SAFETY: as in `exited_unreaped`; ECHILD once it was reaped.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                self.child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) == 0
+        }
+    }
+
+    /// SIGKILL to the child's whole process group (the child and anything
+    /// it started: nginx's workers, a shell's children).
+    fn kill_group(&self) {
+        // SAFETY: killpg(2) on the process group this guard created, called
+        // only while its leader is unreaped (so the id is still ours).
+        unsafe {
+            libc::killpg(self.child.id() as i32, libc::SIGKILL);
+        }
+    }
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        // SAFETY: killpg(2) on the process group this guard created; its id
-        // stays reserved while any member lives, and an empty group only
-        // makes the call fail.
-        unsafe {
-            libc::killpg(self.child.id() as i32, libc::SIGKILL);
+        // Once the leader was reaped (by `child().try_wait()`), its id may
+        // name a stranger's group: then nothing is killed.
+        if self.unreaped() {
+            self.kill_group();
         }
         let _ = self.child.wait();
     }
@@ -122,6 +170,38 @@ pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'sta
     })
     .join()
     .unwrap()
+}
+
+/// Moves the calling thread (the test) into a network namespace of its
+/// own, with its loopback up and nothing else: every address the test
+/// binds, and every process it starts afterwards (they inherit the
+/// thread's namespace), is the test's alone. Whatever the host's network
+/// holds (an nginx on 127.0.0.1:8080, another coral node on the default
+/// ports, a wildcard listener, a process an earlier run leaked) cannot
+/// answer the test or take its ports, and nothing the test starts is
+/// reachable from the host. The namespace goes away with the thread and
+/// the processes in it. Needs root (CAP_SYS_ADMIN), as the tests that make
+/// named namespaces (`ip netns add`) do.
+pub fn own_network() {
+    // SAFETY: unshare(2) with CLONE_NEWNET changes the calling thread's
+    // network namespace only; no memory is involved.
+    let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+    assert_eq!(
+        rc,
+        0,
+        "a network namespace of the test's own (unshare CLONE_NEWNET; run the tests as root): {}",
+        std::io::Error::last_os_error()
+    );
+    // `ip` runs in the thread's new namespace.
+    let out = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .output()
+        .expect("iproute2 `ip` is needed for this test");
+    assert!(
+        out.status.success(),
+        "ip link set lo up: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 // ---- Files --------------------------------------------------------------------------
