@@ -119,11 +119,11 @@ pub(super) struct Tails {
     zone: Vec<u8>,
     /// The alias, if there is one.
     alias: Option<Vec<u8>>,
-    /// http.L2.L1.L0.<zone>.
+    /// `http.L2.L1.L0.<zone>`.
     proxy: Vec<u8>,
     /// For names under the alias, where the compressor would point, when
-    /// it is known without it (the alias is not under L0.<zone>, nor a tail
-    /// of http.L2.L1.L0.<zone>): the synthesized CNAME's target is the
+    /// it is known without it (the alias is not under `L0.<zone>`, nor a tail
+    /// of `http.L2.L1.L0.<zone>`): the synthesized CNAME's target is the
     /// labels before the alias, then this (`proxy` less the longest tail
     /// it shares with the alias), then a pointer to that shared tail in
     /// the question, whose length (root label included) is the second
