@@ -867,3 +867,36 @@ fn tuning_drop_in_verifies_with_the_unit_and_every_file_is_explained() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `.ci/run` stops no service (it never kills by name, never stops a unit):
+/// the packages it installs are kept from starting by a policy-rc.d that it
+/// removes again, and only if the machine had none.
+#[test]
+fn ci_run_touches_no_process_it_did_not_start() {
+    let path = format!("{}/.ci/run", repo());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for banned in ["pkill", "killall", "systemctl stop", "kill -", "kill $"] {
+        assert!(!code.contains(banned), ".ci/run runs {banned:?}");
+    }
+    assert!(
+        !code.lines().any(|l| l.trim_start().starts_with("service ")),
+        ".ci/run stops a service"
+    );
+    assert!(code.contains("/usr/sbin/policy-rc.d") && code.contains("exit 101"));
+    assert!(
+        code.contains("if [ ! -e \"$policy\" ]"),
+        "the machine's own policy-rc.d is kept"
+    );
+    assert!(code.contains("rm -f \"$policy\""));
+    let out = Command::new("bash").args(["-n", &path]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
