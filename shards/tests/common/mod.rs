@@ -260,7 +260,9 @@ pub fn wait_for_port(addr: SocketAddr, what: &str) {
     })
 }
 
-/// Whether a TCP socket listens on `addr` (IPv4), from /proc/net/tcp.
+/// Whether a TCP socket listens on `addr` (IPv4), from the calling
+/// thread's /proc/net/tcp (`thread-self`: a test in [`own_network`] sees its
+/// own namespace's sockets, not the main thread's).
 pub fn listening(addr: SocketAddr) -> bool {
     let SocketAddr::V4(a) = addr else {
         return false;
@@ -270,7 +272,7 @@ pub fn listening(addr: SocketAddr) -> bool {
         u32::from_le_bytes(a.ip().octets()),
         a.port()
     );
-    std::fs::read_to_string("/proc/net/tcp")
+    std::fs::read_to_string("/proc/thread-self/net/tcp")
         .unwrap_or_default()
         .lines()
         .skip(1)
