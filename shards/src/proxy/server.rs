@@ -478,7 +478,7 @@ impl<'a> Conn<'a> {
             };
             match pc.miss(job).await {
                 MissAnswer::Ready { peer } => way.filled(peer),
-                MissAnswer::Stale => {}
+                MissAnswer::Stale => way.kept_stale(),
                 MissAnswer::Uncacheable => {
                     pc.passes.borrow_mut().mark(key, unix_now());
                     return self
