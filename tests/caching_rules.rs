@@ -473,8 +473,11 @@ fn rfc9111_4_2_2_the_heuristic_is_a_tenth_of_the_last_modified_age_capped() {
             date(NOW - ago)
         ))
     };
+    assert_eq!(fresh_for(&lm(36_000)), Ok(3_600));
+    // Modified recently: the default is the floor (coral).
+    assert_eq!(fresh_for(&lm(10)), Ok(h.default_secs));
+    assert_eq!(fresh_for(&lm(2000)), Ok(h.default_secs));
     assert_eq!(fresh_for(&lm(3600)), Ok(360));
-    assert_eq!(fresh_for(&lm(10)), Ok(1));
     assert_eq!(fresh_for(&lm(30 * 86_400)), Ok(h.max_secs));
     // Nothing said: the short default (coral), or nothing stored (rfc).
     assert_eq!(fresh_for(&ok("")), Ok(h.default_secs));
@@ -488,6 +491,7 @@ fn rfc9111_4_2_2_the_heuristic_is_a_tenth_of_the_last_modified_age_capped() {
         Storable::No(_)
     ));
     assert!(matches!(judged(&lm(3600), rfc), Storable::Yes(f) if f.fresh_until_secs == NOW + 360));
+    assert!(matches!(judged(&lm(10), rfc), Storable::Yes(f) if f.fresh_until_secs == NOW + 1));
     // Explicit freshness is never the heuristic's.
     assert!(
         matches!(judged(&ok("Cache-Control: max-age=7\r\n"), rfc), Storable::Yes(f) if f.fresh_until_secs == NOW + 7)

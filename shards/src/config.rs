@@ -420,11 +420,12 @@ pub struct ProxySection {
     /// Longest an error answer is cached.
     pub negative_ttl_secs: u64,
     /// Heuristic freshness (RFC 9111 §4.2.2) of responses that carry no
-    /// explicit freshness: "coral" (Last-Modified-based, else
+    /// explicit freshness: "coral" (Last-Modified-based, at least
     /// `heuristic_default_secs`) or "rfc" (Last-Modified-based only; no
     /// caching without explicit freshness or Last-Modified).
     pub heuristic: String,
-    /// Heuristic lifetime without Last-Modified ("coral" only).
+    /// Heuristic lifetime without Last-Modified, and the least with it
+    /// ("coral" only).
     pub heuristic_default_secs: u64,
     /// Percent of the time since Last-Modified given as lifetime.
     pub heuristic_last_modified_percent: u64,

@@ -31,8 +31,8 @@ pub const HEURISTIC_MAX_SECS: u64 = 24 * 3600;
 /// Which responses get heuristic freshness (`[proxy] heuristic`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeuristicMode {
-    /// `"coral"`: `Last-Modified`-based, else [`Heuristic::default_secs`]: a publisher
-    /// that says nothing still has its flash crowd absorbed.
+    /// `"coral"`: `Last-Modified`-based, and at least [`Heuristic::default_secs`]: a
+    /// publisher that says nothing still has its flash crowd absorbed.
     Coral,
     /// `"rfc"`: `Last-Modified`-based only; a response with neither explicit freshness
     /// nor `Last-Modified` is not stored.
@@ -43,9 +43,10 @@ pub enum HeuristicMode {
 /// for statuses cacheable by default (RFC 9110 §15.1) or marked `public`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Heuristic {
-    /// Whether responses without `Last-Modified` get [`Heuristic::default_secs`].
+    /// Whether [`Heuristic::default_secs`] applies.
     pub mode: HeuristicMode,
-    /// Lifetime without `Last-Modified` ([`HeuristicMode::Coral`] only).
+    /// Lifetime without `Last-Modified`, and the least with it
+    /// ([`HeuristicMode::Coral`] only).
     pub default_secs: u64,
     /// Percent of `Date − Last-Modified` given as lifetime.
     pub last_modified_percent: u64,
@@ -67,23 +68,33 @@ impl Default for Heuristic {
 impl Heuristic {
     /// The heuristic lifetime of a response received at `date_secs` that was last
     /// modified at `last_modified` (`None`: no valid `Last-Modified`); `None`: no
-    /// heuristic freshness (store only with explicit freshness).
+    /// heuristic freshness (store only with explicit freshness). In
+    /// [`HeuristicMode::Coral`] the default is also the floor of the `Last-Modified`
+    /// lifetime: a page published a minute ago is the very one a flash crowd asks for,
+    /// and 10 % of a minute would send every node back to its origin every 6 s.
     pub fn lifetime_secs(&self, date_secs: u64, last_modified: Option<u64>) -> Option<u64> {
-        match last_modified {
-            Some(lm) if lm <= date_secs => Some(
-                ((date_secs - lm) / 100)
-                    .saturating_mul(self.last_modified_percent)
-                    .saturating_add((date_secs - lm) % 100 * self.last_modified_percent / 100)
-                    .min(self.max_secs),
-            ),
-            // A Last-Modified in the future says nothing about the past.
-            _ => match self.mode {
-                HeuristicMode::Coral => Some(self.default_secs),
-                HeuristicMode::Rfc => None,
-            },
+        let from_last_modified = match last_modified {
+            // A Last-Modified after Date says nothing about the past.
+            Some(lm) if lm <= date_secs => {
+                let age = date_secs - lm;
+                Some(
+                    (age / 100)
+                        .saturating_mul(self.last_modified_percent)
+                        .saturating_add(age % 100 * self.last_modified_percent / 100)
+                        .min(self.max_secs),
+                )
+            }
+            _ => None,
+        };
+        match self.mode {
+            HeuristicMode::Coral => {
+                Some(from_last_modified.map_or(self.default_secs, |l| l.max(self.default_secs)))
+            }
+            HeuristicMode::Rfc => from_last_modified,
         }
     }
 }
+
 /// The `CDN-Loop` token (RFC 8586) and `Cache-Status` cache name of Coral.
 pub const CDN_TOKEN: &str = "coral";
 /// Appended to the client's `User-Agent` on requests to origins, as the deployed proxy did.
@@ -104,8 +115,8 @@ pub struct Freshness {
     pub response_secs: u64,
     /// `corrected_initial_age` of RFC 9111 §4.2.3.
     pub initial_age_secs: u64,
-    /// A stale copy must not be served without revalidation (`must-revalidate`,
-    /// `proxy-revalidate`, `s-maxage`), not even when the origin errs.
+    /// A stale copy must not be served without revalidation (`no-cache`,
+    /// `must-revalidate`, `proxy-revalidate`, `s-maxage`), not even when the origin errs.
     pub must_revalidate: bool,
 }
 

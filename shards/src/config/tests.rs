@@ -190,6 +190,7 @@ fn security_md_limits_are_true() {
                 "coral::limits::PROXY.vary_urls_tracked_max" => p.vary_urls_tracked_max,
                 "coral::limits::PROXY.range_bytes_max" => p.range_bytes_max,
                 "coral::limits::PROXY.chunk_line_bytes_max" => p.chunk_line_bytes_max,
+                "coral::limits::PROXY.targeted_field_bytes_max" => p.targeted_field_bytes_max,
                 _ => panic!("SECURITY.md: no {name}"),
             };
             assert_eq!(v.to_string(), value, "SECURITY.md: {name}");
@@ -374,6 +375,16 @@ fn bad_files_are_refused_with_a_reason() {
     assert!(NodeConfig::from_file(&f).is_err());
     let f: FileConfig = toml::from_str("zone = \"bad_label.test\"").unwrap();
     assert!(NodeConfig::from_file(&f).unwrap_err().contains("zone"));
+    // [proxy] heuristic: "coral" or "rfc", a percent of at most 100.
+    let f: FileConfig = toml::from_str("[proxy]\nheuristic = \"never\"").unwrap();
+    assert!(NodeConfig::from_file(&f).unwrap_err().contains("heuristic"));
+    let f: FileConfig = toml::from_str("[proxy]\nheuristic_last_modified_percent = 101").unwrap();
+    assert!(NodeConfig::from_file(&f)
+        .unwrap_err()
+        .contains("heuristic_last_modified_percent"));
+    let f: FileConfig = toml::from_str("[proxy]\nheuristic = \"rfc\"").unwrap();
+    let rfc = NodeConfig::from_file(&f).unwrap().proxy.heuristic;
+    assert_eq!(rfc.mode, coral::proxy::policy::HeuristicMode::Rfc);
 }
 
 #[test]

@@ -19,7 +19,7 @@ pub const TARGET_LIST: [&str; 2] = ["coral-cache-control", "cdn-cache-control"];
 
 /// Longest targeted field (all its lines joined) that is parsed; a longer
 /// one is ignored, as invalid.
-pub const TARGETED_BYTES_MAX: usize = 4096;
+pub const TARGETED_BYTES_MAX: usize = crate::limits::PROXY.targeted_field_bytes_max;
 
 /// A bare item's type (RFC 8941 §3.3), as far as cache directives care.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
