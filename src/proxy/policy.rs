@@ -5,7 +5,7 @@
 //! Deployed rules (the deployed CoralCDN's): cookies are stripped both ways (every Coralized site
 //! shares one domain, so cookies would leak between sites); an origin that says nothing
 //! about freshness gets a heuristic lifetime ([`Heuristic`]: 10 % of the time since
-//! `Last-Modified`, else a few minutes); negative answers are cached briefly. A
+//! `Last-Modified`, and at least a few minutes); negative answers are cached briefly. A
 //! client's `Cache-Control: no-cache` (a browser's reload) does not reach the origin: as
 //! Varnish and CoralCDN did, a flash crowd of reloads is served from the cache.
 //! Times are whole seconds since the epoch, given by the caller.
