@@ -53,6 +53,9 @@ pub struct ProxyLimits {
     pub range_bytes_max: usize,
     /// Bytes of a chunk-size line, extensions included.
     pub chunk_line_bytes_max: usize,
+    /// Bytes of a targeted cache-control field (RFC 9213), all its lines
+    /// joined; a longer one is ignored as invalid.
+    pub targeted_field_bytes_max: usize,
 }
 
 /// The proxy's limits.
@@ -61,4 +64,5 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     vary_urls_tracked_max: 4096,
     range_bytes_max: 256,
     chunk_line_bytes_max: 4096,
+    targeted_field_bytes_max: 4096,
 };

@@ -419,6 +419,18 @@ pub struct ProxySection {
     pub connections_max: usize,
     /// Longest an error answer is cached.
     pub negative_ttl_secs: u64,
+    /// Heuristic freshness (RFC 9111 §4.2.2) of responses that carry no
+    /// explicit freshness: "coral" (Last-Modified-based, at least
+    /// `heuristic_default_secs`) or "rfc" (Last-Modified-based only; no
+    /// caching without explicit freshness or Last-Modified).
+    pub heuristic: String,
+    /// Heuristic lifetime without Last-Modified, and the least with it
+    /// ("coral" only).
+    pub heuristic_default_secs: u64,
+    /// Percent of the time since Last-Modified given as lifetime.
+    pub heuristic_last_modified_percent: u64,
+    /// Cap of the Last-Modified-based lifetime.
+    pub heuristic_max_secs: u64,
     /// How long a resolved origin address is reused.
     pub resolve_ttl_secs: u64,
     /// `Vary`: variants of one URL stored beside the first, per core.
@@ -447,6 +459,10 @@ impl Default for ProxySection {
             object_bytes_max: crate::limits::CACHE.object_bytes_max,
             connections_max: 10000,
             negative_ttl_secs: 60,
+            heuristic: "coral".into(),
+            heuristic_default_secs: coral::proxy::policy::HEURISTIC_DEFAULT_SECS,
+            heuristic_last_modified_percent: coral::proxy::policy::HEURISTIC_LAST_MODIFIED_PERCENT,
+            heuristic_max_secs: coral::proxy::policy::HEURISTIC_MAX_SECS,
             resolve_ttl_secs: 60,
             vary_variants_max: coral::proxy::vary::VARY_VARIANTS_MAX,
             fetching_pointer_ttl_secs: fetch.fetching_pointer_ttl_secs,
@@ -476,6 +492,7 @@ impl ProxySection {
             object_bytes_max: self.object_bytes_max,
             connections_max: self.connections_max,
             negative_ttl_secs: self.negative_ttl_secs,
+            heuristic: parse_heuristic(self)?,
             resolve_ttl_secs: self.resolve_ttl_secs,
             vary_variants_max: self.vary_variants_max,
             fetching_pointer_ttl_secs: self.fetching_pointer_ttl_secs,
@@ -512,6 +529,8 @@ pub struct ProxyConfig {
     pub connections_max: usize,
     /// Longest an error answer is cached.
     pub negative_ttl_secs: u64,
+    /// Heuristic freshness of responses without explicit freshness.
+    pub heuristic: coral::proxy::policy::Heuristic,
     /// How long a resolved origin address is reused.
     pub resolve_ttl_secs: u64,
     /// `Vary`: variants of one URL stored beside the first response, per
@@ -525,6 +544,26 @@ pub struct ProxyConfig {
     pub complete_pointer_ttl_secs: u32,
     /// Where the access log is appended (`None`: no access log).
     pub access_log: Option<PathBuf>,
+}
+
+/// The `heuristic*` settings of `[proxy]`: the mode "coral" or "rfc", and a
+/// percent of at most 100.
+pub fn parse_heuristic(p: &ProxySection) -> Result<coral::proxy::policy::Heuristic, String> {
+    use coral::proxy::policy::{Heuristic, HeuristicMode};
+    let mode = match p.heuristic.as_str() {
+        "coral" => HeuristicMode::Coral,
+        "rfc" => HeuristicMode::Rfc,
+        other => return Err(format!("heuristic: \"coral\" or \"rfc\", not {other:?}")),
+    };
+    if p.heuristic_last_modified_percent > 100 {
+        return Err("heuristic_last_modified_percent: at most 100".into());
+    }
+    Ok(Heuristic {
+        mode,
+        default_secs: p.heuristic_default_secs,
+        last_modified_percent: p.heuristic_last_modified_percent,
+        max_secs: p.heuristic_max_secs,
+    })
 }
 
 /// An `access_log` value: "off", or the path of the file.

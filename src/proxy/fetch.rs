@@ -575,6 +575,8 @@ pub struct Response<'a> {
     pub now_secs: u64,
     /// Longest an error answer (4xx) is fresh.
     pub negative_ttl_secs: u64,
+    /// Freshness for responses without explicit freshness (`[proxy] heuristic*`).
+    pub heuristic: policy::Heuristic,
     /// Largest object stored.
     pub object_bytes_max: u64,
 }
@@ -589,10 +591,11 @@ pub fn judge(r: &Response<'_>) -> Verdict {
     if status == 304 && !r.from_peer {
         if let Some(old) = r.old {
             let fresh_head = policy::freshen(old, r.head);
-            let fresh_until_secs = match policy::storable(r.request, &fresh_head, r.now_secs) {
-                Storable::Yes(f) => f.fresh_until_secs,
-                Storable::No(_) => r.now_secs,
-            };
+            let fresh_until_secs =
+                match policy::storable_with(r.request, &fresh_head, r.now_secs, &r.heuristic) {
+                    Storable::Yes(f) => f.fresh_until_secs,
+                    Storable::No(_) => r.now_secs,
+                };
             return Verdict::Revalidated { fresh_until_secs };
         }
     }
@@ -605,7 +608,7 @@ pub fn judge(r: &Response<'_>) -> Verdict {
             return Verdict::Stale(Fail::origin(status));
         }
     }
-    let mut fresh = match policy::storable(r.request, r.head, r.now_secs) {
+    let mut fresh = match policy::storable_with(r.request, r.head, r.now_secs, &r.heuristic) {
         Storable::Yes(f) => f,
         Storable::No(why) => {
             return Verdict::NotStored {
@@ -636,10 +639,13 @@ pub fn origin_error(from_peer: bool, status: u16) -> Option<Fail> {
 }
 
 /// After a fetch failed: whether the stale copy in the cache (whose
-/// `must-revalidate` is `old_must_revalidate`) keeps the object and is
-/// served to its waiters. Only for the origin's failures (a peer's failure
-/// tries the next source), and never for a copy that must be revalidated
-/// (RFC 9111 §5.2.2.2).
+/// `must-revalidate` is `old_must_revalidate`: [`Freshness::must_revalidate`],
+/// or [`policy::forbids_stale`] of its head) keeps the object and is served
+/// to its waiters. Only for the origin's failures (a peer's failure tries
+/// the next source), and never for a copy that must be revalidated: not for
+/// `must-revalidate`, `proxy-revalidate`, `s-maxage` (RFC 9111 §5.2.2.2,
+/// §5.2.2.8, §5.2.2.10), nor `no-cache` (§5.2.2.4: never used without
+/// successful revalidation, not even when the origin fails).
 pub fn serve_stale(from_peer: bool, old_must_revalidate: Option<bool>) -> bool {
     !from_peer && old_must_revalidate == Some(false)
 }

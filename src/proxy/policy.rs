@@ -4,20 +4,97 @@
 //!
 //! Deployed rules (the deployed CoralCDN's): cookies are stripped both ways (every Coralized site
 //! shares one domain, so cookies would leak between sites); an origin that says nothing
-//! about freshness is trusted for 12 hours; negative answers are cached briefly. A
+//! about freshness gets a heuristic lifetime ([`Heuristic`]: 10 % of the time since
+//! `Last-Modified`, and at least a few minutes); negative answers are cached briefly. A
 //! client's `Cache-Control: no-cache` (a browser's reload) does not reach the origin: as
 //! Varnish and CoralCDN did, a flash crowd of reloads is served from the cache.
 //! Times are whole seconds since the epoch, given by the caller.
 
-use super::date::parse_http_date;
+use super::date::{parse_http_date, parse_http_date_at};
 use super::http::{trim_ows, write_decimal, Framing, Headers, Method, RequestHead, ResponseHead};
 use super::names::{Origin, Zones};
 
-/// Freshness given when the origin says nothing (the deployed CoralCDN's 12 hours).
-pub const HEURISTIC_FRESH_SECS: u64 = 12 * 3600;
-/// Freshness given to a negative answer (404, 410, ...) that says nothing: "cache negative
-/// results briefly".
-pub const NEGATIVE_FRESH_SECS: u64 = 60;
+mod targeted;
+pub use targeted::{TARGETED_BYTES_MAX, TARGET_LIST};
+
+/// Heuristic freshness (RFC 9111 §4.2.2) without `Last-Modified`: long enough that a flash
+/// crowd is served from the caches (each node asks its origin or a peer at most once per
+/// this many seconds per object), short enough that a publisher's change shows within
+/// minutes. The deployed CoralCDN trusted silent origins for 12 hours.
+pub const HEURISTIC_DEFAULT_SECS: u64 = 300;
+/// The fraction of the time since `Last-Modified` a response stays fresh heuristically
+/// (RFC 9111 §4.2.2 suggests 10 %, as Apache's `CacheLastModifiedFactor` and Squid use).
+pub const HEURISTIC_LAST_MODIFIED_PERCENT: u64 = 10;
+/// The most heuristic freshness `Last-Modified` earns (Apache's `CacheMaxExpire`: 1 day).
+pub const HEURISTIC_MAX_SECS: u64 = 24 * 3600;
+
+/// Which responses get heuristic freshness (`[proxy] heuristic`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeuristicMode {
+    /// `"coral"`: `Last-Modified`-based, and at least [`Heuristic::default_secs`]: a
+    /// publisher that says nothing still has its flash crowd absorbed.
+    Coral,
+    /// `"rfc"`: `Last-Modified`-based only; a response with neither explicit freshness
+    /// nor `Last-Modified` is not stored.
+    Rfc,
+}
+
+/// Heuristic freshness for responses without explicit freshness (RFC 9111 §4.2.2),
+/// for statuses cacheable by default (RFC 9110 §15.1) or marked `public`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heuristic {
+    /// Whether [`Heuristic::default_secs`] applies.
+    pub mode: HeuristicMode,
+    /// Lifetime without `Last-Modified`, and the least with it
+    /// ([`HeuristicMode::Coral`] only).
+    pub default_secs: u64,
+    /// Percent of `Date − Last-Modified` given as lifetime.
+    pub last_modified_percent: u64,
+    /// Cap of the `Last-Modified`-based lifetime.
+    pub max_secs: u64,
+}
+
+impl Default for Heuristic {
+    fn default() -> Heuristic {
+        Heuristic {
+            mode: HeuristicMode::Coral,
+            default_secs: HEURISTIC_DEFAULT_SECS,
+            last_modified_percent: HEURISTIC_LAST_MODIFIED_PERCENT,
+            max_secs: HEURISTIC_MAX_SECS,
+        }
+    }
+}
+
+impl Heuristic {
+    /// The heuristic lifetime of a response received at `date_secs` that was last
+    /// modified at `last_modified` (`None`: no valid `Last-Modified`); `None`: no
+    /// heuristic freshness (store only with explicit freshness). In
+    /// [`HeuristicMode::Coral`] the default is also the floor of the `Last-Modified`
+    /// lifetime: a page published a minute ago is the very one a flash crowd asks for,
+    /// and 10 % of a minute would send every node back to its origin every 6 s.
+    pub fn lifetime_secs(&self, date_secs: u64, last_modified: Option<u64>) -> Option<u64> {
+        let from_last_modified = match last_modified {
+            // A Last-Modified after Date says nothing about the past.
+            Some(lm) if lm <= date_secs => {
+                let age = date_secs - lm;
+                Some(
+                    (age / 100)
+                        .saturating_mul(self.last_modified_percent)
+                        .saturating_add(age % 100 * self.last_modified_percent / 100)
+                        .min(self.max_secs),
+                )
+            }
+            _ => None,
+        };
+        match self.mode {
+            HeuristicMode::Coral => {
+                Some(from_last_modified.map_or(self.default_secs, |l| l.max(self.default_secs)))
+            }
+            HeuristicMode::Rfc => from_last_modified,
+        }
+    }
+}
+
 /// The `CDN-Loop` token (RFC 8586) and `Cache-Status` cache name of Coral.
 pub const CDN_TOKEN: &str = "coral";
 /// Appended to the client's `User-Agent` on requests to origins, as the deployed proxy did.
@@ -38,8 +115,8 @@ pub struct Freshness {
     pub response_secs: u64,
     /// `corrected_initial_age` of RFC 9111 §4.2.3.
     pub initial_age_secs: u64,
-    /// A stale copy must not be served without revalidation (`must-revalidate`,
-    /// `proxy-revalidate`, `s-maxage`), not even when the origin errs.
+    /// A stale copy must not be served without revalidation (`no-cache`,
+    /// `must-revalidate`, `proxy-revalidate`, `s-maxage`), not even when the origin errs.
     pub must_revalidate: bool,
 }
 
@@ -64,6 +141,13 @@ struct CacheControl {
     /// `Some(None)`: present but invalid.
     max_age: Option<Option<u64>>,
     s_maxage: Option<Option<u64>>,
+    /// From a targeted field (RFC 9213): `Expires` is ignored too.
+    targeted: bool,
+}
+
+/// RFC 9111 §1.2.2: a delta-seconds too large is taken as 2^31.
+fn delta_seconds_value(n: u64) -> u64 {
+    n.min(1 << 31)
 }
 
 fn delta_seconds(v: Option<&[u8]>) -> Option<u64> {
@@ -86,7 +170,16 @@ fn delta_seconds(v: Option<&[u8]>) -> Option<u64> {
     )
 }
 
+/// The directives this cache obeys: those of the first valid targeted field
+/// (`Coral-Cache-Control`, then `CDN-Cache-Control`; RFC 9213 §2.1), else
+/// `Cache-Control`'s.
 fn cache_control(h: &Headers) -> CacheControl {
+    if let Some(cc) = targeted::targeted_cache_control(h) {
+        return CacheControl {
+            targeted: true,
+            ..cc
+        };
+    }
     let mut cc = CacheControl::default();
     for d in h.list("cache-control") {
         let (name, arg) = match d.iter().position(|&b| b == b'=') {
@@ -150,11 +243,59 @@ fn status_heuristic(status: u16) -> bool {
 }
 
 /// Whether a response to `req` may be stored, and its freshness as of `now_secs`, the time
+/// it was received (RFC 9111 §3, §4.2), with the default [`Heuristic`]. See
+/// [`storable_with`].
+pub fn storable(req: &RequestHead, resp: &ResponseHead, now_secs: u64) -> Storable {
+    storable_with(req, resp, now_secs, &Heuristic::default())
+}
+
+/// The `Age` a response carries (RFC 9111 §5.1): the first member of the first field (a
+/// list value such as `7200, 0` is read as 7200), as delta-seconds; an invalid one
+/// (`-1`, `1.5`, `abc`) is ignored (0).
+pub fn age_field_secs(resp: &ResponseHead) -> u64 {
+    let Some(first) = resp.headers.get("age") else {
+        return 0;
+    };
+    let member = trim_ows(first.split(|&b| b == b',').next().unwrap_or_default());
+    if member.is_empty() || !member.iter().all(u8::is_ascii_digit) {
+        return 0;
+    }
+    delta_seconds_value(
+        member
+            .iter()
+            .try_fold(0u64, |n, d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
+            .unwrap_or(u64::MAX),
+    )
+}
+
+/// The one value of a singleton date field (`Date`, `Expires`, `Last-Modified`), read as
+/// of `now_secs`: `Err` when it is invalid or the field appears more than once.
+fn date_field(h: &Headers, name: &str, now_secs: u64) -> Option<Result<u64, ()>> {
+    let mut all = h.get_all(name);
+    let first = all.next()?;
+    if all.next().is_some() {
+        return Some(Err(()));
+    }
+    Some(parse_http_date_at(first, now_secs).ok_or(()))
+}
+
+/// Whether a response to `req` may be stored, and its freshness as of `now_secs`, the time
 /// it was received (RFC 9111 §3, §4.2). Not stored: methods other than GET, `no-store` in
 /// request or response, `private`, `Vary: *`, statuses we do not store, `Authorization`
 /// requests unless the response says `public`, `s-maxage` or `must-revalidate` (§3.5),
-/// and explicitly or heuristically uncacheable statuses without explicit freshness.
-pub fn storable(req: &RequestHead, resp: &ResponseHead, now_secs: u64) -> Storable {
+/// and explicitly or heuristically uncacheable statuses without explicit freshness. The
+/// response directives are the targeted field's when there is a valid one (RFC 9213),
+/// else `Cache-Control`'s. Explicit freshness: `s-maxage`, `max-age`, then `Expires −
+/// Date` (an invalid or repeated `Expires` is in the past, §5.3; a targeted field
+/// ignores `Expires`); else `heuristic`.
+pub fn storable_with(
+    req: &RequestHead,
+    resp: &ResponseHead,
+    now_secs: u64,
+    heuristic: &Heuristic,
+) -> Storable {
     if req.method != Method::Get {
         return Storable::No("method");
     }
@@ -179,18 +320,22 @@ pub fn storable(req: &RequestHead, resp: &ResponseHead, now_secs: u64) -> Storab
     {
         return Storable::No("authorization");
     }
-    let date = resp.headers.get("date").and_then(parse_http_date);
-    let date_secs = date.unwrap_or(now_secs);
+    // An invalid or repeated Date is as good as none: the receipt time.
+    let date_secs = match date_field(&resp.headers, "date", now_secs) {
+        Some(Ok(d)) => d,
+        _ => now_secs,
+    };
     // RFC 9111 §4.2.1: s-maxage, then max-age, then Expires − Date.
     let explicit = if let Some(s) = cc.s_maxage {
         Some(s.unwrap_or(0))
     } else if let Some(m) = cc.max_age {
         Some(m.unwrap_or(0))
+    } else if cc.targeted {
+        None
     } else {
-        // §5.3: an invalid Expires (e.g. "0") is in the past.
-        resp.headers
-            .get("expires")
-            .map(|e| parse_http_date(e).map_or(0, |e| e.saturating_sub(date_secs)))
+        // §5.3: an invalid Expires (e.g. "0"), or two of them, is in the past.
+        date_field(&resp.headers, "expires", now_secs)
+            .map(|e| e.map_or(0, |e| e.saturating_sub(date_secs)))
     };
     let lifetime = match explicit {
         _ if cc.no_cache => 0,
@@ -198,18 +343,19 @@ pub fn storable(req: &RequestHead, resp: &ResponseHead, now_secs: u64) -> Storab
         None if !status_heuristic(resp.status) && !cc.public => {
             return Storable::No("status without explicit freshness")
         }
-        None if resp.status == 200 || resp.status == 203 || resp.status == 204 => {
-            HEURISTIC_FRESH_SECS
+        None => {
+            let last_modified = match date_field(&resp.headers, "last-modified", now_secs) {
+                Some(Ok(lm)) => Some(lm),
+                _ => None,
+            };
+            match heuristic.lifetime_secs(date_secs, last_modified) {
+                Some(l) => l,
+                None => return Storable::No("no explicit freshness or Last-Modified"),
+            }
         }
-        None if matches!(resp.status, 300 | 301 | 308) => HEURISTIC_FRESH_SECS,
-        None => NEGATIVE_FRESH_SECS,
     };
     // RFC 9111 §4.2.3 with request_time = response_time = now.
-    let age_value = resp
-        .headers
-        .get("age")
-        .and_then(|a| delta_seconds(Some(a)))
-        .unwrap_or(0);
+    let age_value = age_field_secs(resp);
     let apparent_age = now_secs.saturating_sub(date_secs);
     let initial_age_secs = apparent_age.max(age_value);
     Storable::Yes(Freshness {
@@ -217,8 +363,23 @@ pub fn storable(req: &RequestHead, resp: &ResponseHead, now_secs: u64) -> Storab
         fresh_until_secs: now_secs.saturating_add(lifetime.saturating_sub(initial_age_secs)),
         response_secs: now_secs,
         initial_age_secs,
-        must_revalidate: cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage.is_some(),
+        // §5.2.2.4: no-cache is never served without successful revalidation — not
+        // stale on the origin's error either; §5.2.2.10: s-maxage implies
+        // proxy-revalidate.
+        must_revalidate: cc.no_cache
+            || cc.must_revalidate
+            || cc.proxy_revalidate
+            || cc.s_maxage.is_some(),
     })
+}
+
+/// Whether a stored response's directives (the targeted field's, else `Cache-Control`'s)
+/// forbid serving it stale, even when the origin fails: `no-cache`, `must-revalidate`,
+/// `proxy-revalidate`, or `s-maxage` (which implies `proxy-revalidate`, RFC 9111
+/// §5.2.2.10). [`Freshness::must_revalidate`] holds the same, computed when stored.
+pub fn forbids_stale(head: &ResponseHead) -> bool {
+    let cc = cache_control(&head.headers);
+    cc.no_cache || cc.must_revalidate || cc.proxy_revalidate || cc.s_maxage.is_some()
 }
 
 /// `current_age` of RFC 9111 §4.2.3: the corrected initial age plus the time resident here.
@@ -618,10 +779,12 @@ pub fn head_to_store(resp: &ResponseHead) -> ResponseHead {
     }
 }
 
-/// Why a request went forward, for `Cache-Status` (RFC 9211 §2.2).
+/// Why a request went forward, for `Cache-Status`: the values of RFC 9211 §2.2.1, and
+/// no others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forward {
-    /// The cache did not use a stored response (no-store request, Authorization).
+    /// The cache was configured not to handle the request (`no-store` request,
+    /// `Authorization`).
     Bypass,
     /// The method is not cacheable.
     Method,
@@ -629,26 +792,50 @@ pub enum Forward {
     UriMiss,
     /// Stored, but for other `Vary` values.
     VaryMiss,
+    /// A miss the cache cannot tell apart (RFC 9211: "uri-miss" or "vary-miss").
+    Miss,
+    /// A stored response was fresh, but the request's semantics forbade its use.
+    Request,
     /// Stored but stale: revalidated or refetched.
     Stale,
+    /// Only part of the response was stored.
+    Partial,
 }
 
 impl Forward {
-    fn token(self) -> &'static str {
+    /// Its `fwd` token.
+    pub fn token(self) -> &'static str {
         match self {
             Forward::Bypass => "bypass",
             Forward::Method => "method",
             Forward::UriMiss => "uri-miss",
             Forward::VaryMiss => "vary-miss",
+            Forward::Miss => "miss",
+            Forward::Request => "request",
             Forward::Stale => "stale",
+            Forward::Partial => "partial",
         }
     }
+}
+
+/// `Cache-Status` details coral writes (RFC 9211 §2.8), one vocabulary: the level a
+/// peer's copy was found at (where Fig. 4 counts it), and a stale copy served because the
+/// origin failed.
+pub mod detail {
+    /// From a peer found at level 2 (the smallest cluster).
+    pub const PEER_L2: &str = "peer-l2";
+    /// From a peer found at level 1.
+    pub const PEER_L1: &str = "peer-l1";
+    /// From a peer found at level 0 (the global cluster), or by a lost claim.
+    pub const PEER_L0: &str = "peer-l0";
+    /// A stale copy, served because the origin failed or could not be reached.
+    pub const STALE_ON_ERROR: &str = "stale-on-error";
 }
 
 /// This cache's `Cache-Status` entry (RFC 9211).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct CacheStatus {
-    /// Served from storage without going forward.
+    /// Served from storage without going forward (never with `fwd`).
     pub hit: bool,
     /// Why the request went forward, if it did.
     pub fwd: Option<Forward>,
@@ -660,7 +847,7 @@ pub struct CacheStatus {
     pub collapsed: bool,
     /// Freshness left, in seconds (negative: stale).
     pub ttl: Option<i64>,
-    /// Free-form detail: `peer`, `stale-on-error`, ...
+    /// One of [`detail`]'s: the peer level, or `stale-on-error`.
     pub detail: Option<&'static str>,
 }
 
@@ -682,10 +869,12 @@ impl CacheStatus {
         }
     }
 
-    /// Appends the entry: `coral; hit`, `coral; fwd=uri-miss; stored`.
+    /// Appends the entry: `coral; hit`, `coral; fwd=uri-miss; stored`. A hit never
+    /// carries `fwd` (RFC 9211 §2.1), nor `stored` or `collapsed` (§2.4, §2.5: they
+    /// qualify a forward).
     pub fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(CDN_TOKEN.as_bytes());
-        if self.hit {
+        if self.hit && self.fwd.is_none() {
             out.extend_from_slice(b"; hit");
         }
         if let Some(f) = self.fwd {
@@ -696,10 +885,10 @@ impl CacheStatus {
             out.extend_from_slice(b"; fwd-status=");
             write_decimal(out, u64::from(s));
         }
-        if self.stored {
+        if self.stored && self.fwd.is_some() {
             out.extend_from_slice(b"; stored");
         }
-        if self.collapsed {
+        if self.collapsed && self.fwd.is_some() {
             out.extend_from_slice(b"; collapsed");
         }
         if let Some(t) = self.ttl {
@@ -792,6 +981,10 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
             "via" => via = Some(v),
             "cache-status" => origin_cache_status = Some(v),
             "age" | "content-length" | "content-range" | "accept-ranges" => {}
+            // RFC 9213 §3: a CDN "MAY remove" a targeted field known not to be used
+            // downstream. Coral-Cache-Control targets coral alone: it stops here.
+            // CDN-Cache-Control is kept, for a CDN in front of coral.
+            "coral-cache-control" => {}
             n if is_hop_by_hop(n) || is_cookie(n) => {}
             n if info.not_modified && !allowed_in_304(n) => {}
             n => {

@@ -193,6 +193,10 @@ pub struct Lookup {
     no_forward: bool,
     asked: bool,
     peer: Option<Level>,
+    /// The first look found a stale complete copy (`fwd=stale`).
+    found_stale: bool,
+    /// The fill kept that stale copy: the origin failed.
+    kept_stale: bool,
 }
 
 impl Lookup {
@@ -204,6 +208,8 @@ impl Lookup {
             no_forward: route.no_forward,
             asked: false,
             peer: None,
+            found_stale: false,
+            kept_stale: false,
         }
     }
 
@@ -217,6 +223,12 @@ impl Lookup {
     /// the next look needs no call.)
     pub fn filled(&mut self, peer: Option<Level>) {
         self.peer = peer;
+    }
+
+    /// The owning core's fetch failed and kept the stale copy found on the
+    /// first look, to be served stale on error (RFC 9111 §4.2.4).
+    pub fn kept_stale(&mut self) {
+        self.kept_stale = true;
     }
 
     /// What to serve `req` after looking up [`Lookup::key`] at `now_secs`,
@@ -269,6 +281,13 @@ impl Lookup {
         if self.asked {
             return Serve::Refuse(Refusal::new(502, "the object could not be fetched", ka));
         }
+        if let Found::Copy {
+            state: CopyState::Complete { fresh: false },
+            ..
+        } = found
+        {
+            self.found_stale = true;
+        }
         // Hit-for-pass: its last answer could not be stored.
         if !self.no_forward && passes.pass(&self.key, now_secs) {
             return Serve::Pass(Forward::UriMiss);
@@ -277,36 +296,42 @@ impl Lookup {
         Serve::Fill
     }
 
-    /// The status of a copy being written: a hit collapsed onto a fetch
-    /// under way, or this request's own fill.
-    fn arriving(&self) -> CacheStatus {
-        let mut cs = if self.asked {
-            CacheStatus::forward(Forward::UriMiss, true)
+    /// Why this request's fill went forward: the copy it found was stale, or
+    /// there was none.
+    fn fwd(&self) -> Forward {
+        if self.found_stale {
+            Forward::Stale
         } else {
-            CacheStatus::hit()
-        };
+            Forward::UriMiss
+        }
+    }
+
+    /// The status of a copy being written (RFC 9211): this request's own
+    /// fill (`fwd`, `stored`), or another request's fetch it joined on its
+    /// first look (`fwd=uri-miss; collapsed`: not a hit, the copy was not
+    /// stored when it came).
+    fn arriving(&self) -> CacheStatus {
+        let mut cs = CacheStatus::forward(self.fwd(), true);
         cs.collapsed = !self.asked;
         cs.detail = self.peer.map(peer_detail);
         cs
     }
 
-    /// A complete copy, fresh or fetched (a stale one after the fill: the
-    /// origin failed and the copy is served on error).
+    /// A complete copy: a fresh one on the first look is a hit; after the
+    /// fill it is the fetched copy (`fwd`, `stored`, even when its origin
+    /// made it stale at once, `max-age=0`), or the stale copy kept because
+    /// the origin failed (`fwd=stale; detail=stale-on-error`).
     fn complete(&self, fresh: bool) -> Serve {
         if !self.asked {
             return Serve::Hit;
         }
-        let fwd = if fresh {
-            Forward::UriMiss
-        } else {
-            Forward::Stale
-        };
-        let mut cs = CacheStatus::forward(fwd, fresh);
-        if !fresh {
-            cs.detail = Some("stale-on-error");
-        } else if let Some(level) = self.peer {
-            cs.detail = Some(peer_detail(level));
+        if self.kept_stale && !fresh {
+            let mut cs = CacheStatus::forward(Forward::Stale, false);
+            cs.detail = Some(policy::detail::STALE_ON_ERROR);
+            return Serve::Copy(cs);
         }
+        let mut cs = CacheStatus::forward(self.fwd(), true);
+        cs.detail = self.peer.map(peer_detail);
         Serve::Copy(cs)
     }
 }
@@ -315,9 +340,9 @@ impl Lookup {
 /// (`peer-l2`, `peer-l1`, `peer-l0`): where Fig. 4 counts it.
 pub fn peer_detail(level: Level) -> &'static str {
     match level {
-        2 => "peer-l2",
-        1 => "peer-l1",
-        _ => "peer-l0",
+        2 => policy::detail::PEER_L2,
+        1 => policy::detail::PEER_L1,
+        _ => policy::detail::PEER_L0,
     }
 }
 

@@ -362,6 +362,7 @@ impl ProxyCore {
             old: old.as_ref().map(|(_, s)| &s.head),
             now_secs: now,
             negative_ttl_secs: self.cfg.negative_ttl_secs,
+            heuristic: self.cfg.heuristic,
             object_bytes_max: self.cfg.object_bytes_max,
         });
         let fresh = match verdict {
@@ -566,7 +567,8 @@ impl ProxyCore {
         peer: Option<SocketAddr>,
         old: Option<&(ObjectMeta, stored::Stored)>,
     ) -> Outcome {
-        if fetch::serve_stale(peer.is_some(), old.map(|(_, s)| s.must_revalidate)) {
+        let must_revalidate = old.map(|(_, s)| s.must_revalidate || policy::forbids_stale(&s.head));
+        if fetch::serve_stale(peer.is_some(), must_revalidate) {
             self.answer_waiters(key, || MissAnswer::Stale);
             return Outcome::Ok;
         }

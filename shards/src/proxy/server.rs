@@ -157,7 +157,9 @@ fn head_status(head: &[u8]) -> u16 {
 
 /// The cache result of an answer from the cache with `cs`.
 fn cache_result(cs: &CacheStatus) -> CacheResult {
-    if cs.hit {
+    // A request collapsed onto a copy being written is no hit (RFC 9211), but
+    // this node served it without a fetch of its own: local, as before.
+    if cs.hit || cs.collapsed {
         return CacheResult::Local;
     }
     match cs.detail {
@@ -478,7 +480,7 @@ impl<'a> Conn<'a> {
             };
             match pc.miss(job).await {
                 MissAnswer::Ready { peer } => way.filled(peer),
-                MissAnswer::Stale => {}
+                MissAnswer::Stale => way.kept_stale(),
                 MissAnswer::Uncacheable => {
                     pc.passes.borrow_mut().mark(key, unix_now());
                     return self
@@ -544,7 +546,7 @@ impl<'a> Conn<'a> {
             obj.key_prefix(),
             req,
             body_len.unwrap_or(0),
-            cache_status.hit,
+            cache_status.hit || cache_status.collapsed,
         );
         let copy = CopyServed {
             head: &st.head,

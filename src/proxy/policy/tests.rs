@@ -86,21 +86,30 @@ fn rfc9111_5_3_invalid_expires_is_already_stale() {
 }
 
 #[test]
-fn rfc9111_4_2_2_heuristic_is_twelve_hours_when_the_origin_says_nothing() {
-    assert_eq!(lifetime(&req(""), &ok("")), HEURISTIC_FRESH_SECS);
+fn rfc9111_4_2_2_heuristic_is_a_short_default_or_a_tenth_of_the_last_modified_age() {
+    assert_eq!(lifetime(&req(""), &ok("")), HEURISTIC_DEFAULT_SECS);
+    // Modified long ago: 10 %, capped at a day.
     assert_eq!(
         lifetime(
             &req(""),
             &ok("Last-Modified: Sun, 06 Nov 1994 08:49:37 GMT\r\n")
         ),
-        HEURISTIC_FRESH_SECS
+        HEURISTIC_MAX_SECS
     );
+    // Modified 10 000 s before Date: 1 000 s.
+    let s = ok(&format!(
+        "Date: {}\r\nLast-Modified: {}\r\n",
+        date(NOW),
+        date(NOW - 10_000)
+    ));
+    assert_eq!(lifetime(&req(""), &s), 1_000);
 }
 
 #[test]
 fn negative_answers_are_cached_briefly() {
+    // The heuristic's lifetime (`judge` caps it at negative_ttl_secs).
     let s = resp("HTTP/1.1 404 Not Found", "Content-Length: 0\r\n");
-    assert_eq!(lifetime(&req(""), &s), NEGATIVE_FRESH_SECS);
+    assert_eq!(lifetime(&req(""), &s), HEURISTIC_DEFAULT_SECS);
     // An explicit lifetime is obeyed.
     let s = resp("HTTP/1.1 404 Not Found", "Cache-Control: max-age=5\r\n");
     assert_eq!(lifetime(&req(""), &s), 5);

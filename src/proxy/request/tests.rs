@@ -137,7 +137,7 @@ fn a_fresh_complete_copy_is_a_hit_on_the_first_look() {
 }
 
 #[test]
-fn a_copy_being_written_is_a_collapsed_hit() {
+fn rfc9211_2_5_a_copy_being_written_is_collapsed_not_a_hit() {
     let r = get("");
     let head = resp("HTTP/1.1 200 OK", "Content-Length: 3\r\n");
     let none = Headers::new();
@@ -145,7 +145,8 @@ fn a_copy_being_written_is_a_collapsed_hit() {
     let Serve::Copy(cs) = decide_once(&mut way, &r, copy(&head, &none, CopyState::Writing)) else {
         panic!("not served")
     };
-    assert!(cs.hit && cs.collapsed && cs.detail.is_none());
+    assert!(!cs.hit && cs.collapsed && cs.detail.is_none());
+    assert_eq!(cs.fwd, Some(Forward::UriMiss));
 }
 
 #[test]
@@ -180,7 +181,8 @@ fn a_stale_copy_is_filled_and_served_stale_on_the_origins_error() {
     let mut way = Lookup::new(&routed(&r));
     let stale = copy(&head, &none, CopyState::Complete { fresh: false });
     assert_eq!(decide_once(&mut way, &r, stale), Serve::Fill);
-    // The owner kept the stale copy (`Stale`: no `filled`).
+    // The owner kept the stale copy (`Stale`).
+    way.kept_stale();
     let Serve::Copy(cs) = decide_once(&mut way, &r, stale) else {
         panic!("not served")
     };
@@ -310,6 +312,7 @@ fn fetched<'a>(
         old,
         now_secs: NOW,
         negative_ttl_secs: 60,
+        heuristic: Default::default(),
         object_bytes_max: 1000,
     }
 }
