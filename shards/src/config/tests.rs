@@ -213,14 +213,14 @@ fn security_md_limits_are_true() {
 }
 
 /// The keys whose default is computed from others (none is written).
-const COMPUTED_DEFAULTS: &[&str] = &["http", "public_addr", "[proxy] cache_dir"];
+const COMPUTED_DEFAULTS: &[&str] = &["http", "dns", "public_addr", "[proxy] cache_dir"];
 
 #[test]
 fn computed_defaults_are_unset() {
     let d = FileConfig::default();
     assert_eq!(
-        (d.http, d.public_addr, d.proxy.cache_dir),
-        (None, None, None)
+        (d.http, d.dns, d.public_addr, d.proxy.cache_dir),
+        (None, None, None, None)
     );
 }
 
@@ -357,7 +357,129 @@ fn errors_name_the_file_the_line_and_the_key_as_written() {
         e.starts_with(&format!("{p}:2: dsht")) && e.contains("public_addr"),
         "{e}"
     );
+    // Every value the loader parses names its line and key: a size, a
+    // static answer, the access log, a pointer TTL.
+    for (text, want) in [
+        (
+            "cores = 1\n[proxy]\ncache_size = \"lots\"\n",
+            ":3: [proxy] cache_size",
+        ),
+        (
+            "[proxy]\n\nresolve = [\"nonsense\"]\n",
+            ":3: [proxy] resolve",
+        ),
+        ("[proxy]\naccess_log = \"\"\n", ":2: [proxy] access_log"),
+        ("[proxy]\ncache_size = \"1KiB\"\n", ":2: [proxy] cache_size"),
+        (
+            "[proxy]\nfetching_pointer_ttl_secs = 1\n",
+            ":2: [proxy] fetching_pointer_ttl_secs",
+        ),
+    ] {
+        let e = load(text);
+        assert!(e.starts_with(&format!("{p}{want}")), "{text:?}: {e}");
+    }
+    // Listener clashes and a public node's loopback dnssrv, located.
+    std::fs::write(
+        &path,
+        "dsht = \"127.0.0.1:7000\"\ndns = \"127.0.0.1:7000\"\n",
+    )
+    .unwrap();
+    let e = check_file(&path).unwrap_err();
+    assert!(
+        e.starts_with(&format!("{p}:2: dns")) && e.contains("--dsht"),
+        "{e}"
+    );
+    std::fs::write(
+        &path,
+        "dsht = \"0.0.0.0:7000\"\npublic_addr = \"192.0.2.1:7000\"\ndns = \"127.0.0.1:7053\"\n",
+    )
+    .unwrap();
+    let e = check_file(&path).unwrap_err();
+    assert!(
+        e.starts_with(&format!("{p}:3: dns")) && e.contains("0.0.0.0:53"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The addresses follow the DSHT address (and `public_addr`): one set,
+/// the rest follow; a public node's dnssrv on port 53.
+#[test]
+fn addresses_follow_the_dsht_address_and_public_addr() {
+    let load = |text: &str| {
+        let f: FileConfig = toml::from_str(text).unwrap();
+        NodeConfig::from_file(&f).unwrap()
+    };
+    let d = load("");
+    assert_eq!(d.dns_addr(), "127.0.0.1:7053".parse().unwrap());
+    assert_eq!(d.http_addr(), "127.0.0.1:8090".parse().unwrap());
+    assert!(!d.is_public());
+    let second = load("dsht = \"127.0.0.2:7000\"");
+    assert_eq!(second.dns_addr(), "127.0.0.2:7053".parse().unwrap());
+    assert_eq!(second.http_addr(), "127.0.0.2:8090".parse().unwrap());
+    let public = load("dsht = \"0.0.0.0:7000\"\npublic_addr = \"192.0.2.1:7000\"");
+    public.validate().unwrap();
+    assert!(public.is_public());
+    assert_eq!(public.dns_addr(), "0.0.0.0:53".parse().unwrap());
+    assert_eq!(public.http_addr(), "0.0.0.0:8090".parse().unwrap());
+    assert_eq!(public.http_public_addr(), "192.0.2.1:8090".parse().unwrap());
+    let specific = load("dsht = \"192.0.2.7:7000\"");
+    specific.validate().unwrap();
+    assert_eq!(specific.dns_addr(), "192.0.2.7:53".parse().unwrap());
+    // A public node's proxy on loopback is refused too, naming the flag.
+    let mut c = public.clone();
+    c.http = Some("127.0.0.1:8090".parse().unwrap());
+    assert!(c.validate().unwrap_err().contains("--http"));
+    // Two listeners of one protocol on one address (a wildcard covers a
+    // specific address); TCP and UDP on one port are fine.
+    let mut c = d.clone();
+    c.http = Some("0.0.0.0:7080".parse().unwrap());
+    let e = c.validate().unwrap_err();
+    assert!(e.contains("--admin") && e.contains("--http"), "{e}");
+    let mut c = d.clone();
+    c.dns = Some("127.0.0.1:7000".parse().unwrap());
+    assert!(c.validate().unwrap_err().contains("--dsht"));
+    let mut c = d;
+    c.http = Some("127.0.0.1:7000".parse().unwrap());
+    c.validate().unwrap();
+}
+
+/// SIGHUP: every changed key is named, `[proxy]`'s included; the keys a
+/// reload applies are not.
+#[test]
+fn a_reload_names_every_changed_key_that_needs_a_restart() {
+    let old: FileConfig = toml::from_str("log = \"info\"").unwrap();
+    let new: FileConfig = toml::from_str(
+        "log = \"debug\"\nbootstrap = [\"192.0.2.9:7000\"]\ndns = \"127.0.0.1:5353\"\n\
+         [proxy]\ncache_size = \"2GiB\"\nallow_private_origins = true\nconnect_timeout_ms = 1000\n\
+         [dht]\nalpha = 4\n",
+    )
+    .unwrap();
+    let changes = crate::lifecycle::restart_changes(&old, &new);
+    let keys: Vec<&str> = changes
+        .iter()
+        .map(|c| c.split(" changed").next().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "[dht] alpha",
+            "[proxy] allow_private_origins",
+            "[proxy] cache_size",
+            "[proxy] connect_timeout_ms",
+            "dns"
+        ],
+        "{changes:?}"
+    );
+    assert!(
+        changes.contains(&"[proxy] cache_size changed from \"1GiB\" to \"2GiB\"".to_string()),
+        "{changes:?}"
+    );
+    assert!(
+        changes.contains(&"dns changed from (unset) to \"127.0.0.1:5353\"".to_string()),
+        "{changes:?}"
+    );
+    assert!(crate::lifecycle::restart_changes(&old, &old).is_empty());
 }
 
 #[test]
@@ -501,9 +623,9 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-const EFFECTIVE: &str = r#"NodeConfig { dsht: 127.0.0.1:7000, public_addr: None, log: "info", admin: 127.0.0.1:7080, bootstrap: [], cores: 0, zone: "coralcdn.test", alias: Some("coral.test"), dns: Some(127.0.0.1:7053), dht: Config { level_thresholds_ms: [4294967295, 60, 20], b: 1, alpha: 3, values_per_key_max: 4, beta_per_min: 12, bucket_size: 8, reply_contacts_max: 8, get_values_max: 4, rpc_timeout_ms: 2000, rpc_stall_ms: 500, lookup_contacts_max: 64, operation_timeout_ms: 30000, operations_max: 4096, pending_rpcs_max: 16384, ttl_max_secs: 86400, keys_per_level_max: 1048576, value_bytes_max: 255, token_rotate_secs: 300, transmit_queue_max: 65536, event_queue_max: 65536, verify_pings_max: 256, id_includes_port: false, require_id_binding: true, bucket_refresh_secs: 3600, cluster_manage: true, cluster_eval_secs: 300, cluster_join_eval_secs: 15, cluster_join_percent: 80, cluster_leave_percent: 50, cluster_join_sigma_centi: 200, cluster_split_sigma_centi: 0, cluster_rejoin_holdoff_secs: 3600, cluster_retry_holdoff_secs: 600, cluster_accesses_min: 8, cluster_samples_min: 3, cluster_observed_max: 256, cluster_validate_probes: 32, cluster_delta_log2: 2, cluster_delta_period_secs: 3600, cluster_size_margin_log2_centi: 100, cluster_splits_max: 3, hint_ttl_secs: 3600, hint_probes_max: 8, values_per_source_per_key_max: 1, values_per_prefix_per_key_max: 2, values_per_source_max: 4096, values_per_prefix_max: 16384, store_bytes_per_level_max: 134217728, bucket_contacts_per_ip_max: 1, bucket_contacts_per_prefix_max: 2, reply_amplification_max: 3, rate_requests_per_sec: 5, rate_verified_requests_per_sec: 1000, rate_window_secs: 10, rate_block_secs: 300, rate_sources_max: 16384, cluster_members_known_max: 1024 }, http: None, proxy: ProxyConfig { cache_dir: None, cache_size_bytes: 1073741824, allow_private_origins: false, resolve: [], connect_timeout_ms: 5000, first_byte_timeout_ms: 15000, idle_timeout_ms: 15000, client_idle_timeout_ms: 30000, object_bytes_max: 50000000, connections_max: 10000, negative_ttl_secs: 60, resolve_ttl_secs: 60, vary_variants_max: 8, fetching_pointer_ttl_secs: 20, complete_pointer_ttl_secs: 3600, access_log: None } } | DnsConfig { zone: "coralcdn.test", alias: Some("coral.test"), level_thresholds_ms: [4294967295, 60, 20], answers_max: 4, nameservers_max: 3, live_secs: 300, udp_payload_bytes: 1232, default_level: 0, rrl_responses_per_sec: 100, rrl_slip: 2, probe_interval_secs: 600, probes_per_prefix: 4, probes_per_sec: 20, clients_max: 65536, client_rtt_secs: 3600, serial: 1, hold_ms: 400, held_max: 128 } | tcp_connections_max 256 tcp_idle_ms 10000 non_recursive false client_rtt_ms {}
-NodeConfig { dsht: 127.0.0.1:7000, public_addr: None, log: "info", admin: 127.0.0.1:7080, bootstrap: [], cores: 2, zone: "coralcdn.test", alias: Some("coral.test"), dns: Some(127.0.0.1:7053), dht: Config { level_thresholds_ms: [4294967295, 60, 20], b: 2, alpha: 3, values_per_key_max: 4, beta_per_min: 12, bucket_size: 8, reply_contacts_max: 8, get_values_max: 4, rpc_timeout_ms: 2000, rpc_stall_ms: 500, lookup_contacts_max: 64, operation_timeout_ms: 30000, operations_max: 4096, pending_rpcs_max: 16384, ttl_max_secs: 86400, keys_per_level_max: 1048576, value_bytes_max: 255, token_rotate_secs: 300, transmit_queue_max: 65536, event_queue_max: 65536, verify_pings_max: 256, id_includes_port: false, require_id_binding: true, bucket_refresh_secs: 3600, cluster_manage: true, cluster_eval_secs: 300, cluster_join_eval_secs: 15, cluster_join_percent: 80, cluster_leave_percent: 50, cluster_join_sigma_centi: 200, cluster_split_sigma_centi: 0, cluster_rejoin_holdoff_secs: 3600, cluster_retry_holdoff_secs: 600, cluster_accesses_min: 8, cluster_samples_min: 3, cluster_observed_max: 256, cluster_validate_probes: 32, cluster_delta_log2: 2, cluster_delta_period_secs: 3600, cluster_size_margin_log2_centi: 100, cluster_splits_max: 3, hint_ttl_secs: 3600, hint_probes_max: 8, values_per_source_per_key_max: 1, values_per_prefix_per_key_max: 2, values_per_source_max: 4096, values_per_prefix_max: 16384, store_bytes_per_level_max: 134217728, bucket_contacts_per_ip_max: 1, bucket_contacts_per_prefix_max: 2, reply_amplification_max: 3, rate_requests_per_sec: 5, rate_verified_requests_per_sec: 1000, rate_window_secs: 10, rate_block_secs: 300, rate_sources_max: 16384, cluster_members_known_max: 1024 }, http: None, proxy: ProxyConfig { cache_dir: None, cache_size_bytes: 2097152, allow_private_origins: false, resolve: [], connect_timeout_ms: 5000, first_byte_timeout_ms: 15000, idle_timeout_ms: 15000, client_idle_timeout_ms: 30000, object_bytes_max: 50000000, connections_max: 10000, negative_ttl_secs: 60, resolve_ttl_secs: 60, vary_variants_max: 8, fetching_pointer_ttl_secs: 20, complete_pointer_ttl_secs: 3600, access_log: None } } | DnsConfig { zone: "coralcdn.test", alias: Some("coral.test"), level_thresholds_ms: [4294967295, 60, 20], answers_max: 4, nameservers_max: 3, live_secs: 5, udp_payload_bytes: 1232, default_level: 0, rrl_responses_per_sec: 100, rrl_slip: 2, probe_interval_secs: 600, probes_per_prefix: 4, probes_per_sec: 20, clients_max: 65536, client_rtt_secs: 3600, serial: 1, hold_ms: 400, held_max: 128 } | tcp_connections_max 256 tcp_idle_ms 10000 non_recursive false client_rtt_ms {}
-NodeConfig { dsht: 0.0.0.0:7000, public_addr: Some(192.0.2.1:7000), log: "info", admin: 127.0.0.1:7080, bootstrap: [192.0.2.10:7000], cores: 0, zone: "coralcdn.test", alias: Some("coral.test"), dns: Some(127.0.0.1:7053), dht: Config { level_thresholds_ms: [4294967295, 60, 20], b: 1, alpha: 3, values_per_key_max: 4, beta_per_min: 12, bucket_size: 8, reply_contacts_max: 8, get_values_max: 4, rpc_timeout_ms: 2000, rpc_stall_ms: 500, lookup_contacts_max: 64, operation_timeout_ms: 30000, operations_max: 4096, pending_rpcs_max: 16384, ttl_max_secs: 86400, keys_per_level_max: 1048576, value_bytes_max: 255, token_rotate_secs: 300, transmit_queue_max: 65536, event_queue_max: 65536, verify_pings_max: 256, id_includes_port: false, require_id_binding: true, bucket_refresh_secs: 3600, cluster_manage: true, cluster_eval_secs: 300, cluster_join_eval_secs: 15, cluster_join_percent: 80, cluster_leave_percent: 50, cluster_join_sigma_centi: 200, cluster_split_sigma_centi: 0, cluster_rejoin_holdoff_secs: 3600, cluster_retry_holdoff_secs: 600, cluster_accesses_min: 8, cluster_samples_min: 3, cluster_observed_max: 256, cluster_validate_probes: 32, cluster_delta_log2: 2, cluster_delta_period_secs: 3600, cluster_size_margin_log2_centi: 100, cluster_splits_max: 3, hint_ttl_secs: 3600, hint_probes_max: 8, values_per_source_per_key_max: 1, values_per_prefix_per_key_max: 2, values_per_source_max: 4096, values_per_prefix_max: 16384, store_bytes_per_level_max: 134217728, bucket_contacts_per_ip_max: 1, bucket_contacts_per_prefix_max: 2, reply_amplification_max: 3, rate_requests_per_sec: 5, rate_verified_requests_per_sec: 1000, rate_window_secs: 10, rate_block_secs: 300, rate_sources_max: 16384, cluster_members_known_max: 1024 }, http: None, proxy: ProxyConfig { cache_dir: None, cache_size_bytes: 1073741824, allow_private_origins: false, resolve: [], connect_timeout_ms: 5000, first_byte_timeout_ms: 15000, idle_timeout_ms: 15000, client_idle_timeout_ms: 30000, object_bytes_max: 50000000, connections_max: 10000, negative_ttl_secs: 60, resolve_ttl_secs: 60, vary_variants_max: 8, fetching_pointer_ttl_secs: 20, complete_pointer_ttl_secs: 3600, access_log: None } } | DnsConfig { zone: "coralcdn.test", alias: Some("coral.test"), level_thresholds_ms: [4294967295, 60, 20], answers_max: 4, nameservers_max: 3, live_secs: 300, udp_payload_bytes: 1232, default_level: 0, rrl_responses_per_sec: 100, rrl_slip: 2, probe_interval_secs: 600, probes_per_prefix: 4, probes_per_sec: 20, clients_max: 65536, client_rtt_secs: 3600, serial: 1, hold_ms: 400, held_max: 128 } | tcp_connections_max 256 tcp_idle_ms 10000 non_recursive false client_rtt_ms {}"#;
+const EFFECTIVE: &str = r#"NodeConfig { dsht: 127.0.0.1:7000, public_addr: None, log: "info", admin: 127.0.0.1:7080, bootstrap: [], cores: 0, zone: "coralcdn.test", alias: Some("coral.test"), dns: None, dht: Config { level_thresholds_ms: [4294967295, 60, 20], b: 1, alpha: 3, values_per_key_max: 4, beta_per_min: 12, bucket_size: 8, reply_contacts_max: 8, get_values_max: 4, rpc_timeout_ms: 2000, rpc_stall_ms: 500, lookup_contacts_max: 64, operation_timeout_ms: 30000, operations_max: 4096, pending_rpcs_max: 16384, ttl_max_secs: 86400, keys_per_level_max: 1048576, value_bytes_max: 255, token_rotate_secs: 300, transmit_queue_max: 65536, event_queue_max: 65536, verify_pings_max: 256, id_includes_port: false, require_id_binding: true, bucket_refresh_secs: 3600, cluster_manage: true, cluster_eval_secs: 300, cluster_join_eval_secs: 15, cluster_join_percent: 80, cluster_leave_percent: 50, cluster_join_sigma_centi: 200, cluster_split_sigma_centi: 0, cluster_rejoin_holdoff_secs: 3600, cluster_retry_holdoff_secs: 600, cluster_accesses_min: 8, cluster_samples_min: 3, cluster_observed_max: 256, cluster_validate_probes: 32, cluster_delta_log2: 2, cluster_delta_period_secs: 3600, cluster_size_margin_log2_centi: 100, cluster_splits_max: 3, hint_ttl_secs: 3600, hint_probes_max: 8, values_per_source_per_key_max: 1, values_per_prefix_per_key_max: 2, values_per_source_max: 4096, values_per_prefix_max: 16384, store_bytes_per_level_max: 134217728, bucket_contacts_per_ip_max: 1, bucket_contacts_per_prefix_max: 2, reply_amplification_max: 3, rate_requests_per_sec: 5, rate_verified_requests_per_sec: 1000, rate_window_secs: 10, rate_block_secs: 300, rate_sources_max: 16384, cluster_members_known_max: 1024 }, http: None, proxy: ProxyConfig { cache_dir: None, cache_size_bytes: 1073741824, allow_private_origins: false, resolve: [], connect_timeout_ms: 5000, first_byte_timeout_ms: 15000, idle_timeout_ms: 15000, client_idle_timeout_ms: 30000, object_bytes_max: 50000000, connections_max: 10000, negative_ttl_secs: 60, resolve_ttl_secs: 60, vary_variants_max: 8, fetching_pointer_ttl_secs: 20, complete_pointer_ttl_secs: 3600, access_log: None } } | DnsConfig { zone: "coralcdn.test", alias: Some("coral.test"), level_thresholds_ms: [4294967295, 60, 20], answers_max: 4, nameservers_max: 3, live_secs: 300, udp_payload_bytes: 1232, default_level: 0, rrl_responses_per_sec: 100, rrl_slip: 2, probe_interval_secs: 600, probes_per_prefix: 4, probes_per_sec: 20, clients_max: 65536, client_rtt_secs: 3600, serial: 1, hold_ms: 400, held_max: 128 } | tcp_connections_max 256 tcp_idle_ms 10000 non_recursive false client_rtt_ms {}
+NodeConfig { dsht: 127.0.0.1:7000, public_addr: None, log: "info", admin: 127.0.0.1:7080, bootstrap: [], cores: 2, zone: "coralcdn.test", alias: Some("coral.test"), dns: None, dht: Config { level_thresholds_ms: [4294967295, 60, 20], b: 2, alpha: 3, values_per_key_max: 4, beta_per_min: 12, bucket_size: 8, reply_contacts_max: 8, get_values_max: 4, rpc_timeout_ms: 2000, rpc_stall_ms: 500, lookup_contacts_max: 64, operation_timeout_ms: 30000, operations_max: 4096, pending_rpcs_max: 16384, ttl_max_secs: 86400, keys_per_level_max: 1048576, value_bytes_max: 255, token_rotate_secs: 300, transmit_queue_max: 65536, event_queue_max: 65536, verify_pings_max: 256, id_includes_port: false, require_id_binding: true, bucket_refresh_secs: 3600, cluster_manage: true, cluster_eval_secs: 300, cluster_join_eval_secs: 15, cluster_join_percent: 80, cluster_leave_percent: 50, cluster_join_sigma_centi: 200, cluster_split_sigma_centi: 0, cluster_rejoin_holdoff_secs: 3600, cluster_retry_holdoff_secs: 600, cluster_accesses_min: 8, cluster_samples_min: 3, cluster_observed_max: 256, cluster_validate_probes: 32, cluster_delta_log2: 2, cluster_delta_period_secs: 3600, cluster_size_margin_log2_centi: 100, cluster_splits_max: 3, hint_ttl_secs: 3600, hint_probes_max: 8, values_per_source_per_key_max: 1, values_per_prefix_per_key_max: 2, values_per_source_max: 4096, values_per_prefix_max: 16384, store_bytes_per_level_max: 134217728, bucket_contacts_per_ip_max: 1, bucket_contacts_per_prefix_max: 2, reply_amplification_max: 3, rate_requests_per_sec: 5, rate_verified_requests_per_sec: 1000, rate_window_secs: 10, rate_block_secs: 300, rate_sources_max: 16384, cluster_members_known_max: 1024 }, http: None, proxy: ProxyConfig { cache_dir: None, cache_size_bytes: 2097152, allow_private_origins: false, resolve: [], connect_timeout_ms: 5000, first_byte_timeout_ms: 15000, idle_timeout_ms: 15000, client_idle_timeout_ms: 30000, object_bytes_max: 50000000, connections_max: 10000, negative_ttl_secs: 60, resolve_ttl_secs: 60, vary_variants_max: 8, fetching_pointer_ttl_secs: 20, complete_pointer_ttl_secs: 3600, access_log: None } } | DnsConfig { zone: "coralcdn.test", alias: Some("coral.test"), level_thresholds_ms: [4294967295, 60, 20], answers_max: 4, nameservers_max: 3, live_secs: 5, udp_payload_bytes: 1232, default_level: 0, rrl_responses_per_sec: 100, rrl_slip: 2, probe_interval_secs: 600, probes_per_prefix: 4, probes_per_sec: 20, clients_max: 65536, client_rtt_secs: 3600, serial: 1, hold_ms: 400, held_max: 128 } | tcp_connections_max 256 tcp_idle_ms 10000 non_recursive false client_rtt_ms {}
+NodeConfig { dsht: 0.0.0.0:7000, public_addr: Some(192.0.2.1:7000), log: "info", admin: 127.0.0.1:7080, bootstrap: [192.0.2.10:7000], cores: 0, zone: "coralcdn.test", alias: Some("coral.test"), dns: None, dht: Config { level_thresholds_ms: [4294967295, 60, 20], b: 1, alpha: 3, values_per_key_max: 4, beta_per_min: 12, bucket_size: 8, reply_contacts_max: 8, get_values_max: 4, rpc_timeout_ms: 2000, rpc_stall_ms: 500, lookup_contacts_max: 64, operation_timeout_ms: 30000, operations_max: 4096, pending_rpcs_max: 16384, ttl_max_secs: 86400, keys_per_level_max: 1048576, value_bytes_max: 255, token_rotate_secs: 300, transmit_queue_max: 65536, event_queue_max: 65536, verify_pings_max: 256, id_includes_port: false, require_id_binding: true, bucket_refresh_secs: 3600, cluster_manage: true, cluster_eval_secs: 300, cluster_join_eval_secs: 15, cluster_join_percent: 80, cluster_leave_percent: 50, cluster_join_sigma_centi: 200, cluster_split_sigma_centi: 0, cluster_rejoin_holdoff_secs: 3600, cluster_retry_holdoff_secs: 600, cluster_accesses_min: 8, cluster_samples_min: 3, cluster_observed_max: 256, cluster_validate_probes: 32, cluster_delta_log2: 2, cluster_delta_period_secs: 3600, cluster_size_margin_log2_centi: 100, cluster_splits_max: 3, hint_ttl_secs: 3600, hint_probes_max: 8, values_per_source_per_key_max: 1, values_per_prefix_per_key_max: 2, values_per_source_max: 4096, values_per_prefix_max: 16384, store_bytes_per_level_max: 134217728, bucket_contacts_per_ip_max: 1, bucket_contacts_per_prefix_max: 2, reply_amplification_max: 3, rate_requests_per_sec: 5, rate_verified_requests_per_sec: 1000, rate_window_secs: 10, rate_block_secs: 300, rate_sources_max: 16384, cluster_members_known_max: 1024 }, http: None, proxy: ProxyConfig { cache_dir: None, cache_size_bytes: 1073741824, allow_private_origins: false, resolve: [], connect_timeout_ms: 5000, first_byte_timeout_ms: 15000, idle_timeout_ms: 15000, client_idle_timeout_ms: 30000, object_bytes_max: 50000000, connections_max: 10000, negative_ttl_secs: 60, resolve_ttl_secs: 60, vary_variants_max: 8, fetching_pointer_ttl_secs: 20, complete_pointer_ttl_secs: 3600, access_log: None } } | DnsConfig { zone: "coralcdn.test", alias: Some("coral.test"), level_thresholds_ms: [4294967295, 60, 20], answers_max: 4, nameservers_max: 3, live_secs: 300, udp_payload_bytes: 1232, default_level: 0, rrl_responses_per_sec: 100, rrl_slip: 2, probe_interval_secs: 600, probes_per_prefix: 4, probes_per_sec: 20, clients_max: 65536, client_rtt_secs: 3600, serial: 1, hold_ms: 400, held_max: 128 } | tcp_connections_max 256 tcp_idle_ms 10000 non_recursive false client_rtt_ms {}"#;
 
 #[test]
 fn zone_and_alias_are_lower_case_without_the_root_dot() {
