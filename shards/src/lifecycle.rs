@@ -67,6 +67,13 @@ pub fn sd_notify(state: &str) {
     }
 }
 
+/// Longest the start-up check waits for a taken address to be released
+/// (a node that has just stopped) before refusing to start.
+pub const ADDRESS_RELEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// How often the start-up check probes a taken address again.
+const ADDRESS_PROBE_PERIOD: Duration = Duration::from_millis(50);
+
 /// Refuses to start where another live process (another coral node, or
 /// any other program) holds one of the node's addresses: the DSHT's (UDP),
 /// the admin endpoint's, the proxy's (TCP) and dnssrv's (UDP and TCP).
@@ -76,12 +83,41 @@ pub fn sd_notify(state: &str) {
 /// traffic between them. Each probe here binds *without* SO_REUSEPORT, which
 /// the kernel refuses (EADDRINUSE) while any socket holds the address — the
 /// same address, or a wildcard of it, or a specific address under a wildcard
-/// probe. TCP probes set SO_REUSEADDR, so that the TIME_WAIT connections a
-/// node that just stopped leaves behind do not count, while a listener does.
-/// The probes are closed before the node binds.
+/// probe. A TCP address the probe finds taken counts as in use only while
+/// a socket *listens* there (the kernel's table of this network namespace,
+/// `/proc/net/tcp` and `tcp6`): the connections a node that just stopped
+/// leaves in TIME_WAIT refuse a plain bind but not the node's own
+/// SO_REUSEPORT one. The probes are closed before the node binds.
+///
+/// A node that just stopped may hold its sockets a moment longer: the
+/// kernel releases what its io_uring instances held after the process is
+/// gone. An address taken is probed again for up to
+/// [`ADDRESS_RELEASE_WAIT`] before the node refuses to start.
 pub fn check_addresses_free(config: &NodeConfig) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + ADDRESS_RELEASE_WAIT;
     for l in config.listeners() {
-        if let Err(e) = probe(l.proto, l.addr) {
+        let taken = loop {
+            let r = match probe(l.proto, l.addr) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && l.proto == Proto::Tcp
+                        && !tcp_listening(l.addr) =>
+                {
+                    Ok(())
+                }
+                r => r,
+            };
+            match r {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(ADDRESS_PROBE_PERIOD);
+                }
+                r => break r,
+            }
+        };
+        if let Err(e) = taken {
             return Err(if e.kind() == std::io::ErrorKind::AddrInUse {
                 format!(
                     "the {} address {} ({}) is in use by another process (another coral node \
@@ -105,6 +141,58 @@ pub fn check_addresses_free(config: &NodeConfig) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a TCP socket of this network namespace listens on an address
+/// that overlaps `addr` (the same port; the same IP, or a wildcard on
+/// either side), per `/proc/net/tcp` and `/proc/net/tcp6`. Unreadable
+/// tables count as a listener (refusing is the safe answer).
+fn tcp_listening(addr: SocketAddr) -> bool {
+    const LISTEN: &str = "0A";
+    let mut read_any = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        read_any = true;
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.get(3) != Some(&LISTEN) {
+                continue;
+            }
+            let Some(local) = f.get(1).and_then(|l| proc_net_addr(l)) else {
+                continue;
+            };
+            let dual_stack_wildcard =
+                local.is_ipv6() && local.ip().is_unspecified() && local.port() == addr.port();
+            if crate::config::overlaps(local, addr) || dual_stack_wildcard {
+                return true;
+            }
+        }
+    }
+    !read_any
+}
+
+/// An address as `/proc/net/tcp{,6}` writes it: the IP's 32-bit words in
+/// hex, each as the host reads the network-order bytes, then `:` and the
+/// port in hex.
+fn proc_net_addr(s: &str) -> Option<SocketAddr> {
+    let (ip, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for i in (0..ip.len()).step_by(8) {
+        let word = u32::from_str_radix(ip.get(i..i + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip: std::net::IpAddr = match bytes.len() {
+        4 => <[u8; 4]>::try_from(bytes.as_slice()).ok()?.into(),
+        16 => {
+            let v6 = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?);
+            v6.to_ipv4_mapped().map_or(v6.into(), Into::into)
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// Binds a socket of `proto` to `addr` without SO_REUSEPORT, and closes it.
@@ -392,5 +480,41 @@ impl LimitWatch {
         }
         self.ops_refused = stats.ops_refused;
         self.transmit_dropped = stats.transmit_dropped;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_addresses_parse() {
+        // 127.0.0.1:8090 as a little-endian host writes it.
+        let want: SocketAddr = "127.0.0.1:8090".parse().unwrap();
+        let word = u32::from_ne_bytes([127, 0, 0, 1]);
+        assert_eq!(proc_net_addr(&format!("{word:08X}:1F9A")), Some(want));
+        assert_eq!(
+            proc_net_addr("00000000000000000000000000000000:0035"),
+            Some("[::]:53".parse().unwrap())
+        );
+        assert_eq!(proc_net_addr("nonsense"), None);
+    }
+
+    /// A listener on a 127.x address of the test's own is seen; after it
+    /// closes, not.
+    #[test]
+    fn a_listener_is_seen_in_the_kernel_table() {
+        let addr: SocketAddr = "127.15.250.1:17953".parse().unwrap();
+        let l = std::net::TcpListener::bind(addr).unwrap();
+        assert!(tcp_listening(addr));
+        assert!(probe(Proto::Tcp, addr).is_err());
+        drop(l);
+        assert!(!tcp_listening(addr));
+        assert!(probe(Proto::Tcp, addr).is_ok());
+        // UDP: any socket there refuses the probe.
+        let u = std::net::UdpSocket::bind(addr).unwrap();
+        assert!(probe(Proto::Udp, addr).is_err());
+        drop(u);
+        assert!(probe(Proto::Udp, addr).is_ok());
     }
 }
