@@ -253,3 +253,32 @@ fn flatten_into(prefix: &str, v: &Json, out: &mut Vec<(String, u64)>) {
         Json::Null | Json::String(_) => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `coral stats`: dnssrv's object is counted by its fields (issue 25:
+    /// its row read the object as a number, always 0), the proxy's too,
+    /// labelled rows by their labels.
+    #[test]
+    fn stats_flatten_every_service_section() {
+        let core = serde_json::json!({
+            "core": 1,
+            "datagrams_in": 7,
+            "dns": {"queries": 5, "answers": [["A", "NOERROR", "L0", 4]]},
+            "http": {"hits": 2, "peer_fetches": [1, 0, 3], "cache": {"objects": 9},
+                     "requests": [["GET", 200, "local", 2]]},
+        });
+        let flat = flatten_counters(&core);
+        let get = |n: &str| flat.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+        assert_eq!(get("datagrams_in"), Some(7));
+        assert_eq!(get("dns.queries"), Some(5));
+        assert_eq!(get("dns.answers{A,NOERROR,L0}"), Some(4));
+        assert_eq!(get("http.hits"), Some(2));
+        assert_eq!(get("http.peer_fetches.2"), Some(3));
+        assert_eq!(get("http.cache.objects"), Some(9));
+        assert_eq!(get("http.requests{GET,200,local}"), Some(2));
+        assert_eq!(get("core"), None);
+    }
+}
