@@ -1018,6 +1018,12 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
         (64u64 << 20) as f64
     );
     assert!(metric(&body, "coral_cache_bytes") >= 41_000.0);
+    // The objects' bytes: more than the bodies, far less than a segment.
+    let used = metric(&body, "coral_cache_object_bytes");
+    assert!(
+        used >= 41_000.0 && used <= metric(&body, "coral_cache_bytes"),
+        "{used}"
+    );
     assert_eq!(
         metric(
             &body,

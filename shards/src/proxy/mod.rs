@@ -205,6 +205,7 @@ pub fn metrics_json() -> serde_json::Value {
         "cache": {
             "objects": cache.objects,
             "bytes": cache.bytes,
+            "object_bytes": cache.object_bytes,
             "size_bytes": pc.cfg.cache_size_bytes,
             "evictions": cache.evictions,
         },
