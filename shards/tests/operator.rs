@@ -346,6 +346,26 @@ fn readme_operator_walkthrough_in_a_fresh_namespace() {
         "--http",
     );
     drop(held);
+    // The other two: a specific UDP address held, the wildcard asked for;
+    // the TCP wildcard held, a specific address asked for.
+    let held = in_netns(&ns.0, || UdpSocket::bind("127.0.0.5:7253").unwrap());
+    refused(
+        &sh,
+        "coral node --dsht 127.0.0.3:7000 --admin 127.0.0.3:7080 --dns 0.0.0.0:7253",
+        "0.0.0.0:7253",
+        "UDP",
+        "--dns",
+    );
+    drop(held);
+    let held = in_netns(&ns.0, || TcpListener::bind("0.0.0.0:8290").unwrap());
+    refused(
+        &sh,
+        "coral node --dsht 127.0.0.3:7000 --admin 127.0.0.3:7080 --http 127.0.0.3:8290",
+        "127.0.0.3:8290",
+        "TCP",
+        "--http",
+    );
+    drop(held);
     // The refused nodes took nothing: the first still answers, alone.
     let o = sh.run("coral levels --json");
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("levels JSON");
