@@ -183,6 +183,8 @@ fn print_stats(cores: &[Json]) {
             }
         }
     }
+    // The DSHT's own counters first, then each service's section.
+    names.sort_by_key(|n| n.contains('.') || n.contains('{'));
     let width = names.iter().map(|n| n.len()).max().unwrap_or(0).max(7);
     let mut head = format!("{:<width$}", "counter");
     for c in cores {
