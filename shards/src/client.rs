@@ -212,7 +212,7 @@ fn print_stats(cores: &[Json]) {
     }
 }
 
-/// One core's counters as `(name, value)`: see [`print_stats`].
+/// One core's counters as `(name, value)`: see `print_stats`.
 pub fn flatten_counters(core: &Json) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     flatten_into("", core, &mut out);
