@@ -163,13 +163,29 @@ pub fn print(json: &Json, as_json: bool) {
 }
 
 /// `coral stats`: one row per counter, one column per core and the total.
+/// A core's answer holds the DSHT's counters at the top and a section per
+/// service (`http`: CoralProxy and its cache, `dns`: dnssrv); sections are
+/// flattened into dotted names (`dns.queries`, `http.cache.objects`),
+/// lists of numbers by index (`http.peer_fetches.1`), and labelled rows
+/// (`[qtype, rcode, level, count]`) as `name{labels}`.
 fn print_stats(cores: &[Json]) {
-    let Some(first) = cores.first().and_then(Json::as_object) else {
+    if cores.is_empty() {
         println!("no cores answered");
         return;
-    };
-    let names: Vec<&String> = first.keys().filter(|k| *k != "core").collect();
-    let width = names.iter().map(|n| n.len()).max().unwrap_or(0);
+    }
+    let flat: Vec<Vec<(String, u64)>> = cores.iter().map(flatten_counters).collect();
+    // Every name any core reports, in the order first seen.
+    let mut names: Vec<&str> = Vec::new();
+    for f in &flat {
+        for (n, _) in f {
+            if !names.contains(&n.as_str()) {
+                names.push(n);
+            }
+        }
+    }
+    // The DSHT's own counters first, then each service's section.
+    names.sort_by_key(|n| n.contains('.') || n.contains('{'));
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(0).max(7);
     let mut head = format!("{:<width$}", "counter");
     for c in cores {
         head.push_str(&format!(" {:>12}", format!("core {}", c["core"])));
@@ -179,12 +195,92 @@ fn print_stats(cores: &[Json]) {
     for name in names {
         let mut row = format!("{name:<width$}");
         let mut total = 0u64;
-        for c in cores {
-            let v = c[name.as_str()].as_u64().unwrap_or(0);
-            total += v;
+        // The cache's gauges (`http.cache.objects`, `.bytes`,
+        // `.size_bytes`) are the whole cache's on every core: not added up.
+        let whole = name.starts_with("http.cache.") && !name.ends_with("evictions");
+        for f in &flat {
+            let v = f.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+            total = if whole {
+                total.max(v)
+            } else {
+                total.saturating_add(v)
+            };
             row.push_str(&format!(" {v:>12}"));
         }
         row.push_str(&format!(" {total:>12}"));
         println!("{row}");
+    }
+}
+
+/// One core's counters as `(name, value)`: see `print_stats`.
+pub fn flatten_counters(core: &Json) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    flatten_into("", core, &mut out);
+    out.retain(|(n, _)| n != "core");
+    out
+}
+
+fn flatten_into(prefix: &str, v: &Json, out: &mut Vec<(String, u64)>) {
+    let join = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        Json::Number(n) => out.push((prefix.to_string(), n.as_u64().unwrap_or(0))),
+        Json::Bool(b) => out.push((prefix.to_string(), u64::from(*b))),
+        Json::Object(m) => {
+            for (k, v) in m {
+                flatten_into(&join(k), v, out);
+            }
+        }
+        Json::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                match item.as_array() {
+                    // A labelled row: the labels, then the count.
+                    Some(row) if row.last().is_some_and(Json::is_u64) => {
+                        let labels: Vec<String> = row[..row.len() - 1]
+                            .iter()
+                            .map(|l| l.as_str().map_or_else(|| l.to_string(), str::to_string))
+                            .collect();
+                        let n = row.last().and_then(Json::as_u64).unwrap_or(0);
+                        out.push((format!("{prefix}{{{}}}", labels.join(",")), n));
+                    }
+                    _ => flatten_into(&format!("{prefix}.{i}"), item, out),
+                }
+            }
+        }
+        Json::Null | Json::String(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `coral stats`: dnssrv's object is counted by its fields (issue 25:
+    /// its row read the object as a number, always 0), the proxy's too,
+    /// labelled rows by their labels.
+    #[test]
+    fn stats_flatten_every_service_section() {
+        let core = serde_json::json!({
+            "core": 1,
+            "datagrams_in": 7,
+            "dns": {"queries": 5, "answers": [["A", "NOERROR", "L0", 4]]},
+            "http": {"hits": 2, "peer_fetches": [1, 0, 3], "cache": {"objects": 9},
+                     "requests": [["GET", 200, "local", 2]]},
+        });
+        let flat = flatten_counters(&core);
+        let get = |n: &str| flat.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+        assert_eq!(get("datagrams_in"), Some(7));
+        assert_eq!(get("dns.queries"), Some(5));
+        assert_eq!(get("dns.answers{A,NOERROR,L0}"), Some(4));
+        assert_eq!(get("http.hits"), Some(2));
+        assert_eq!(get("http.peer_fetches.2"), Some(3));
+        assert_eq!(get("http.cache.objects"), Some(9));
+        assert_eq!(get("http.requests{GET,200,local}"), Some(2));
+        assert_eq!(get("core"), None);
     }
 }

@@ -32,8 +32,15 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:7080";
 /// The DSHT's UDP address when `dsht` is not set: loopback, a network of one.
 const DEFAULT_DSHT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7000);
 
-/// dnssrv's address when `dns` is not set (53 in production).
-const DEFAULT_DNS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7053);
+/// dnssrv's port when `dns` is not set and the node is on loopback (a
+/// standalone node, a test, the demo): clear of the host's own resolver and
+/// needing no privilege. dnssrv's address is the DSHT address's IP.
+pub const DEFAULT_DNS_PORT_LOOPBACK: u16 = 7053;
+
+/// dnssrv's port when `dns` is not set and the node is public (its DSHT
+/// address or `public_addr` is not loopback): the zone's NS records name
+/// this host, and resolvers ask name servers on port 53 only.
+pub const DEFAULT_DNS_PORT_PUBLIC: u16 = 53;
 
 /// Most cores a node runs on (`cores`).
 pub const CORES_MAX: usize = 1024;
@@ -67,8 +74,11 @@ pub struct FileConfig {
     /// The short alias zone of Coralized URLs (the paper's `nyud.net`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alias: Option<String>,
-    /// dnssrv's UDP and TCP address.
-    pub dns: SocketAddr,
+    /// dnssrv's UDP and TCP address. Unset: the DSHT address's IP, port
+    /// [`DEFAULT_DNS_PORT_LOOPBACK`] on loopback, [`DEFAULT_DNS_PORT_PUBLIC`]
+    /// on a public node ([`NodeConfig::dns_addr`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns: Option<SocketAddr>,
     /// The HTTP proxy's address. Unset: the DSHT address's IP, port
     /// [`DEFAULT_HTTP_PORT`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -100,7 +110,7 @@ impl Default for FileConfig {
             id_includes_port: coral::Config::default().id_includes_port,
             zone: dns.zone,
             alias: dns.alias,
-            dns: DEFAULT_DNS,
+            dns: None,
             http: None,
             dnssrv: DnsSection::default(),
             dht: DhtSection::default(),
@@ -478,13 +488,15 @@ impl ProxySection {
     pub fn proxy_config(&self) -> Result<ProxyConfig, String> {
         Ok(ProxyConfig {
             cache_dir: self.cache_dir.clone(),
-            cache_size_bytes: parse_size(&self.cache_size)?,
+            cache_size_bytes: parse_size(&self.cache_size)
+                .map_err(|e| format!("[proxy] cache_size: {e}"))?,
             allow_private_origins: self.allow_private_origins,
             resolve: self
                 .resolve
                 .iter()
                 .map(|s| parse_resolve(s))
-                .collect::<Result<_, _>>()?,
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("[proxy] {e}"))?,
             connect_timeout_ms: self.connect_timeout_ms,
             first_byte_timeout_ms: self.first_byte_timeout_ms,
             idle_timeout_ms: self.idle_timeout_ms,
@@ -497,7 +509,7 @@ impl ProxySection {
             vary_variants_max: self.vary_variants_max,
             fetching_pointer_ttl_secs: self.fetching_pointer_ttl_secs,
             complete_pointer_ttl_secs: self.complete_pointer_ttl_secs,
-            access_log: parse_access_log(&self.access_log)?,
+            access_log: parse_access_log(&self.access_log).map_err(|e| format!("[proxy] {e}"))?,
         })
     }
 }
@@ -636,7 +648,8 @@ pub struct NodeConfig {
     /// The alias zone, lower case, no trailing dot (a DNAME to
     /// `http.L2.L1.L0.<zone>`).
     pub alias: Option<String>,
-    /// dnssrv's UDP and TCP address (none: no DNS server).
+    /// dnssrv's UDP and TCP address as set (`dns`, `--dns`); `None`: it
+    /// follows the DSHT address ([`NodeConfig::dns_addr`]).
     pub dns: Option<SocketAddr>,
     /// dnssrv's limits.
     pub dnssrv: DnsSection,
@@ -654,13 +667,22 @@ impl NodeConfig {
     /// The configuration in the file at `path`, or the defaults with no
     /// file; errors name the file, the line and the key as written.
     pub fn load(file: Option<&Path>) -> Result<NodeConfig, String> {
+        NodeConfig::load_with_file(file).map(|(_, c)| c)
+    }
+
+    /// [`NodeConfig::load`], with the file's values as written (the
+    /// defaults where it says nothing): what a SIGHUP compares key by key.
+    pub fn load_with_file(file: Option<&Path>) -> Result<(FileConfig, NodeConfig), String> {
         let Some(path) = file else {
-            return NodeConfig::from_file(&FileConfig::default());
+            let f = FileConfig::default();
+            let c = NodeConfig::from_file(&f)?;
+            return Ok((f, c));
         };
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let f: FileConfig = toml::from_str(&text).map_err(|e| toml_error(path, &text, &e))?;
-        NodeConfig::from_file(&f).map_err(|e| locate(path, &text, &e))
+        let c = NodeConfig::from_file(&f).map_err(|e| locate(path, &text, &e))?;
+        Ok((f, c))
     }
 
     /// Resolves and checks a file's values (everything but what depends on
@@ -687,7 +709,7 @@ impl NodeConfig {
                 .as_deref()
                 .map(|a| dns_name("alias", a))
                 .transpose()?,
-            dns: Some(f.dns),
+            dns: f.dns,
             dnssrv: f.dnssrv.clone(),
             dht,
             http: f.http,
@@ -706,6 +728,52 @@ impl NodeConfig {
     pub fn http_addr(&self) -> SocketAddr {
         self.http
             .unwrap_or_else(|| SocketAddr::new(self.dsht.ip(), DEFAULT_HTTP_PORT))
+    }
+
+    /// Whether the node faces other hosts: the address peers see (its
+    /// `public_addr`, else its DSHT address) is not loopback.
+    pub fn is_public(&self) -> bool {
+        !self.id_addr().ip().is_loopback()
+    }
+
+    /// The address peers and clients reach the proxy at (the pointer the
+    /// node puts in the DSHT, §3.2): `http_addr`, with a wildcard IP
+    /// replaced by `public_addr`'s.
+    pub fn http_public_addr(&self) -> SocketAddr {
+        let h = self.http_addr();
+        if h.ip().is_unspecified() {
+            SocketAddr::new(self.id_addr().ip(), h.port())
+        } else {
+            h
+        }
+    }
+
+    /// dnssrv's UDP and TCP address: `dns`, or the DSHT address's IP, port
+    /// 7053 on loopback and 53 on a public node (its zone's NS records name
+    /// this host, and resolvers ask on port 53).
+    pub fn dns_addr(&self) -> SocketAddr {
+        self.dns.unwrap_or_else(|| {
+            let port = if self.is_public() {
+                DEFAULT_DNS_PORT_PUBLIC
+            } else {
+                DEFAULT_DNS_PORT_LOOPBACK
+            };
+            SocketAddr::new(self.dsht.ip(), port)
+        })
+    }
+
+    /// Every address the node listens on: what it is, its flag and file
+    /// key, the protocol, the address. The start-up check
+    /// (`lifecycle::check_addresses_free`) probes each.
+    pub fn listeners(&self) -> [Listener; 5] {
+        let dns = self.dns_addr();
+        [
+            Listener::new("DSHT", "dsht", Proto::Udp, self.dsht),
+            Listener::new("admin", "admin", Proto::Tcp, self.admin),
+            Listener::new("HTTP", "http", Proto::Tcp, self.http_addr()),
+            Listener::new("DNS", "dns", Proto::Udp, dns),
+            Listener::new("DNS", "dns", Proto::Tcp, dns),
+        ]
     }
 
     /// The disk cache's directory: `proxy.cache_dir`, or
@@ -738,7 +806,59 @@ impl NodeConfig {
                 ));
             }
         }
+        self.validate_addresses()?;
         self.validate_values()
+    }
+
+    /// Checks the listeners together: no two on one address and protocol,
+    /// and a public node's dnssrv and proxy where other hosts reach them.
+    fn validate_addresses(&self) -> Result<(), String> {
+        if self.is_public() {
+            let public = self.id_addr();
+            let dns = self.dns_addr();
+            if dns.ip().is_loopback() {
+                return Err(format!(
+                    "dns = \"{dns}\" is loopback, but this node is public (peers see it at \
+                     {public}): its zone's NS records name {}, where resolvers ask on port 53; \
+                     set dns (--dns) to \"0.0.0.0:53\" or \"{}:53\", or leave it unset to follow \
+                     the DSHT address",
+                    public.ip(),
+                    public.ip()
+                ));
+            }
+            let http = self.http_addr();
+            if http.ip().is_loopback() {
+                return Err(format!(
+                    "http = \"{http}\" is loopback, but this node is public (peers see it at \
+                     {public}): its DSHT pointers and dnssrv's answers send clients and peers to \
+                     {}; set http (--http) to \"0.0.0.0:{}\", or leave it unset to follow the \
+                     DSHT address",
+                    self.http_public_addr(),
+                    http.port()
+                ));
+            }
+        }
+        // A clash names the later listener first (dns before dsht): the one
+        // most often set by hand.
+        let all = self.listeners();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                if a.proto == b.proto && a.key != b.key && overlaps(a.addr, b.addr) {
+                    return Err(format!(
+                        "{} = \"{}\" and {} = \"{}\" are one {} address: give each its own \
+                         ({} and {})",
+                        b.key,
+                        b.addr,
+                        a.key,
+                        a.addr,
+                        a.proto.name(),
+                        b.flag(),
+                        a.flag()
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Checks the values, one by one and together (everything but what
@@ -761,7 +881,7 @@ impl NodeConfig {
             ("connections_max", p.connections_max as u64),
         ] {
             if v == 0 {
-                return Err(format!("proxy.{name} must be positive"));
+                return Err(format!("[proxy] {name} must be positive"));
             }
         }
         for (name, t) in [
@@ -770,13 +890,13 @@ impl NodeConfig {
         ] {
             if t < POINTER_TTL_SECS_MIN {
                 return Err(format!(
-                    "proxy.{name} = {t}: at least {POINTER_TTL_SECS_MIN} (pointers are renewed at \
+                    "[proxy] {name} = {t}: at least {POINTER_TTL_SECS_MIN} (pointers are renewed at \
                      3/4 of their TTL, looked at once a second)"
                 ));
             }
             if t > self.dht.ttl_max_secs {
                 return Err(format!(
-                    "proxy.{name} = {t}: at most [limits] ttl_max_secs ({}), the longest TTL the \
+                    "[proxy] {name} = {t}: at most [limits] ttl_max_secs ({}), the longest TTL the \
                      DSHT keeps",
                     self.dht.ttl_max_secs
                 ));
@@ -784,12 +904,12 @@ impl NodeConfig {
         }
         if p.fetching_pointer_ttl_secs > p.complete_pointer_ttl_secs {
             return Err(format!(
-                "proxy.fetching_pointer_ttl_secs = {} exceeds proxy.complete_pointer_ttl_secs = {}",
+                "[proxy] fetching_pointer_ttl_secs = {} exceeds complete_pointer_ttl_secs = {}",
                 p.fetching_pointer_ttl_secs, p.complete_pointer_ttl_secs
             ));
         }
         if p.cache_size_bytes < CACHE_SIZE_BYTES_MIN {
-            return Err("proxy.cache_size: at least 1MiB".into());
+            return Err("[proxy] cache_size: at least 1MiB".into());
         }
         if self.cores > CORES_MAX {
             return Err(format!("cores = {}: at most {CORES_MAX}", self.cores));
@@ -804,6 +924,62 @@ impl NodeConfig {
         }
         Ok(())
     }
+}
+
+/// A socket's protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// UDP.
+    Udp,
+    /// TCP.
+    Tcp,
+}
+
+impl Proto {
+    /// "UDP" or "TCP".
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Udp => "UDP",
+            Proto::Tcp => "TCP",
+        }
+    }
+}
+
+/// One address the node listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    /// What listens there, as messages name it ("DSHT", "admin", "HTTP", "DNS").
+    pub what: &'static str,
+    /// Its key in the file; the flag is `--<key>`.
+    pub key: &'static str,
+    /// The protocol.
+    pub proto: Proto,
+    /// The address.
+    pub addr: SocketAddr,
+}
+
+impl Listener {
+    fn new(what: &'static str, key: &'static str, proto: Proto, addr: SocketAddr) -> Listener {
+        Listener {
+            what,
+            key,
+            proto,
+            addr,
+        }
+    }
+
+    /// Its flag, `--<key>`.
+    pub fn flag(&self) -> String {
+        format!("--{}", self.key)
+    }
+}
+
+/// Whether two sockets of one protocol would share an address: one port,
+/// and one IP or a wildcard of the same family.
+pub fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port()
+        && (a.ip() == b.ip()
+            || (a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified())))
 }
 
 /// `coral check-config FILE`: loads `path` as `coral node --config` would and
@@ -826,13 +1002,31 @@ pub fn check_file(path: &Path) -> Result<String, String> {
             }
         })
         .collect();
+    let cache_dir = cfg.cache_dir();
+    let relative = if cache_dir.is_relative() {
+        " (relative to the working directory)"
+    } else {
+        ""
+    };
+    let http = if cfg.http_public_addr() == cfg.http_addr() {
+        cfg.http_addr().to_string()
+    } else {
+        format!(
+            "{} (peers reach it at {})",
+            cfg.http_addr(),
+            cfg.http_public_addr()
+        )
+    };
     Ok(format!(
-        "{}: ok: dsht {} (id from {}), admin {}, {} bootstrap node(s), cores {}, zone {}, \
-         levels {}, l = {}, β = {}/min",
+        "{}: ok: dsht {} (id from {}), admin {}, http {http}, dns {} (UDP and TCP), cache_dir {}{relative} \
+         of {} bytes, {} bootstrap node(s), cores {}, zone {}, levels {}, l = {}, β = {}/min",
         path.display(),
         cfg.dsht,
         cfg.id_addr(),
         cfg.admin,
+        cfg.dns_addr(),
+        cache_dir.display(),
+        cfg.proxy.cache_size_bytes,
         cfg.bootstrap.len(),
         if cfg.cores == 0 {
             "all".to_string()
@@ -844,6 +1038,28 @@ pub fn check_file(path: &Path) -> Result<String, String> {
         cfg.dht.values_per_key_max,
         cfg.dht.beta_per_min,
     ))
+}
+
+/// Every key of `f` as the file writes it (`key`, `[section] key`) with its
+/// value in TOML, the defaults included; an unset optional key is absent.
+pub fn file_keys(f: &FileConfig) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Ok(toml::Value::Table(top)) = toml::Value::try_from(f) else {
+        return out;
+    };
+    for (k, v) in top {
+        match v {
+            toml::Value::Table(section) => {
+                for (sk, sv) in section {
+                    out.insert(format!("[{k}] {sk}"), sv.to_string());
+                }
+            }
+            v => {
+                out.insert(k, v.to_string());
+            }
+        }
+    }
+    out
 }
 
 /// Rewrites the core's field names in `msg` as the file spells them.

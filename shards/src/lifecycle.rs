@@ -8,17 +8,19 @@
 //! - `bootstrap`, the nodes to join through (unless `--bootstrap` was given):
 //!   core 0 joins through the new list at once.
 //!
-//! Everything else (addresses, cores, zone, DSHT and cluster parameters) is
-//! bound into sockets and nodes at start: a change is logged as needing a
-//! restart, and the running node keeps its values. A file that no longer
-//! loads is logged and changes nothing.
+//! Every other key (addresses, cores, zone, the `[dht]`, `[clusters]`,
+//! `[dnssrv]`, `[proxy]` and `[limits]` sections) is bound into sockets,
+//! nodes, the cache and the limits at start: each changed key is logged, one
+//! warning per key with its old and new value, as needing a restart, and the
+//! running node keeps its values. A file that no longer loads is logged and
+//! changes nothing.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::config::NodeConfig;
+use crate::config::{FileConfig, NodeConfig, Proto};
 use crate::logging::FilterHandle;
 
 /// Whether every core serves and the node is not stopping (`/readyz`).
@@ -65,44 +67,155 @@ pub fn sd_notify(state: &str) {
     }
 }
 
-/// How long the admin address probe waits for an answer.
-const ADMIN_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest the start-up check waits for a taken address to be released
+/// (a node that has just stopped) before refusing to start.
+pub const ADDRESS_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
-/// Refuses to start where a live node (or another program) already holds
-/// the addresses. The node's own sockets use SO_REUSEPORT, so a second node
-/// would bind beside the first without complaint and split the traffic;
-/// the UDP probe binds without it, which fails while any socket holds the
-/// address, and the TCP probe connects.
-pub fn check_addresses_free(dsht: SocketAddr, admin: SocketAddr) -> Result<(), String> {
-    let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
-    if let Err(e) = std::net::UdpSocket::bind(dsht) {
-        return Err(if in_use(&e) {
-            format!(
-                "the DSHT address {dsht} (UDP) is in use: another coral node is probably running \
-                 there; refusing to start a second one on the same address"
-            )
-        } else {
-            format!("cannot bind the DSHT address {dsht}: {e}")
-        });
-    }
-    // TCP: something accepting there is a live owner. (A bind probe would
-    // also trip over the TIME_WAIT connections a node that just stopped
-    // leaves behind, which the node's own SO_REUSEPORT bind does not mind.)
-    if std::net::TcpStream::connect_timeout(&admin, ADMIN_PROBE_TIMEOUT).is_ok() {
-        return Err(format!(
-            "the admin address {admin} (TCP) is in use by another coral node or another \
-             program; choose another with --admin or `admin =`"
-        ));
+/// How often the start-up check probes a taken address again.
+const ADDRESS_PROBE_PERIOD: Duration = Duration::from_millis(50);
+
+/// Refuses to start where another live process (another coral node, or
+/// any other program) holds one of the node's addresses: the DSHT's (UDP),
+/// the admin endpoint's, the proxy's (TCP) and dnssrv's (UDP and TCP).
+///
+/// The node's own sockets use SO_REUSEPORT, so a second node would bind
+/// beside the first without complaint and the kernel would split the
+/// traffic between them. Each probe here binds *without* SO_REUSEPORT, which
+/// the kernel refuses (EADDRINUSE) while any socket holds the address — the
+/// same address, or a wildcard of it, or a specific address under a wildcard
+/// probe. A TCP address the probe finds taken counts as in use only while
+/// a socket *listens* there (the kernel's table of this network namespace,
+/// `/proc/net/tcp` and `tcp6`): the connections a node that just stopped
+/// leaves in TIME_WAIT refuse a plain bind but not the node's own
+/// SO_REUSEPORT one. The probes are closed before the node binds.
+///
+/// A node that just stopped may hold its sockets a moment longer: the
+/// kernel releases what its io_uring instances held after the process is
+/// gone. An address taken is probed again for up to
+/// [`ADDRESS_RELEASE_WAIT`] before the node refuses to start.
+pub fn check_addresses_free(config: &NodeConfig) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + ADDRESS_RELEASE_WAIT;
+    for l in config.listeners() {
+        let taken = loop {
+            let r = match probe(l.proto, l.addr) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && l.proto == Proto::Tcp
+                        && !tcp_listening(l.addr) =>
+                {
+                    Ok(())
+                }
+                r => r,
+            };
+            match r {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(ADDRESS_PROBE_PERIOD);
+                }
+                r => break r,
+            }
+        };
+        if let Err(e) = taken {
+            return Err(if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!(
+                    "the {} address {} ({}) is in use by another process (another coral node \
+                     or another program); stop it, or choose another address with {} or `{} =`",
+                    l.what,
+                    l.addr,
+                    l.proto.name(),
+                    l.flag(),
+                    l.key
+                )
+            } else {
+                format!(
+                    "cannot bind the {} address {} ({}): {e}; choose another with {} or `{} =`",
+                    l.what,
+                    l.addr,
+                    l.proto.name(),
+                    l.flag(),
+                    l.key
+                )
+            });
+        }
     }
     Ok(())
+}
+
+/// Whether a TCP socket of this network namespace listens on an address
+/// that overlaps `addr` (the same port; the same IP, or a wildcard on
+/// either side), per `/proc/net/tcp` and `/proc/net/tcp6`. Unreadable
+/// tables count as a listener (refusing is the safe answer).
+fn tcp_listening(addr: SocketAddr) -> bool {
+    const LISTEN: &str = "0A";
+    let mut read_any = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        read_any = true;
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.get(3) != Some(&LISTEN) {
+                continue;
+            }
+            let Some(local) = f.get(1).and_then(|l| proc_net_addr(l)) else {
+                continue;
+            };
+            let dual_stack_wildcard =
+                local.is_ipv6() && local.ip().is_unspecified() && local.port() == addr.port();
+            if crate::config::overlaps(local, addr) || dual_stack_wildcard {
+                return true;
+            }
+        }
+    }
+    !read_any
+}
+
+/// An address as `/proc/net/tcp{,6}` writes it: the IP's 32-bit words in
+/// hex, each as the host reads the network-order bytes, then `:` and the
+/// port in hex.
+fn proc_net_addr(s: &str) -> Option<SocketAddr> {
+    let (ip, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for i in (0..ip.len()).step_by(8) {
+        let word = u32::from_str_radix(ip.get(i..i + 8)?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip: std::net::IpAddr = match bytes.len() {
+        4 => <[u8; 4]>::try_from(bytes.as_slice()).ok()?.into(),
+        16 => {
+            let v6 = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(bytes.as_slice()).ok()?);
+            v6.to_ipv4_mapped().map_or(v6.into(), Into::into)
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Binds a socket of `proto` to `addr` without SO_REUSEPORT, and closes it.
+fn probe(proto: Proto, addr: SocketAddr) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = Domain::for_address(addr);
+    let s = match proto {
+        Proto::Udp => Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?,
+        Proto::Tcp => {
+            let s = Socket::new(domain, Type::STREAM, Some(Protocol::TCP))?;
+            s.set_reuse_address(true)?;
+            s
+        }
+    };
+    s.bind(&addr.into())
 }
 
 /// What a SIGHUP needs: where the file is and what the flags fixed.
 pub struct Reload {
     /// The config file (`None`: the defaults, nothing to reload).
     pub path: Option<PathBuf>,
-    /// The configuration as the file gave it at start (before flags).
-    pub file_config: NodeConfig,
+    /// The file's values as the running node took them (before flags).
+    pub file_config: FileConfig,
     /// Whether `--bootstrap` was given (the flag then wins over the file).
     pub bootstrap_flag: bool,
     /// The log filter.
@@ -115,6 +228,10 @@ pub enum Control {
     /// Join (again) through these nodes.
     Bootstrap(Vec<SocketAddr>),
 }
+
+/// The keys a SIGHUP applies to the running node; every other key is bound
+/// into sockets, nodes, caches and limits at start, and needs a restart.
+pub const RELOADABLE_KEYS: &[&str] = &["log", "bootstrap"];
 
 impl Reload {
     /// Re-reads the file and applies what can change at run time; returns
@@ -131,8 +248,8 @@ impl Reload {
     }
 
     fn apply(&mut self, path: &std::path::Path) -> Vec<Control> {
-        let new = match NodeConfig::load(Some(path)) {
-            Ok(c) => c,
+        let new = match NodeConfig::load_with_file(Some(path)) {
+            Ok((f, _)) => f,
             Err(e) => {
                 tracing::error!("SIGHUP: {e}; nothing changed");
                 return Vec::new();
@@ -160,35 +277,10 @@ impl Reload {
                 out.push(Control::Bootstrap(new.bootstrap.clone()));
             }
         }
-        let mut restart = Vec::new();
-        if new.dsht != old.dsht {
-            restart.push("dsht");
-        }
-        if new.public_addr != old.public_addr {
-            restart.push("public_addr");
-        }
-        if new.admin != old.admin {
-            restart.push("admin");
-        }
-        if new.cores != old.cores {
-            restart.push("cores");
-        }
-        if new.zone != old.zone {
-            restart.push("zone");
-        }
-        if new.alias != old.alias {
-            restart.push("alias");
-        }
-        if new.dht != old.dht {
-            restart.push("[dht]/[clusters]");
-        }
-        if new.proxy.access_log != old.proxy.access_log {
-            restart.push("[proxy] access_log");
-        }
-        if !restart.is_empty() {
+        // Every other key, one warning each.
+        for change in restart_changes(old, &new) {
             tracing::warn!(
-                "SIGHUP: {} changed in {} but take effect only on restart; the node keeps its running values",
-                restart.join(", "),
+                "SIGHUP: {change} in {} takes effect only on restart; the node keeps its running value",
                 path.display()
             );
         }
@@ -207,6 +299,23 @@ impl Reload {
         }
         out
     }
+}
+
+/// The keys that differ between `old` and `new`, other than those a reload
+/// applies, each as `key changed from A to B`.
+pub fn restart_changes(old: &FileConfig, new: &FileConfig) -> Vec<String> {
+    let (a, b) = (crate::config::file_keys(old), crate::config::file_keys(new));
+    let unset = "(unset)".to_string();
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| !RELOADABLE_KEYS.contains(&k.as_str()))
+        .filter_map(|k| {
+            let (x, y) = (a.get(k).unwrap_or(&unset), b.get(k).unwrap_or(&unset));
+            (x != y).then(|| format!("{k} changed from {x} to {y}"))
+        })
+        .collect()
 }
 
 /// The signals the node handles: SIGINT, SIGTERM (stop), SIGHUP (reload)
@@ -371,5 +480,41 @@ impl LimitWatch {
         }
         self.ops_refused = stats.ops_refused;
         self.transmit_dropped = stats.transmit_dropped;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_addresses_parse() {
+        // 127.0.0.1:8090 as a little-endian host writes it.
+        let want: SocketAddr = "127.0.0.1:8090".parse().unwrap();
+        let word = u32::from_ne_bytes([127, 0, 0, 1]);
+        assert_eq!(proc_net_addr(&format!("{word:08X}:1F9A")), Some(want));
+        assert_eq!(
+            proc_net_addr("00000000000000000000000000000000:0035"),
+            Some("[::]:53".parse().unwrap())
+        );
+        assert_eq!(proc_net_addr("nonsense"), None);
+    }
+
+    /// A listener on a 127.x address of the test's own is seen; after it
+    /// closes, not.
+    #[test]
+    fn a_listener_is_seen_in_the_kernel_table() {
+        let addr: SocketAddr = "127.15.250.1:17953".parse().unwrap();
+        let l = std::net::TcpListener::bind(addr).unwrap();
+        assert!(tcp_listening(addr));
+        assert!(probe(Proto::Tcp, addr).is_err());
+        drop(l);
+        assert!(!tcp_listening(addr));
+        assert!(probe(Proto::Tcp, addr).is_ok());
+        // UDP: any socket there refuses the probe.
+        let u = std::net::UdpSocket::bind(addr).unwrap();
+        assert!(probe(Proto::Udp, addr).is_err());
+        drop(u);
+        assert!(probe(Proto::Udp, addr).is_ok());
     }
 }

@@ -39,7 +39,7 @@ static ALLOCATOR: cache::tests::CountingAlloc = cache::tests::CountingAlloc;
 
 /// coral — CoralCDN rebuilt: a peer-to-peer CDN on a sloppy hash table.
 #[derive(Parser, Debug)]
-#[command(name = "coral", version, about, long_about = None)]
+#[command(name = "coral", version, about, long_about = None, after_help = EXIT_STATUS_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,7 +65,7 @@ enum Command {
         /// TOML config file (see deploy/ for an example); flags override it.
         #[arg(long)]
         config: Option<PathBuf>,
-        /// UDP address for DSHT RPCs.
+        /// UDP address for DSHT RPCs [default: 127.0.0.1:7000].
         #[arg(long)]
         dsht: Option<SocketAddr>,
         /// The DSHT address peers see (the node id derives from it);
@@ -81,7 +81,7 @@ enum Command {
         /// Cores to use (default: every core the process may run on).
         #[arg(long)]
         cores: Option<usize>,
-        /// Loopback HTTP address for the client commands.
+        /// Loopback HTTP address for the client commands [default: 127.0.0.1:7080].
         #[arg(long)]
         admin: Option<SocketAddr>,
         /// The zone dnssrv serves (proxies are *.http.L2.L1.L0.<ZONE>).
@@ -92,7 +92,8 @@ enum Command {
         alias: Option<String>,
         #[command(flatten)]
         proxy: ProxyArgs,
-        /// UDP and TCP address of dnssrv, the DNS redirector.
+        /// UDP and TCP address of dnssrv, the DNS redirector [default: the
+        /// DSHT address's IP, port 7053 on loopback, 53 on a public node].
         #[arg(long)]
         dns: Option<SocketAddr>,
     },
@@ -218,13 +219,13 @@ enum Command {
 )]
 #[derive(clap::Args, Debug)]
 struct ProxyArgs {
-    /// CoralProxy's HTTP address (default: the DSHT address's IP, port 8090).
+    /// CoralProxy's HTTP address [default: the DSHT address's IP, port 8090].
     #[arg(long)]
     http: Option<SocketAddr>,
-    /// The disk cache's directory (default: coral-cache/<DSHT IP>-<port>).
+    /// The disk cache's directory [default: coral-cache/<DSHT IP>-<port>].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// The disk cache's size, e.g. 1GiB, 500MB.
+    /// The disk cache's size, e.g. 1GiB, 500MB [default: 1GiB].
     #[arg(long)]
     cache_size: Option<String>,
     /// Let origins be on loopback, private, link-local ... addresses (labs, tests).
@@ -248,16 +249,18 @@ impl ProxyArgs {
             cfg.proxy.cache_dir = Some(d);
         }
         if let Some(s) = self.cache_size {
-            cfg.proxy.cache_size_bytes = config::parse_size(&s)?;
+            cfg.proxy.cache_size_bytes =
+                config::parse_size(&s).map_err(|e| format!("--cache-size: {e}"))?;
         }
         if self.allow_private_origins {
             cfg.proxy.allow_private_origins = true;
         }
         if let Some(a) = &self.access_log {
-            cfg.proxy.access_log = config::parse_access_log(a)?;
+            cfg.proxy.access_log =
+                config::parse_access_log(a).map_err(|e| format!("--access-log: {e}"))?;
         }
         for r in &self.resolve {
-            let (name, ip) = config::parse_resolve(r)?;
+            let (name, ip) = config::parse_resolve(r).map_err(|e| format!("--resolve: {e}"))?;
             cfg.proxy.resolve.retain(|(n, _)| *n != name);
             cfg.proxy.resolve.push((name, ip));
         }
@@ -285,8 +288,18 @@ enum Service {
     Dns,
 }
 
-/// Exit status of a configuration error (as `nginx -t`).
+/// Exit status of a runtime error: the node could not start or stopped
+/// on an error, a client command failed, an address is in use.
+const EXIT_RUNTIME: u8 = 1;
+
+/// Exit status of a usage or configuration error (as clap's and `nginx -t`'s):
+/// a bad flag or value, a config file that does not load or check.
 const EXIT_CONFIG: u8 = 2;
+
+/// The exit statuses, as `--help` lists them (and README's "Exit status").
+const EXIT_STATUS_HELP: &str = "Exit status: 0 ok; 1 a runtime error (an address in use, a node \
+that cannot be reached, a failed operation); 2 a usage or config error (a bad flag, value or \
+config file: its file, line and key are named); 3 a simulator check failed (`--check`).";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -314,14 +327,15 @@ fn main() -> ExitCode {
             proxy,
             dns,
         } => {
-            let mut cfg = match config::NodeConfig::load(config.as_deref()) {
+            let (file_config, mut cfg) = match config::NodeConfig::load_with_file(config.as_deref())
+            {
                 Ok(c) => c,
                 Err(e) => return fail_with(EXIT_CONFIG, &format!("config: {e}")),
             };
             let filter = logging::init(log_format, &cfg.log);
             let reload = lifecycle::Reload {
                 path: config.clone(),
-                file_config: cfg.clone(),
+                file_config,
                 bootstrap_flag: !bootstrap.is_empty(),
                 filter: Some(filter),
             };
@@ -344,19 +358,19 @@ fn main() -> ExitCode {
                 cfg.dns = Some(a);
             }
             if let Some(z) = zone {
-                match config::dns_name("zone", &z) {
+                match config::dns_name("--zone", &z) {
                     Ok(z) => cfg.zone = z,
-                    Err(e) => return fail(&format!("config: {e}")),
+                    Err(e) => return fail_with(EXIT_CONFIG, &format!("config: {e}")),
                 }
             }
             if let Some(a) = alias {
-                match config::dns_name("alias", &a) {
+                match config::dns_name("--alias", &a) {
                     Ok(a) => cfg.alias = Some(a),
-                    Err(e) => return fail(&format!("config: {e}")),
+                    Err(e) => return fail_with(EXIT_CONFIG, &format!("config: {e}")),
                 }
             }
             if let Err(e) = proxy.apply(&mut cfg) {
-                return fail(&format!("config: {e}"));
+                return fail_with(EXIT_CONFIG, &format!("config: {e}"));
             }
             if let Err(e) = cfg.validate() {
                 let e = match &config {
@@ -380,7 +394,7 @@ fn main() -> ExitCode {
             target,
         } => {
             if value.len() > coral::dsht::wire::VALUE_BYTES_MAX {
-                return fail(&format!(
+                return fail_with(EXIT_CONFIG, &format!(
                     "VALUE is {} bytes: a value holds at most {} (it is an address or a short record, §2.3)",
                     value.len(),
                     coral::dsht::wire::VALUE_BYTES_MAX
@@ -479,16 +493,16 @@ fn main() -> ExitCode {
             }
         }
         Command::Coralize { url, alias, port } => {
-            let suffix = match config::dns_name("alias", &alias) {
+            let suffix = match config::dns_name("--alias", &alias) {
                 Ok(s) => s,
-                Err(e) => return fail(&e),
+                Err(e) => return fail_with(EXIT_CONFIG, &e),
             };
             match coral::proxy::names::coralize(&url, &suffix, port) {
                 Ok(c) => {
                     println!("{c}");
                     ExitCode::SUCCESS
                 }
-                Err(e) => fail(&format!("{url}: {e}")),
+                Err(e) => fail_with(EXIT_CONFIG, &format!("{url}: {e}")),
             }
         }
         Command::CheckConfig { file } => match config::check_file(&file) {
@@ -528,7 +542,7 @@ fn client_command(target: &NodeArgs, query: &str) -> ExitCode {
             .and_then(|k| k.split('&').next())
             .unwrap_or("");
         if admin::parse_key(&admin::percent_decode(key)).is_none() {
-            return fail("KEY must be 40 hex digits or url:<URL>");
+            return fail_with(EXIT_CONFIG, "KEY must be 40 hex digits or url:<URL>");
         }
     }
     match client::call(target.node, query) {
@@ -544,7 +558,7 @@ fn client_command(target: &NodeArgs, query: &str) -> ExitCode {
 }
 
 fn fail(msg: &str) -> ExitCode {
-    fail_with(1, msg)
+    fail_with(EXIT_RUNTIME, msg)
 }
 
 fn fail_with(code: u8, msg: &str) -> ExitCode {

@@ -522,6 +522,12 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
     )
     .sample("coral_cache_bytes", &[], first("bytes"));
     w.family(
+        "coral_cache_object_bytes",
+        Kind::Gauge,
+        "Record bytes of the complete objects in the disk cache (its use).",
+    )
+    .sample("coral_cache_object_bytes", &[], first("object_bytes"));
+    w.family(
         "coral_cache_size_limit_bytes",
         Kind::Gauge,
         "The disk cache's configured size (cache_size).",

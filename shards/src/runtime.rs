@@ -708,7 +708,7 @@ pub fn run_with(
     } else {
         config.cores
     };
-    lifecycle::check_addresses_free(config.dsht, config.admin)?;
+    lifecycle::check_addresses_free(&config)?;
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
     // The services open what they need (the disk cache, dnssrv's sockets)
@@ -842,7 +842,7 @@ pub fn run_with(
             }
         }
     }
-    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, http = %config.http_addr(), dns = ?config.dns, cores, "coral node running");
+    tracing::info!(addr = %config.dsht, id_addr = %config.id_addr(), admin = %config.admin, http = %config.http_addr(), dns = %config.dns_addr(), cores, "coral node running");
     lifecycle::set_ready(true);
     let why = loop {
         match lifecycle::wait_signal() {

@@ -40,14 +40,16 @@ fn open(config: &NodeConfig, cores: usize) -> Result<Vec<CoreServices>, String> 
             config.cache_dir().display()
         )
     })?;
-    let mut dns_fds: Vec<Option<dns::DnsFds>> = match config.dns {
-        Some(a) => dns::bind_group(a, cores)
-            .map_err(|e| format!("cannot bind the DNS address {a}: {e}"))?
-            .into_iter()
-            .map(Some)
-            .collect(),
-        None => Vec::new(),
-    };
+    let dns_addr = config.dns_addr();
+    let mut dns_fds: Vec<Option<dns::DnsFds>> = dns::bind_group(dns_addr, cores)
+        .map_err(|e| {
+            format!(
+                "cannot bind the DNS address {dns_addr}: {e}; choose another with --dns or `dns =`"
+            )
+        })?
+        .into_iter()
+        .map(Some)
+        .collect();
     if let Some(p) = &config.proxy.access_log {
         accesslog::init(p)?;
     }
@@ -73,6 +75,15 @@ fn start(
     // dnssrv's counters on this core (`coral::dns::Counters`), zero where
     // it does not run.
     shard.add_section(Report::Stats, Some("dns"), |_| dns::counters_json());
+    // CoralProxy's and its cache's counters for `coral stats` (the
+    // duration histogram stays in /metrics).
+    shard.add_section(Report::Stats, Some("http"), |_| {
+        let mut v = proxy::metrics_json();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("duration");
+        }
+        v
+    });
     shard.add_section(Report::Metrics, Some("http"), |_| proxy::metrics_json());
     shard.add_section(Report::Metrics, Some("dns"), |_| dns::counters_json());
     shard.add_section(Report::Status, None, status::core_json);

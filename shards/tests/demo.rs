@@ -316,3 +316,34 @@ fn lab_clients_fetch_through_unbound_and_coral_and_down_leaves_nothing() {
     let left = still_running(&started);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
+
+/// A second `coral demo` on addresses another holds (most likely the first
+/// demo) fails at once and says to move it with `--net` (issue 25).
+#[test]
+fn a_demo_on_a_taken_address_points_at_net() {
+    // The origin's address taken.
+    let held = std::net::TcpListener::bind("127.17.7.250:8080").unwrap();
+    let o = Command::new(CORAL)
+        .args(["demo", "--nodes", "1", "--clients", "1", "--seconds", "1"])
+        .args(["--net", "127.17.7"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--net 127.17.8"), "{err}");
+    drop(held);
+    // A node's DSHT address taken: the node refuses, the demo says why.
+    let held = std::net::UdpSocket::bind("127.17.9.1:7000").unwrap();
+    let o = Command::new(CORAL)
+        .args(["demo", "--nodes", "1", "--clients", "1", "--seconds", "1"])
+        .args(["--net", "127.17.9"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--net 127.17.10") && err.contains("127.17.9.1:7000"),
+        "{err}"
+    );
+    drop(held);
+}

@@ -140,34 +140,119 @@ fn check_config_names_the_file_the_line_and_the_key_and_exits_2() {
     );
 }
 
+/// A network namespace of the test's own (loopback up), deleted when
+/// dropped; `None` where this machine cannot make one.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Option<Netns> {
+        let name = format!("coral-ops-{tag}-{}", std::process::id());
+        let made = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !made {
+            return None;
+        }
+        let ns = Netns(name);
+        let up = Command::new("ip")
+            .args(["-n", &ns.0, "link", "set", "lo", "up"])
+            .status()
+            .expect("ip");
+        assert!(up.success());
+        Some(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
 #[test]
 fn node_id_comes_from_public_addr_never_from_a_wildcard() {
+    // The wildcard (and the proxy and dnssrv that follow it) are bound in
+    // a namespace of the test's own, never in the host's network.
+    let Some(ns) = Netns::new("wildcard") else {
+        eprintln!("SKIPPED: needs root and ip(8) to bind a wildcard in a namespace of its own");
+        return;
+    };
     let dir = temp_dir("wildcard");
     // Refused: a wildcard and no public_addr.
-    let o = run_node_until_exit(&["--dsht", "0.0.0.0:17915", "--admin", "127.15.1.1:7080"]);
+    let o = common::command_in(Some(&ns.0), CORAL)
+        .args([
+            "node",
+            "--dsht",
+            "0.0.0.0:17915",
+            "--admin",
+            "127.15.1.1:7080",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("public_addr"), "{}", stderr(&o));
     // Given one, the node runs and its id is that address's.
-    let mut n = spawn(
-        dir.path(),
-        "n",
-        &[
-            "--dsht",
-            "0.0.0.0:17915",
-            "--public-addr",
-            "127.15.1.1:17915",
-            "--admin",
-            "127.15.1.1:7080",
-        ],
-        &[],
-    );
+    let mut n = Node::with_args(&[
+        "--dsht",
+        "0.0.0.0:17915",
+        "--public-addr",
+        "127.15.1.1:17915",
+        "--admin",
+        "127.15.1.1:7080",
+    ])
+    .rust_log(None)
+    .log(&dir.path().join("n.log"))
+    .netns(&ns.0)
+    .spawn();
     n.wait_log("coral node running");
-    let (status, _, body) = http_get("127.15.1.1:7080".parse().unwrap(), "/levels");
+    let (status, _, body) = common::in_netns(&ns.0, || {
+        http_get("127.15.1.1:7080".parse().unwrap(), "/levels")
+    });
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["addr"], "127.15.1.1:17915", "{v}");
     let want = coral::Id::from_ip("127.15.1.1".parse().unwrap());
     assert_eq!(v["node"], want.to_string(), "{v}");
+}
+
+/// Exit status 2 for every usage or config error, flags included, and the
+/// defaults and exit statuses in `--help` (issue 25).
+#[test]
+fn usage_and_config_errors_exit_2_and_help_states_defaults() {
+    for (args, want) in [
+        (vec!["--cache-size", "lots"], "--cache-size"),
+        (vec!["--admin", "0.0.0.0:7080"], "admin"),
+        (vec!["--zone", "bad_label.test"], "--zone"),
+        (vec!["--resolve", "nonsense"], "--resolve"),
+        (
+            vec!["--dns", "127.15.9.1:7000", "--dsht", "127.15.9.1:7000"],
+            "--dsht",
+        ),
+        (vec!["--cores", "1", "--bogus"], "--bogus"),
+    ] {
+        let o = run_node_until_exit(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    let o = coral(&["coralize", "http://x/", "--alias", "bad_label"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = coral(&["get", "not-a-key"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let help = String::from_utf8_lossy(&coral(&["node", "--help"]).stdout).into_owned();
+    for want in [
+        "default: 127.0.0.1:7080",
+        "default: 127.0.0.1:7000",
+        "port 7053 on loopback, 53 on a public node",
+        "port 8090",
+    ] {
+        assert!(help.contains(want), "{want:?} not in:\n{help}");
+    }
+    let help = String::from_utf8_lossy(&coral(&["--help"]).stdout).into_owned();
+    assert!(
+        help.contains("Exit status: 0 ok; 1 a runtime error") && help.contains("3 a simulator"),
+        "{help}"
+    );
 }
 
 #[test]
@@ -306,7 +391,10 @@ fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
     // Now: a bootstrap node, a debug filter, and a key that needs a restart.
     std::fs::write(
         &config,
-        format!("{base}log = \"debug\"\nbootstrap = [\"127.15.6.2:7000\"]\n[dht]\nalpha = 4\n"),
+        format!(
+            "{base}log = \"debug\"\nbootstrap = [\"127.15.6.2:7000\"]\n[dht]\nalpha = 4\n\
+             [proxy]\nallow_private_origins = true\n"
+        ),
     )
     .unwrap();
     a.signal(libc::SIGHUP);
@@ -314,7 +402,13 @@ fn sighup_reloads_log_and_bootstrap_and_names_what_needs_a_restart() {
     let log = a.log();
     assert!(log.contains("applied=log, bootstrap"), "{log}");
     assert!(
-        log.contains("[dht]/[clusters] changed") && log.contains("restart"),
+        log.contains("SIGHUP: [dht] alpha changed from 3 to 4")
+            && log.contains("takes effect only on restart"),
+        "{log}"
+    );
+    // [proxy] keys too, each by name (issue 25: they were ignored silently).
+    assert!(
+        log.contains("SIGHUP: [proxy] allow_private_origins changed from false to true"),
         "{log}"
     );
     // The bootstrap took effect: A joins B.
@@ -924,6 +1018,12 @@ fn metrics_count_proxy_responses_and_dns_queries_of_a_known_sequence() {
         (64u64 << 20) as f64
     );
     assert!(metric(&body, "coral_cache_bytes") >= 41_000.0);
+    // The objects' bytes: more than the bodies, far less than a segment.
+    let used = metric(&body, "coral_cache_object_bytes");
+    assert!(
+        used >= 41_000.0 && used <= metric(&body, "coral_cache_bytes"),
+        "{used}"
+    );
     assert_eq!(
         metric(
             &body,

@@ -106,7 +106,15 @@ fn status_json_page_in_chromium_and_coral_top_show_what_the_node_served() {
     assert!((p["served_per_origin_fetch"].as_f64().unwrap() - 10.0 / 3.0).abs() < 1e-9);
     assert_eq!(j["cache"]["objects"], 3, "{j}");
     assert_eq!(j["cache"]["limit_bytes"], 64 << 20);
-    assert!(j["cache"]["bytes"].as_u64().unwrap() > 41_000);
+    // Cache use is the objects' bytes (41,000 + 2 × 4,096 of bodies, with
+    // their heads, URLs and record framing), not the segment files' size
+    // (issue 25: the page showed "32.0 MiB" for one 50 KB object).
+    let used = j["cache"]["bytes"].as_u64().unwrap();
+    assert!(
+        (41_000 + 2 * 4096..41_000 + 2 * 4096 + 3 * 16_384).contains(&used),
+        "{j}"
+    );
+    assert!(j["cache"]["segment_bytes"].as_u64().unwrap() >= used, "{j}");
     let top = j["top_objects"].as_array().unwrap();
     assert_eq!(top.len(), 3, "{j}");
     assert_eq!(

@@ -95,6 +95,9 @@ impl Local {
         self.leave_segment(own, &hd);
         if complete && hd.complete {
             shared.objects.fetch_sub(1, Ordering::Relaxed);
+            shared
+                .object_bytes
+                .fetch_sub(u64::from(hd.alloc), Ordering::Relaxed);
         }
         part.take_hits(h);
         own.handles[h as usize] = Handle::FREE;

@@ -168,6 +168,10 @@ pub struct CacheStats {
     pub objects: u64,
     /// Bytes the cache's segment files occupy (all cores).
     pub bytes: u64,
+    /// Record bytes of the complete objects in the whole cache (their
+    /// bodies, heads and URLs): the cache's use, where `bytes` counts whole
+    /// segments.
+    pub object_bytes: u64,
     /// Lookups on this core that found an object.
     pub hits: u64,
     /// Lookups on this core that found none.
@@ -223,6 +227,9 @@ struct Shared {
     /// hits on one segment from several cores do not fight over a line.
     readers: Box<[AtomicU32]>,
     objects: AtomicU64,
+    /// Record bytes of the complete objects (all cores): what the cache
+    /// holds, as against `bytes`, what its segment files occupy.
+    object_bytes: AtomicU64,
     bytes: AtomicU64,
     next_file: AtomicU64,
 }
@@ -586,6 +593,7 @@ impl CoreCache {
         CacheStats {
             objects: self.shared().objects.load(Ordering::Relaxed),
             bytes: self.shared().bytes.load(Ordering::Relaxed),
+            object_bytes: self.shared().object_bytes.load(Ordering::Relaxed),
             hits: self.hits.get(),
             misses: self.misses.get(),
             evictions: own.evictions,

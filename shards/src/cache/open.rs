@@ -37,6 +37,7 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
             .map(|_| AtomicU32::new(0))
             .collect(),
         objects: AtomicU64::new(0),
+        object_bytes: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         next_file: AtomicU64::new(0),
     });
@@ -233,6 +234,9 @@ impl Local {
             .live
             .fetch_add(1, Ordering::AcqRel);
         shared.objects.fetch_add(1, Ordering::Relaxed);
+        shared
+            .object_bytes
+            .fetch_add(rec.alloc_len, Ordering::Relaxed);
         drop(own);
         let mut so = seg_owner.own();
         if let Some(s) = so.segs.get_mut(&seg) {

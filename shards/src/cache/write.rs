@@ -279,6 +279,7 @@ impl ObjectWriter {
             None => part.update(i, &e),
         }
         shared.objects.fetch_add(1, Ordering::Relaxed);
+        shared.object_bytes.fetch_add(final_len, Ordering::Relaxed);
         own.policy.insert(h, final_len, fingerprint(&self.key));
         if self.solo && final_len <= shared.segment_bytes / 4 {
             // A small object that came without a length: pack it, so small

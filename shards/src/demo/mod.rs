@@ -255,7 +255,12 @@ pub fn run(a: DemoArgs) -> ExitCode {
     ) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("coral demo: origin cannot listen on {origin_addr}: {e}");
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                taken_hint(&a.net)
+            } else {
+                String::new()
+            };
+            eprintln!("coral demo: origin cannot listen on {origin_addr}: {e}{hint}");
             return ExitCode::from(1);
         }
     };
@@ -439,10 +444,13 @@ fn wait_ready(
                 // try_wait needs &mut; a node that exited has a log to show.
                 exited(c)
             }) {
-                return Err(format!(
-                    "node {i} exited ({status}); its log:\n{}",
-                    log_tail(&temp.join(format!("node{i}.log")))
-                ));
+                let log = log_tail(&temp.join(format!("node{i}.log")));
+                let hint = if log.contains("is in use") {
+                    taken_hint(&a.net)
+                } else {
+                    String::new()
+                };
+                return Err(format!("node {i} exited ({status}){hint}; its log:\n{log}"));
             }
             let admin_ok = TcpStream::connect_timeout(
                 &SocketAddr::from((me, ADMIN_PORT)),
@@ -484,6 +492,22 @@ fn wait_ready(
     }
     eprintln!("  ready    after {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// What to do when the demo's addresses on `net` are taken: most likely
+/// another `coral demo` runs there.
+fn taken_hint(net: &str) -> String {
+    let next = net
+        .rsplit_once('.')
+        .and_then(|(head, last)| {
+            let n: u8 = last.parse().ok()?;
+            Some(format!("{head}.{}", n.wrapping_add(1)))
+        })
+        .unwrap_or_else(|| "127.18.0".into());
+    format!(
+        ": another `coral demo` (or another program) holds addresses on {net}.x; run this one on \
+         another loopback network with --net {next}"
+    )
 }
 
 /// Whether a child has exited, without reaping it (waitid with WNOWAIT).

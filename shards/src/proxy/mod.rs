@@ -205,6 +205,7 @@ pub fn metrics_json() -> serde_json::Value {
         "cache": {
             "objects": cache.objects,
             "bytes": cache.bytes,
+            "object_bytes": cache.object_bytes,
             "size_bytes": pc.cfg.cache_size_bytes,
             "evictions": cache.evictions,
         },
@@ -275,7 +276,9 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         complete_pointer_ttl_secs: cfg.complete_pointer_ttl_secs,
         ..FetchConfig::default()
     };
-    let policy = FetchPolicy::new(fetch_config, config.http_addr())
+    // The pointer peers follow: the address they reach (a wildcard bind
+    // is replaced by `public_addr`'s IP).
+    let policy = FetchPolicy::new(fetch_config, config.http_public_addr())
         .with_hasher(coral::dsht::id::keyed_hasher(&secret, "fetch objects"));
     let pc = Rc::new(ProxyCore {
         core: shard.core,
@@ -284,8 +287,8 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         cache,
         zones,
         suffix,
-        http: config.http_addr(),
-        node_name: format!("{}", config.http_addr()),
+        http: config.http_public_addr(),
+        node_name: format!("{}", config.http_public_addr()),
         resolver: resolve::Resolver::new(
             &cfg.resolve,
             Duration::from_secs(cfg.resolve_ttl_secs),

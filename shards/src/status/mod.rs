@@ -62,7 +62,9 @@ pub fn core_json(shard: &Shard) -> Json {
             "peer_fetches": p.peer_fetches, "bad_requests": p.bad_requests, "served": served,
         },
         "cache": {
-            "objects": p.cache.objects, "bytes": p.cache.bytes, "hits": p.cache.hits,
+            // Use: the objects' bytes; the segment files' size apart.
+            "objects": p.cache.objects, "bytes": p.cache.object_bytes,
+            "segment_bytes": p.cache.bytes, "hits": p.cache.hits,
             "misses": p.cache.misses, "evictions": p.cache.evictions,
         },
         "dns_queries": crate::dns::queries(),
@@ -213,6 +215,7 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
         "cache": {
             "objects": cores.first().map_or(0, |c| num(c, &["cache", "objects"])),
             "bytes": cores.first().map_or(0, |c| num(c, &["cache", "bytes"])),
+            "segment_bytes": cores.first().map_or(0, |c| num(c, &["cache", "segment_bytes"])),
             "limit_bytes": cache_limit_bytes,
             "evictions": sum(&["cache", "evictions"]),
         },

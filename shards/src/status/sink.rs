@@ -217,7 +217,7 @@ fn take_sample(p: &ProxySnapshot) -> Sample {
         hits: p.hits,
         misses: p.misses,
         origin_fetches: p.origin_fetches,
-        cache_bytes: p.cache.bytes,
+        cache_bytes: p.cache.object_bytes,
     })
 }
 
