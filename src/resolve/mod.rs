@@ -282,6 +282,12 @@ impl Stub {
         self.lookups.len()
     }
 
+    /// Whether try `handle` still waits for its answer (its socket is
+    /// worth keeping open).
+    pub fn is_live(&self, handle: QueryHandle) -> bool {
+        self.tries.contains_key(&handle)
+    }
+
     /// Names remembered.
     pub fn remembered(&self) -> usize {
         self.cache.len()

@@ -290,7 +290,8 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
             &cfg.resolve,
             Duration::from_secs(cfg.resolve_ttl_secs),
             cfg.allow_private_origins,
-        ),
+        )
+        .with_servers(&cfg.resolvers),
         timeouts: upstream::Timeouts {
             connect: Duration::from_millis(cfg.connect_timeout_ms),
             first_byte: Duration::from_millis(cfg.first_byte_timeout_ms),
