@@ -1,0 +1,352 @@
+//! The proxy's origin resolver against DNS servers of the test's own
+//! (issue 23 item 2): Knot (`knotd`) serving the zone `origin.test`, behind
+//! a small UDP forwarder of the test's that counts every query by name and
+//! type and never answers names starting with "hang" (a black hole), an
+//! nginx origin, and a real `coral node` whose `[proxy] resolvers` is the
+//! forwarder. Everything runs on 127.123.N.x, one N per test; the host's
+//! resolver is never asked.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{coralized, curl, dns_query, temp_dir, wait_until, write_file, Nginx, Node, Proc};
+
+/// The stub's whole-lookup limit (`coral::limits::RESOLVE.lookup_timeout_ms`).
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tries per query (`coral::limits::RESOLVE.attempts_max`).
+const ATTEMPTS_MAX: usize = 4;
+const A: u16 = 1;
+const AAAA: u16 = 28;
+
+/// knotd serving `origin.test` on `addr` from `dir`.
+struct Knot {
+    _proc: Proc,
+}
+
+impl Knot {
+    fn start(dir: &Path, addr: SocketAddr, origin_ip: &str) -> Knot {
+        let d = dir.join("knot");
+        std::fs::create_dir_all(&d).unwrap();
+        let zone = write_file(
+            &d,
+            "origin.test.zone",
+            format!(
+                "$ORIGIN origin.test.\n$TTL 300\n\
+                 @ SOA ns.origin.test. admin.origin.test. 1 3600 600 86400 30\n\
+                 @ NS ns\nns A {ip}\nwww A {origin_ip}\nslow A {origin_ip}\n\
+                 alias CNAME www\n",
+                ip = addr.ip()
+            ),
+        );
+        let conf = write_file(
+            &d,
+            "knot.conf",
+            format!(
+                "server:\n    rundir: \"{d}\"\n    listen: {ip}@{port}\n\
+                 database:\n    storage: \"{d}\"\n\
+                 zone:\n  - domain: origin.test\n    file: \"{zone}\"\n\
+                 log:\n  - target: stderr\n    any: warning\n",
+                d = d.display(),
+                ip = addr.ip(),
+                port = addr.port(),
+                zone = zone.display()
+            ),
+        );
+        let proc = Proc::spawn(
+            Command::new("/usr/sbin/knotd")
+                .arg("-c")
+                .arg(&conf)
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit()),
+            "knotd (Debian's knot) is needed for this test",
+        );
+        // Ready once it answers for its zone.
+        let sock = UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        wait_until(common::START_WAIT, Duration::from_millis(50), || {
+            sock.send_to(&dns_query(1, "www.origin.test", A, false), addr)
+                .map_err(|e| e.to_string())?;
+            let mut buf = [0u8; 512];
+            match sock.recv_from(&mut buf) {
+                Ok((n, _)) if n > 12 && common::rcode(&buf[..n]) == 0 => Ok(()),
+                other => Err(format!("knotd on {addr} not answering: {other:?}")),
+            }
+        });
+        Knot { _proc: proc }
+    }
+}
+
+/// A UDP forwarder to knotd that counts queries by (name, type); names
+/// starting with "hang" are never answered, names starting with "slow"
+/// are answered after `slow_delay`.
+struct Forwarder {
+    addr: SocketAddr,
+    counts: Arc<Mutex<HashMap<(String, u16), usize>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The question's name (lower case) and type of a query, if it has one.
+fn question(q: &[u8]) -> Option<(String, u16)> {
+    let mut i = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*q.get(i)?);
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(q.get(i + 1..i + 1 + len)?).to_ascii_lowercase());
+        i += 1 + len;
+    }
+    let t = q.get(i + 1..i + 3)?;
+    Some((labels.join("."), u16::from_be_bytes([t[0], t[1]])))
+}
+
+impl Forwarder {
+    fn start(addr: SocketAddr, upstream: SocketAddr, slow_delay: Duration) -> Forwarder {
+        let sock = UdpSocket::bind(addr).expect("bind the forwarder");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let counts: Arc<Mutex<HashMap<(String, u16), usize>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (counts.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while !s.load(Ordering::Relaxed) {
+                let Ok((n, client)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                let q = buf[..n].to_vec();
+                let Some((name, qtype)) = question(&q) else {
+                    continue;
+                };
+                *c.lock().unwrap().entry((name.clone(), qtype)).or_insert(0) += 1;
+                if name.starts_with("hang") {
+                    continue;
+                }
+                let reply_to = sock.try_clone().unwrap();
+                std::thread::spawn(move || {
+                    if name.starts_with("slow") {
+                        std::thread::sleep(slow_delay);
+                    }
+                    let up = UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).unwrap();
+                    up.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    up.send_to(&q, upstream).unwrap();
+                    let mut a = [0u8; 1500];
+                    if let Ok((n, _)) = up.recv_from(&mut a) {
+                        let _ = reply_to.send_to(&a[..n], client);
+                    }
+                });
+            }
+        });
+        Forwarder { addr, counts, stop }
+    }
+
+    /// Queries seen for `name`'s `qtype` records.
+    fn count(&self, name: &str, qtype: u16) -> usize {
+        let c = self.counts.lock().unwrap();
+        c.get(&(name.to_string(), qtype)).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// knotd, the forwarder, nginx (with `files`) and the node's address on
+/// 127.123.`net`.x.
+struct Lab {
+    dir: tempfile::TempDir,
+    _knot: Knot,
+    dns: Forwarder,
+    _nginx: Nginx,
+    net: u8,
+}
+
+impl Lab {
+    fn start(net: u8, files: &[(&str, &[u8])], slow_delay: Duration) -> Lab {
+        let dir = temp_dir("resolver");
+        let ip = |h: u8| format!("127.123.{net}.{h}");
+        let knot_addr: SocketAddr = format!("{}:5300", ip(53)).parse().unwrap();
+        let knot = Knot::start(dir.path(), knot_addr, &ip(80));
+        let dns = Forwarder::start(
+            format!("{}:5300", ip(54)).parse().unwrap(),
+            knot_addr,
+            slow_delay,
+        );
+        let root = common::web_root(dir.path(), files);
+        let nginx = Nginx::start(
+            dir.path(),
+            format!("{}:8080", ip(80)).parse().unwrap(),
+            &root,
+        );
+        Lab {
+            dir,
+            _knot: knot,
+            dns,
+            _nginx: nginx,
+            net,
+        }
+    }
+
+    /// A one-core proxy node on 127.123.`net`.`host` asking the forwarder;
+    /// `--allow-private-origins` if `allow_private` (the origin is on
+    /// loopback).
+    fn node(&self, host: u8, allow_private: bool) -> Node {
+        let ip = format!("127.123.{}.{host}", self.net);
+        let mut b = Node::on(&ip)
+            .proxy(&self.dir.path().join(format!("cache-{host}")))
+            .config_text(&format!("[proxy]\nresolvers = [\"{}\"]\n", self.dns.addr));
+        if allow_private {
+            b = b.args(&["--allow-private-origins"]);
+        }
+        b.start()
+    }
+}
+
+/// Issue 23's attack: 20 requests for names whose DNS never answers, then
+/// a good name. Before, lookups ran one at a time on one blocking thread
+/// and the good name waited behind them (504 after 10 s); now each name's
+/// lookup has its own slot and the good one is answered while the 20 still
+/// wait, and each of them gets 504 once its own lookup times out.
+#[test]
+fn names_that_never_answer_do_not_delay_a_good_name() {
+    let lab = Lab::start(1, &[("a.txt", b"good origin\n")], Duration::ZERO);
+    let node = lab.node(1, true);
+    let finished = Arc::new(AtomicUsize::new(0));
+    let hanging: Vec<_> = (0..20)
+        .map(|i| {
+            let ip = node.ip.clone();
+            let finished = finished.clone();
+            std::thread::spawn(move || {
+                let url = coralized(&format!("hang{i}.origin.test"), 8080, "/x.txt");
+                let a = curl(&ip, &url, &["--interface", "127.123.1.66"]);
+                finished.fetch_add(1, Ordering::SeqCst);
+                a
+            })
+        })
+        .collect();
+    // All 20 lookups are under way: the server has seen each name's query.
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || match (0..20).find(|i| lab.dns.count(&format!("hang{i}.origin.test"), A) == 0) {
+            None => Ok(()),
+            Some(i) => Err(format!("no query yet for hang{i}.origin.test")),
+        },
+    );
+    let start = Instant::now();
+    let good = curl(
+        &node.ip,
+        &coralized("www.origin.test", 8080, "/a.txt"),
+        &["--interface", "127.123.1.67"],
+    );
+    let took = start.elapsed();
+    assert_eq!(good.status, 200, "{good:?}");
+    assert_eq!(good.body, b"good origin\n");
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the good name was answered only after a hanging one ended ({took:?})"
+    );
+    for h in hanging {
+        let a = h.join().unwrap();
+        assert_eq!(a.status, 504, "{a:?}");
+    }
+    // Each name was tried a bounded number of times, and its slot freed.
+    for i in 0..20 {
+        let name = format!("hang{i}.origin.test");
+        let n = lab.dns.count(&name, A);
+        assert!((1..=ATTEMPTS_MAX).contains(&n), "{name}: {n} A queries");
+    }
+    let after = curl(&node.ip, &coralized("www.origin.test", 8080, "/a.txt"), &[]);
+    assert_eq!(after.status, 200);
+}
+
+/// RFC 2308: NXDOMAIN is answered as soon as the server says so (502),
+/// and remembered: a second request for the name
+/// asks no server.
+#[test]
+fn rfc2308_nxdomain_is_answered_at_once_and_remembered() {
+    let lab = Lab::start(2, &[("a.txt", b"x\n")], Duration::ZERO);
+    let node = lab.node(1, true);
+    let start = Instant::now();
+    let a = curl(&node.ip, &coralized("nx.origin.test", 8080, "/a.txt"), &[]);
+    assert!(start.elapsed() < LOOKUP_TIMEOUT, "not a timeout");
+    assert_eq!(a.status, 502, "{a:?}");
+    // One query per type: answered, never retried.
+    assert_eq!(lab.dns.count("nx.origin.test", A), 1);
+    assert_eq!(lab.dns.count("nx.origin.test", AAAA), 1);
+    // Another object of the same origin: the name's answer is remembered.
+    let b = curl(&node.ip, &coralized("nx.origin.test", 8080, "/b.txt"), &[]);
+    assert_eq!(b.status, 502, "{b:?}");
+    assert_eq!(lab.dns.count("nx.origin.test", A), 1, "negatively cached");
+    // And the good name still works, through a CNAME.
+    let c = curl(
+        &node.ip,
+        &coralized("alias.origin.test", 8080, "/a.txt"),
+        &[],
+    );
+    assert_eq!(c.status, 200, "{c:?}");
+}
+
+/// Concurrent requests for different objects of one origin share its one
+/// lookup: the server sees one A query for the name.
+#[test]
+fn concurrent_requests_for_one_name_share_one_query() {
+    let files: Vec<(String, Vec<u8>)> = (0..10)
+        .map(|i| (format!("s{i}.txt"), format!("object {i}\n").into_bytes()))
+        .collect();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice()))
+        .collect();
+    // The server takes 1.5 s to answer (less than a try's 2 s): the
+    // requests arrive meanwhile.
+    let lab = Lab::start(3, &refs, Duration::from_millis(1500));
+    let node = lab.node(1, true);
+    let clients: Vec<_> = (0..10)
+        .map(|i| {
+            let ip = node.ip.clone();
+            std::thread::spawn(move || {
+                curl(
+                    &ip,
+                    &coralized("slow.origin.test", 8080, &format!("/s{i}.txt")),
+                    &[],
+                )
+            })
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let a = c.join().unwrap();
+        assert_eq!(a.status, 200, "{a:?}");
+        assert_eq!(a.body, format!("object {i}\n").into_bytes());
+    }
+    assert_eq!(lab.dns.count("slow.origin.test", A), 1);
+    assert!(lab.dns.count("slow.origin.test", AAAA) <= 1);
+}
+
+/// The SSRF check is unchanged: a name whose DNS answer is a loopback
+/// address (directly or through a CNAME) is refused (403) without
+/// `--allow-private-origins`, and the origin never asked.
+#[test]
+fn a_name_on_a_private_address_is_still_refused() {
+    let lab = Lab::start(4, &[("a.txt", b"secret\n")], Duration::ZERO);
+    let node = lab.node(1, false);
+    for name in ["www.origin.test", "alias.origin.test"] {
+        let a = curl(&node.ip, &coralized(name, 8080, "/a.txt"), &[]);
+        assert_eq!(a.status, 403, "{name}: {a:?}");
+        assert_ne!(a.body, b"secret\n");
+    }
+    assert_eq!(lab._nginx.requests("/a.txt"), 0);
+    assert_eq!(lab.dns.count("www.origin.test", A), 1);
+}
