@@ -268,6 +268,9 @@ fn names_that_never_answer_do_not_delay_a_good_name() {
         let n = lab.dns.count(&name, A);
         assert!((1..=ATTEMPTS_MAX).contains(&n), "{name}: {n} A queries");
     }
+    let m = node.metrics();
+    assert_eq!(resolver_event(&m, "timeouts"), 20.0);
+    assert_eq!(resolver_event(&m, "lookups"), 21.0);
     let after = curl(&node.ip, &coralized("www.origin.test", 8080, "/a.txt"), &[]);
     assert_eq!(after.status, 200);
 }
@@ -333,6 +336,22 @@ fn concurrent_requests_for_one_name_share_one_query() {
     }
     assert_eq!(lab.dns.count("slow.origin.test", A), 1);
     assert!(lab.dns.count("slow.origin.test", AAAA) <= 1);
+    // The node's side: one lookup; the other nine requests joined it (or,
+    // arriving after it ended, were answered from its cache).
+    let m = node.metrics();
+    assert_eq!(resolver_event(&m, "lookups"), 1.0);
+    assert_eq!(
+        resolver_event(&m, "joined") + resolver_event(&m, "cache_hits"),
+        9.0
+    );
+}
+
+/// `coral_resolver_events_total{event}` in a `/metrics` body.
+fn resolver_event(metrics: &str, event: &str) -> f64 {
+    common::metric(
+        metrics,
+        &format!("coral_resolver_events_total{{event=\"{event}\"}}"),
+    )
 }
 
 /// The SSRF check is unchanged: a name whose DNS answer is a loopback

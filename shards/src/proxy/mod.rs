@@ -197,6 +197,7 @@ pub fn metrics_json() -> serde_json::Value {
         "origin_fetches": s.origin_fetches.get(),
         "origin_passes": s.origin_passes.get(),
         "origin_errors": errors,
+        "resolver": pc.resolver.counters_json(),
         "peer_fetches": s.peer_fetches_by_level.iter().map(Cell::get).collect::<Vec<_>>(),
         "bad_requests": s.bad_requests.get(),
         "connections_open": pc.connections.get(),

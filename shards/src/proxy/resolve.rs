@@ -324,9 +324,19 @@ impl Resolver {
         self
     }
 
-    /// What the stub has done (lookups, cache hits, timeouts ...).
-    pub fn counters(&self) -> coral::resolve::Counters {
-        self.inner.stub.borrow().counters()
+    /// What the stub has done, by event (`crate::metrics::RESOLVER_EVENTS`
+    /// names them for `coral_resolver_events_total`).
+    pub fn counters_json(&self) -> serde_json::Value {
+        let c = self.inner.stub.borrow().counters();
+        serde_json::json!({
+            "lookups": c.lookups,
+            "cache_hits": c.cache_hits,
+            "joined": c.joined,
+            "queries": c.queries,
+            "timeouts": c.timeouts,
+            "busy": c.busy,
+            "ignored": c.ignored,
+        })
     }
 
     /// The checked address to connect to for `host:port`. `host` is lower
@@ -459,6 +469,23 @@ mod tests {
             ]
         );
         assert!(parse_resolv_conf("").is_empty());
+    }
+
+    #[test]
+    fn counters_are_the_metrics_events() {
+        let r = Resolver::new(&[], Duration::from_secs(60), false);
+        let json = r.counters_json();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut want = crate::metrics::RESOLVER_EVENTS.to_vec();
+        want.sort_unstable();
+        let mut keys = keys;
+        keys.sort_unstable();
+        assert_eq!(keys, want);
     }
 
     #[test]
