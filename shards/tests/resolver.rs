@@ -229,7 +229,9 @@ fn names_that_never_answer_do_not_delay_a_good_name() {
             let finished = finished.clone();
             std::thread::spawn(move || {
                 let url = coralized(&format!("hang{i}.origin.test"), 8080, "/x.txt");
-                let a = curl(&ip, &url, &["--interface", "127.123.1.66"]);
+                // From 20 clients: one client's share is bounded (below).
+                let from = format!("127.123.1.{}", 100 + i);
+                let a = curl(&ip, &url, &["--interface", &from]);
                 finished.fetch_add(1, Ordering::SeqCst);
                 a
             })
@@ -273,6 +275,59 @@ fn names_that_never_answer_do_not_delay_a_good_name() {
     assert_eq!(resolver_event(&m, "lookups"), 21.0);
     let after = curl(&node.ip, &coralized("www.origin.test", 8080, "/a.txt"), &[]);
     assert_eq!(after.status, 200);
+}
+
+/// One client cannot take every lookup slot: of its 20 requests for names
+/// that never answer, `waiters_per_client_max` (16) wait for lookups and
+/// the other 4 are refused at once (503); another client's good name is
+/// served meanwhile.
+#[test]
+fn one_client_waits_for_at_most_its_share_of_lookups() {
+    const PER_CLIENT: usize = 16;
+    let lab = Lab::start(5, &[("a.txt", b"good origin\n")], Duration::ZERO);
+    let node = lab.node(1, true);
+    let hanging: Vec<_> = (0..20)
+        .map(|i| {
+            let ip = node.ip.clone();
+            std::thread::spawn(move || {
+                let url = coralized(&format!("hang{i}.origin.test"), 8080, "/x.txt");
+                let start = Instant::now();
+                let a = curl(&ip, &url, &["--interface", "127.123.5.66"]);
+                (a, start.elapsed())
+            })
+        })
+        .collect();
+    // Every request has reached the node: asked of the server, or refused.
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        let m = node.metrics();
+        let asked = (0..20)
+            .filter(|i| lab.dns.count(&format!("hang{i}.origin.test"), A) > 0)
+            .count();
+        let busy = resolver_event(&m, "busy") as usize;
+        if asked + busy == 20 {
+            Ok(())
+        } else {
+            Err(format!("{asked} asked, {busy} refused"))
+        }
+    });
+    let good = curl(
+        &node.ip,
+        &coralized("www.origin.test", 8080, "/a.txt"),
+        &["--interface", "127.123.5.67"],
+    );
+    assert_eq!(good.status, 200, "{good:?}");
+    let answers: Vec<_> = hanging.into_iter().map(|h| h.join().unwrap()).collect();
+    let refused = answers.iter().filter(|(a, _)| a.status == 503).count();
+    let timed_out = answers.iter().filter(|(a, _)| a.status == 504).count();
+    assert_eq!(
+        (refused, timed_out),
+        (20 - PER_CLIENT, PER_CLIENT),
+        "{answers:?}"
+    );
+    let asked = (0..20)
+        .filter(|i| lab.dns.count(&format!("hang{i}.origin.test"), A) > 0)
+        .count();
+    assert_eq!(asked, PER_CLIENT);
 }
 
 /// RFC 2308: NXDOMAIN is answered as soon as the server says so (502),

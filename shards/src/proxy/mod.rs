@@ -81,6 +81,9 @@ pub struct Job {
     /// A peer's request (`Coral-No-Forward`): answer only from the cache or
     /// a fetch already under way.
     pub no_forward: bool,
+    /// The address of the client whose miss started the job: its lookups
+    /// count against `RESOLVE.waiters_per_client_max` (`resolve.rs`).
+    pub client: Option<std::net::IpAddr>,
 }
 
 /// The owning core's answer to a miss.

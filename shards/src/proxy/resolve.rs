@@ -341,6 +341,8 @@ impl Resolver {
 
     /// The checked address to connect to for `host:port`. `host` is lower
     /// case without a trailing dot (as `names::origin_of_host` returns it).
+    /// For the node's own lookups, which no client waits for.
+    #[allow(dead_code)] // every caller today has its client
     pub async fn resolve(&self, host: &str, port: u16) -> Result<SocketAddr, ResolveError> {
         self.resolve_for(None, host, port).await
     }
