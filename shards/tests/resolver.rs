@@ -24,6 +24,8 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 const ATTEMPTS_MAX: usize = 4;
 const A: u16 = 1;
 const AAAA: u16 = 28;
+/// Added to a query's type in the forwarder's counts when it came over TCP.
+const TCP: u16 = 10_000;
 
 /// knotd serving `origin.test` on `addr` from `dir`.
 struct Knot {
@@ -41,7 +43,7 @@ impl Knot {
                 "$ORIGIN origin.test.\n$TTL 300\n\
                  @ SOA ns.origin.test. admin.origin.test. 1 3600 600 86400 30\n\
                  @ NS ns\nns A {ip}\nwww A {origin_ip}\nslow A {origin_ip}\n\
-                 alias CNAME www\n",
+                 big A {origin_ip}\nalias CNAME www\n",
                 ip = addr.ip()
             ),
         );
@@ -84,9 +86,11 @@ impl Knot {
     }
 }
 
-/// A UDP forwarder to knotd that counts queries by (name, type); names
+/// A forwarder to knotd that counts queries by (name, type); names
 /// starting with "hang" are never answered, names starting with "slow"
-/// are answered after `slow_delay`.
+/// are answered after `slow_delay`, names starting with "big" are answered
+/// over UDP truncated (TC, no records). Over TCP (same address) every
+/// query is forwarded, counted under type + `TCP`.
 struct Forwarder {
     addr: SocketAddr,
     counts: Arc<Mutex<HashMap<(String, u16), usize>>>,
@@ -131,6 +135,10 @@ impl Forwarder {
                 if name.starts_with("hang") {
                     continue;
                 }
+                if name.starts_with("big") {
+                    let _ = sock.send_to(&truncated(&q), client);
+                    continue;
+                }
                 let reply_to = sock.try_clone().unwrap();
                 std::thread::spawn(move || {
                     if name.starts_with("slow") {
@@ -146,6 +154,19 @@ impl Forwarder {
                 });
             }
         });
+        let listener = std::net::TcpListener::bind(addr).expect("bind the TCP forwarder");
+        listener.set_nonblocking(true).unwrap();
+        let (c, s) = (counts.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let Ok((conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                let c = c.clone();
+                std::thread::spawn(move || forward_tcp(conn, upstream, &c));
+            }
+        });
         Forwarder { addr, counts, stop }
     }
 
@@ -153,6 +174,59 @@ impl Forwarder {
     fn count(&self, name: &str, qtype: u16) -> usize {
         let c = self.counts.lock().unwrap();
         c.get(&(name.to_string(), qtype)).copied().unwrap_or(0)
+    }
+}
+
+/// A UDP answer to `q` with TC set and no records (its OPT record dropped).
+fn truncated(q: &[u8]) -> Vec<u8> {
+    let mut end = 12;
+    while end < q.len() && q[end] != 0 {
+        end += 1 + usize::from(q[end]);
+    }
+    let mut a = q[..(end + 5).min(q.len())].to_vec();
+    a[2] |= 0x82;
+    a[3] = 0x80;
+    a[6..12].fill(0);
+    a
+}
+
+/// One DNS-over-TCP query from `conn`, counted, forwarded to knotd over TCP
+/// and its answer sent back.
+fn forward_tcp(
+    mut conn: std::net::TcpStream,
+    upstream: SocketAddr,
+    counts: &Mutex<HashMap<(String, u16), usize>>,
+) {
+    use std::io::{Read, Write};
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut len = [0u8; 2];
+    if conn.read_exact(&mut len).is_err() {
+        return;
+    }
+    let mut q = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    if conn.read_exact(&mut q).is_err() {
+        return;
+    }
+    if let Some((name, qtype)) = question(&q) {
+        *counts
+            .lock()
+            .unwrap()
+            .entry((name, qtype + TCP))
+            .or_insert(0) += 1;
+    }
+    let Ok(mut up) = std::net::TcpStream::connect(upstream) else {
+        return;
+    };
+    up.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = up.write_all(&len).and_then(|()| up.write_all(&q));
+    let mut alen = [0u8; 2];
+    if up.read_exact(&mut alen).is_err() {
+        return;
+    }
+    let mut a = vec![0u8; usize::from(u16::from_be_bytes(alen))];
+    if up.read_exact(&mut a).is_ok() {
+        let _ = conn.write_all(&alen).and_then(|()| conn.write_all(&a));
     }
 }
 
@@ -328,6 +402,19 @@ fn one_client_waits_for_at_most_its_share_of_lookups() {
         .filter(|i| lab.dns.count(&format!("hang{i}.origin.test"), A) > 0)
         .count();
     assert_eq!(asked, PER_CLIENT);
+}
+
+/// RFC 7766: an answer truncated over UDP (TC) is asked again over TCP of
+/// the same server, and its addresses used.
+#[test]
+fn rfc7766_a_truncated_answer_is_asked_again_over_tcp() {
+    let lab = Lab::start(6, &[("a.txt", b"big\n")], Duration::ZERO);
+    let node = lab.node(1, true);
+    let a = curl(&node.ip, &coralized("big.origin.test", 8080, "/a.txt"), &[]);
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.body, b"big\n");
+    assert_eq!(lab.dns.count("big.origin.test", A), 1, "UDP");
+    assert_eq!(lab.dns.count("big.origin.test", A + TCP), 1, "then TCP");
 }
 
 /// RFC 2308: NXDOMAIN is answered as soon as the server says so (502),
