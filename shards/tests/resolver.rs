@@ -455,9 +455,9 @@ fn concurrent_requests_for_one_name_share_one_query() {
         .iter()
         .map(|(n, b)| (n.as_str(), b.as_slice()))
         .collect();
-    // The server takes 1.5 s to answer (less than a try's 2 s): the
+    // The server takes 1 s to answer (less than a try's 2 s): the
     // requests arrive meanwhile.
-    let lab = Lab::start(3, &refs, Duration::from_millis(1500));
+    let lab = Lab::start(3, &refs, Duration::from_secs(1));
     let node = lab.node(1, true);
     let clients: Vec<_> = (0..10)
         .map(|i| {

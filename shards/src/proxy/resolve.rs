@@ -108,13 +108,27 @@ pub fn parse_resolv_conf(text: &str) -> Vec<SocketAddr> {
 }
 
 /// The servers asked: `configured`, else the host's /etc/resolv.conf.
+/// Said once in the log (every core builds its own resolver).
 pub fn servers(configured: &[SocketAddr]) -> Vec<SocketAddr> {
-    if !configured.is_empty() {
-        return configured.to_vec();
-    }
-    std::fs::read_to_string(RESOLV_CONF)
-        .map(|t| parse_resolv_conf(&t))
-        .unwrap_or_default()
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let (servers, from) = if configured.is_empty() {
+        let found = std::fs::read_to_string(RESOLV_CONF)
+            .map(|t| parse_resolv_conf(&t))
+            .unwrap_or_default();
+        (found, RESOLV_CONF)
+    } else {
+        (configured.to_vec(), "[proxy] resolvers")
+    };
+    SAID.call_once(|| {
+        if servers.is_empty() {
+            tracing::warn!(
+                "proxy: no resolvers in {from}: origin names other than --resolve ones will not resolve (502)"
+            );
+        } else {
+            tracing::info!(?servers, "proxy: origin names are asked of {from}");
+        }
+    });
+    servers
 }
 
 /// A waiting request's slot: the outcome once the lookup ends.
@@ -292,11 +306,11 @@ pub struct Resolver {
 
 impl Resolver {
     /// A resolver with `static_answers` (names lower case, no trailing
-    /// dot), good answers kept at most `ttl`, asking the host's resolvers
-    /// (/etc/resolv.conf) unless [`Resolver::with_servers`] says others.
+    /// dot), good answers kept at most `ttl`, asking no server until
+    /// [`Resolver::with_servers`] says which.
     pub fn new(static_answers: &[(String, IpAddr)], ttl: Duration, allow_private: bool) -> Self {
         let cfg = StubConfig {
-            servers: servers(&[]),
+            servers: Vec::new(),
             ttl_max: coral::Duration::from_micros(ttl.as_micros() as u64),
             ..StubConfig::default()
         };
@@ -311,13 +325,11 @@ impl Resolver {
         }
     }
 
-    /// The same, asking `servers` (`[proxy] resolvers`) if any are given.
-    pub fn with_servers(self, servers: &[SocketAddr]) -> Self {
-        if servers.is_empty() {
-            return self;
-        }
+    /// The same, asking `configured` (`[proxy] resolvers`), or the host's
+    /// resolvers if it is empty.
+    pub fn with_servers(self, configured: &[SocketAddr]) -> Self {
         let cfg = StubConfig {
-            servers: servers.to_vec(),
+            servers: servers(configured),
             ..self.inner.stub.borrow().config().clone()
         };
         *self.inner.stub.borrow_mut() = stub(cfg);
