@@ -417,6 +417,36 @@ fn rfc7766_a_truncated_answer_is_asked_again_over_tcp() {
     assert_eq!(lab.dns.count("big.origin.test", A + TCP), 1, "then TCP");
 }
 
+/// Lookups waiting on a dead name do not hold the node up: SIGTERM stops
+/// it (exit 0) while they wait.
+#[test]
+fn sigterm_stops_a_node_while_lookups_hang() {
+    let lab = Lab::start(7, &[("a.txt", b"x\n")], Duration::ZERO);
+    let mut node = lab.node(1, true);
+    let clients: Vec<_> = (0..5)
+        .map(|i| {
+            let ip = node.ip.clone();
+            std::thread::spawn(move || {
+                let url = coralized(&format!("hang{i}.origin.test"), 8080, "/x.txt");
+                curl(&ip, &url, &[])
+            })
+        })
+        .collect();
+    wait_until(
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || match (0..5).find(|i| lab.dns.count(&format!("hang{i}.origin.test"), A) == 0) {
+            None => Ok(()),
+            Some(i) => Err(format!("no query yet for hang{i}.origin.test")),
+        },
+    );
+    node.signal(libc::SIGTERM);
+    assert!(node.wait_exit(Duration::from_secs(15)).success());
+    for c in clients {
+        c.join().unwrap();
+    }
+}
+
 /// RFC 2308: NXDOMAIN is answered as soon as the server says so (502),
 /// and remembered: a second request for the name
 /// asks no server.
