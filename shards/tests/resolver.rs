@@ -3,7 +3,8 @@
 //! a small UDP forwarder of the test's that counts every query by name and
 //! type and never answers names starting with "hang" (a black hole), an
 //! nginx origin, and a real `coral node` whose `[proxy] resolvers` is the
-//! forwarder. Everything runs on 127.123.N.x, one N per test; the host's
+//! forwarder. Each test runs in a network namespace of its own
+//! (`coral-res<N>-<pid>`, loopback only) on 127.123.N.x; the host's
 //! resolver is never asked.
 
 mod common;
@@ -16,7 +17,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{coralized, curl, dns_query, temp_dir, wait_until, write_file, Nginx, Node, Proc};
+use common::{
+    command_in, coralized, dns_query, in_netns, temp_dir, wait_until, write_file, Answer, Node,
+    Proc,
+};
 
 /// The stub's whole-lookup limit (`coral::limits::RESOLVE.lookup_timeout_ms`).
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,13 +31,155 @@ const AAAA: u16 = 28;
 /// Added to a query's type in the forwarder's counts when it came over TCP.
 const TCP: u16 = 10_000;
 
+/// A network namespace with loopback up, deleted when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(net: u8) -> Netns {
+        let name = format!("coral-res{net}-{}", std::process::id() % 100_000);
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .expect("ip (iproute2)");
+            assert!(out.status.success(), "ip {args:?}: {out:?}");
+        };
+        // A namespace left by a killed run of this test.
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// Moves the calling thread into the namespace `ns` (threads it starts
+/// later are born there too).
+fn enter(ns: &str) {
+    use std::os::fd::AsRawFd;
+    let path = format!("/run/netns/{ns}");
+    let file = std::fs::File::open(&path).unwrap();
+    // SAFETY: a valid namespace descriptor; only this thread moves.
+    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+}
+
+/// curl in `ns` for `url`, its host on port 8090 resolved to `ip`
+/// (`common::curl`, inside the namespace).
+fn curl(ns: &str, ip: &str, url: &str, args: &[&str]) -> Answer {
+    let host = url
+        .trim_start_matches("http://")
+        .split(['/', ':'])
+        .next()
+        .unwrap()
+        .to_string();
+    let tmp = temp_dir("curl");
+    let hdr = tmp.path().join("h");
+    let body = tmp.path().join("b");
+    let out = command_in(Some(ns), "curl")
+        .args(["-sS", "--max-time", "60", "-D"])
+        .arg(&hdr)
+        .arg("-o")
+        .arg(&body)
+        .args(["--resolve", &format!("{host}:8090:{ip}")])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    let head = std::fs::read_to_string(&hdr).unwrap_or_default();
+    let last = head
+        .split("\r\n\r\n")
+        .filter(|b| !b.trim().is_empty())
+        .last()
+        .unwrap_or("");
+    let mut lines = last.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        headers: lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect(),
+        body: std::fs::read(&body).unwrap_or_default(),
+        curl_ok: out.status.success(),
+        curl_err: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
+
+/// nginx (Debian's) in `ns` serving `root` on `addr`; its access log
+/// counts the origin's requests.
+struct Origin {
+    _proc: Proc,
+    log: std::path::PathBuf,
+}
+
+impl Origin {
+    fn start(ns: &str, dir: &Path, addr: SocketAddr, root: &Path) -> Origin {
+        let d = dir.join("nginx");
+        std::fs::create_dir_all(&d).unwrap();
+        let log = d.join("access.log");
+        let conf = write_file(
+            &d,
+            "nginx.conf",
+            format!(
+                "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{ worker_connections 256; }}\n\
+                 http {{\n  access_log {log};\n  client_body_temp_path {d}/body;\n\
+                 proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n\
+                 uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+                 types {{ text/plain txt; }}\n\
+                 server {{ listen {addr}; root {root}; expires 1h; }}\n}}\n",
+                d = d.display(),
+                log = log.display(),
+                root = root.display(),
+            ),
+        );
+        let proc = Proc::spawn(
+            command_in(Some(ns), "/usr/sbin/nginx")
+                .args(["-p", d.to_str().unwrap(), "-c", conf.to_str().unwrap()])
+                .args(["-g", "daemon off;"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit()),
+            "nginx (Debian's package) is needed for this test",
+        );
+        in_netns(ns, move || {
+            wait_until(common::START_WAIT, Duration::from_millis(20), || {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+                    .map(|_| ())
+                    .map_err(|e| format!("nginx on {addr}: {e}"))
+            })
+        });
+        Origin { _proc: proc, log }
+    }
+
+    /// Requests it has logged for `path`.
+    fn requests(&self, path: &str) -> usize {
+        let needle = format!("GET {path} ");
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .count()
+    }
+}
+
 /// knotd serving `origin.test` on `addr` from `dir`.
 struct Knot {
     _proc: Proc,
 }
 
 impl Knot {
-    fn start(dir: &Path, addr: SocketAddr, origin_ip: &str) -> Knot {
+    fn start(ns: &str, dir: &Path, addr: SocketAddr, origin_ip: &str) -> Knot {
         let d = dir.join("knot");
         std::fs::create_dir_all(&d).unwrap();
         let zone = write_file(
@@ -62,7 +208,7 @@ impl Knot {
             ),
         );
         let proc = Proc::spawn(
-            Command::new("/usr/sbin/knotd")
+            command_in(Some(ns), "/usr/sbin/knotd")
                 .arg("-c")
                 .arg(&conf)
                 .stdout(Stdio::null())
@@ -70,17 +216,19 @@ impl Knot {
             "knotd (Debian's knot) is needed for this test",
         );
         // Ready once it answers for its zone.
-        let sock = UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).unwrap();
-        sock.set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        wait_until(common::START_WAIT, Duration::from_millis(50), || {
-            sock.send_to(&dns_query(1, "www.origin.test", A, false), addr)
-                .map_err(|e| e.to_string())?;
-            let mut buf = [0u8; 512];
-            match sock.recv_from(&mut buf) {
-                Ok((n, _)) if n > 12 && common::rcode(&buf[..n]) == 0 => Ok(()),
-                other => Err(format!("knotd on {addr} not answering: {other:?}")),
-            }
+        in_netns(ns, move || {
+            let sock = UdpSocket::bind(SocketAddr::new(addr.ip(), 0)).unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            wait_until(common::START_WAIT, Duration::from_millis(50), || {
+                sock.send_to(&dns_query(1, "www.origin.test", A, false), addr)
+                    .map_err(|e| e.to_string())?;
+                let mut buf = [0u8; 512];
+                match sock.recv_from(&mut buf) {
+                    Ok((n, _)) if n > 12 && common::rcode(&buf[..n]) == 0 => Ok(()),
+                    other => Err(format!("knotd on {addr} not answering: {other:?}")),
+                }
+            })
         });
         Knot { _proc: proc }
     }
@@ -114,14 +262,28 @@ fn question(q: &[u8]) -> Option<(String, u16)> {
 }
 
 impl Forwarder {
-    fn start(addr: SocketAddr, upstream: SocketAddr, slow_delay: Duration) -> Forwarder {
-        let sock = UdpSocket::bind(addr).expect("bind the forwarder");
+    fn start(ns: &str, addr: SocketAddr, upstream: SocketAddr, slow_delay: Duration) -> Forwarder {
+        // Its sockets and threads live in `ns`: a thread enters it, binds,
+        // and starts the others from there.
+        let ns = ns.to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let in_ns = ns.clone();
+        std::thread::spawn(move || {
+            enter(&in_ns);
+            let sock = UdpSocket::bind(addr).expect("bind the forwarder");
+            let listener = std::net::TcpListener::bind(addr).expect("bind the TCP forwarder");
+            tx.send((sock, listener)).unwrap();
+        })
+        .join()
+        .unwrap();
+        let (sock, listener) = rx.recv().unwrap();
         sock.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
         let counts: Arc<Mutex<HashMap<(String, u16), usize>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (counts.clone(), stop.clone());
+        let (c, s, in_ns) = (counts.clone(), stop.clone(), ns.clone());
         std::thread::spawn(move || {
+            enter(&in_ns);
             let mut buf = [0u8; 1500];
             while !s.load(Ordering::Relaxed) {
                 let Ok((n, client)) = sock.recv_from(&mut buf) else {
@@ -154,10 +316,10 @@ impl Forwarder {
                 });
             }
         });
-        let listener = std::net::TcpListener::bind(addr).expect("bind the TCP forwarder");
         listener.set_nonblocking(true).unwrap();
         let (c, s) = (counts.clone(), stop.clone());
         std::thread::spawn(move || {
+            enter(&ns);
             while !s.load(Ordering::Relaxed) {
                 let Ok((conn, _)) = listener.accept() else {
                     std::thread::sleep(Duration::from_millis(10));
@@ -242,23 +404,28 @@ struct Lab {
     dir: tempfile::TempDir,
     _knot: Knot,
     dns: Forwarder,
-    _nginx: Nginx,
+    origin: Origin,
     net: u8,
+    /// Last: deleted once everything in it has stopped.
+    ns: Netns,
 }
 
 impl Lab {
     fn start(net: u8, files: &[(&str, &[u8])], slow_delay: Duration) -> Lab {
+        let ns = Netns::new(net);
         let dir = temp_dir("resolver");
         let ip = |h: u8| format!("127.123.{net}.{h}");
         let knot_addr: SocketAddr = format!("{}:5300", ip(53)).parse().unwrap();
-        let knot = Knot::start(dir.path(), knot_addr, &ip(80));
+        let knot = Knot::start(&ns.0, dir.path(), knot_addr, &ip(80));
         let dns = Forwarder::start(
+            &ns.0,
             format!("{}:5300", ip(54)).parse().unwrap(),
             knot_addr,
             slow_delay,
         );
         let root = common::web_root(dir.path(), files);
-        let nginx = Nginx::start(
+        let origin = Origin::start(
+            &ns.0,
             dir.path(),
             format!("{}:8080", ip(80)).parse().unwrap(),
             &root,
@@ -267,8 +434,9 @@ impl Lab {
             dir,
             _knot: knot,
             dns,
-            _nginx: nginx,
+            origin,
             net,
+            ns,
         }
     }
 
@@ -278,12 +446,18 @@ impl Lab {
     fn node(&self, host: u8, allow_private: bool) -> Node {
         let ip = format!("127.123.{}.{host}", self.net);
         let mut b = Node::on(&ip)
+            .netns(&self.ns.0)
             .proxy(&self.dir.path().join(format!("cache-{host}")))
             .config_text(&format!("[proxy]\nresolvers = [\"{}\"]\n", self.dns.addr));
         if allow_private {
             b = b.args(&["--allow-private-origins"]);
         }
         b.start()
+    }
+
+    /// The namespace's name (for clients on other threads).
+    fn ns(&self) -> String {
+        self.ns.0.clone()
     }
 }
 
@@ -299,13 +473,13 @@ fn names_that_never_answer_do_not_delay_a_good_name() {
     let finished = Arc::new(AtomicUsize::new(0));
     let hanging: Vec<_> = (0..20)
         .map(|i| {
-            let ip = node.ip.clone();
+            let (ns, ip) = (lab.ns(), node.ip.clone());
             let finished = finished.clone();
             std::thread::spawn(move || {
                 let url = coralized(&format!("hang{i}.origin.test"), 8080, "/x.txt");
                 // From 20 clients: one client's share is bounded (below).
                 let from = format!("127.123.1.{}", 100 + i);
-                let a = curl(&ip, &url, &["--interface", &from]);
+                let a = curl(&ns, &ip, &url, &["--interface", &from]);
                 finished.fetch_add(1, Ordering::SeqCst);
                 a
             })
@@ -322,6 +496,7 @@ fn names_that_never_answer_do_not_delay_a_good_name() {
     );
     let start = Instant::now();
     let good = curl(
+        &lab.ns.0,
         &node.ip,
         &coralized("www.origin.test", 8080, "/a.txt"),
         &["--interface", "127.123.1.67"],
@@ -347,7 +522,12 @@ fn names_that_never_answer_do_not_delay_a_good_name() {
     let m = node.metrics();
     assert_eq!(resolver_event(&m, "timeouts"), 20.0);
     assert_eq!(resolver_event(&m, "lookups"), 21.0);
-    let after = curl(&node.ip, &coralized("www.origin.test", 8080, "/a.txt"), &[]);
+    let after = curl(
+        &lab.ns.0,
+        &node.ip,
+        &coralized("www.origin.test", 8080, "/a.txt"),
+        &[],
+    );
     assert_eq!(after.status, 200);
 }
 
@@ -362,11 +542,11 @@ fn one_client_waits_for_at_most_its_share_of_lookups() {
     let node = lab.node(1, true);
     let hanging: Vec<_> = (0..20)
         .map(|i| {
-            let ip = node.ip.clone();
+            let (ns, ip) = (lab.ns(), node.ip.clone());
             std::thread::spawn(move || {
                 let url = coralized(&format!("hang{i}.origin.test"), 8080, "/x.txt");
                 let start = Instant::now();
-                let a = curl(&ip, &url, &["--interface", "127.123.5.66"]);
+                let a = curl(&ns, &ip, &url, &["--interface", "127.123.5.66"]);
                 (a, start.elapsed())
             })
         })
@@ -385,6 +565,7 @@ fn one_client_waits_for_at_most_its_share_of_lookups() {
         }
     });
     let good = curl(
+        &lab.ns.0,
         &node.ip,
         &coralized("www.origin.test", 8080, "/a.txt"),
         &["--interface", "127.123.5.67"],
@@ -410,7 +591,12 @@ fn one_client_waits_for_at_most_its_share_of_lookups() {
 fn rfc7766_a_truncated_answer_is_asked_again_over_tcp() {
     let lab = Lab::start(6, &[("a.txt", b"big\n")], Duration::ZERO);
     let node = lab.node(1, true);
-    let a = curl(&node.ip, &coralized("big.origin.test", 8080, "/a.txt"), &[]);
+    let a = curl(
+        &lab.ns.0,
+        &node.ip,
+        &coralized("big.origin.test", 8080, "/a.txt"),
+        &[],
+    );
     assert_eq!(a.status, 200, "{a:?}");
     assert_eq!(a.body, b"big\n");
     assert_eq!(lab.dns.count("big.origin.test", A), 1, "UDP");
@@ -425,10 +611,10 @@ fn sigterm_stops_a_node_while_lookups_hang() {
     let mut node = lab.node(1, true);
     let clients: Vec<_> = (0..5)
         .map(|i| {
-            let ip = node.ip.clone();
+            let (ns, ip) = (lab.ns(), node.ip.clone());
             std::thread::spawn(move || {
                 let url = coralized(&format!("hang{i}.origin.test"), 8080, "/x.txt");
-                curl(&ip, &url, &[])
+                curl(&ns, &ip, &url, &[])
             })
         })
         .collect();
@@ -455,18 +641,29 @@ fn rfc2308_nxdomain_is_answered_at_once_and_remembered() {
     let lab = Lab::start(2, &[("a.txt", b"x\n")], Duration::ZERO);
     let node = lab.node(1, true);
     let start = Instant::now();
-    let a = curl(&node.ip, &coralized("nx.origin.test", 8080, "/a.txt"), &[]);
+    let a = curl(
+        &lab.ns.0,
+        &node.ip,
+        &coralized("nx.origin.test", 8080, "/a.txt"),
+        &[],
+    );
     assert!(start.elapsed() < LOOKUP_TIMEOUT, "not a timeout");
     assert_eq!(a.status, 502, "{a:?}");
     // One query per type: answered, never retried.
     assert_eq!(lab.dns.count("nx.origin.test", A), 1);
     assert_eq!(lab.dns.count("nx.origin.test", AAAA), 1);
     // Another object of the same origin: the name's answer is remembered.
-    let b = curl(&node.ip, &coralized("nx.origin.test", 8080, "/b.txt"), &[]);
+    let b = curl(
+        &lab.ns.0,
+        &node.ip,
+        &coralized("nx.origin.test", 8080, "/b.txt"),
+        &[],
+    );
     assert_eq!(b.status, 502, "{b:?}");
     assert_eq!(lab.dns.count("nx.origin.test", A), 1, "negatively cached");
     // And the good name still works, through a CNAME.
     let c = curl(
+        &lab.ns.0,
         &node.ip,
         &coralized("alias.origin.test", 8080, "/a.txt"),
         &[],
@@ -491,9 +688,10 @@ fn concurrent_requests_for_one_name_share_one_query() {
     let node = lab.node(1, true);
     let clients: Vec<_> = (0..10)
         .map(|i| {
-            let ip = node.ip.clone();
+            let (ns, ip) = (lab.ns(), node.ip.clone());
             std::thread::spawn(move || {
                 curl(
+                    &ns,
                     &ip,
                     &coralized("slow.origin.test", 8080, &format!("/s{i}.txt")),
                     &[],
@@ -534,10 +732,10 @@ fn a_name_on_a_private_address_is_still_refused() {
     let lab = Lab::start(4, &[("a.txt", b"secret\n")], Duration::ZERO);
     let node = lab.node(1, false);
     for name in ["www.origin.test", "alias.origin.test"] {
-        let a = curl(&node.ip, &coralized(name, 8080, "/a.txt"), &[]);
+        let a = curl(&lab.ns.0, &node.ip, &coralized(name, 8080, "/a.txt"), &[]);
         assert_eq!(a.status, 403, "{name}: {a:?}");
         assert_ne!(a.body, b"secret\n");
     }
-    assert_eq!(lab._nginx.requests("/a.txt"), 0);
+    assert_eq!(lab.origin.requests("/a.txt"), 0);
     assert_eq!(lab.dns.count("www.origin.test", A), 1);
 }
