@@ -178,44 +178,62 @@ impl Inner {
                     bytes,
                     deadline,
                 } => {
-                    let inner = self.clone();
                     let deadline = self.instant(deadline);
-                    glommio::spawn_local(async move {
-                        let got = if tcp {
-                            ask_tcp(server, &bytes, deadline).await
-                        } else {
-                            ask_udp(&inner, handle, server, &bytes, deadline).await
-                        };
-                        if let Err(e) = got {
-                            tracing::debug!(%server, error = %e, "resolver: query failed");
-                            let now = inner.now();
-                            inner.stub.borrow_mut().handle_send_failed(now, handle);
-                        } else if let Ok(Some(answer)) = got.as_ref().map(|a| a.as_deref()) {
-                            let now = inner.now();
-                            inner
-                                .stub
-                                .borrow_mut()
-                                .handle_answer(now, handle, server, answer);
-                        }
-                        inner.drain();
-                        if !inner.stub.borrow().is_live(handle) {
-                            return;
-                        }
-                        // Past the try's deadline: the stub retries or ends
-                        // the lookup (a spurious wake-up is harmless).
-                        let wait = deadline.saturating_duration_since(Instant::now());
-                        if !wait.is_zero() {
-                            glommio::timer::sleep(wait).await;
-                        }
-                        let now = inner.now();
-                        inner.stub.borrow_mut().handle_timeout(now);
-                        inner.drain();
-                    })
+                    glommio::spawn_local(run_try(
+                        self.clone(),
+                        handle,
+                        server,
+                        tcp,
+                        bytes,
+                        deadline,
+                    ))
                     .detach();
                 }
             }
         }
     }
+}
+
+/// One try: sends `query` to `server` (UDP, or TCP), hands what comes back
+/// to the stub, and if the try is still live at `deadline` wakes the stub
+/// then (it retries or ends the lookup; a spurious wake-up is harmless).
+async fn run_try(
+    inner: Rc<Inner>,
+    handle: QueryHandle,
+    server: SocketAddr,
+    tcp: bool,
+    query: Vec<u8>,
+    deadline: Instant,
+) {
+    let got = if tcp {
+        ask_tcp(server, &query, deadline).await
+    } else {
+        ask_udp(&inner, handle, server, &query, deadline).await
+    };
+    match got {
+        Err(e) => {
+            tracing::debug!(%server, error = %e, "resolver: query failed");
+            let now = inner.now();
+            inner.stub.borrow_mut().handle_send_failed(now, handle);
+        }
+        Ok(Some(answer)) => {
+            let now = inner.now();
+            let mut stub = inner.stub.borrow_mut();
+            stub.handle_answer(now, handle, server, &answer);
+        }
+        Ok(None) => {}
+    }
+    inner.drain();
+    if !inner.stub.borrow().is_live(handle) {
+        return;
+    }
+    let wait = deadline.saturating_duration_since(Instant::now());
+    if !wait.is_zero() {
+        glommio::timer::sleep(wait).await;
+    }
+    let now = inner.now();
+    inner.stub.borrow_mut().handle_timeout(now);
+    inner.drain();
 }
 
 /// A local socket of `server`'s family, on an ephemeral port the kernel
