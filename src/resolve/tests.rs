@@ -207,6 +207,12 @@ fn a_silent_server_is_retried_on_the_next_then_the_lookup_times_out_and_frees_it
     assert!(done.is_empty());
     assert_eq!(sent2.len(), 2);
     assert!(sent2.iter().all(|q| q.server == sa(S2)));
+    // Each try has its own handle (socket) and a fresh random id.
+    for q in &sent2 {
+        let before = sent.iter().find(|o| o.qtype() == q.qtype()).unwrap();
+        assert_ne!(q.handle, before.handle);
+        assert_ne!(q.id(), before.id());
+    }
     // An answer on the old try's socket is no longer heard.
     let late = answer(
         &sent[0].bytes,
