@@ -12,6 +12,7 @@
 //! - [`cache`]: the disk cache's record format, index entry and eviction policies (§3.2).
 //! - [`dns`]: dnssrv, the authoritative DNS redirector (§3.1), sans-IO.
 //! - [`proxy`]: the proxy's HTTP framing, Coralized names, cache policy and rewriting (§2.1, §3.2).
+//! - [`resolve`]: the stub resolver CoralProxy resolves origin names with, sans-IO.
 //! - [`limits`]: the bounds dnssrv and the proxy put on what a stranger can make them hold.
 //! - [`sim`]: the deterministic simulator and the paper's experiments (§6).
 //!
@@ -28,6 +29,7 @@ pub mod dns;
 pub mod dsht;
 pub mod limits;
 pub mod proxy;
+pub mod resolve;
 pub mod rng;
 pub mod sim;
 pub mod time;

@@ -66,3 +66,63 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     chunk_line_bytes_max: 4096,
     targeted_field_bytes_max: 4096,
 };
+
+/// The stub resolver's bounds (`resolve`): what resolving origin names for
+/// strangers' requests may hold. The tunable ones (servers, TTL caps) are
+/// `resolve::StubConfig` fields, whose defaults come from here.
+pub struct ResolveLimits {
+    /// Name servers asked, at most (resolv.conf's MAXNS is 3).
+    pub servers_max: usize,
+    /// Lookups in flight per core (each an A and an AAAA query, a socket
+    /// each while waiting); beyond it a new name is refused at once.
+    pub lookups_inflight_max: usize,
+    /// Requests one client address may have waiting for lookups at once,
+    /// per core: one client cannot take every lookup slot.
+    pub waiters_per_client_max: usize,
+    /// Requests waiting for one name's lookup (they share its one query).
+    pub waiters_per_name_max: usize,
+    /// Names whose answers (good or bad) are kept, per core; when full the
+    /// half nearest to expiry goes.
+    pub cache_entries_max: usize,
+    /// Addresses kept per name.
+    pub addresses_per_name_max: usize,
+    /// CNAME records followed within one answer.
+    pub cname_hops_max: usize,
+    /// Longest wait for one query's answer before the next try, in
+    /// milliseconds.
+    pub attempt_timeout_ms: u64,
+    /// Longest a whole lookup lasts, retries included, in milliseconds: its
+    /// slot is freed then and its waiters told "timed out".
+    pub lookup_timeout_ms: u64,
+    /// Tries per query, across the servers in turn.
+    pub attempts_max: u32,
+    /// Longest a "no such name" or "no address" answer is remembered, in
+    /// seconds (RFC 2308: the SOA's TTL and MINIMUM, capped by this).
+    pub negative_ttl_max_secs: u32,
+    /// How long a timed-out or failed (SERVFAIL, REFUSED) lookup is
+    /// remembered, in seconds (RFC 2308 §7.1: at most five minutes).
+    pub failure_ttl_secs: u32,
+    /// Largest UDP answer read (the EDNS payload size the queries
+    /// advertise, RFC 9715's 1232).
+    pub udp_answer_bytes_max: usize,
+    /// Largest answer read over TCP (the two-byte length's most).
+    pub tcp_answer_bytes_max: usize,
+}
+
+/// The stub resolver's limits.
+pub const RESOLVE: ResolveLimits = ResolveLimits {
+    servers_max: 3,
+    lookups_inflight_max: 256,
+    waiters_per_client_max: 16,
+    waiters_per_name_max: 1024,
+    cache_entries_max: 4096,
+    addresses_per_name_max: 16,
+    cname_hops_max: 8,
+    attempt_timeout_ms: 2000,
+    lookup_timeout_ms: 10_000,
+    attempts_max: 4,
+    negative_ttl_max_secs: 60,
+    failure_ttl_secs: 5,
+    udp_answer_bytes_max: 1232,
+    tcp_answer_bytes_max: 65_535,
+};

@@ -451,6 +451,9 @@ pub struct ProxySection {
     pub complete_pointer_ttl_secs: u32,
     /// The access log's path, or "off".
     pub access_log: String,
+    /// The recursive resolvers origin names are asked of, "IP:PORT" or
+    /// "IP" (port 53), at most three; empty: /etc/resolv.conf's.
+    pub resolvers: Vec<String>,
 }
 
 impl Default for ProxySection {
@@ -478,6 +481,7 @@ impl Default for ProxySection {
             fetching_pointer_ttl_secs: fetch.fetching_pointer_ttl_secs,
             complete_pointer_ttl_secs: fetch.complete_pointer_ttl_secs,
             access_log: "off".into(),
+            resolvers: Vec::new(),
         }
     }
 }
@@ -510,6 +514,7 @@ impl ProxySection {
             fetching_pointer_ttl_secs: self.fetching_pointer_ttl_secs,
             complete_pointer_ttl_secs: self.complete_pointer_ttl_secs,
             access_log: parse_access_log(&self.access_log).map_err(|e| format!("[proxy] {e}"))?,
+            resolvers: parse_resolvers(&self.resolvers).map_err(|e| format!("[proxy] {e}"))?,
         })
     }
 }
@@ -556,6 +561,27 @@ pub struct ProxyConfig {
     pub complete_pointer_ttl_secs: u32,
     /// Where the access log is appended (`None`: no access log).
     pub access_log: Option<PathBuf>,
+    /// The recursive resolvers origin names are asked of (empty: the
+    /// host's, from /etc/resolv.conf).
+    pub resolvers: Vec<SocketAddr>,
+}
+
+/// `resolvers` values: "IP:PORT" or a bare IP (port 53), at most
+/// `coral::limits::RESOLVE.servers_max`.
+pub fn parse_resolvers(list: &[String]) -> Result<Vec<SocketAddr>, String> {
+    if list.len() > coral::limits::RESOLVE.servers_max {
+        return Err(format!(
+            "resolvers: at most {} servers",
+            coral::limits::RESOLVE.servers_max
+        ));
+    }
+    list.iter()
+        .map(|s| {
+            s.parse::<SocketAddr>()
+                .or_else(|_| s.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+                .map_err(|_| format!("resolvers: {s:?} is not IP:PORT or an IP address"))
+        })
+        .collect()
 }
 
 /// The `heuristic*` settings of `[proxy]`: the mode "coral" or "rfc", and a

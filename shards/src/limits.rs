@@ -96,8 +96,6 @@ pub struct ProxyLimits {
     /// URLs whose first variant's pointer under its variant key is renewed
     /// (`Vary`), per core.
     pub variant_pointers_max: usize,
-    /// Resolved origin names kept per core; the oldest half goes when full.
-    pub resolve_answers_max: usize,
     /// Decoded stored heads kept per core (`stored::DecodedHeads`).
     pub decoded_heads_max: usize,
     /// Longest stored head whose decoded form is kept: a longer one (up to
@@ -113,7 +111,6 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     hot_name_bytes_max: 1024,
     hot_head_bytes_max: 4096,
     variant_pointers_max: 1 << 16,
-    resolve_answers_max: 4096,
     decoded_heads_max: 4096,
     decoded_head_bytes_max: 4096,
 };
@@ -249,7 +246,6 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::PROXY.hot_name_bytes_max" => n(PROXY.hot_name_bytes_max as u64),
         "limits::PROXY.hot_head_bytes_max" => n(PROXY.hot_head_bytes_max as u64),
         "limits::PROXY.variant_pointers_max" => n(PROXY.variant_pointers_max as u64),
-        "limits::PROXY.resolve_answers_max" => n(PROXY.resolve_answers_max as u64),
         "limits::PROXY.decoded_heads_max" => n(PROXY.decoded_heads_max as u64),
         "limits::PROXY.decoded_head_bytes_max" => n(PROXY.decoded_head_bytes_max as u64),
         "limits::CACHE.object_bytes_max" => n(CACHE.object_bytes_max),

@@ -544,6 +544,18 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
         sum(&["http", "cache", "evictions"]),
     );
     w.family(
+        "coral_resolver_events_total",
+        Kind::Counter,
+        "The origin-name resolver: lookups started, requests answered from its cache, requests that joined a lookup in flight, queries sent, lookups timed out, requests refused (busy), datagrams ignored (not an answer to our question).",
+    );
+    for event in RESOLVER_EVENTS {
+        w.sample(
+            "coral_resolver_events_total",
+            &[("event", event)],
+            sum(&["http", "resolver", event]),
+        );
+    }
+    w.family(
         "coral_access_log_lines_dropped_total",
         Kind::Counter,
         "Access log lines dropped because the log writer fell behind.",
@@ -554,6 +566,18 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
         sum(&["http", "access_log_dropped"]),
     );
 }
+
+/// The origin-name resolver's events (`coral_resolver_events_total`),
+/// as `proxy::resolve::Resolver::counters_json` names them.
+pub const RESOLVER_EVENTS: &[&str] = &[
+    "lookups",
+    "cache_hits",
+    "joined",
+    "queries",
+    "timeouts",
+    "busy",
+    "ignored",
+];
 
 /// Reasons an origin fetch fails (`coral_http_origin_errors_total`).
 pub const ORIGIN_ERROR_REASONS: [&str; 8] = [

@@ -178,7 +178,11 @@ fn security_md_limits_are_true() {
             );
         } else if name.starts_with("coral::limits::") {
             assert_eq!(set_by, "fixed", "{name}");
-            let (d, p) = (coral::limits::DNS, coral::limits::PROXY);
+            let (d, p, r) = (
+                coral::limits::DNS,
+                coral::limits::PROXY,
+                coral::limits::RESOLVE,
+            );
             let v = match name {
                 "coral::limits::DNS.answers_max" => d.answers_max,
                 "coral::limits::DNS.nameservers_max" => d.nameservers_max,
@@ -191,6 +195,20 @@ fn security_md_limits_are_true() {
                 "coral::limits::PROXY.range_bytes_max" => p.range_bytes_max,
                 "coral::limits::PROXY.chunk_line_bytes_max" => p.chunk_line_bytes_max,
                 "coral::limits::PROXY.targeted_field_bytes_max" => p.targeted_field_bytes_max,
+                // The origin stub resolver's bounds (`coral::resolve`).
+                "coral::limits::RESOLVE.servers_max" => r.servers_max,
+                "coral::limits::RESOLVE.lookups_inflight_max" => r.lookups_inflight_max,
+                "coral::limits::RESOLVE.waiters_per_client_max" => r.waiters_per_client_max,
+                "coral::limits::RESOLVE.waiters_per_name_max" => r.waiters_per_name_max,
+                "coral::limits::RESOLVE.cache_entries_max" => r.cache_entries_max,
+                "coral::limits::RESOLVE.addresses_per_name_max" => r.addresses_per_name_max,
+                "coral::limits::RESOLVE.cname_hops_max" => r.cname_hops_max,
+                "coral::limits::RESOLVE.attempt_timeout_ms" => r.attempt_timeout_ms as usize,
+                "coral::limits::RESOLVE.lookup_timeout_ms" => r.lookup_timeout_ms as usize,
+                "coral::limits::RESOLVE.attempts_max" => r.attempts_max as usize,
+                "coral::limits::RESOLVE.negative_ttl_max_secs" => r.negative_ttl_max_secs as usize,
+                "coral::limits::RESOLVE.failure_ttl_secs" => r.failure_ttl_secs as usize,
+                "coral::limits::RESOLVE.udp_answer_bytes_max" => r.udp_answer_bytes_max,
                 _ => panic!("SECURITY.md: no {name}"),
             };
             assert_eq!(v.to_string(), value, "SECURITY.md: {name}");

@@ -312,7 +312,7 @@ impl ProxyCore {
             Some(a) => a,
             None => match self
                 .resolver
-                .resolve(&job.origin.host, job.origin.port)
+                .resolve_for(job.client, &job.origin.host, job.origin.port)
                 .await
             {
                 Ok(a) => a,

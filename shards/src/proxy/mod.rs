@@ -81,6 +81,9 @@ pub struct Job {
     /// A peer's request (`Coral-No-Forward`): answer only from the cache or
     /// a fetch already under way.
     pub no_forward: bool,
+    /// The address of the client whose miss started the job: its lookups
+    /// count against `RESOLVE.waiters_per_client_max` (`resolve.rs`).
+    pub client: Option<std::net::IpAddr>,
 }
 
 /// The owning core's answer to a miss.
@@ -197,6 +200,7 @@ pub fn metrics_json() -> serde_json::Value {
         "origin_fetches": s.origin_fetches.get(),
         "origin_passes": s.origin_passes.get(),
         "origin_errors": errors,
+        "resolver": pc.resolver.counters_json(),
         "peer_fetches": s.peer_fetches_by_level.iter().map(Cell::get).collect::<Vec<_>>(),
         "bad_requests": s.bad_requests.get(),
         "connections_open": pc.connections.get(),
@@ -293,7 +297,8 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
             &cfg.resolve,
             Duration::from_secs(cfg.resolve_ttl_secs),
             cfg.allow_private_origins,
-        ),
+        )
+        .with_servers(&cfg.resolvers),
         timeouts: upstream::Timeouts {
             connect: Duration::from_millis(cfg.connect_timeout_ms),
             first_byte: Duration::from_millis(cfg.first_byte_timeout_ms),

@@ -191,6 +191,15 @@ impl Drop for Conn<'_> {
 }
 
 impl<'a> Conn<'a> {
+    /// The client's address (for the resolver's per-client bound): known
+    /// when the access log is on, else asked of the socket (once per miss,
+    /// never on a hit).
+    fn client_ip(&self) -> Option<std::net::IpAddr> {
+        self.client
+            .or_else(|| self.stream.peer_addr().ok())
+            .map(|a| a.ip())
+    }
+
     fn new(pc: &'a Rc<ProxyCore>, stream: TcpStream) -> Conn<'a> {
         let client = if crate::accesslog::enabled() {
             stream.peer_addr().ok()
@@ -477,6 +486,7 @@ impl<'a> Conn<'a> {
                 origin: route.origin.clone(),
                 request: get,
                 no_forward: route.no_forward,
+                client: self.client_ip(),
             };
             match pc.miss(job).await {
                 MissAnswer::Ready { peer } => way.filled(peer),
@@ -676,7 +686,12 @@ impl<'a> Conn<'a> {
         why: Forward,
     ) -> Next {
         let pc = self.pc;
-        let addr = match pc.resolver.resolve(&origin.host, origin.port).await {
+        let client = self.client_ip();
+        let addr = match pc
+            .resolver
+            .resolve_for(client, &origin.host, origin.port)
+            .await
+        {
             Ok(a) => a,
             Err(e) => {
                 pc.stats.origin_error("resolve");
