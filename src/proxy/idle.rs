@@ -364,10 +364,9 @@ mod tests {
         t.busy(a);
         for _ in 0..5 {
             t.sending(a); // a write completed
-            assert!(sweep(&mut t, &D).is_empty());
+            assert!(sweep(&mut t, &D).is_empty()); // 1 tick: not more than 1
         }
-        assert!(sweep(&mut t, &D).is_empty()); // 1 tick without progress
-        assert_eq!(sweep(&mut t, &D), vec![8]);
+        assert_eq!(sweep(&mut t, &D), vec![8], "2 ticks without progress");
         assert_eq!(t.expired_total().send_stall, 1);
     }
 
