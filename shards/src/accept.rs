@@ -209,32 +209,6 @@ pub async fn run<T, S, F, Fut>(
     }
 }
 
-/// [`run`] in a task of its own, counted in the [`Counters`] it returns.
-pub fn serve<S, F, Fut>(
-    name: &'static str,
-    listener: TcpListener,
-    limits: Limits,
-    stopping: S,
-    handle: F,
-) -> Rc<Counters>
-where
-    S: Fn() -> bool + 'static,
-    F: Fn(TcpStream) -> Fut + 'static,
-    Fut: Future<Output = ()> + 'static,
-{
-    let counters = Rc::new(Counters::default());
-    glommio::spawn_local(run(
-        name,
-        listener,
-        limits,
-        counters.clone(),
-        stopping,
-        handle,
-    ))
-    .detach();
-    counters
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -405,6 +405,55 @@ fn slow_readers_are_cut_at_the_send_stall_timeout() {
     stops_on_sigterm(node);
 }
 
+/// A request body sent a byte a second: the whole body has
+/// `client_body_timeout_ms` from the end of its head, however steadily its
+/// bytes come, and the connection is closed; a body sent at once is
+/// drained and the request answered.
+#[test]
+fn trickled_bodies_are_cut_at_the_body_deadline() {
+    const CONNS: usize = 40;
+    let small = vec![b'd'; 2000];
+    let (node, _nginx, _dir) = proxy_node(
+        6,
+        "[proxy]\nclient_body_timeout_ms = 2000\nclient_head_timeout_ms = 2000\n",
+        &[("small.bin", &small)],
+    );
+    let proxy = node.http();
+    let head = format!(
+        "GET /small.bin HTTP/1.1\r\nHost: {}\r\nContent-Length: 1000\r\n\r\n",
+        coral_host()
+    );
+    // A body sent at once is drained, and the request answered.
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(GOOD_WAIT)).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&[b'x'; 1000]).unwrap();
+    assert_eq!(read_answer(&mut s), Some(2000), "a GET with a whole body");
+    let stop = Arc::new(AtomicBool::new(false));
+    let good = good_clients(Duration::from_millis(200), stop.clone(), move || {
+        http_ok(proxy, "/small.bin", 2000)
+    });
+    let (a, fd_max, rss_max) = sampled(&node, || {
+        attack(
+            CONNS,
+            Duration::from_secs(1),
+            || {
+                let mut s = connect(proxy, None)?;
+                send_some(&mut s, head.as_bytes());
+                Some(s)
+            },
+            // A byte of the body a second: 1000 s for all of it.
+            |s, _| send_some(s, b"x"),
+        )
+    });
+    stop.store(true, Ordering::Relaxed);
+    let good = good.join().unwrap();
+    report("trickled bodies", &a, good, fd_max, rss_max);
+    assert_cut("trickled bodies", &a, CONNS);
+    assert_good("trickled bodies", good);
+    stops_on_sigterm(node);
+}
+
 /// At the connection cap, idle keep-alive connections are evicted (the
 /// oldest first) so that a new client is served instead of refused.
 #[test]

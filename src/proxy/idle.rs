@@ -216,6 +216,13 @@ impl ConnTable {
         }
     }
 
+    /// Advances the tick by one (a second) without expiring anything: for
+    /// a listener whose deadlines are timers of its own (the admin
+    /// endpoint) and which uses the table only to evict.
+    pub fn tick(&mut self) {
+        self.tick = self.tick.wrapping_add(1);
+    }
+
     /// The connection to close so that a new one gets in, marked closing:
     /// the one idle the longest; else the one reading a head or body the
     /// longest (the slowest client); else the send stalled the longest (at
