@@ -699,3 +699,58 @@ fn dns_tcp_at_the_cap_idle_connections_are_evicted() {
     );
     stops_on_sigterm(node);
 }
+
+// ---- The admin endpoint -------------------------------------------------------------
+
+/// The admin endpoint held at its cap (`limits::ADMIN.connections_max`,
+/// 64) by connections sending their requests a byte a second: each is cut
+/// at the 5 s request deadline, and at the cap the slowest is evicted, so
+/// `coral stats` (a connection of its own) is answered throughout.
+#[test]
+fn admin_at_its_cap_slow_requests_make_room_for_commands() {
+    const CONNS: usize = 80;
+    let node = Node::on("127.23.7.1")
+        .rust_log(Some("error"))
+        .nofile(NOFILE)
+        .start();
+    let admin = node.admin;
+    let attack = std::thread::spawn(move || {
+        attack(
+            CONNS,
+            Duration::from_secs(1),
+            || {
+                let mut s = connect(admin, None)?;
+                send_some(&mut s, b"GET /stats HTTP/1.1\r\nX-Pad: ");
+                Some(s)
+            },
+            |s, _| send_some(s, b"a"),
+        )
+    });
+    let (mut asked, mut answered) = (0u32, 0u32);
+    let end = Instant::now() + ATTACK - Duration::from_secs(2);
+    // Let the attack fill the table first.
+    std::thread::sleep(Duration::from_secs(2));
+    while Instant::now() < end {
+        asked += 1;
+        let out = node.client_output(&["stats"]);
+        if out.status.success() {
+            answered += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let a = attack.join().unwrap();
+    println!(
+        "admin: attack {a:?}; `coral stats` {answered}/{asked} answered; node fds {}, RSS {} KiB",
+        fds(&node),
+        rss_kib(&node)
+    );
+    // The request deadline is 5 s: with slack, no attack connection lives
+    // past 12 s (without deadlines they would live the whole attack).
+    assert!(a.closed as usize >= CONNS, "{a:?}");
+    assert!(
+        a.longest_closed <= Duration::from_secs(12) && a.oldest_open <= Duration::from_secs(12),
+        "{a:?}"
+    );
+    assert_good("admin", (asked, answered));
+    stops_on_sigterm(node);
+}
