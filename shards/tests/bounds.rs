@@ -322,7 +322,7 @@ fn slowloris_heads_are_cut_at_the_head_deadline() {
     let small = vec![b'a'; 4096];
     let (node, _nginx, _dir) = proxy_node(
         1,
-        "[proxy]\nclient_head_timeout_ms = 2000\nclient_idle_timeout_ms = 30000\nconnections_max = 160\n",
+        "[proxy]\nclient_head_timeout_ms = 2000\nclient_idle_timeout_ms = 30000\nconnections_max = 140\n",
         &[("small.bin", &small)],
     );
     let proxy = node.http();
