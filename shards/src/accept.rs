@@ -10,10 +10,17 @@
 //!   handling starve. Here the loop sleeps after each error, from
 //!   [`BACKOFF_MIN`] doubling to [`BACKOFF_MAX`], and the first success
 //!   resets the delay.
-//! - **A cap on connections.** At most [`Limits::connections_max`] are open
-//!   at once; a connection accepted beyond them is closed at once (counted
-//!   [`Tally::refused`]), so the client learns it now and the backlog does
-//!   not fill with connections nobody will serve.
+//! - **A cap on connections.** At most [`Limits::connections_max`] are
+//!   served at once. At the cap the listener is asked to evict one
+//!   ([`Tally::evict`]: its oldest idle connection, else its slowest, which
+//!   it shuts down) and the new one is served in its place, so a crowd of
+//!   idle or slow connections cannot lock new clients out (nginx's
+//!   reusable connections). Only when none can go is the new connection
+//!   closed at once (counted [`Tally::refused`]), so the client learns it
+//!   now and the backlog does not fill with connections nobody will serve.
+//!   An evicted connection still counts until its task ends (at once: its
+//!   socket is shut down), so at most `connections_max` are served and at
+//!   most as many more are closing.
 //! - **A deadline per connection**, where the listener sets one. Each
 //!   connection's whole handling, not each read, must finish within
 //!   [`Limits::deadline`]; then it is dropped and its descriptor closed (a
@@ -56,6 +63,11 @@ pub trait Tally {
     fn accept_failed(&self) {}
     /// A connection was dropped at its deadline.
     fn timed_out(&self) {}
+    /// `connections_max` are open: close one (shut its socket down) so the
+    /// new one is served instead; false if none can go (it is refused).
+    fn evict(&self) -> bool {
+        false
+    }
 }
 
 /// What a listener has done (for tests and logs).
@@ -69,6 +81,8 @@ pub struct Counters {
     pub accept_errors: Cell<u64>,
     /// Connections dropped at their deadline.
     pub deadlines: Cell<u64>,
+    /// Connections evicted at the cap for new ones.
+    pub evicted: Cell<u64>,
 }
 
 fn add(c: &Cell<u64>) {
@@ -88,6 +102,33 @@ impl Tally for Counters {
     fn timed_out(&self) {
         add(&self.deadlines);
     }
+}
+
+/// Closes the connection on socket `fd` from outside its task: shuts it
+/// down, so that its pending read or write ends and its task closes it.
+/// `abortive`: its unsent bytes are discarded and the close resets the
+/// connection (`SO_LINGER` 0), so a client that stopped reading pins no
+/// kernel memory either.
+pub fn shut_down(fd: std::os::fd::RawFd, abortive: bool) {
+    if abortive {
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: `fd` is an open socket (the caller's table releases a
+        // connection before it closes); `linger` is live for the call.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            );
+        }
+    }
+    // SAFETY: as above; shutdown passes no memory.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }
 
 /// The next backoff after `current` (doubling, within the limits).
@@ -129,7 +170,11 @@ pub async fn run<T, S, F, Fut>(
                 continue;
             }
         };
-        if open.get() >= limits.connections_max {
+        // Evicted connections close at once but count until they have:
+        // at most `connections_max` more than the cap.
+        if open.get() >= limits.connections_max
+            && (open.get() >= 2 * limits.connections_max || !tally.evict())
+        {
             tally.refused();
             drop(stream);
             continue;
@@ -162,32 +207,6 @@ pub async fn run<T, S, F, Fut>(
         })
         .detach();
     }
-}
-
-/// [`run`] in a task of its own, counted in the [`Counters`] it returns.
-pub fn serve<S, F, Fut>(
-    name: &'static str,
-    listener: TcpListener,
-    limits: Limits,
-    stopping: S,
-    handle: F,
-) -> Rc<Counters>
-where
-    S: Fn() -> bool + 'static,
-    F: Fn(TcpStream) -> Fut + 'static,
-    Fut: Future<Output = ()> + 'static,
-{
-    let counters = Rc::new(Counters::default());
-    glommio::spawn_local(run(
-        name,
-        listener,
-        limits,
-        counters.clone(),
-        stopping,
-        handle,
-    ))
-    .detach();
-    counters
 }
 
 #[cfg(test)]

@@ -7,10 +7,13 @@
 //! bounded (`REQUEST_BYTES_MAX`) and parsed strictly; anything else gets a
 //! 4xx and the connection closes.
 
+use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
 use coral::dsht::wire::Services;
+use coral::proxy::idle::{ConnTable, Slot};
 use coral::Id;
 use futures_lite::{AsyncReadExt, AsyncWriteExt, FutureExt};
 use glommio::net::TcpListener;
@@ -37,21 +40,39 @@ pub const LIMITS: accept::Limits = accept::Limits {
     deadline: Some(CONNECTION_DEADLINE),
 };
 
-/// Starts the admin server on `addr` in the current executor.
+/// Starts the admin server on `addr` in the current executor. At its cap
+/// the connection still sending its request the longest is evicted for a
+/// new one (`accept::Tally::evict`).
 pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| format!("cannot bind the admin address {addr}: {e}"))?;
     let stopping = shard.clone();
-    accept::serve(
+    // The connections, for eviction at the cap: one still sending its
+    // request (the slowest first) makes room for a new one; one being
+    // answered (a DSHT operation) never does.
+    let conns = Rc::new(RefCell::new(ConnTable::new()));
+    let tally = Rc::new(Evicting {
+        conns: conns.clone(),
+        counters: accept::Counters::default(),
+    });
+    glommio::spawn_local(tick(shard.clone(), conns.clone())).detach();
+    let run = accept::run(
         "admin",
         listener,
         LIMITS,
+        tally,
         move || stopping.stopping(),
         move |mut stream| {
             let shard = shard.clone();
+            let conns = conns.clone();
             async move {
+                let slot = Registered::new(&conns, stream.as_raw_fd());
                 let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-                let read = async { read_request(&mut stream).await };
+                let read = async {
+                    let r = read_request(&mut stream).await;
+                    conns.borrow_mut().busy(slot.0);
+                    r
+                };
                 let deadline = async {
                     glommio::timer::sleep(REQUEST_TIMEOUT).await;
                     Err((408, "request not received in time".to_string()))
@@ -79,10 +100,66 @@ pub fn spawn(shard: Rc<Shard>, addr: SocketAddr) -> Result<(), String> {
                 let _ = stream.write_all(body.as_bytes()).await;
                 let _ = stream.write_all(b"\n").await;
                 let _ = stream.close().await;
+                drop(slot);
             }
         },
     );
+    glommio::spawn_local(run).detach();
     Ok(())
+}
+
+/// The admin listener's counters, evicting from its connection table at
+/// the cap.
+struct Evicting {
+    conns: Rc<RefCell<ConnTable>>,
+    counters: accept::Counters,
+}
+
+impl accept::Tally for Evicting {
+    fn accepted(&self) {
+        self.counters.accepted();
+    }
+    fn refused(&self) {
+        self.counters.refused();
+    }
+    fn accept_failed(&self) {
+        self.counters.accept_failed();
+    }
+    fn timed_out(&self) {
+        self.counters.timed_out();
+    }
+    fn evict(&self) -> bool {
+        let victim = self.conns.borrow_mut().evict();
+        if let Some(fd) = victim {
+            accept::shut_down(fd, true);
+        }
+        victim.is_some()
+    }
+}
+
+/// A connection's slot in the admin's table, released when its task ends
+/// (however it ends: the connection deadline drops the task).
+struct Registered(Slot, Rc<RefCell<ConnTable>>);
+
+impl Registered {
+    fn new(conns: &Rc<RefCell<ConnTable>>, fd: std::os::fd::RawFd) -> Registered {
+        Registered(conns.borrow_mut().register(fd), conns.clone())
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.1.borrow_mut().release(self.0);
+    }
+}
+
+/// Ticks the admin's table once a second (its ages order evictions; its
+/// deadlines are the timers above).
+async fn tick(shard: Rc<Shard>, conns: Rc<RefCell<ConnTable>>) {
+    while !shard.stopping() {
+        glommio::timer::sleep(std::time::Duration::from_secs(1)).await;
+        conns.borrow_mut().tick();
+    }
 }
 
 /// How the status page (the one HTML answer) starts.

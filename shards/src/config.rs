@@ -160,6 +160,12 @@ pub struct DnsSection {
     pub held_max: usize,
     /// A TCP connection with no query this long is closed.
     pub tcp_idle_ms: u64,
+    /// Longest a TCP client may take to send a whole query, from its first
+    /// byte (RFC 7766 §6.2.3; issue #23).
+    pub tcp_query_timeout_ms: u64,
+    /// Longest a write of answers to a TCP client may make no progress (a
+    /// client that pipelines queries and never reads is closed).
+    pub tcp_send_timeout_ms: u64,
     /// This node's proxy is non-recursive: it serves only clients on its
     /// local network, and dnssrv (on every node) gives its address only to
     /// those (§3.1). Advertised as the non-recursive service bit.
@@ -190,6 +196,8 @@ impl Default for DnsSection {
             hold_ms: d.hold_ms,
             held_max: d.held_max,
             tcp_idle_ms: 10_000,
+            tcp_query_timeout_ms: 5_000,
+            tcp_send_timeout_ms: 10_000,
             non_recursive: false,
             client_rtt_ms: BTreeMap::new(),
         }
@@ -238,6 +246,9 @@ impl DnsSection {
         }
         if self.tcp_connections_max == 0 || self.tcp_idle_ms == 0 {
             return bad("tcp_connections_max and tcp_idle_ms", "above 0");
+        }
+        if self.tcp_query_timeout_ms == 0 || self.tcp_send_timeout_ms == 0 {
+            return bad("tcp_query_timeout_ms and tcp_send_timeout_ms", "above 0");
         }
         if self.clients_max == 0 {
             return bad("clients_max", "above 0");
@@ -454,6 +465,15 @@ pub struct ProxySection {
     /// The recursive resolvers origin names are asked of, "IP:PORT" or
     /// "IP" (port 53), at most three; empty: /etc/resolv.conf's.
     pub resolvers: Vec<String>,
+    /// Longest a client may take to send a whole request head, from its
+    /// first byte (a new connection: from the accept); one deadline, not
+    /// one per read (issue #23).
+    pub client_head_timeout_ms: u64,
+    /// Longest a client may take to send a whole request body.
+    pub client_body_timeout_ms: u64,
+    /// Longest a write to a client may make no progress (a client that
+    /// stops reading is closed; a slow one that reads is not).
+    pub client_send_timeout_ms: u64,
 }
 
 impl Default for ProxySection {
@@ -482,6 +502,9 @@ impl Default for ProxySection {
             complete_pointer_ttl_secs: fetch.complete_pointer_ttl_secs,
             access_log: "off".into(),
             resolvers: Vec::new(),
+            client_head_timeout_ms: 5000,
+            client_body_timeout_ms: 10000,
+            client_send_timeout_ms: 20000,
         }
     }
 }
@@ -515,6 +538,9 @@ impl ProxySection {
             complete_pointer_ttl_secs: self.complete_pointer_ttl_secs,
             access_log: parse_access_log(&self.access_log).map_err(|e| format!("[proxy] {e}"))?,
             resolvers: parse_resolvers(&self.resolvers).map_err(|e| format!("[proxy] {e}"))?,
+            client_head_timeout_ms: self.client_head_timeout_ms,
+            client_body_timeout_ms: self.client_body_timeout_ms,
+            client_send_timeout_ms: self.client_send_timeout_ms,
         })
     }
 }
@@ -564,6 +590,12 @@ pub struct ProxyConfig {
     /// The recursive resolvers origin names are asked of (empty: the
     /// host's, from /etc/resolv.conf).
     pub resolvers: Vec<SocketAddr>,
+    /// Longest a client may take to send a whole request head.
+    pub client_head_timeout_ms: u64,
+    /// Longest a client may take to send a whole request body.
+    pub client_body_timeout_ms: u64,
+    /// Longest a write to a client may make no progress.
+    pub client_send_timeout_ms: u64,
 }
 
 /// `resolvers` values: "IP:PORT" or a bare IP (port 53), at most
@@ -905,6 +937,9 @@ impl NodeConfig {
             ("client_idle_timeout_ms", p.client_idle_timeout_ms),
             ("object_bytes_max", p.object_bytes_max),
             ("connections_max", p.connections_max as u64),
+            ("client_head_timeout_ms", p.client_head_timeout_ms),
+            ("client_body_timeout_ms", p.client_body_timeout_ms),
+            ("client_send_timeout_ms", p.client_send_timeout_ms),
         ] {
             if v == 0 {
                 return Err(format!("[proxy] {name} must be positive"));

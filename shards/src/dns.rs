@@ -12,9 +12,19 @@
 //!   tables.
 //! - **TCP** (RFC 7766): two-octet length framing, any number of pipelined
 //!   queries per connection answered in order, at most
-//!   `tcp_connections_max` connections per core, closed after `tcp_idle_ms`
-//!   without a query; connections come through the node's accept loop
-//!   (`accept`).
+//!   `tcp_connections_max` connections per core; connections come through
+//!   the node's accept loop (`accept`). Every connection is bounded in time
+//!   the way the proxy's are (issue #23; `coral::proxy::idle`, swept once a
+//!   second, no timer per read): closed after `tcp_idle_ms` without a
+//!   query, `tcp_query_timeout_ms` after a query's first byte if the whole
+//!   query is not in (one deadline, not per read: §6.2.3), and after
+//!   `tcp_send_timeout_ms` of a write making no progress. Pipelining is
+//!   bounded: the next query is read only once the last answer is written,
+//!   and the socket's send buffer is `limits::DNS.tcp_send_buffer_bytes`,
+//!   so a client that sends queries and never reads pins that much and then
+//!   its connection's send stalls and is closed. At the cap the oldest idle
+//!   connection (else the slowest) is evicted for a new one (§6.2.3: "a
+//!   server may close idle connections ... under resource pressure").
 //! - **Probes.** A thread per core probes a client's path with the
 //!   traceroute-like probe of `hints.rs` (all TTLs at once, aggressive
 //!   time-outs): the destination's port unreachable times the round trip,
@@ -40,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use coral::dns::{Dnssrv, FollowUp, Hold, Outcome, Transport, View};
 use coral::dsht::wire::Services;
+use coral::proxy::idle::{ConnTable, Deadlines, Phase, Slot};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream, UdpSocket};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -58,6 +69,11 @@ const RECV_BATCH_MAX: usize = crate::limits::DNS.recv_batch_max;
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// The closed port RTT probes go to (traceroute's).
 const PROBE_PORT: u16 = 33434;
+/// A TCP connection's send buffer: answers written and not yet read by a
+/// pipelining client, at most (the kernel doubles it for its overhead).
+const TCP_SEND_BUFFER_BYTES: usize = crate::limits::DNS.tcp_send_buffer_bytes;
+/// How often the TCP deadline sweep runs: the tick of the connection table.
+const TCP_SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Proxies of one level pinged per verification follow-up.
 const VERIFY_PROXY_PINGS_PER_LEVEL_MAX: usize = crate::limits::DNS.verify_proxy_pings_per_level_max;
 /// Hops a client's path is probed out to (all at once).
@@ -133,7 +149,12 @@ struct Core {
     probe_tx: mpsc::SyncSender<IpAddr>,
     probe_rx: mpsc::Receiver<Probed>,
     tcp_connections_max: usize,
-    tcp_idle: Duration,
+    /// TCP connections, each in a phase since a tick (idle between queries,
+    /// reading one, sending answers) or busy answering: the deadline sweep
+    /// closes those past their deadline, the accept loop evicts from it.
+    tcp_conns: RefCell<ConnTable>,
+    /// The deadlines of TCP connections' phases.
+    tcp_deadlines: Deadlines,
     /// UDP queries held (at most `held_max`: the answer function counts).
     held: RefCell<Vec<HeldQuery>>,
     /// Whether the hold task runs.
@@ -246,7 +267,13 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
         probe_tx,
         probe_rx: rtt_rx,
         tcp_connections_max: cfg.dnssrv.tcp_connections_max,
-        tcp_idle: Duration::from_millis(cfg.dnssrv.tcp_idle_ms),
+        tcp_conns: RefCell::new(ConnTable::new()),
+        tcp_deadlines: Deadlines::from_ms(
+            cfg.dnssrv.tcp_query_timeout_ms,
+            cfg.dnssrv.tcp_query_timeout_ms,
+            cfg.dnssrv.tcp_idle_ms,
+            cfg.dnssrv.tcp_send_timeout_ms,
+        ),
         held: RefCell::new(Vec::new()),
         holding: Cell::new(false),
         udp_raw,
@@ -255,6 +282,7 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
     CORE.with(|c| *c.borrow_mut() = Some(core.clone()));
     glommio::spawn_local(udp_loop(core.clone(), udp, raw)).detach();
     glommio::spawn_local(accept_loop(core.clone(), listener)).detach();
+    glommio::spawn_local(tcp_deadline_sweep(core.clone())).detach();
     glommio::spawn_local(upkeep(core)).detach();
     Ok(())
 }
@@ -566,20 +594,46 @@ impl SendBatch {
     }
 }
 
-/// Accepts TCP connections (`accept::run`): at most
-/// `tcp_connections_max` open at once, those beyond closed at once.
+/// Accepts TCP connections (`accept::run`): at most `tcp_connections_max`
+/// open at once; at the cap the oldest idle (else the slowest) connection
+/// is evicted for the new one, and only when none can go is the new one
+/// closed at once.
 async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
+    /// Counts, and evicts from the core's connection table.
+    struct Tally(Rc<Core>, crate::accept::Counters);
+    impl crate::accept::Tally for Tally {
+        fn accepted(&self) {
+            self.1.accepted();
+        }
+        fn refused(&self) {
+            self.1.refused();
+        }
+        fn accept_failed(&self) {
+            self.1.accept_failed();
+        }
+        fn evict(&self) -> bool {
+            let victim = self.0.tcp_conns.borrow_mut().evict();
+            match victim {
+                Some(fd) => {
+                    crate::accept::shut_down(fd, true);
+                    self.1.evicted.set(self.1.evicted.get() + 1);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
     let limits = crate::accept::Limits {
         connections_max: core.tcp_connections_max,
         deadline: None,
     };
-    let counters = Rc::new(crate::accept::Counters::default());
+    let tally = Rc::new(Tally(core.clone(), crate::accept::Counters::default()));
     let stopping = core.clone();
     crate::accept::run(
         "dns",
         listener,
         limits,
-        counters,
+        tally,
         move || stopping.shard.stopping(),
         move |stream| {
             let core = core.clone();
@@ -591,19 +645,81 @@ async fn accept_loop(core: Rc<Core>, listener: TcpListener) {
     .await;
 }
 
-/// One TCP connection: length-framed queries, answered in order.
+/// Once a second (the table's tick): shuts down the TCP connections past
+/// their phase's deadline: idle for `tcp_idle_ms`, a query not in within
+/// `tcp_query_timeout_ms` of its first byte, a write stalled for
+/// `tcp_send_timeout_ms` (each rounded up to whole seconds). Their pending
+/// read or write ends and they close; a stalled write's unsent answers are
+/// discarded (a reset).
+async fn tcp_deadline_sweep(core: Rc<Core>) {
+    let mut expired = Vec::new();
+    while !core.shard.stopping() {
+        glommio::timer::sleep(TCP_SWEEP_EVERY).await;
+        core.tcp_conns
+            .borrow_mut()
+            .expired(&core.tcp_deadlines, &mut expired);
+        for &(fd, phase) in &expired {
+            crate::accept::shut_down(fd, phase == Phase::Sending);
+        }
+        if !expired.is_empty() {
+            tracing::debug!(closed = expired.len(), totals = ?core.tcp_conns.borrow().expired_total(), "DNS-over-TCP connections past their deadlines");
+        }
+        expired.clear();
+    }
+}
+
+/// A TCP connection's slot in its core's table, released when the
+/// connection's task ends (however it ends).
+struct TcpSlot<'c> {
+    core: &'c Core,
+    slot: Slot,
+}
+
+impl TcpSlot<'_> {
+    fn enter(&self, phase: Phase) {
+        self.core.tcp_conns.borrow_mut().enter(self.slot, phase);
+    }
+
+    fn busy(&self) {
+        self.core.tcp_conns.borrow_mut().busy(self.slot);
+    }
+}
+
+impl Drop for TcpSlot<'_> {
+    fn drop(&mut self) {
+        self.core.tcp_conns.borrow_mut().release(self.slot);
+    }
+}
+
+/// One TCP connection: length-framed queries, answered in order, the next
+/// read only once the last answer is written.
 async fn serve_tcp(core: &Rc<Core>, mut stream: TcpStream) -> io::Result<()> {
-    stream.set_read_timeout(Some(core.tcp_idle))?;
+    use std::os::fd::AsRawFd;
+    let fd = stream.as_raw_fd();
+    let slot = TcpSlot {
+        core,
+        slot: core.tcp_conns.borrow_mut().register(fd),
+    };
     let _ = stream.set_nodelay(true);
+    // SAFETY: `fd` is the open socket `stream` owns; socket2's view of it
+    // is never dropped (ManuallyDrop), so it does not close it.
+    let sock = std::mem::ManuallyDrop::new(unsafe { Socket::from_raw_fd(fd) });
+    let _ = sock.set_send_buffer_size(TCP_SEND_BUFFER_BYTES);
     let from = stream.peer_addr()?;
     let mut query = Vec::with_capacity(512);
     let mut out = Vec::with_capacity(2048);
     let mut frame = Vec::with_capacity(2048);
     loop {
+        // Between queries (and before the first): idle.
+        slot.enter(Phase::Idle);
         let mut len = [0u8; 2];
-        stream.read_exact(&mut len).await?;
+        stream.read_exact(&mut len[..1]).await?;
+        // The query's first byte is in: one deadline for the whole query.
+        slot.enter(Phase::Head);
+        stream.read_exact(&mut len[1..]).await?;
         query.resize(usize::from(u16::from_be_bytes(len)), 0);
         stream.read_exact(&mut query).await?;
+        slot.busy();
         if !answer_tcp(core, &query, from, &mut out).await {
             // Nothing to say to this one (a response, a runt): the stream
             // can no longer be trusted to be in step.
@@ -612,7 +728,9 @@ async fn serve_tcp(core: &Rc<Core>, mut stream: TcpStream) -> io::Result<()> {
         frame.clear();
         frame.extend_from_slice(&(out.len().min(usize::from(u16::MAX)) as u16).to_be_bytes());
         frame.extend_from_slice(&out);
+        slot.enter(Phase::Sending);
         stream.write_all(&frame).await?;
+        slot.busy();
     }
 }
 

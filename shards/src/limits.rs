@@ -65,6 +65,12 @@ pub struct DnsLimits {
     /// Probes queued per core for the probe thread before new ones are
     /// dropped.
     pub probes_queued_max: usize,
+    /// A DNS-over-TCP connection's socket send buffer (`SO_SNDBUF`; the
+    /// kernel doubles it): the answers a pipelining client may leave
+    /// unread, since the next query is read only once the last answer is
+    /// written. Half the largest answer; a larger one is written as the
+    /// client reads.
+    pub tcp_send_buffer_bytes: usize,
 }
 
 /// dnssrv's runtime limits.
@@ -75,6 +81,7 @@ pub const DNS: DnsLimits = DnsLimits {
     probe_hops_max: 24,
     hint_lookups_inflight_max: 16,
     probes_queued_max: 64,
+    tcp_send_buffer_bytes: 32 << 10,
 };
 
 /// CoralProxy's runtime (`proxy/`): the per-core tables anyone can grow by
@@ -241,6 +248,7 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::DNS.probe_hops_max" => n(u64::from(DNS.probe_hops_max)),
         "limits::DNS.hint_lookups_inflight_max" => n(DNS.hint_lookups_inflight_max as u64),
         "limits::DNS.probes_queued_max" => n(DNS.probes_queued_max as u64),
+        "limits::DNS.tcp_send_buffer_bytes" => n(DNS.tcp_send_buffer_bytes as u64),
         "limits::PROXY.request_body_bytes_max" => n(PROXY.request_body_bytes_max),
         "limits::PROXY.hot_objects_max" => n(PROXY.hot_objects_max as u64),
         "limits::PROXY.hot_name_bytes_max" => n(PROXY.hot_name_bytes_max as u64),

@@ -57,9 +57,6 @@ const STARTUP_WAIT_TICKS: u32 = 10_000;
 const ADOPT_AFTER: Duration = Duration::from_secs(2);
 /// How often pointers are renewed and the policy looked at.
 const TICK: Duration = Duration::from_secs(1);
-/// How often the idle sweep looks for idle client connections (one idle
-/// tick).
-const IDLE_SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 thread_local! {
     /// This core's proxy (each executor is one thread).
@@ -254,9 +251,10 @@ pub struct ProxyCore {
     variants: RefCell<coral::proxy::vary::VariantBudget>,
     /// Objects recently found uncacheable: fetched for their client alone.
     passes: RefCell<coral::proxy::pass::PassMemory>,
-    /// Client connections, each waiting (since an idle tick) or busy:
-    /// the idle sweep closes those idle past `client_idle_timeout_ms`.
-    idle: RefCell<coral::proxy::idle::IdleTable>,
+    /// Client connections, each in a phase since a tick, or busy: the
+    /// deadline sweep (`server::deadline_sweep`) closes those past their
+    /// phase's deadline, the accept loop evicts from it at the cap.
+    idle: RefCell<coral::proxy::idle::ConnTable>,
     /// Client connections' readiness (`ready.rs`); None if epoll failed.
     ready: Option<Rc<ready::Readiness>>,
 }
@@ -327,7 +325,7 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         passes: RefCell::new(coral::proxy::pass::PassMemory::new(
             coral::dsht::id::keyed_hasher(&secret, "hit-for-pass"),
         )),
-        idle: RefCell::new(coral::proxy::idle::IdleTable::new()),
+        idle: RefCell::new(coral::proxy::idle::ConnTable::new()),
         ready: match ready::Readiness::new() {
             Ok(r) => Some(r),
             Err(e) => {
@@ -349,7 +347,7 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     shard.set_services(services);
     CORE.with(|c| *c.borrow_mut() = Some(pc.clone()));
     glommio::spawn_local(server::accept_loop(pc.clone(), listener)).detach();
-    glommio::spawn_local(idle_sweep(pc.clone())).detach();
+    glommio::spawn_local(server::deadline_sweep(pc.clone())).detach();
     if crate::accesslog::enabled() {
         let shard = pc.shard.clone();
         glommio::spawn_local(crate::accesslog::flush_loop(move || shard.stopping())).detach();
@@ -366,23 +364,6 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     })
     .detach();
     Ok(())
-}
-
-/// Once a second: shuts down the client connections that have waited for
-/// a request for `client_idle_timeout_ms` (rounded up to whole seconds; at
-/// most a second more). Their pending read ends and they close.
-async fn idle_sweep(pc: Rc<ProxyCore>) {
-    let limit = coral::proxy::idle::limit_ticks(pc.cfg.client_idle_timeout_ms);
-    let mut expired = Vec::new();
-    while !pc.shard.stopping() {
-        glommio::timer::sleep(IDLE_SWEEP_EVERY).await;
-        pc.idle.borrow_mut().expired(limit, &mut expired);
-        for fd in expired.drain(..) {
-            // SAFETY: `fd` is the socket of a live connection: its slot is
-            // released before it closes, and nothing ran in between.
-            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-        }
-    }
 }
 
 /// This core's proxy and cache counters (the status page), if its proxy runs.

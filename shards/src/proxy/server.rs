@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use coral::proxy::http::{self, Framing, HttpError, Method, RequestHead};
+use coral::proxy::idle::Phase;
 use coral::proxy::names;
 use coral::proxy::policy::{self, CacheStatus, ClientHeadInfo, Forward, Freshness, RangeAnswer};
 use coral::proxy::request::{self, CopyServed, CopyState, Found, Lookup, Refusal, Route, Serve};
@@ -29,7 +30,7 @@ mod io;
 
 use fast::Hot;
 pub(super) use fast::HotEntry;
-use io::{is_nonblocking, send_all, send_complete, InBuf};
+use io::{is_nonblocking, send_all, send_complete, InBuf, Progress};
 
 /// Bytes read from a client at once.
 const READ_BYTES: usize = 16 << 10;
@@ -53,7 +54,9 @@ fn bad_request(reason: &'static str) -> HttpError {
 }
 
 /// Accepts client connections until the node stops (`accept::run`): at
-/// most `connections_max` open at once, those beyond closed at once.
+/// most `connections_max` served at once; at the cap the oldest idle or
+/// slowest connection is evicted for the new one (`ConnTable::evict`), and
+/// only when none can go is the new one closed at once.
 pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
     /// The proxy's own counters of its connections (`ProxyStats`).
     struct Stats(Rc<ProxyCore>);
@@ -65,6 +68,17 @@ pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
         fn refused(&self) {
             let c = &self.0.stats.connections_refused;
             c.set(c.get() + 1);
+        }
+        fn evict(&self) -> bool {
+            let victim = self.0.idle.borrow_mut().evict();
+            match victim {
+                Some(fd) => {
+                    // Its pending read or write ends; its task closes it.
+                    crate::accept::shut_down(fd, true);
+                    true
+                }
+                None => false,
+            }
         }
     }
     let limits = crate::accept::Limits {
@@ -92,6 +106,40 @@ pub async fn accept_loop(pc: Rc<ProxyCore>, listener: TcpListener) {
     .await;
 }
 
+/// How often the deadline sweep runs: the tick of the connection table.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Once a second (the table's tick): shuts down the client connections past
+/// their phase's deadline (`coral::proxy::idle`): a request head not in
+/// within `client_head_timeout_ms` of its first byte, a body not in within
+/// `client_body_timeout_ms`, a keep-alive connection idle for
+/// `client_idle_timeout_ms`, a send that made no progress for
+/// `client_send_timeout_ms` (each rounded up to whole seconds; at most a
+/// second more). Their pending read or write ends and they close; a stalled
+/// send's unsent bytes are discarded (a reset), so the kernel keeps none.
+pub(super) async fn deadline_sweep(pc: Rc<ProxyCore>) {
+    let cfg = &pc.cfg;
+    let deadlines = coral::proxy::idle::Deadlines::from_ms(
+        cfg.client_head_timeout_ms,
+        cfg.client_body_timeout_ms,
+        cfg.client_idle_timeout_ms,
+        cfg.client_send_timeout_ms,
+    );
+    let mut expired = Vec::new();
+    while !pc.shard.stopping() {
+        glommio::timer::sleep(SWEEP_EVERY).await;
+        pc.idle.borrow_mut().expired(&deadlines, &mut expired);
+        if expired.is_empty() {
+            continue;
+        }
+        for &(fd, phase) in &expired {
+            crate::accept::shut_down(fd, phase == coral::proxy::idle::Phase::Sending);
+        }
+        tracing::debug!(closed = expired.len(), totals = ?pc.idle.borrow().expired_total(), "client connections past their deadlines");
+        expired.clear();
+    }
+}
+
 struct Conn<'a> {
     pc: &'a Rc<ProxyCore>,
     /// The core's readiness set watches the socket (reads by `recv`).
@@ -114,9 +162,13 @@ struct Conn<'a> {
     resp: Resp,
     /// The client's address and request, for the access log (when it is on).
     client: Option<std::net::SocketAddr>,
-    /// This connection's slot in the core's idle table: stamped waiting
-    /// while a read is pending, busy otherwise (no timer per read).
+    /// This connection's slot in the core's connection table: stamped with
+    /// the phase it is in (head, body, idle, sending) or busy, which the
+    /// sweep's deadlines read (no timer per read or write).
     idle_slot: coral::proxy::idle::Slot,
+    /// A request was answered: an empty buffer is a keep-alive wait (idle),
+    /// not the first head.
+    answered: bool,
     log: crate::accesslog::Request,
 }
 
@@ -215,6 +267,7 @@ impl<'a> Conn<'a> {
                 .is_some_and(|r| r.watch(stream.as_raw_fd()).is_ok());
         Conn {
             idle_slot,
+            answered: false,
             watched,
             pc,
             inb: InBuf::new(pc.limits.head_bytes_max + READ_BYTES),
@@ -278,6 +331,8 @@ impl<'a> Conn<'a> {
             match parsed {
                 Ok(Some((req, len))) => {
                     self.inb.consume(len);
+                    self.answered = true;
+                    self.pc.idle.borrow_mut().busy(self.idle_slot);
                     let started = Instant::now();
                     self.begin(Some(&req));
                     let next = self.handle(req).await;
@@ -300,7 +355,14 @@ impl<'a> Conn<'a> {
                         self.end(started);
                         break;
                     }
-                    if !self.read_more().await {
+                    // A keep-alive wait, or (bytes of it in) a head: one
+                    // deadline for the whole head, from its first byte.
+                    let phase = if self.answered && self.inb.filled().is_empty() {
+                        Phase::Idle
+                    } else {
+                        Phase::Head
+                    };
+                    if !self.read_more(phase).await {
                         break;
                     }
                 }
@@ -317,14 +379,24 @@ impl<'a> Conn<'a> {
         let _ = self.stream.close().await;
     }
 
-    /// Reads more bytes; false on EOF, error or idle timeout (the idle
-    /// sweep shuts the socket down, which ends the read).
-    async fn read_more(&mut self) -> bool {
-        self.pc.idle.borrow_mut().waiting(self.idle_slot);
+    /// Reads more bytes of a request in `phase` (a head, a body, or the
+    /// wait for the next request); false on EOF, error or the phase's
+    /// deadline (the sweep shuts the socket down, which ends the read). A
+    /// head or body keeps the stamp of its first read: its deadline is for
+    /// the whole of it, not per read.
+    async fn read_more(&mut self, phase: Phase) -> bool {
+        self.pc.idle.borrow_mut().enter(self.idle_slot, phase);
         let ready = self.pc.ready.as_deref().filter(|_| self.watched);
-        let more = self.inb.fill(&mut self.stream, ready).await;
-        self.pc.idle.borrow_mut().busy(self.idle_slot);
-        more
+        self.inb.fill(&mut self.stream, ready).await
+    }
+
+    /// Where this connection's sends stamp their progress.
+    fn progress(&self) -> Progress<'a> {
+        let pc: &'a Rc<ProxyCore> = self.pc;
+        Progress {
+            table: &pc.idle,
+            slot: self.idle_slot,
+        }
     }
 
     /// A malformed request: its status and a closed connection.
@@ -354,7 +426,8 @@ impl<'a> Conn<'a> {
         self.resp.status = status;
         self.resp.cache = CacheResult::Error;
         self.resp.body_bytes = body.len() as u64;
-        let _ = self.stream.write_all(head.as_bytes()).await;
+        let p = self.progress();
+        let _ = send_all(&mut self.stream, &[head.as_bytes()], p).await;
     }
 
     /// Reads and discards a request body, per its framing.
@@ -377,7 +450,7 @@ impl<'a> Conn<'a> {
                     if left == 0 {
                         return Ok(());
                     }
-                    if !self.read_more().await {
+                    if !self.read_more(Phase::Body).await {
                         return Err(bad_request("request body cut short"));
                     }
                 }
@@ -397,7 +470,7 @@ impl<'a> Conn<'a> {
                     if done {
                         return Ok(());
                     }
-                    if !self.read_more().await {
+                    if !self.read_more(Phase::Body).await {
                         return Err(bad_request("request body cut short"));
                     }
                 }
@@ -420,6 +493,7 @@ impl<'a> Conn<'a> {
             self.bad(e).await;
             return Next::Close;
         }
+        self.pc.idle.borrow_mut().busy(self.idle_slot);
         match routed {
             Err(r) => self.refuse(&r).await,
             Ok(route) if route.bypass => {
@@ -575,7 +649,8 @@ impl<'a> Conn<'a> {
         let next = if ka { Next::KeepAlive } else { Next::Close };
         if req.method == Method::Head || framing == Framing::Empty {
             let out = std::mem::take(&mut self.out);
-            let ok = send_all(&mut self.stream, &[&out]).await.is_ok();
+            let p = self.progress();
+            let ok = send_all(&mut self.stream, &[&out], p).await.is_ok();
             self.out = out;
             return if ok { next } else { Next::Close };
         }
@@ -591,8 +666,9 @@ impl<'a> Conn<'a> {
             if end <= len {
                 obj.ensure_resident(start, end).await;
                 let out = std::mem::take(&mut self.out);
-                let r =
-                    send_complete(&mut self.stream, self.nonblocking, &out, obj, start, end).await;
+                let p = self.progress();
+                let r = send_complete(&mut self.stream, self.nonblocking, &out, obj, start, end, p)
+                    .await;
                 self.out = out;
                 if r.is_ok() {
                     self.resp.body_bytes = end - start;
@@ -614,6 +690,7 @@ impl<'a> Conn<'a> {
         next: Next,
     ) -> Next {
         let mut head = Some(std::mem::take(&mut self.out));
+        let p = self.progress();
         let mut pos = start;
         let mut frame = Vec::new();
         let result: Result<(), ()> = async {
@@ -631,7 +708,7 @@ impl<'a> Conn<'a> {
                         ObjectState::Writing { .. } => {
                             // Send what we have (the head) before waiting.
                             if let Some(h) = head.take() {
-                                send_all(&mut self.stream, &[&h]).await.map_err(|_| ())?;
+                                send_all(&mut self.stream, &[&h], p).await.map_err(|_| ())?;
                                 self.out = h;
                             }
                             obj.wait_beyond(pos).await;
@@ -645,11 +722,11 @@ impl<'a> Conn<'a> {
                     frame.clear();
                     frame.extend_from_slice(h);
                     http::write_chunk(&mut frame, data);
-                    send_all(&mut self.stream, &[&frame])
+                    send_all(&mut self.stream, &[&frame], p)
                         .await
                         .map_err(|_| ())?;
                 } else {
-                    send_all(&mut self.stream, &[h, data])
+                    send_all(&mut self.stream, &[h, data], p)
                         .await
                         .map_err(|_| ())?;
                 }
@@ -663,7 +740,9 @@ impl<'a> Conn<'a> {
                 http::write_last_chunk(&mut tail);
             }
             if !tail.is_empty() {
-                send_all(&mut self.stream, &[&tail]).await.map_err(|_| ())?;
+                send_all(&mut self.stream, &[&tail], p)
+                    .await
+                    .map_err(|_| ())?;
             }
             Ok(())
         }
@@ -777,8 +856,9 @@ impl<'a> Conn<'a> {
         self.resp.status = head_status(&out);
         self.resp.cache = CacheResult::Pass;
         let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
+        let p = self.progress();
         if is_head || framing == Framing::Empty {
-            if send_all(&mut self.stream, &[&out]).await.is_err() {
+            if send_all(&mut self.stream, &[&out], p).await.is_err() {
                 return Next::Close;
             }
             resp.release(&pc.pool);
@@ -814,10 +894,10 @@ impl<'a> Conn<'a> {
                 if !more {
                     http::write_last_chunk(&mut out);
                 }
-                if send_all(&mut self.stream, &[&out]).await.is_err() {
+                if send_all(&mut self.stream, &[&out], p).await.is_err() {
                     return Next::Close;
                 }
-            } else if send_all(&mut self.stream, &[&out, data]).await.is_err() {
+            } else if send_all(&mut self.stream, &[&out, data], p).await.is_err() {
                 return Next::Close;
             }
             out.clear();

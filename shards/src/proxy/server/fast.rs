@@ -134,11 +134,14 @@ impl Conn<'_> {
         let (head_only, ka) = (plain.head_only, plain.keep_alive);
         crate::status::sink::served_named(obj.key_prefix(), plain.host, plain.target, len, true);
         self.inb.consume(plain.len);
+        self.answered = true;
+        pc.idle.borrow_mut().busy(self.idle_slot);
         pc.stats.hits.set(pc.stats.hits.get() + 1);
         let next = if ka { Next::KeepAlive } else { Next::Close };
         let out = std::mem::take(&mut self.out);
+        let p = self.progress();
         let sent = if head_only || framing == Framing::Empty {
-            send_all(&mut self.stream, &[&out]).await
+            send_all(&mut self.stream, &[&out], p).await
         } else {
             if check_resident {
                 obj.ensure_resident(0, len).await;
@@ -149,7 +152,7 @@ impl Conn<'_> {
                     }
                 }
             }
-            send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len).await
+            send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len, p).await
         };
         self.out = out;
         self.resp = Resp {

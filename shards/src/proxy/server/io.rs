@@ -2,12 +2,14 @@
 //! when the core's readiness set watches the socket, and the sends of heads
 //! and bodies (one `sendmsg` from the cache's mapping, or `sendfile`).
 
+use std::cell::RefCell;
 use std::os::fd::AsRawFd;
 
+use coral::proxy::idle::{ConnTable, Slot};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 
-use super::{IOV_MAX, SENDFILE_BYTES_MIN};
+use super::{IOV_MAX, SENDFILE_BYTES_MIN, SEND_CHUNK_BYTES};
 use crate::cache::ObjectRef;
 use crate::proxy::ready::Readiness;
 
@@ -95,6 +97,43 @@ impl InBuf {
     }
 }
 
+/// Where a send reports its progress: the connection's slot in the core's
+/// table, stamped sending when a write begins and after each write that
+/// completes (the send stall timeout runs from the last), busy when the
+/// send is done. A stamp is one store; no timer is armed.
+#[derive(Clone, Copy)]
+pub(super) struct Progress<'t> {
+    pub(super) table: &'t RefCell<ConnTable>,
+    pub(super) slot: Slot,
+}
+
+impl Progress<'_> {
+    fn sending(self) {
+        self.table.borrow_mut().sending(self.slot);
+    }
+
+    fn done(self) {
+        self.table.borrow_mut().busy(self.slot);
+    }
+}
+
+/// Writes `data` through the ring, a chunk at a time, stamping progress
+/// after each: a client that stops reading stalls one chunk, and the
+/// sweep sees it.
+async fn write_through(
+    stream: &mut TcpStream,
+    mut data: &[u8],
+    p: Progress<'_>,
+) -> std::io::Result<()> {
+    while !data.is_empty() {
+        let n = data.len().min(SEND_CHUNK_BYTES as usize);
+        stream.write_all(&data[..n]).await?;
+        p.sending();
+        data = &data[n..];
+    }
+    Ok(())
+}
+
 /// Puts `fd` in non-blocking mode (reads and writes through the ring are
 /// unaffected; direct `sendfile` must not block); whether it is.
 pub(super) fn is_nonblocking(fd: std::os::fd::RawFd) -> bool {
@@ -114,7 +153,7 @@ pub(super) fn is_nonblocking(fd: std::os::fd::RawFd) -> bool {
 /// is non-blocking, so it never parks the executor) when the body is large
 /// enough to be worth a second syscall, else one `sendmsg` of head and body
 /// from the mapping. Whatever the socket does not take at once goes through
-/// the ring.
+/// the ring. Progress is stamped in `p` (the send stall timeout).
 pub(super) async fn send_complete(
     stream: &mut TcpStream,
     nonblocking: bool,
@@ -122,11 +161,13 @@ pub(super) async fn send_complete(
     obj: &ObjectRef,
     start: u64,
     end: u64,
+    p: Progress<'_>,
 ) -> std::io::Result<()> {
     if !nonblocking || end - start < SENDFILE_BYTES_MIN {
-        return send_all(stream, &[head, obj.body(start, end)]).await;
+        return send_all(stream, &[head, obj.body(start, end)], p).await;
     }
-    send_all_more(stream, head).await?;
+    p.sending();
+    send_all_more(stream, head, p).await?;
     let fd = stream.as_raw_fd();
     let mut pos = start;
     while pos < end {
@@ -150,13 +191,18 @@ pub(super) async fn send_complete(
         break;
     }
     if pos < end {
-        stream.write_all(obj.body(pos, end)).await?;
+        write_through(stream, obj.body(pos, end), p).await?;
     }
+    p.done();
     Ok(())
 }
 
 /// Sends `head` with `MSG_MORE` (the body follows at once).
-async fn send_all_more(stream: &mut TcpStream, head: &[u8]) -> std::io::Result<()> {
+async fn send_all_more(
+    stream: &mut TcpStream,
+    head: &[u8],
+    p: Progress<'_>,
+) -> std::io::Result<()> {
     // SAFETY: `head` is a live slice for the duration of the call.
     let sent = unsafe {
         libc::send(
@@ -176,19 +222,24 @@ async fn send_all_more(stream: &mut TcpStream, head: &[u8]) -> std::io::Result<(
         sent as usize
     };
     if sent < head.len() {
-        stream.write_all(&head[sent..]).await?;
+        write_through(stream, &head[sent..], p).await?;
     }
     Ok(())
 }
 
 /// Writes `bufs` in order: first with one non-blocking `sendmsg` (head and
 /// body straight from the cache's mapping, no copy), then whatever is left
-/// through the ring.
-pub(super) async fn send_all(stream: &mut TcpStream, bufs: &[&[u8]]) -> std::io::Result<()> {
+/// through the ring. Progress is stamped in `p` (the send stall timeout).
+pub(super) async fn send_all(
+    stream: &mut TcpStream,
+    bufs: &[&[u8]],
+    p: Progress<'_>,
+) -> std::io::Result<()> {
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     if total == 0 {
         return Ok(());
     }
+    p.sending();
     let empty = libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
@@ -228,8 +279,9 @@ pub(super) async fn send_all(stream: &mut TcpStream, bufs: &[&[u8]]) -> std::io:
             skip -= b.len();
             continue;
         }
-        stream.write_all(&b[skip..]).await?;
+        write_through(stream, &b[skip..], p).await?;
         skip = 0;
     }
+    p.done();
     Ok(())
 }
