@@ -433,6 +433,13 @@ impl Verifier {
         }
     }
 
+    /// Records that the node at `addr` with id `id` is admitted, verified
+    /// elsewhere (by another core of this node).
+    pub fn mark_admitted(&mut self, addr: SocketAddr, id: &Id) {
+        let tag = self.contact_tag(addr, id);
+        put(&mut self.accepted, tag);
+    }
+
     fn spend(&mut self, now: Time) -> bool {
         let second = now.as_micros() / 1_000_000;
         if second != self.budget_second {

@@ -650,7 +650,7 @@ impl ProxyCore {
     /// Puts this proxy's pointer under `vk`, the variant key of a URL's
     /// first variant (stored under the URL's key).
     fn put_variant_pointer(self: &Rc<Self>, vk: Id, ttl_secs: u32) {
-        let value = coral::dsht::wire::Value::from_addr(self.http);
+        let value = self.fetch.policy.borrow().pointer();
         let pc = self.clone();
         glommio::spawn_local(async move {
             pc.shard

@@ -46,6 +46,9 @@ impl Node {
         // A node measured because a hint named it was chosen for being near
         // us: it must not tilt the sample by which clusters are judged.
         let located = matches!(p.purpose, Purpose::HintPing);
+        if let Body::HelloReply { identity } = &msg.body {
+            self.on_hello_reply(now, from, &contact.id, identity);
+        }
         self.observe_verified(now, contact, &msg.header, rtt, located);
         match p.purpose {
             Purpose::VerifyPing => {
@@ -107,6 +110,13 @@ impl Node {
         rtt: Duration,
         located: bool,
     ) {
+        if !self.admits(contact.addr, &contact.id) {
+            // Answered, but not (yet) found admitted: it neither enters a
+            // table nor counts in a cluster's measurements until its
+            // identity verifies.
+            self.request_identity(now, contact);
+            return;
+        }
         if self.hot.cluster_manage {
             // Every reply measures a node: its clusters, their size and age,
             // and the round trip (§4.4).

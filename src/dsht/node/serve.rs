@@ -59,6 +59,7 @@ impl Node {
                 self.stats.pings_served += 1;
                 Body::Pong
             }
+            Body::Hello { identity } => self.answer_hello(now, from, &header.sender, &identity),
             Body::FindNode { level, target } => match self.served_level(header, from, level) {
                 Ok(l) => {
                     self.stats.find_nodes_served += 1;
@@ -182,7 +183,7 @@ impl Node {
                 code: ErrorCode::BadToken,
             }
         } else if value.0.len() > self.hot.value_bytes_max
-            || value.to_addr().is_some_and(|a| a.ip() != from.ip())
+            || crate::identity::named_addr(&value).is_some_and(|a| a.ip() != from.ip())
         {
             // A value naming an address must name the storer's
             // own (§3.2: proxies insert pointers to themselves,
@@ -251,7 +252,7 @@ impl Node {
             let full = request_bytes.saturating_mul(self.hot.reply_amplification_max);
             let wanted = self.verify_wanted(now, from, header, false);
             let budget = if wanted {
-                full.saturating_sub(wire::HEADER_FIXED_BYTES)
+                full.saturating_sub(self.ping_bytes())
             } else {
                 full
             };
@@ -261,7 +262,7 @@ impl Node {
                 bytes.clear();
                 msg.encode(&mut bytes);
             }
-            ping = wanted && bytes.len() + wire::HEADER_FIXED_BYTES <= full;
+            ping = wanted && bytes.len() + self.ping_bytes() <= full;
         }
         self.queue_bytes(from, bytes);
         if ping {
@@ -399,7 +400,7 @@ impl Node {
             from,
             Some(header.sender),
             self.route_hint,
-            Body::Ping,
+            self.ping_body(),
             Purpose::VerifyPing,
         );
     }
