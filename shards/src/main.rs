@@ -17,6 +17,7 @@ mod config;
 mod demo;
 mod dns;
 mod hints;
+mod identity;
 mod lifecycle;
 mod limits;
 mod logging;
@@ -95,6 +96,8 @@ enum Command {
         /// UDP and TCP address of dnssrv, the DNS redirector.
         #[arg(long)]
         dns: Option<SocketAddr>,
+        #[command(flatten)]
+        trust: identity::TrustArgs,
     },
     /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
@@ -206,6 +209,12 @@ enum Command {
         #[command(subcommand)]
         experiment: sim::Experiment,
     },
+    /// Network admission (SECURITY.md, "Threat model"): create a network's
+    /// admission key, admit nodes, print a node's key.
+    Network {
+        #[command(subcommand)]
+        command: identity::NetworkCommand,
+    },
 }
 
 /// CoralProxy's flags for `coral node` (§2.2).
@@ -313,6 +322,7 @@ fn main() -> ExitCode {
             alias,
             proxy,
             dns,
+            trust,
         } => {
             let mut cfg = match config::NodeConfig::load(config.as_deref()) {
                 Ok(c) => c,
@@ -357,6 +367,9 @@ fn main() -> ExitCode {
             }
             if let Err(e) = proxy.apply(&mut cfg) {
                 return fail(&format!("config: {e}"));
+            }
+            if let Err(e) = trust.apply(&mut cfg) {
+                return fail_with(EXIT_CONFIG, &format!("config: {e}"));
             }
             if let Err(e) = cfg.validate() {
                 let e = match &config {
@@ -505,6 +518,13 @@ fn main() -> ExitCode {
         } => top::run(admin, interval, once),
         Command::Demo(args) => demo::run(args),
         Command::Sim { experiment } => sim::run(experiment),
+        Command::Network { command } => match identity::run_network(command) {
+            Ok(out) => {
+                println!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
     }
 }
 

@@ -209,6 +209,7 @@ pub fn metrics_json() -> serde_json::Value {
             "evictions": cache.evictions,
         },
         "access_log_dropped": crate::accesslog::dropped(),
+        "pointers": pc.fetch.pointer_stats(),
     });
     if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
         o.extend(e);
@@ -276,7 +277,8 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         ..FetchConfig::default()
     };
     let policy = FetchPolicy::new(fetch_config, config.http_addr())
-        .with_hasher(coral::dsht::id::keyed_hasher(&secret, "fetch objects"));
+        .with_hasher(coral::dsht::id::keyed_hasher(&secret, "fetch objects"))
+        .with_identity(&shard.trust.identity, shard.trust.verifier());
     let pc = Rc::new(ProxyCore {
         core: shard.core,
         cores: shard.cores,
