@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 
 use crate::dsht::id::Id;
-use crate::dsht::wire::{self, Body, Contact, Identity};
+use crate::dsht::wire::{Body, Contact, Identity};
 use crate::identity::{LocalIdentity, Verifier, VerifyStats};
 use crate::time::Time;
 
@@ -57,18 +57,6 @@ impl Node {
             },
             None => Body::Ping,
         }
-    }
-
-    /// Bytes of this node's ping (less its cluster entries): what the
-    /// amplification budget of a reply to an unverified source reserves
-    /// for the verifying ping. A Hello is 191 bytes: 161 of identity.
-    pub(super) fn ping_bytes(&self) -> usize {
-        wire::HEADER_FIXED_BYTES
-            + if self.admission.is_some() {
-                crate::identity::IDENTITY_BYTES
-            } else {
-                0
-            }
     }
 
     /// This node's reply to a Hello, after checking the sender's identity

@@ -28,8 +28,10 @@ impl Node {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);
         };
-        let kind_matches =
-            msg.body.kind() == p.request_kind | kind::REPLY || msg.body.kind() == kind::ERROR;
+        // A node that does not admit answers a Hello as a ping.
+        let kind_matches = msg.body.kind() == p.request_kind | kind::REPLY
+            || msg.body.kind() == kind::ERROR
+            || (p.request_kind == kind::HELLO && msg.body.kind() == kind::PING | kind::REPLY);
         if p.to != from || !kind_matches || p.to_id.is_some_and(|id| id != msg.header.sender) {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);

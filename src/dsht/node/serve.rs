@@ -252,7 +252,7 @@ impl Node {
             let full = request_bytes.saturating_mul(self.hot.reply_amplification_max);
             let wanted = self.verify_wanted(now, from, header, false);
             let budget = if wanted {
-                full.saturating_sub(self.ping_bytes())
+                full.saturating_sub(wire::HEADER_FIXED_BYTES)
             } else {
                 full
             };
@@ -262,7 +262,7 @@ impl Node {
                 bytes.clear();
                 msg.encode(&mut bytes);
             }
-            ping = wanted && bytes.len() + self.ping_bytes() <= full;
+            ping = wanted && bytes.len() + wire::HEADER_FIXED_BYTES <= full;
         }
         self.queue_bytes(from, bytes);
         if ping {
@@ -400,7 +400,10 @@ impl Node {
             from,
             Some(header.sender),
             self.route_hint,
-            self.ping_body(),
+            // A plain ping: it proves the source's address within the
+            // amplification budget; a node that answers and is not yet
+            // admitted is asked for its identity then (`admission.rs`).
+            Body::Ping,
             Purpose::VerifyPing,
         );
     }
