@@ -89,9 +89,10 @@ impl Trust {
     }
 
     /// A verifier of this node's membership, its verdict caches keyed by a
-    /// fresh secret.
+    /// fresh secret (from the OS; a fixed one if it cannot be read, which
+    /// costs only the caches' resistance to crafted collisions).
     pub fn verifier(&self) -> Verifier {
-        let secret = crate::runtime::seed_from_os().to_le_bytes();
+        let secret = random_secret().unwrap_or([0x5a; SECRET_KEY_BYTES]);
         Verifier::new(self.membership.clone(), &secret)
     }
 

@@ -995,8 +995,11 @@ fn new_shard(
     let mut node = Node::new(dht, config.id_addr(), now, seed).map_err(|e| e.to_string())?;
     node.set_route_hint(steer::route_for_core(core, cores));
     node.set_shard(core, cores);
-    // Only admitted contacts enter the routing tables (SECURITY.md).
-    node.set_identity(&start.trust.identity, start.trust.verifier());
+    // Only admitted contacts enter the routing tables (SECURITY.md); an
+    // open network admits any contact that answers, as before admission.
+    if start.trust.membership != coral::identity::Membership::Open {
+        node.set_identity(&start.trust.identity, start.trust.verifier());
+    }
     for (i, id) in start.clusters.iter().enumerate() {
         node.set_cluster(i as u8 + 1, *id, now);
     }

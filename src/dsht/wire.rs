@@ -240,15 +240,20 @@ pub enum Body {
     Error { code: ErrorCode },
     /// A ping carrying the sender's identity (0x07): its key, certificate
     /// and signature binding them to its address and id
-    /// ([`crate::identity::IDENTITY_BYTES`] bytes). What an admitting node
+    /// ([`IDENTITY_BYTES`] bytes). What an admitting node
     /// sends instead of a ping, so that each peer verifies it once.
     Hello { identity: Box<Identity> },
     /// Reply to Hello (0x87): the receiver's identity.
     HelloReply { identity: Box<Identity> },
 }
 
-/// A node's identity as Hello carries it (see [`crate::identity`]).
-pub type Identity = [u8; crate::identity::IDENTITY_BYTES];
+/// Bytes of a node's identity as Hello carries it: version (1), public key
+/// (32), certificate (64), signature (64) (`coral::identity` makes and
+/// checks it; the wire only carries it).
+pub const IDENTITY_BYTES: usize = 161;
+
+/// A node's identity as Hello carries it.
+pub type Identity = [u8; IDENTITY_BYTES];
 
 /// Kind bytes.
 #[allow(missing_docs)] // the names are the kinds
@@ -647,8 +652,8 @@ impl<'a> Reader<'a> {
     }
 
     fn identity(&mut self) -> Result<Box<Identity>, WireError> {
-        let mut id = Box::new([0u8; crate::identity::IDENTITY_BYTES]);
-        id.copy_from_slice(self.take(crate::identity::IDENTITY_BYTES)?);
+        let mut id = Box::new([0u8; IDENTITY_BYTES]);
+        id.copy_from_slice(self.take(IDENTITY_BYTES)?);
         Ok(id)
     }
 
@@ -915,10 +920,10 @@ mod tests {
             Just(Body::Ping),
             Just(Body::Pong),
             any::<u8>().prop_map(|b| Body::Hello {
-                identity: Box::new([b; crate::identity::IDENTITY_BYTES])
+                identity: Box::new([b; IDENTITY_BYTES])
             }),
             any::<u8>().prop_map(|b| Body::HelloReply {
-                identity: Box::new([b; crate::identity::IDENTITY_BYTES])
+                identity: Box::new([b; IDENTITY_BYTES])
             }),
             (level.clone(), arb_id()).prop_map(|(level, target)| Body::FindNode { level, target }),
             (level.clone(), arb_contacts())

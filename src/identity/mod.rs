@@ -43,7 +43,8 @@ pub const IDENTITY_VERSION: u8 = 1;
 /// Bytes of a node's identity as the Hello RPC carries it: version (1),
 /// public key (32), certificate (64), signature (64) over the key, the
 /// certificate, the node's DSHT address and its node id.
-pub const IDENTITY_BYTES: usize = 1 + PUBLIC_KEY_BYTES + 2 * SIGNATURE_BYTES;
+pub const IDENTITY_BYTES: usize = crate::dsht::wire::IDENTITY_BYTES;
+const _: () = assert!(IDENTITY_BYTES == 1 + PUBLIC_KEY_BYTES + 2 * SIGNATURE_BYTES);
 /// First byte of a signed pointer. A plain address value (`Value::from_addr`)
 /// starts with its family, 4 or 6, so the two never collide.
 pub const POINTER_TAG: u8 = 0xc1;
