@@ -172,7 +172,10 @@ pub fn init_network(path: &Path) -> Result<KeyPair, String> {
     Ok(key)
 }
 
-/// Reads a network admission key file written by [`init_network`].
+/// Reads a network admission key file written by [`init_network`], or a
+/// node key file: a node with no network is a network of its own whose
+/// admission key is its node key, so a lab node given another node's key
+/// file joins that node's network.
 pub fn read_network_key(path: &Path) -> Result<KeyPair, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the network key {}: {e}", path.display()))?;
@@ -181,9 +184,11 @@ pub fn read_network_key(path: &Path) -> Result<KeyPair, String> {
         .find_map(|l| l.trim().strip_prefix("secret"))
         .and_then(|rest| rest.trim().strip_prefix('='))
         .and_then(parse_secret)
+        .or_else(|| parse_secret(&text))
         .ok_or_else(|| {
             format!(
-                "{}: no `secret = <64 hex digits>` line (a file from `coral network init`)",
+                "{}: no `secret = <64 hex digits>` line (a file from `coral network init`) \
+                 nor a node key",
                 path.display()
             )
         })?;
