@@ -254,8 +254,7 @@ fn issue22_the_identity_key_is_created_on_first_start_and_reused_on_restart() {
 fn logged_key(log: &str) -> String {
     let line = log
         .lines()
-        .filter(|l| l.contains("node identity"))
-        .last()
+        .rfind(|l| l.contains("node identity"))
         .unwrap_or_else(|| panic!("no identity line in {log}"));
     line.split("key=")
         .nth(1)
