@@ -45,7 +45,20 @@ impl Trust {
         let dir = config.state_dir();
         let (key, key_path, created) = load_or_create_node_key(&dir)?;
         let public = key.public();
-        let (cert, membership) = match &config.network {
+        // A network key alone names its network (`network_key` in the file
+        // with no `network`, as `--network-key` does).
+        let network = match (&config.network, &config.network_key) {
+            (Network::Own, Some(_)) => Network::Keys(Vec::new()),
+            (n, _) => n.clone(),
+        };
+        if network == Network::Own && config.network_certificate.is_some() {
+            return Err(
+                "network_certificate is set, but network names no admission keys: set network \
+                 to the network's public key"
+                    .into(),
+            );
+        }
+        let (cert, membership) = match &network {
             Network::Open => (Certificate::NONE, Membership::Open),
             Network::Own => {
                 let cert = key.certify(&public);

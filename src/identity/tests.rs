@@ -177,3 +177,39 @@ fn keys_and_certificates_round_trip_through_hex() {
     assert_eq!(PublicKey::from_hex(&"g".repeat(64)), None);
     assert_eq!(KeyPair::from_secret(&k.secret()).public(), k.public());
 }
+
+#[test]
+fn a_hello_is_191_bytes_and_round_trips() {
+    use crate::dsht::wire::{Body, Header, Message};
+    let me = admitted_node(&key(1), 3);
+    let dsht: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+    let id = Id::from_ip(dsht.ip());
+    let msg = Message {
+        header: Header {
+            route: 7,
+            txid: 9,
+            sender: id,
+            services: crate::dsht::wire::Services::NONE,
+            clusters: smallvec::SmallVec::new(),
+        },
+        body: Body::Hello {
+            identity: Box::new(me.identity(dsht, &id)),
+        },
+    };
+    let mut buf = Vec::new();
+    msg.encode(&mut buf);
+    assert_eq!(buf.len(), 191);
+    let back = Message::decode(&buf).unwrap();
+    assert_eq!(back, msg);
+    let Body::Hello { identity } = back.body else {
+        panic!("not a Hello");
+    };
+    assert!(identity_holds(
+        &network(&[&key(1)]),
+        &identity[..],
+        dsht,
+        &id
+    ));
+    // Truncated: an error, never a panic.
+    assert!(Message::decode(&buf[..buf.len() - 1]).is_err());
+}
