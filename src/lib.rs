@@ -27,6 +27,7 @@ pub mod cache;
 pub mod config;
 pub mod dns;
 pub mod dsht;
+pub mod identity;
 pub mod limits;
 pub mod proxy;
 pub mod resolve;

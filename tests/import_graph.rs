@@ -41,6 +41,7 @@ const SHARDS_LAYERS: &[(&str, &[&str])] = &[
             "lifecycle",
             "accept",
             "runtime",
+            "identity",
         ],
     ),
     ("services", &["cache", "status", "proxy", "dns", "admin"]),

@@ -132,7 +132,10 @@ CONF
   mkdir -p "$STATE/nginx-tmp"
   start "${PREFIX}origin" nginx nginx -c "$STATE/nginx.conf"
 
-  # The coral nodes.
+  # The coral nodes, admitted to one network: the lab's own admission key,
+  # which each node self-certifies with (--network-key: labs and tests
+  # only; production nodes get certificates, SECURITY.md "Threat model").
+  [ -f "$STATE/network.key" ] || "$CORAL" network init --out "$STATE/network.key" >/dev/null
   local k
   for k in $(seq "$nodes"); do
     add_host "n$k" "$NET.$k"
@@ -142,6 +145,7 @@ CONF
       --dsht "$NET.$k:7000" --admin 127.0.0.1:7080 --http "$NET.$k:$PROXY_PORT" \
       --dns "$NET.$k:53" --zone "$ZONE" --alias "$ALIAS" \
       --cache-dir "$STATE/cache$k" --allow-private-origins \
+      --state-dir "$STATE/state$k" --network-key "$STATE/network.key" \
       --resolve "$ORIGIN_NAME=$ORIGIN_IP" "${boot[@]}"
   done
 

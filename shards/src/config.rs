@@ -93,6 +93,23 @@ pub struct FileConfig {
     pub proxy: ProxySection,
     /// Limits for the open Internet (SECURITY.md).
     pub limits: LimitsSection,
+    /// Where the node keeps its identity (its Ed25519 key, `node.key`).
+    /// Unset: `coral-state/<DSHT IP>-<port>` under the working directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<PathBuf>,
+    /// The network this node takes part in (SECURITY.md, "Threat model"):
+    /// unset, its own (it admits itself only); `"open"`, any node (no
+    /// admission); else the network's admission public keys, hex,
+    /// comma-separated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
+    /// This node's certificate from the network (`coral network admit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_certificate: Option<PathBuf>,
+    /// Labs and tests only: the network's secret admission key file; the
+    /// node certifies itself with it. Never on a production node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_key: Option<PathBuf>,
 }
 
 impl Default for FileConfig {
@@ -117,6 +134,10 @@ impl Default for FileConfig {
             clusters: ClustersSection::default(),
             proxy: ProxySection::default(),
             limits: LimitsSection::default(),
+            state_dir: None,
+            network: None,
+            network_certificate: None,
+            network_key: None,
         }
     }
 }
@@ -719,6 +740,48 @@ pub struct NodeConfig {
     pub http: Option<SocketAddr>,
     /// CoralProxy and its cache.
     pub proxy: ProxyConfig,
+    /// The state directory (`state_dir`); see [`NodeConfig::state_dir`].
+    pub state_dir: Option<PathBuf>,
+    /// The network this node takes part in.
+    pub network: Network,
+    /// This node's certificate file.
+    pub network_certificate: Option<PathBuf>,
+    /// Labs and tests only: the network's secret key file (self-certifying).
+    pub network_key: Option<PathBuf>,
+}
+
+/// Which network a node takes part in (`network`; SECURITY.md, "Threat
+/// model").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Network {
+    /// Its own: it admits itself only (no `network` set).
+    Own,
+    /// Any node: no admission (`network = "open"`).
+    Open,
+    /// The nodes certified by these admission keys.
+    Keys(Vec<coral::identity::PublicKey>),
+}
+
+impl Network {
+    /// Parses `network`'s value: `"open"`, or admission public keys (64 hex
+    /// digits each), comma-separated.
+    pub fn parse(s: &str) -> Result<Network, String> {
+        if s.trim() == "open" {
+            return Ok(Network::Open);
+        }
+        let keys = s
+            .split(',')
+            .map(|k| {
+                coral::identity::PublicKey::from_hex(k).ok_or_else(|| {
+                    format!(
+                        "network = {s:?}: \"open\" or admission public keys (64 hex digits, \
+                         comma-separated, as `coral network init` prints)"
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Network::Keys(keys))
+    }
 }
 
 impl NodeConfig {
@@ -772,6 +835,13 @@ impl NodeConfig {
             dht,
             http: f.http,
             proxy: f.proxy.proxy_config()?,
+            state_dir: f.state_dir.clone(),
+            network: match &f.network {
+                None => Network::Own,
+                Some(s) => Network::parse(s)?,
+            },
+            network_certificate: f.network_certificate.clone(),
+            network_key: f.network_key.clone(),
         };
         cfg.validate_values()?;
         Ok(cfg)
@@ -843,6 +913,15 @@ impl NodeConfig {
                 self.dsht.ip(),
                 self.dsht.port()
             ))
+        })
+    }
+
+    /// The state directory, where the node key lives: `state_dir`, or
+    /// `coral-state/<DSHT IP>-<port>` under the working directory (as
+    /// `cache_dir`'s default; a packaged node sets `/var/lib/coral`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(|| {
+            Path::new("coral-state").join(format!("{}-{}", self.dsht.ip(), self.dsht.port()))
         })
     }
 

@@ -17,6 +17,7 @@ mod config;
 mod demo;
 mod dns;
 mod hints;
+mod identity;
 mod lifecycle;
 mod limits;
 mod logging;
@@ -96,6 +97,8 @@ enum Command {
         /// DSHT address's IP, port 7053 on loopback, 53 on a public node].
         #[arg(long)]
         dns: Option<SocketAddr>,
+        #[command(flatten)]
+        trust: identity::TrustArgs,
     },
     /// put(key, value, ttl, [levels]): insert a value (§2.3).
     Put {
@@ -206,6 +209,12 @@ enum Command {
     Sim {
         #[command(subcommand)]
         experiment: sim::Experiment,
+    },
+    /// Network admission (SECURITY.md, "Threat model"): create a network's
+    /// admission key, admit nodes, print a node's key.
+    Network {
+        #[command(subcommand)]
+        command: identity::NetworkCommand,
     },
 }
 
@@ -326,6 +335,7 @@ fn main() -> ExitCode {
             alias,
             proxy,
             dns,
+            trust,
         } => {
             let (file_config, mut cfg) = match config::NodeConfig::load_with_file(config.as_deref())
             {
@@ -370,6 +380,9 @@ fn main() -> ExitCode {
                 }
             }
             if let Err(e) = proxy.apply(&mut cfg) {
+                return fail_with(EXIT_CONFIG, &format!("config: {e}"));
+            }
+            if let Err(e) = trust.apply(&mut cfg) {
                 return fail_with(EXIT_CONFIG, &format!("config: {e}"));
             }
             if let Err(e) = cfg.validate() {
@@ -519,6 +532,13 @@ fn main() -> ExitCode {
         } => top::run(admin, interval, once),
         Command::Demo(args) => demo::run(args),
         Command::Sim { experiment } => sim::run(experiment),
+        Command::Network { command } => match identity::run_network(command) {
+            Ok(out) => {
+                println!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
     }
 }
 

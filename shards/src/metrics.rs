@@ -565,6 +565,20 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
         &[],
         sum(&["http", "access_log_dropped"]),
     );
+    w.family(
+        "coral_http_pointers_total",
+        Kind::Counter,
+        "Proxy pointers found in the DSHT, by verdict (accepted: signed by the proxy they name, \
+         admitted; rejected: forged, unsigned or not admitted, ignored; deferred: over the \
+         verification budget). SECURITY.md, \"Threat model\".",
+    );
+    for verdict in ["accepted", "rejected", "deferred"] {
+        w.sample(
+            "coral_http_pointers_total",
+            &[("verdict", verdict)],
+            sum(&["http", "pointers", verdict]),
+        );
+    }
 }
 
 /// The origin-name resolver's events (`coral_resolver_events_total`),
@@ -824,6 +838,20 @@ pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, read
             "coral_dsht_datagrams_dropped_total",
             &[("reason", reason)],
             sum(&["stats", key]),
+        );
+    }
+
+    w.family(
+        "coral_dsht_identities_total",
+        Kind::Counter,
+        "Peers' identities verified, by verdict (rejected: forged or not admitted, kept out of \
+         the routing tables). SECURITY.md, \"Threat model\".",
+    );
+    for verdict in ["accepted", "rejected", "deferred"] {
+        w.sample(
+            "coral_dsht_identities_total",
+            &[("verdict", verdict)],
+            sum(&["stats", "identities", verdict]),
         );
     }
 

@@ -156,6 +156,9 @@ pub struct Shard {
     /// How many cores run.
     pub cores: usize,
     node: RefCell<Node>,
+    /// The node's identity and network (the proxy signs its pointers with
+    /// it and verifies others').
+    pub trust: Arc<crate::identity::Trust>,
     socket: UdpSocket,
     epoch: Instant,
     waiting: RefCell<HashMap<OpId, local_channel::LocalSender<Event>>>,
@@ -365,12 +368,17 @@ impl Shard {
             let node = self.node.borrow();
             let send_errors = *self.send_errors.borrow();
             match report {
-                Report::Stats => stats_json(self.core, node.stats(), send_errors),
+                Report::Stats => {
+                    let mut stats = stats_json(self.core, node.stats(), send_errors);
+                    stats["identities"] = identities_json(&node);
+                    stats
+                }
                 Report::Status => json!({}),
                 Report::Metrics => {
                     let c = crate::metrics::counters();
                     let mut stats = stats_json(self.core, node.stats(), send_errors);
                     stats["transmit_dropped"] = json!(node.stats().transmit_dropped);
+                    stats["identities"] = identities_json(&node);
                     json!({
                         "stats": stats,
                         "counters": {
@@ -592,6 +600,14 @@ fn stats_json(core: usize, s: &Stats, send_errors: u64) -> serde_json::Value {
     })
 }
 
+/// Identity verification on this core (SECURITY.md, "Threat model"):
+/// peers' identities accepted, rejected (forged, tampered or not admitted:
+/// kept out of the routing tables) and deferred (over the budget).
+fn identities_json(node: &Node) -> serde_json::Value {
+    let s = node.identity_stats().unwrap_or_default();
+    json!({"accepted": s.accepted, "rejected": s.rejected, "deferred": s.deferred})
+}
+
 /// A value as JSON: its bytes in hex, as text when it is UTF-8, and as an
 /// address when it is one (proxy pointers and hints are addresses).
 pub fn value_json(v: &Value) -> serde_json::Value {
@@ -599,7 +615,7 @@ pub fn value_json(v: &Value) -> serde_json::Value {
     json!({
         "hex": hex,
         "text": std::str::from_utf8(v.as_bytes()).ok(),
-        "addr": v.to_addr().map(|a| a.to_string()),
+        "addr": coral::identity::named_addr(v).map(|a| a.to_string()),
     })
 }
 
@@ -709,6 +725,16 @@ pub fn run_with(
         config.cores
     };
     lifecycle::check_addresses_free(&config)?;
+    // The node's identity and network, once for all cores (the key is
+    // created on first start): SECURITY.md, "Threat model".
+    let trust = Arc::new(crate::identity::Trust::load(&config)?);
+    tracing::info!(
+        key = %trust.identity.public().to_hex(),
+        file = %trust.key_path.display(),
+        created = trust.created,
+        network = %trust.describe(),
+        "node identity"
+    );
     let fds = steer::bind_group(config.dsht, cores)
         .map_err(|e| format!("cannot bind the DSHT address {}: {e}", config.dsht))?;
     // The services open what they need (the disk cache, dnssrv's sockets)
@@ -778,6 +804,7 @@ pub fn run_with(
         let config = config.clone();
         let stop = stop.clone();
         let clusters = clusters.clone();
+        let trust = trust.clone();
         let hints = if core == 0 { hints_rx.take() } else { None };
         let control = if core == 0 { control_rx.take() } else { None };
         let ready = ready_tx.clone();
@@ -804,6 +831,7 @@ pub fn run_with(
                     fd,
                     epoch,
                     clusters,
+                    trust,
                     ready: ready.clone(),
                     control,
                     services,
@@ -890,6 +918,8 @@ struct CoreStart {
     epoch: Instant,
     /// The starting cluster id of each non-global level.
     clusters: Vec<Id>,
+    /// The node's identity and network.
+    trust: Arc<crate::identity::Trust>,
     /// Told once this core serves.
     ready: std::sync::mpsc::Sender<Result<usize, String>>,
     /// Reloads for core 0 (SIGHUP).
@@ -965,6 +995,11 @@ fn new_shard(
     let mut node = Node::new(dht, config.id_addr(), now, seed).map_err(|e| e.to_string())?;
     node.set_route_hint(steer::route_for_core(core, cores));
     node.set_shard(core, cores);
+    // Only admitted contacts enter the routing tables (SECURITY.md); an
+    // open network admits any contact that answers, as before admission.
+    if start.trust.membership != coral::identity::Membership::Open {
+        node.set_identity(&start.trust.identity, start.trust.verifier());
+    }
     for (i, id) in start.clusters.iter().enumerate() {
         node.set_cluster(i as u8 + 1, *id, now);
     }
@@ -972,6 +1007,7 @@ fn new_shard(
         core,
         cores,
         node: RefCell::new(node),
+        trust: start.trust.clone(),
         socket,
         epoch,
         waiting: RefCell::new(HashMap::new()),

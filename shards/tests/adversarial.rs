@@ -318,7 +318,9 @@ fn attacker_ip(net: u8, j: u8, h: u8) -> String {
     format!("127.14.{}.{h}", 20 + 10 * net + j)
 }
 
-const CONFIG: &str = "[clusters]\nmanage = false\n";
+// An open network (SECURITY.md, "Trust"): these rows test the DSHT's limits
+// against strangers that take part, which admission would keep out.
+const CONFIG: &str = "network = \"open\"\n[clusters]\nmanage = false\n";
 
 /// Paces a flood to at most about 10,000 datagrams a second (call after
 /// each send): bounded traffic, so that tests running side by side on two

@@ -238,7 +238,22 @@ pub enum Body {
     },
     /// A refused request (0xff).
     Error { code: ErrorCode },
+    /// A ping carrying the sender's identity (0x07): its key, certificate
+    /// and signature binding them to its address and id
+    /// ([`IDENTITY_BYTES`] bytes). What an admitting node
+    /// sends instead of a ping, so that each peer verifies it once.
+    Hello { identity: Box<Identity> },
+    /// Reply to Hello (0x87): the receiver's identity.
+    HelloReply { identity: Box<Identity> },
 }
+
+/// Bytes of a node's identity as Hello carries it: version (1), public key
+/// (32), certificate (64), signature (64) (`coral::identity` makes and
+/// checks it; the wire only carries it).
+pub const IDENTITY_BYTES: usize = 161;
+
+/// A node's identity as Hello carries it.
+pub type Identity = [u8; IDENTITY_BYTES];
 
 /// Kind bytes.
 #[allow(missing_docs)] // the names are the kinds
@@ -249,6 +264,7 @@ pub mod kind {
     pub const PUT_PROBE: u8 = 0x04;
     pub const STORE: u8 = 0x05;
     pub const MEMBERS: u8 = 0x06;
+    pub const HELLO: u8 = 0x07;
     pub const REPLY: u8 = 0x80;
     pub const ERROR: u8 = 0xff;
 }
@@ -270,6 +286,8 @@ impl Body {
             Body::Store { .. } => kind::STORE,
             Body::StoreReply { .. } => kind::STORE | kind::REPLY,
             Body::Error { .. } => kind::ERROR,
+            Body::Hello { .. } => kind::HELLO,
+            Body::HelloReply { .. } => kind::HELLO | kind::REPLY,
         }
     }
 
@@ -357,6 +375,9 @@ impl Message {
         }
         match &self.body {
             Body::Ping | Body::Pong => {}
+            Body::Hello { identity } | Body::HelloReply { identity } => {
+                buf.extend_from_slice(&identity[..]);
+            }
             Body::FindNode { level, target } | Body::Members { level, target } => {
                 buf.push(*level);
                 buf.extend_from_slice(&target.0);
@@ -459,6 +480,12 @@ impl Message {
         let body = match kind_byte {
             kind::PING => Body::Ping,
             k if k == kind::PING | kind::REPLY => Body::Pong,
+            kind::HELLO => Body::Hello {
+                identity: r.identity()?,
+            },
+            k if k == kind::HELLO | kind::REPLY => Body::HelloReply {
+                identity: r.identity()?,
+            },
             kind::FIND_NODE => Body::FindNode {
                 level: r.level()?,
                 target: r.id()?,
@@ -622,6 +649,12 @@ impl<'a> Reader<'a> {
         let mut t = [0u8; TOKEN_BYTES];
         t.copy_from_slice(self.take(TOKEN_BYTES)?);
         Ok(t)
+    }
+
+    fn identity(&mut self) -> Result<Box<Identity>, WireError> {
+        let mut id = Box::new([0u8; IDENTITY_BYTES]);
+        id.copy_from_slice(self.take(IDENTITY_BYTES)?);
+        Ok(id)
     }
 
     fn addr(&mut self) -> Result<SocketAddr, WireError> {
@@ -886,6 +919,12 @@ mod tests {
         prop_oneof![
             Just(Body::Ping),
             Just(Body::Pong),
+            any::<u8>().prop_map(|b| Body::Hello {
+                identity: Box::new([b; IDENTITY_BYTES])
+            }),
+            any::<u8>().prop_map(|b| Body::HelloReply {
+                identity: Box::new([b; IDENTITY_BYTES])
+            }),
             (level.clone(), arb_id()).prop_map(|(level, target)| Body::FindNode { level, target }),
             (level.clone(), arb_contacts())
                 .prop_map(|(level, contacts)| Body::Nodes { level, contacts }),

@@ -32,6 +32,7 @@ use std::net::SocketAddr;
 use crate::dsht::id::{Key, KeyedBuildHasher};
 use crate::dsht::node::Level;
 use crate::dsht::wire::Value;
+use crate::identity::{LocalIdentity, Verifier, VerifyStats};
 use crate::time::{Duration, Time};
 
 use super::http::{Framing, RequestHead, ResponseHead};
@@ -198,8 +199,14 @@ pub struct FetchStats {
 #[derive(Clone, Debug)]
 pub struct FetchPolicy {
     config: FetchConfig,
-    /// This proxy's own address as a DSHT value (what its pointers say).
+    /// This proxy's own address (what its pointers say).
     me: SocketAddr,
+    /// The pointer this proxy puts: its address, signed once
+    /// ([`FetchPolicy::with_identity`]), else plain (the simulator).
+    pointer: Value,
+    /// How pointers found in the DSHT are read: verified (a server), or
+    /// taken as plain addresses (the simulator, which has no adversary).
+    verifier: Option<Box<Verifier>>,
     /// Keyed by SHA-1 of URLs clients choose: a keyed hash (`with_hasher`).
     objects: HashMap<Key, Object, KeyedBuildHasher>,
     stats: FetchStats,
@@ -212,6 +219,8 @@ impl FetchPolicy {
         FetchPolicy {
             config,
             me,
+            pointer: Value::from_addr(me),
+            verifier: None,
             objects: HashMap::with_hasher(KeyedBuildHasher::with_seeds(0, 0, 0, 0)),
             stats: FetchStats::default(),
         }
@@ -223,6 +232,42 @@ impl FetchPolicy {
     pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> FetchPolicy {
         self.objects = HashMap::with_hasher(hasher);
         self
+    }
+
+    /// The same policy putting pointers signed by `identity` and using
+    /// only pointers `verifier` accepts: signed by the proxy they name,
+    /// which the network admitted (issue 22; SECURITY.md, "Threat model").
+    /// A pointer that fails is ignored and counted.
+    pub fn with_identity(mut self, identity: &LocalIdentity, verifier: Verifier) -> FetchPolicy {
+        self.pointer = identity.pointer(self.me);
+        self.verifier = Some(Box::new(verifier));
+        self
+    }
+
+    /// Counters of pointer verification (`None` without an identity).
+    pub fn verify_stats(&self) -> Option<VerifyStats> {
+        self.verifier.as_ref().map(|v| v.stats())
+    }
+
+    /// The proxies the pointers `values` name, this one's excepted: with a
+    /// verifier, only pointers that verify (each verified once while its
+    /// verdict is cached); at most `peer_attempts_max`.
+    fn peers(&mut self, now: Time, values: &[Value]) -> Vec<SocketAddr> {
+        let me = self.me;
+        let mut peers: Vec<SocketAddr> = Vec::new();
+        for v in values {
+            let addr = match self.verifier.as_mut() {
+                Some(verifier) => verifier.pointer_addr(now, v),
+                None => v.to_addr(),
+            };
+            if let Some(a) = addr.filter(|a| *a != me && !peers.contains(a)) {
+                peers.push(a);
+            }
+            if peers.len() >= self.config.peer_attempts_max {
+                break;
+            }
+        }
+        peers
     }
 
     /// Counters.
@@ -291,8 +336,9 @@ impl FetchPolicy {
         }
     }
 
-    fn pointer(&self) -> Value {
-        Value::from_addr(self.me)
+    /// The pointer this proxy puts under the keys it serves.
+    pub fn pointer(&self) -> Value {
+        self.pointer.clone()
     }
 
     /// A client requests the object `key`.
@@ -338,20 +384,16 @@ impl FetchPolicy {
         level: Option<Level>,
         out: &mut Vec<Action>,
     ) {
-        let me = self.me;
-        let mut peers: Vec<SocketAddr> = values
-            .iter()
-            .filter_map(Value::to_addr)
-            .filter(|a| *a != me)
-            .collect();
-        peers.dedup();
-        peers.truncate(self.config.peer_attempts_max);
+        if !matches!(
+            self.objects.get(&key).map(|o| &o.state),
+            Some(State::Looking)
+        ) {
+            return;
+        }
+        let peers = self.peers(now, values);
         let Some(o) = self.objects.get_mut(&key) else {
             return;
         };
-        if !matches!(o.state, State::Looking) {
-            return;
-        }
         if !peers.is_empty() {
             let source = Served::Peer(level.unwrap_or(0));
             self.start_peer_fetch(now, key, source, peers, out);
@@ -376,19 +418,13 @@ impl FetchPolicy {
         values: &[Value],
         out: &mut Vec<Action>,
     ) {
-        let me = self.me;
-        let Some(o) = self.objects.get_mut(&key) else {
-            return;
-        };
-        if !matches!(o.state, State::Claiming) {
+        if !matches!(
+            self.objects.get(&key).map(|o| &o.state),
+            Some(State::Claiming)
+        ) {
             return;
         }
-        let mut peers: Vec<SocketAddr> = values
-            .iter()
-            .filter_map(Value::to_addr)
-            .filter(|a| *a != me)
-            .collect();
-        peers.truncate(self.config.peer_attempts_max);
+        let peers = self.peers(now, values);
         if claimed || peers.is_empty() {
             self.start_origin_fetch(now, key, out);
         } else {

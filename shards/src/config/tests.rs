@@ -232,7 +232,15 @@ fn security_md_limits_are_true() {
 }
 
 /// The keys whose default is computed from others (none is written).
-const COMPUTED_DEFAULTS: &[&str] = &["http", "public_addr", "[proxy] cache_dir"];
+const COMPUTED_DEFAULTS: &[&str] = &[
+    "http",
+    "public_addr",
+    "[proxy] cache_dir",
+    "state_dir",
+    "network",
+    "network_certificate",
+    "network_key",
+];
 
 #[test]
 fn computed_defaults_are_unset() {
@@ -240,6 +248,10 @@ fn computed_defaults_are_unset() {
     assert_eq!(
         (d.http, d.public_addr, d.proxy.cache_dir),
         (None, None, None)
+    );
+    assert_eq!(
+        (d.state_dir, d.network, d.network_certificate, d.network_key),
+        (None, None, None, None)
     );
 }
 

@@ -379,6 +379,10 @@ fn start_nodes(
     let mut nodes = Nodes {
         children: Vec::new(),
     };
+    // The demo's nodes form one network: each certifies itself with the
+    // demo's own admission key (labs and tests only; SECURITY.md).
+    let network_key = temp.join("network.key");
+    crate::identity::init_network(&network_key)?;
     for i in 1..=a.nodes {
         let me = ip(i as u8);
         let dir = temp.join(format!("node{i}"));
@@ -393,6 +397,8 @@ fn start_nodes(
             .args(["--dns", &format!("{me}:{DNS_PORT}")])
             .args(["--zone", ZONE, "--alias", ALIAS])
             .args(["--cache-dir", &dir.join("cache").to_string_lossy()])
+            .args(["--state-dir", &dir.join("state").to_string_lossy()])
+            .args(["--network-key", &network_key.to_string_lossy()])
             .arg("--allow-private-origins")
             .args(["--resolve", &format!("{ORIGIN_NAME}={}", origin_addr.ip())])
             .args(["--cores", "1"])

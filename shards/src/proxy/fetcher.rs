@@ -68,6 +68,14 @@ const VARIANT_POINTERS_MAX: usize = crate::limits::PROXY.variant_pointers_max;
 const ADOPT_PER_TICK: usize = 64;
 
 impl Fetcher {
+    /// Proxy pointers found in the DSHT, verified: accepted, rejected
+    /// (forged, tampered, unsigned or not admitted: ignored) and deferred
+    /// (SECURITY.md, "Threat model").
+    pub fn pointer_stats(&self) -> serde_json::Value {
+        let s = self.policy.borrow().verify_stats().unwrap_or_default();
+        serde_json::json!({"accepted": s.accepted, "rejected": s.rejected, "deferred": s.deferred})
+    }
+
     pub fn new(policy: FetchPolicy) -> Fetcher {
         Fetcher {
             policy: RefCell::new(policy),
@@ -652,7 +660,7 @@ impl ProxyCore {
     /// Puts this proxy's pointer under `vk`, the variant key of a URL's
     /// first variant (stored under the URL's key).
     fn put_variant_pointer(self: &Rc<Self>, vk: Id, ttl_secs: u32) {
-        let value = coral::dsht::wire::Value::from_addr(self.http);
+        let value = self.fetch.policy.borrow().pointer();
         let pc = self.clone();
         glommio::spawn_local(async move {
             pc.shard

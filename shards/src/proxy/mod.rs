@@ -211,6 +211,7 @@ pub fn metrics_json() -> serde_json::Value {
             "evictions": cache.evictions,
         },
         "access_log_dropped": crate::accesslog::dropped(),
+        "pointers": pc.fetch.pointer_stats(),
     });
     if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
         o.extend(e);
@@ -281,7 +282,8 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
     // The pointer peers follow: the address they reach (a wildcard bind
     // is replaced by `public_addr`'s IP).
     let policy = FetchPolicy::new(fetch_config, config.http_public_addr())
-        .with_hasher(coral::dsht::id::keyed_hasher(&secret, "fetch objects"));
+        .with_hasher(coral::dsht::id::keyed_hasher(&secret, "fetch objects"))
+        .with_identity(&shard.trust.identity, shard.trust.verifier());
     let pc = Rc::new(ProxyCore {
         core: shard.core,
         cores: shard.cores,

@@ -79,9 +79,10 @@ pub fn core_json(shard: &Shard) -> Json {
     })
 }
 
-/// A stored value as the page shows it: an address, text, or hex.
+/// A stored value as the page shows it: an address (a plain one, or the
+/// one a signed pointer names), text, or hex.
 fn value_text(v: &coral::dsht::wire::Value) -> String {
-    if let Some(a) = v.to_addr() {
+    if let Some(a) = coral::identity::named_addr(v) {
         return a.to_string();
     }
     match std::str::from_utf8(v.as_bytes()) {

@@ -367,7 +367,15 @@ pub struct NodeBuilder {
     nofile: Option<u64>,
     netns: Option<String>,
     config_dir: Option<tempfile::TempDir>,
+    /// The node's state directory (its identity key), kept for restarts.
+    state_dir: Option<tempfile::TempDir>,
 }
+
+/// The test network's admission key (SECURITY.md, "Threat model"): every
+/// node a test starts certifies itself with it (`--network-key`, labs and
+/// tests only), unless the test names a network itself.
+pub const TEST_NETWORK_SECRET: &str =
+    "7e57000000000000000000000000000000000000000000000000000000000001";
 
 impl NodeBuilder {
     fn new(args: Vec<String>) -> NodeBuilder {
@@ -379,6 +387,35 @@ impl NodeBuilder {
             nofile: None,
             netns: None,
             config_dir: None,
+            state_dir: None,
+        }
+    }
+
+    /// A state directory of its own, and membership of the test network
+    /// unless the test chose a network: called by `spawn`.
+    fn admit(&mut self) {
+        if flag(&self.args, "--state-dir").is_none() {
+            let dir = temp_dir("node-state");
+            let path = dir.path().to_str().unwrap().to_string();
+            self.state_dir = Some(dir);
+            self.args.extend(["--state-dir".to_string(), path]);
+        }
+        let chosen = ["--network", "--network-key", "--network-certificate"];
+        if chosen.iter().all(|f| flag(&self.args, f).is_none()) {
+            let dir = self.state_dir.as_ref().map_or_else(
+                || PathBuf::from(flag(&self.args, "--state-dir").unwrap()),
+                |d| d.path().to_path_buf(),
+            );
+            std::fs::create_dir_all(&dir).unwrap();
+            let key = write_file(
+                &dir,
+                "test-network.key",
+                format!("secret = {TEST_NETWORK_SECRET}\n"),
+            );
+            self.args.extend([
+                "--network-key".to_string(),
+                key.to_str().unwrap().to_string(),
+            ]);
         }
     }
 
@@ -471,6 +508,7 @@ impl NodeBuilder {
 
     /// Starts the node without waiting for it.
     pub fn spawn(mut self) -> Node {
+        self.admit();
         // A later `--cores` replaces the first (the default).
         if self.args.iter().filter(|a| *a == "--cores").count() > 1 {
             let i = self.args.iter().position(|a| a == "--cores").unwrap();

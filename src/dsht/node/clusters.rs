@@ -132,7 +132,8 @@ impl Node {
             let mut more = Vec::new();
             match command {
                 Command::Ping { addr, id, round } => {
-                    self.send_probe(now, level, round, addr, id, Body::Ping, &mut more);
+                    let body = self.ping_body();
+                    self.send_probe(now, level, round, addr, id, body, &mut more);
                 }
                 Command::Members {
                     contact,
@@ -215,6 +216,12 @@ impl Node {
             .map(|o| (o.contact, o.rtt()))
             .collect();
         for (c, rtt) in members.iter().map(|c| (*c, None)).chain(observed) {
+            if !self.admits(c.addr, &c.id) {
+                // Named by a member, not yet verified: it enters once its
+                // identity is (`admission.rs`).
+                self.request_identity(now, c);
+                continue;
+            }
             if self.levels[l].table.insert(c, now, rtt) == Insert::Added {
                 // Cores that follow this one hear of the new members too.
                 self.push_learned(level, c, rtt.unwrap_or_default());
@@ -311,7 +318,7 @@ impl Node {
                         addr,
                         None,
                         self.route_hint,
-                        Body::Ping,
+                        self.ping_body(),
                         Purpose::HintPing,
                     );
                 }

@@ -29,6 +29,7 @@
 //! - `maintain.rs`: sweeps and bucket refreshes;
 //! - `timers.rs`: the deadlines and [`Node::handle_timeout`].
 
+mod admission;
 mod clusters;
 mod delegate;
 mod drive;
@@ -53,7 +54,7 @@ use crate::dsht::ratelimit::{RateLimiter, Verdict};
 use crate::dsht::recall::Recall;
 use crate::dsht::routing::RoutingTable;
 use crate::dsht::store::{Quotas, Store};
-use crate::dsht::wire::{Body, Contact, Message, Services, Value, WireError};
+use crate::dsht::wire::{Contact, Message, Services, Value, WireError};
 use crate::rng::Rng;
 use crate::time::{Duration, Time};
 
@@ -408,6 +409,9 @@ pub struct Node {
     secret_epoch: u64,
     verify_pings_in_flight: usize,
     pinged: HashMap<SocketAddr, Time>,
+    /// Identity and admission (`admission.rs`); `None`: every contact that
+    /// answers enters the tables (the simulator, and nodes of old).
+    admission: Option<Box<admission::Admission>>,
     /// The cluster manager of each non-global level (index 0 = level 1).
     managers: Vec<Manager>,
     // -- Cold.
@@ -557,6 +561,7 @@ impl Node {
             answered: VerifiedCache::new(&previous_secret, &secret),
             limiter,
             pinged: HashMap::new(),
+            admission: None,
             verify_pings_in_flight: 0,
             learned: VecDeque::new(),
             last_sweep: now,
@@ -627,14 +632,8 @@ impl Node {
     /// clusters (the node was chosen, not sampled).
     pub fn verify_alive(&mut self, now: Time, addr: SocketAddr) {
         if addr != self.addr {
-            self.send_request(
-                now,
-                addr,
-                None,
-                self.route_hint,
-                Body::Ping,
-                Purpose::HintPing,
-            );
+            let body = self.ping_body();
+            self.send_request(now, addr, None, self.route_hint, body, Purpose::HintPing);
         }
     }
 
@@ -731,14 +730,8 @@ impl Node {
     pub fn bootstrap(&mut self, now: Time, addrs: &[SocketAddr]) {
         for &addr in addrs {
             if addr != self.addr {
-                self.send_request(
-                    now,
-                    addr,
-                    None,
-                    self.route_hint,
-                    Body::Ping,
-                    Purpose::Bootstrap,
-                );
+                let body = self.ping_body();
+                self.send_request(now, addr, None, self.route_hint, body, Purpose::Bootstrap);
             }
         }
     }
@@ -752,6 +745,7 @@ impl Node {
         now: Time,
         rtt: Option<Duration>,
     ) {
+        self.mark_admitted(contact.addr, &contact.id);
         if let Some(l) = self.levels.get_mut(level as usize) {
             l.table.insert(contact, now, rtt);
         }

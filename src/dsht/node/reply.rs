@@ -28,8 +28,10 @@ impl Node {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);
         };
-        let kind_matches =
-            msg.body.kind() == p.request_kind | kind::REPLY || msg.body.kind() == kind::ERROR;
+        // A node that does not admit answers a Hello as a ping.
+        let kind_matches = msg.body.kind() == p.request_kind | kind::REPLY
+            || msg.body.kind() == kind::ERROR
+            || (p.request_kind == kind::HELLO && msg.body.kind() == kind::PING | kind::REPLY);
         if p.to != from || !kind_matches || p.to_id.is_some_and(|id| id != msg.header.sender) {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);
@@ -46,6 +48,9 @@ impl Node {
         // A node measured because a hint named it was chosen for being near
         // us: it must not tilt the sample by which clusters are judged.
         let located = matches!(p.purpose, Purpose::HintPing);
+        if let Body::HelloReply { identity } = &msg.body {
+            self.on_hello_reply(now, from, &contact.id, identity);
+        }
         self.observe_verified(now, contact, &msg.header, rtt, located);
         match p.purpose {
             Purpose::VerifyPing => {
@@ -107,6 +112,13 @@ impl Node {
         rtt: Duration,
         located: bool,
     ) {
+        if !self.admits(contact.addr, &contact.id) {
+            // Answered, but not (yet) found admitted: it neither enters a
+            // table nor counts in a cluster's measurements until its
+            // identity verifies.
+            self.request_identity(now, contact);
+            return;
+        }
         if self.hot.cluster_manage {
             // Every reply measures a node: its clusters, their size and age,
             // and the round trip (§4.4).

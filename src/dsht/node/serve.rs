@@ -59,6 +59,7 @@ impl Node {
                 self.stats.pings_served += 1;
                 Body::Pong
             }
+            Body::Hello { identity } => self.answer_hello(now, from, &header.sender, &identity),
             Body::FindNode { level, target } => match self.served_level(header, from, level) {
                 Ok(l) => {
                     self.stats.find_nodes_served += 1;
@@ -182,7 +183,7 @@ impl Node {
                 code: ErrorCode::BadToken,
             }
         } else if value.0.len() > self.hot.value_bytes_max
-            || value.to_addr().is_some_and(|a| a.ip() != from.ip())
+            || crate::identity::named_addr(&value).is_some_and(|a| a.ip() != from.ip())
         {
             // A value naming an address must name the storer's
             // own (§3.2: proxies insert pointers to themselves,
@@ -399,6 +400,9 @@ impl Node {
             from,
             Some(header.sender),
             self.route_hint,
+            // A plain ping: it proves the source's address within the
+            // amplification budget; a node that answers and is not yet
+            // admitted is asked for its identity then (`admission.rs`).
             Body::Ping,
             Purpose::VerifyPing,
         );
