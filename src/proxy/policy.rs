@@ -791,7 +791,10 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
         match n {
             "via" => via = Some(v),
             "cache-status" => origin_cache_status = Some(v),
-            "age" | "content-length" | "content-range" | "accept-ranges" => {}
+            "age" | "content-length" | "accept-ranges" => {}
+            // An origin's own 206 keeps its Content-Range (issue 26 item 6);
+            // coral's ranges write their own.
+            "content-range" if stored.status != 206 || range != RangeAnswer::Full => {}
             n if is_hop_by_hop(n) || is_cookie(n) => {}
             n if info.not_modified && !allowed_in_304(n) => {}
             n => {

@@ -93,6 +93,14 @@ pub enum MissAnswer {
         /// the DSHT named it (0 for a peer found by a lost claim).
         peer: Option<coral::dsht::node::Level>,
     },
+    /// As `Ready`, from the origin: first forward these interim (1xx)
+    /// responses to an HTTP/1.1 client (103 Early Hints; never stored).
+    ReadyAfterInterim {
+        /// Always `None` (from the origin); for `Lookup::filled`.
+        peer: Option<coral::dsht::node::Level>,
+        /// The interim responses, as a client gets them.
+        interim: std::sync::Arc<Vec<u8>>,
+    },
     /// The origin failed; the stale copy in the cache may be served.
     Stale,
     /// The origin's answer may not be stored: fetch it for this client alone.
@@ -103,6 +111,20 @@ pub enum MissAnswer {
     Pass(Box<upstream::Handover>),
     /// Answer the client with this error.
     Error(Fail),
+    /// The origin's own error answer, not stored: relay it as it is (issue
+    /// 26 item 1), to every request that waited for the fetch.
+    Relayed(std::sync::Arc<Relayed>),
+}
+
+/// An origin's answer relayed without being stored: its head (hop-by-hop
+/// fields and cookies removed) and its whole body (at most
+/// `limits::RELAY.error_body_bytes_max`).
+#[derive(Debug)]
+pub struct Relayed {
+    /// The head as stored heads are (`policy::head_to_store`).
+    pub head: coral::proxy::http::ResponseHead,
+    /// The body, decoded from its transfer coding.
+    pub body: Vec<u8>,
 }
 
 /// CoralProxy's messages between cores.

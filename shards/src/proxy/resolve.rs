@@ -38,9 +38,9 @@ impl ResolveError {
     /// What a request whose origin cannot be reached is answered.
     pub fn fail(&self) -> Fail {
         match self {
-            ResolveError::Refused(..) => Fail::REFUSED,
-            ResolveError::Timeout => Fail::TIMEOUT,
-            ResolveError::NotFound => Fail::BAD_GATEWAY,
+            ResolveError::Refused(_, kind) => Fail::refused(*kind),
+            ResolveError::Timeout => Fail::NAME_TIMEOUT,
+            ResolveError::NotFound => Fail::NO_NAME,
         }
     }
 }

@@ -452,6 +452,13 @@ impl<'a> Conn<'a> {
                     None => way.decide(req, Found::Nothing, now, &mut passes, || None),
                 }
             };
+            if let (Serve::Fill, Some((obj, st))) = (&serve, &found) {
+                if self.while_revalidate(req, route, key, obj, st, now) {
+                    let mut cs = CacheStatus::forward(Forward::Stale, false);
+                    cs.detail = Some("stale-while-revalidate");
+                    return self.serve(req, obj, st, cs).await;
+                }
+            }
             match (serve, &found) {
                 (Serve::Variant, _) => continue,
                 (Serve::Hit, Some((obj, st))) => {
@@ -478,6 +485,15 @@ impl<'a> Conn<'a> {
             };
             match pc.miss(job).await {
                 MissAnswer::Ready { peer } => way.filled(peer),
+                MissAnswer::ReadyAfterInterim { peer, interim } => {
+                    // 1xx go to HTTP/1.1 clients only (RFC 9110 §15.2).
+                    if req.minor_version >= 1
+                        && send_all(&mut self.stream, &[&interim]).await.is_err()
+                    {
+                        return Next::Close;
+                    }
+                    way.filled(peer)
+                }
                 MissAnswer::Stale => {}
                 MissAnswer::Uncacheable => {
                     pc.passes.borrow_mut().mark(key, unix_now());
@@ -495,8 +511,78 @@ impl<'a> Conn<'a> {
                 MissAnswer::Error(fail) => {
                     return self.refuse(&Refusal::failed(fail, req.keep_alive)).await;
                 }
+                MissAnswer::Relayed(answer) => return self.send_relayed(req, &answer).await,
             }
         }
+    }
+
+    /// RFC 5861 `stale-while-revalidate`: whether the stale complete copy
+    /// `obj` is served to `req` at once, its revalidation started in the
+    /// background on the key's owning core (once per object network-wide,
+    /// `coral::proxy::stale`). Not for a peer's request, nor a copy that
+    /// must be revalidated.
+    fn while_revalidate(
+        &self,
+        req: &RequestHead,
+        route: &Route,
+        key: coral::Id,
+        obj: &ObjectRef,
+        st: &Stored,
+        now: u64,
+    ) -> bool {
+        use coral::proxy::stale;
+        if route.no_forward
+            || st.must_revalidate
+            || !matches!(obj.state(), ObjectState::Complete { .. })
+            || !stale::while_revalidate(
+                &stale::windows(&st.head.headers),
+                req,
+                obj.meta().fresh_until_secs,
+                now,
+            )
+        {
+            return false;
+        }
+        let mut get = req.clone();
+        get.method = Method::Get;
+        self.pc.revalidate_in_background(Job {
+            key,
+            url_key: route.key,
+            origin: route.origin.clone(),
+            request: get,
+            no_forward: false,
+        });
+        true
+    }
+
+    /// Sends the origin's error answer the fetch relayed (not stored).
+    async fn send_relayed(&mut self, req: &RequestHead, r: &super::Relayed) -> Next {
+        let pc = self.pc;
+        let info = ClientHeadInfo {
+            node_name: &pc.node_name,
+            age_secs: 0,
+            cache_status: CacheStatus::forward(Forward::UriMiss, false),
+            range: RangeAnswer::Full,
+            body_len: Some(r.body.len() as u64),
+            keep_alive: req.keep_alive,
+            not_modified: false,
+            client_minor_version: req.minor_version,
+        };
+        let mut out = Vec::with_capacity(1024);
+        let framing = policy::client_head(&r.head, &info, &mut out);
+        self.resp.status = head_status(&out);
+        self.resp.cache = CacheResult::Pass;
+        let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
+        let body: &[u8] = if req.method == Method::Head || framing == Framing::Empty {
+            &[]
+        } else {
+            &r.body
+        };
+        self.resp.body_bytes = body.len() as u64;
+        if send_all(&mut self.stream, &[&out, body]).await.is_err() || !ka {
+            return Next::Close;
+        }
+        Next::KeepAlive
     }
 
     /// Answers with the core's refusal.
@@ -689,7 +775,9 @@ impl<'a> Conn<'a> {
             }
         };
         let mut up = Vec::with_capacity(1024);
-        policy::upstream_request(req, origin, false, &http::Headers::new(), &mut up);
+        // For this client alone: the allowlist of `coral::proxy::keyed`.
+        let sent = coral::proxy::keyed::upstream_view(req, coral::proxy::keyed::Upstream::Pass);
+        policy::upstream_request(&sent, origin, false, &http::Headers::new(), &mut up);
         let is_head = req.method == Method::Head;
         pc.stats.origin_passes.set(pc.stats.origin_passes.get() + 1);
         let resp = match super::upstream::send(
@@ -756,8 +844,16 @@ impl<'a> Conn<'a> {
             client_minor_version: req.minor_version,
         };
         let mut out = Vec::with_capacity(1024);
+        // Interim (1xx) responses first, to HTTP/1.1 clients only (RFC
+        // 9110 §15.2); never stored.
+        let interim_len = if req.minor_version >= 1 {
+            out.extend_from_slice(&resp.interim);
+            resp.interim.len()
+        } else {
+            0
+        };
         let framing = policy::client_head(&head, &info, &mut out);
-        self.resp.status = head_status(&out);
+        self.resp.status = head_status(&out[interim_len..]);
         self.resp.cache = CacheResult::Pass;
         let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
         if is_head || framing == Framing::Empty {
