@@ -429,6 +429,11 @@ pub struct ProxySection {
     pub complete_pointer_ttl_secs: u32,
     /// The access log's path, or "off".
     pub access_log: String,
+    /// Request fields forwarded to origins beyond coral's allowlist
+    /// (`coral::proxy::keyed`), lower case: each lets any client choose
+    /// its value for what everyone receives, unless the origin's `Vary`
+    /// names it (SECURITY.md, "Keyed upstream requests").
+    pub forward_request_fields: Vec<String>,
 }
 
 impl Default for ProxySection {
@@ -452,6 +457,7 @@ impl Default for ProxySection {
             fetching_pointer_ttl_secs: fetch.fetching_pointer_ttl_secs,
             complete_pointer_ttl_secs: fetch.complete_pointer_ttl_secs,
             access_log: "off".into(),
+            forward_request_fields: Vec::new(),
         }
     }
 }
@@ -481,6 +487,7 @@ impl ProxySection {
             fetching_pointer_ttl_secs: self.fetching_pointer_ttl_secs,
             complete_pointer_ttl_secs: self.complete_pointer_ttl_secs,
             access_log: parse_access_log(&self.access_log)?,
+            forward_request_fields: parse_forward_request_fields(&self.forward_request_fields)?,
         })
     }
 }
@@ -525,6 +532,34 @@ pub struct ProxyConfig {
     pub complete_pointer_ttl_secs: u32,
     /// Where the access log is appended (`None`: no access log).
     pub access_log: Option<PathBuf>,
+    /// Request fields forwarded to origins beyond the allowlist, lower
+    /// case (at most `limits::RELAY.forward_request_fields_max`).
+    pub forward_request_fields: Vec<String>,
+}
+
+/// `forward_request_fields`: field names (tokens), lower-cased, at most
+/// `limits::RELAY.forward_request_fields_max`; fields coral writes itself
+/// (`Host`, `Via`, framing, hop-by-hop, conditionals) cannot be listed.
+pub fn parse_forward_request_fields(names: &[String]) -> Result<Vec<String>, String> {
+    let max = crate::limits::RELAY.forward_request_fields_max;
+    if names.len() > max {
+        return Err(format!("forward_request_fields: at most {max} fields"));
+    }
+    names
+        .iter()
+        .map(|n| {
+            let lower = n.to_ascii_lowercase();
+            if lower.is_empty() || !lower.bytes().all(coral::proxy::http::is_tchar) {
+                return Err(format!("forward_request_fields: {n:?} is not a field name"));
+            }
+            if !coral::proxy::keyed::may_be_listed(&lower) {
+                return Err(format!(
+                    "forward_request_fields: coral writes {n:?} itself; it cannot be forwarded"
+                ));
+            }
+            Ok(lower)
+        })
+        .collect()
 }
 
 /// An `access_log` value: "off", or the path of the file.

@@ -133,6 +133,8 @@ pub struct RelayLimits {
     /// Largest body copied to store a 304's updated head with it (RFC 9111
     /// §4.3.4); above, only the copy's freshness is updated.
     pub revalidated_copy_bytes_max: u64,
+    /// Fields `[proxy] forward_request_fields` may list.
+    pub forward_request_fields_max: usize,
 }
 
 /// Limits of what the proxy relays without storing.
@@ -141,6 +143,7 @@ pub const RELAY: RelayLimits = RelayLimits {
     interim_responses_max: 4,
     interim_bytes_max: 8 << 10,
     revalidated_copy_bytes_max: 16 << 20,
+    forward_request_fields_max: 16,
 };
 
 /// The disk cache (`cache/`): bounds of its record format and segment
@@ -281,6 +284,7 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::RELAY.interim_responses_max" => n(RELAY.interim_responses_max as u64),
         "limits::RELAY.interim_bytes_max" => n(RELAY.interim_bytes_max as u64),
         "limits::RELAY.revalidated_copy_bytes_max" => n(RELAY.revalidated_copy_bytes_max),
+        "limits::RELAY.forward_request_fields_max" => n(RELAY.forward_request_fields_max as u64),
         "limits::CACHE.object_bytes_max" => n(CACHE.object_bytes_max),
         "limits::CACHE.head_bytes_max" => n(CACHE.head_bytes_max as u64),
         "limits::CACHE.segments_per_core_max" => n(u64::from(CACHE.segments_per_core_max)),

@@ -615,3 +615,33 @@ fn issue_26_11_head_on_a_miss_is_one_get_that_fills_the_cache() {
     assert_eq!(heads.len(), 1, "one origin request: {heads:?}");
     assert!(heads[0].starts_with("GET /big "), "{heads:?}");
 }
+
+#[test]
+fn rfc9112_6_1_transfer_codings_coral_does_not_know_are_relayed_not_refused() {
+    let dir = temp_dir("relay-te");
+    let _origin = Origin::start("127.26.11.100:8080", |_, _, s| {
+        let _ = s.write_all(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-odd, chunked\r\nCache-Control: max-age=60\r\n\
+              Connection: close\r\n\r\n5\r\nodd!!\r\n0\r\n\r\n",
+        );
+    });
+    let node = proxy_node(dir.path(), "127.26.11.1", "127.26.11.100").start();
+    let host = format!("www.origin.test.8080.{ALIAS}");
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(node.http()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(
+            format!("GET /te HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        let text = String::from_utf8_lossy(&out).to_string();
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        assert!(
+            text.contains("Transfer-Encoding: x-odd, chunked\r\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("5\r\nodd!!\r\n0\r\n\r\n"), "{text}");
+    }
+}

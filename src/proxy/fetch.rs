@@ -145,7 +145,7 @@ impl Fail {
     };
     /// The origin's host could not be reached (timed out, unreachable).
     pub const UNREACHABLE: Fail = Fail {
-        status: 504,
+        status: 502,
         why: "the origin could not be reached (the connection timed out or the network is unreachable)",
     };
     /// The origin's answer broke HTTP's rules.
@@ -686,6 +686,14 @@ pub fn judge(r: &Response<'_>) -> Verdict {
         if !r.from_peer && policy::origin_failed(old.status, status) {
             return Verdict::Stale(Fail::origin(status));
         }
+    }
+    // Issue 26 item 6: transfer codings coral does not decode are relayed
+    // with the answer (RFC 9112 §6.1), never stored.
+    if super::http::transfer_codings(&r.head.headers).is_some() {
+        return Verdict::NotStored {
+            why: "transfer coding",
+            relay: !r.from_peer,
+        };
     }
     let mut fresh = match policy::storable(r.request, r.head, r.now_secs) {
         Storable::Yes(f) => f,

@@ -792,9 +792,9 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
             "via" => via = Some(v),
             "cache-status" => origin_cache_status = Some(v),
             "age" | "content-length" | "accept-ranges" => {}
-            // An origin's own 206 keeps its Content-Range (issue 26 item 6);
-            // coral's ranges write their own.
-            "content-range" if stored.status != 206 || range != RangeAnswer::Full => {}
+            // The origin's Content-Range is kept (issue 26 item 6: a 206
+            // relayed with it); coral's own ranges write their own.
+            "content-range" if range != RangeAnswer::Full => {}
             n if is_hop_by_hop(n) || is_cookie(n) => {}
             n if info.not_modified && !allowed_in_304(n) => {}
             n => {

@@ -408,6 +408,7 @@ impl ProxyCore {
                         vary: vary_of.as_ref(),
                     },
                 },
+                &self.cfg.forward_request_fields,
             );
             let mut req = Vec::with_capacity(1024);
             policy::upstream_request(&sent, &job.origin, peer.is_some(), &extra, &mut req);
@@ -690,8 +691,10 @@ impl ProxyCore {
         rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
         let mut rewriter = rewrite::body_is_rewritable(&head)
             .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
-        // Labelled with the fields the origin was sent, not the client's.
-        let vary_req = policy::vary_request_headers(&resp.head, sent);
+        // Labelled with what could have changed the answer (the keyed
+        // fields as sent, `keyed::label_view`).
+        let label = keyed::label_view(&job.request, sent);
+        let vary_req = policy::vary_request_headers(&resp.head, &label);
         let mut head_bytes = Vec::with_capacity(1024);
         stored::encode(&head, fresh, &vary_req, key != job.url_key, &mut head_bytes);
         let expected_len = match resp.head.framing {
@@ -781,7 +784,7 @@ impl ProxyCore {
             return Outcome::Failed;
         }
         if key == job.url_key {
-            self.note_first_variant(key, &resp.head, sent);
+            self.note_first_variant(key, &resp.head, &label);
         }
         if peer.is_none() {
             resp.release(&self.pool);

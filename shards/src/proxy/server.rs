@@ -776,7 +776,11 @@ impl<'a> Conn<'a> {
         };
         let mut up = Vec::with_capacity(1024);
         // For this client alone: the allowlist of `coral::proxy::keyed`.
-        let sent = coral::proxy::keyed::upstream_view(req, coral::proxy::keyed::Upstream::Pass);
+        let sent = coral::proxy::keyed::upstream_view(
+            req,
+            coral::proxy::keyed::Upstream::Pass,
+            &pc.cfg.forward_request_fields,
+        );
         policy::upstream_request(&sent, origin, false, &http::Headers::new(), &mut up);
         let is_head = req.method == Method::Head;
         pc.stats.origin_passes.set(pc.stats.origin_passes.get() + 1);
@@ -815,8 +819,9 @@ impl<'a> Conn<'a> {
         // §2.1: redirects and links to the origin stay Coralized (HTML that
         // is content-coded is passed through untouched).
         rewrite::head(&mut head, origin, &pc.suffix, pc.http.port());
-        let mut rewriter = rewrite::body_is_rewritable(&head)
-            .then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
+        let mut rewriter = (rewrite::body_is_rewritable(&head)
+            && http::transfer_codings(&resp.head.headers).is_none())
+        .then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
         let body_len = match resp.head.framing {
             Framing::Length(n) if rewriter.is_none() => Some(n),
             // The origin's answer to a HEAD: the length it names.
@@ -853,6 +858,35 @@ impl<'a> Conn<'a> {
             0
         };
         let framing = policy::client_head(&head, &info, &mut out);
+        // Transfer codings coral does not decode go on with the answer
+        // (RFC 9112 §6.1), before the chunked coding it frames it with; an
+        // HTTP/1.0 client cannot receive them.
+        if let Some(codings) = http::transfer_codings(&resp.head.headers) {
+            const CHUNKED: &[u8] = b"Transfer-Encoding: chunked\r\n";
+            let at = out[interim_len..]
+                .windows(CHUNKED.len())
+                .position(|w| w == CHUNKED);
+            match at {
+                Some(at) if req.minor_version >= 1 && !is_head => {
+                    let at = interim_len + at + b"Transfer-Encoding: ".len();
+                    let mut with = codings;
+                    with.extend_from_slice(b", ");
+                    out.splice(at..at, with);
+                }
+                _ if is_head => {}
+                _ => {
+                    self.error(
+                        502,
+                        "the origin's answer has a transfer coding coral does not decode, \
+                         which an HTTP/1.0 client cannot receive",
+                        false,
+                        None,
+                    )
+                    .await;
+                    return Next::Close;
+                }
+            }
+        }
         self.resp.status = head_status(&out[interim_len..]);
         self.resp.cache = CacheResult::Pass;
         let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
