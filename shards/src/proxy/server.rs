@@ -764,8 +764,10 @@ impl<'a> Conn<'a> {
             Ok(a) => a,
             Err(e) => {
                 pc.stats.origin_error("resolve");
-                let status = e.fail().status;
-                self.error(status, &e.to_string(), req.keep_alive, None)
+                // What failed, and the flag that lifts a refusal (issue 25
+                // item 4).
+                let fail = e.fail();
+                self.error(fail.status, fail.reason(), req.keep_alive, None)
                     .await;
                 return if req.keep_alive {
                     Next::KeepAlive
@@ -797,7 +799,8 @@ impl<'a> Conn<'a> {
             Ok(r) => r,
             Err(e) => {
                 pc.stats.origin_error(e.reason());
-                self.error(502, &e.to_string(), false, None).await;
+                let fail = e.fail();
+                self.error(fail.status, fail.reason(), false, None).await;
                 return Next::Close;
             }
         };
