@@ -161,7 +161,7 @@ fn cache_result(cs: &CacheStatus) -> CacheResult {
         return CacheResult::Local;
     }
     match cs.detail {
-        Some("stale-on-error") => CacheResult::Stale,
+        Some("stale-on-error" | "stale-while-revalidate") => CacheResult::Stale,
         Some("peer-l2") => CacheResult::Peer(2),
         Some("peer-l1") => CacheResult::Peer(1),
         Some("peer-l0") => CacheResult::Peer(0),
