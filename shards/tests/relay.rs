@@ -645,3 +645,38 @@ fn rfc9112_6_1_transfer_codings_coral_does_not_know_are_relayed_not_refused() {
         assert!(text.ends_with("5\r\nodd!!\r\n0\r\n\r\n"), "{text}");
     }
 }
+
+#[test]
+fn rfc9111_4_3_5_a_head_response_updates_the_stored_headers() {
+    let dir = temp_dir("relay-head-update");
+    let _origin = Origin::start("127.26.12.100:8080", |_, head, s| {
+        if head.starts_with("HEAD ") {
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nETag: \"same\"\r\nCache-Control: max-age=600\r\n\
+                  X-Revision: 2\r\nContent-Length: 4\r\nConnection: close\r\n\r\n",
+            );
+        } else {
+            answer(
+                s,
+                "200 OK",
+                "ETag: \"same\"\r\nCache-Control: max-age=1\r\nX-Revision: 1\r\n",
+                b"body",
+            );
+        }
+    });
+    let node = proxy_node(dir.path(), "127.26.12.1", "127.26.12.100").start();
+    let url = coralized("www.origin.test", 8080, "/h");
+    assert_eq!(node.curl(&url, &[]).header("x-revision"), "1");
+    // A HEAD that passes the cache (no-store) reaches the origin as a HEAD;
+    // its answer describes the stored representation and updates it.
+    let head = node.curl(&url, &["-I", "-H", "Cache-Control: no-store"]);
+    assert_eq!(head.header("x-revision"), "2", "{head:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let a = node.curl(&url, &[]);
+        (a.header("x-revision") == "2" && a.header("cache-status").contains("hit"))
+            .then_some(())
+            .ok_or_else(|| format!("not updated: {a:?}"))
+    });
+    assert_eq!(node.curl(&url, &[]).body, b"body");
+}

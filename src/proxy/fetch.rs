@@ -734,6 +734,36 @@ pub fn judge(r: &Response<'_>) -> Verdict {
     Verdict::Store(fresh)
 }
 
+/// Whether a response to a HEAD describes the same representation as the
+/// stored response (`stored`, whose body is `body_len` bytes) and so may
+/// update it (RFC 9111 §4.3.5): a 200 with the same strong `ETag`, or, when
+/// neither has one, the same `Last-Modified`; and no other `Content-Length`.
+pub fn head_describes_stored(stored: &ResponseHead, head: &ResponseHead, body_len: u64) -> bool {
+    if head.status != 200 || stored.status != 200 {
+        return false;
+    }
+    if let Some(n) = head
+        .headers
+        .get("content-length")
+        .and_then(super::http::parse_digits)
+    {
+        if n != body_len {
+            return false;
+        }
+    }
+    match (stored.headers.get("etag"), head.headers.get("etag")) {
+        (Some(a), Some(b)) => a == b && !a.starts_with(b"W/"),
+        (None, None) => match (
+            stored.headers.get("last-modified"),
+            head.headers.get("last-modified"),
+        ) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// Whether a response gives its freshness lifetime explicitly (RFC 9111
 /// §4.2.1: `s-maxage`, `max-age` or `Expires`, in the field that applies
 /// to coral, RFC 9213).
@@ -1095,6 +1125,27 @@ mod tests {
                 "CDN-Cache-Control: max-age=30\r\nContent-Length: 1\r\n",
             );
             assert!(explicitly_fresh(&h));
+        }
+
+        #[test]
+        fn rfc9111_4_3_5_a_head_response_freshens_only_the_same_representation() {
+            let stored = resp("HTTP/1.1 200 OK", "ETag: \"a\"\r\nContent-Length: 3\r\n");
+            let same = resp("HTTP/1.1 200 OK", "ETag: \"a\"\r\nContent-Length: 3\r\n");
+            assert!(head_describes_stored(&stored, &same, 3));
+            let other = resp("HTTP/1.1 200 OK", "ETag: \"b\"\r\n");
+            assert!(!head_describes_stored(&stored, &other, 3));
+            let longer = resp("HTTP/1.1 200 OK", "ETag: \"a\"\r\nContent-Length: 4\r\n");
+            assert!(!head_describes_stored(&stored, &longer, 3));
+            let weak = resp("HTTP/1.1 200 OK", "ETag: W/\"a\"\r\n");
+            assert!(!head_describes_stored(&weak, &weak, 3));
+            let lm = "Last-Modified: Tue, 15 Nov 1994 08:12:31 GMT\r\n";
+            let by_date = resp("HTTP/1.1 200 OK", lm);
+            assert!(head_describes_stored(&by_date, &by_date, 3));
+            assert!(!head_describes_stored(
+                &by_date,
+                &resp("HTTP/1.1 200 OK", ""),
+                3
+            ));
         }
 
         #[test]

@@ -177,6 +177,63 @@ impl ProxyCore {
         }
     }
 
+    /// An origin's 200 to a HEAD for the object `key` (relayed to one
+    /// client): on the owning core, the stored copy takes its fields and
+    /// freshness when it describes the same representation (RFC 9111
+    /// §4.3.5: the same strong `ETag`, else the same `Last-Modified`, and
+    /// no other `Content-Length`). Elsewhere, handed to the owning core.
+    pub(super) fn freshen_from_head(self: &Rc<Self>, key: Id, head: ResponseHead) {
+        let owner = crate::steer::shard_of_key(&key, self.cores);
+        if owner != self.core {
+            let msg = super::ProxyMsg::Freshen {
+                key,
+                head: Box::new(head),
+            };
+            let _ = self.shard.try_send_to_core(owner, msg);
+            return;
+        }
+        if self.fetch.jobs.borrow().contains_key(&key) {
+            return; // a fetch under way stores its own answer
+        }
+        let Some(obj) = self.cache.lookup(&key) else {
+            return;
+        };
+        let crate::cache::ObjectState::Complete { len } = obj.state() else {
+            return;
+        };
+        let Some(st) = stored::decode(obj.head(), &self.limits) else {
+            return;
+        };
+        if !coral::proxy::fetch::head_describes_stored(&st.head, &head, len) {
+            return;
+        }
+        let now = unix_now();
+        let fresh_head = policy::freshen(&st.head, &head);
+        let get = RequestHead {
+            method: coral::proxy::http::Method::Get,
+            target: "/".into(),
+            minor_version: 1,
+            headers: Headers::new(),
+            framing: Framing::Empty,
+            keep_alive: true,
+        };
+        let fresh_until_secs = match policy::storable(&get, &fresh_head, now) {
+            policy::Storable::Yes(f) => f.fresh_until_secs,
+            policy::Storable::No(_) => return,
+        };
+        let meta = ObjectMeta {
+            stored_secs: now,
+            fresh_until_secs,
+            expected_len: Some(len),
+        };
+        drop(obj);
+        let pc = self.clone();
+        glommio::spawn_local(async move {
+            pc.store_freshened(key, &st, &head, meta).await;
+        })
+        .detach();
+    }
+
     /// Whether the job of `key` revalidates a stale copy.
     fn is_revalidation(&self, key: &Id) -> bool {
         self.fetch

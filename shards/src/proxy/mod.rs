@@ -138,6 +138,15 @@ pub enum ProxyMsg {
         /// What to fetch.
         job: Box<Job>,
     },
+    /// An origin's answer to a HEAD (passed for one client): freshen the
+    /// stored copy of `key` with its fields if it describes the same
+    /// representation (RFC 9111 §4.3.5).
+    Freshen {
+        /// The object's key.
+        key: Id,
+        /// The HEAD response's head.
+        head: Box<coral::proxy::http::ResponseHead>,
+    },
     /// The answer to request `req`.
     Answer {
         /// The request number.
@@ -154,6 +163,7 @@ impl std::fmt::Debug for ProxyMsg {
                 write!(f, "Miss {{ from: {from}, req: {req}, key: {} }}", job.key)
             }
             ProxyMsg::Answer { req, answer } => write!(f, "Answer {{ req: {req}, {answer:?} }}"),
+            ProxyMsg::Freshen { key, .. } => write!(f, "Freshen {{ key: {key} }}"),
         }
     }
 }
@@ -444,6 +454,7 @@ pub fn on_core_msg(shard: &Rc<Shard>, msg: ProxyMsg) {
                 let _ = tx.try_send(answer);
             }
         }
+        ProxyMsg::Freshen { key, head } => pc.freshen_from_head(key, *head),
     }
 }
 

@@ -893,6 +893,15 @@ impl<'a> Conn<'a> {
         self.resp.status = head_status(&out[interim_len..]);
         self.resp.cache = CacheResult::Pass;
         let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
+        if is_head && resp.head.status == 200 {
+            // RFC 9111 §4.3.5: a HEAD's answer may update the stored copy.
+            if let Some(url) = req
+                .path()
+                .and_then(|p| names::canonical_url(origin, p).ok())
+            {
+                pc.freshen_from_head(names::cache_key(&url), resp.head.clone());
+            }
+        }
         if is_head || framing == Framing::Empty {
             if send_all(&mut self.stream, &[&out]).await.is_err() {
                 return Next::Close;
