@@ -495,6 +495,11 @@ pub struct ProxySection {
     /// Longest a write to a client may make no progress (a client that
     /// stops reading is closed; a slow one that reads is not).
     pub client_send_timeout_ms: u64,
+    /// Request fields forwarded to origins beyond coral's allowlist
+    /// (`coral::proxy::keyed`), lower case: each lets any client choose
+    /// its value for what everyone receives, unless the origin's `Vary`
+    /// names it (SECURITY.md, "Keyed upstream requests").
+    pub forward_request_fields: Vec<String>,
 }
 
 impl Default for ProxySection {
@@ -526,6 +531,7 @@ impl Default for ProxySection {
             client_head_timeout_ms: 5000,
             client_body_timeout_ms: 10000,
             client_send_timeout_ms: 20000,
+            forward_request_fields: Vec::new(),
         }
     }
 }
@@ -562,6 +568,8 @@ impl ProxySection {
             client_head_timeout_ms: self.client_head_timeout_ms,
             client_body_timeout_ms: self.client_body_timeout_ms,
             client_send_timeout_ms: self.client_send_timeout_ms,
+            forward_request_fields: parse_forward_request_fields(&self.forward_request_fields)
+                .map_err(|e| format!("[proxy] {e}"))?,
         })
     }
 }
@@ -617,6 +625,9 @@ pub struct ProxyConfig {
     pub client_body_timeout_ms: u64,
     /// Longest a write to a client may make no progress.
     pub client_send_timeout_ms: u64,
+    /// Request fields forwarded to origins beyond the allowlist, lower
+    /// case (at most `limits::RELAY.forward_request_fields_max`).
+    pub forward_request_fields: Vec<String>,
 }
 
 /// `resolvers` values: "IP:PORT" or a bare IP (port 53), at most
@@ -655,6 +666,31 @@ pub fn parse_heuristic(p: &ProxySection) -> Result<coral::proxy::policy::Heurist
         last_modified_percent: p.heuristic_last_modified_percent,
         max_secs: p.heuristic_max_secs,
     })
+}
+
+/// `forward_request_fields`: field names (tokens), lower-cased, at most
+/// `limits::RELAY.forward_request_fields_max`; fields coral writes itself
+/// (`Host`, `Via`, framing, hop-by-hop, conditionals) cannot be listed.
+pub fn parse_forward_request_fields(names: &[String]) -> Result<Vec<String>, String> {
+    let max = crate::limits::RELAY.forward_request_fields_max;
+    if names.len() > max {
+        return Err(format!("forward_request_fields: at most {max} fields"));
+    }
+    names
+        .iter()
+        .map(|n| {
+            let lower = n.to_ascii_lowercase();
+            if lower.is_empty() || !lower.bytes().all(coral::proxy::http::is_tchar) {
+                return Err(format!("forward_request_fields: {n:?} is not a field name"));
+            }
+            if !coral::proxy::keyed::may_be_listed(&lower) {
+                return Err(format!(
+                    "forward_request_fields: coral writes {n:?} itself; it cannot be forwarded"
+                ));
+            }
+            Ok(lower)
+        })
+        .collect()
 }
 
 /// An `access_log` value: "off", or the path of the file.

@@ -122,6 +122,34 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     decoded_head_bytes_max: 4096,
 };
 
+/// What the proxy relays of an origin's answers that it does not store
+/// (`proxy/fetcher.rs`, `proxy/upstream.rs`; issue 26 items 1, 5, 9).
+pub struct RelayLimits {
+    /// Largest body of an origin's error answer (a 5xx not stored) held in
+    /// memory to relay to every request waiting for the fetch; a larger
+    /// one answers them with coral's own page naming the status.
+    pub error_body_bytes_max: usize,
+    /// Interim (1xx) responses forwarded before an answer; more are read
+    /// and dropped.
+    pub interim_responses_max: usize,
+    /// Bytes of interim responses kept to forward per answer.
+    pub interim_bytes_max: usize,
+    /// Largest body copied to store a 304's updated head with it (RFC 9111
+    /// §4.3.4); above, only the copy's freshness is updated.
+    pub revalidated_copy_bytes_max: u64,
+    /// Fields `[proxy] forward_request_fields` may list.
+    pub forward_request_fields_max: usize,
+}
+
+/// Limits of what the proxy relays without storing.
+pub const RELAY: RelayLimits = RelayLimits {
+    error_body_bytes_max: 64 << 10,
+    interim_responses_max: 4,
+    interim_bytes_max: 8 << 10,
+    revalidated_copy_bytes_max: 16 << 20,
+    forward_request_fields_max: 16,
+};
+
 /// The disk cache (`cache/`): bounds of its record format and segment
 /// table.
 pub struct CacheLimits {
@@ -256,6 +284,11 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::PROXY.variant_pointers_max" => n(PROXY.variant_pointers_max as u64),
         "limits::PROXY.decoded_heads_max" => n(PROXY.decoded_heads_max as u64),
         "limits::PROXY.decoded_head_bytes_max" => n(PROXY.decoded_head_bytes_max as u64),
+        "limits::RELAY.error_body_bytes_max" => n(RELAY.error_body_bytes_max as u64),
+        "limits::RELAY.interim_responses_max" => n(RELAY.interim_responses_max as u64),
+        "limits::RELAY.interim_bytes_max" => n(RELAY.interim_bytes_max as u64),
+        "limits::RELAY.revalidated_copy_bytes_max" => n(RELAY.revalidated_copy_bytes_max),
+        "limits::RELAY.forward_request_fields_max" => n(RELAY.forward_request_fields_max as u64),
         "limits::CACHE.object_bytes_max" => n(CACHE.object_bytes_max),
         "limits::CACHE.head_bytes_max" => n(CACHE.head_bytes_max as u64),
         "limits::CACHE.segments_per_core_max" => n(u64::from(CACHE.segments_per_core_max)),

@@ -95,36 +95,118 @@ pub enum Served {
 }
 
 /// What a fetch that failed answers the requests waiting for it: the status
-/// of the error response (RFC 9110 §15.6), chosen here, not by the runtime.
+/// of the error response (RFC 9110 §15.6), chosen here, not by the runtime,
+/// and what failed, in words an operator or user can act on (issue 25 item 4:
+/// an error that says what to do).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fail {
     /// The response's status code.
     pub status: u16,
+    /// What failed, for the error page's body.
+    pub why: &'static str,
 }
 
 impl Fail {
-    /// The origin's address is one the proxy refuses (the SSRF guard).
-    pub const REFUSED: Fail = Fail { status: 403 };
+    /// The origin's address is one the proxy refuses (the SSRF guard); the
+    /// resolver's [`Fail::refused`] names the kind of address.
+    pub const REFUSED: Fail = Fail {
+        status: 403,
+        why: "the origin's address is not a public one; a node serves such origins only with \
+              --allow-private-origins",
+    };
     /// No answer in time: from the origin's name or its first byte.
-    pub const TIMEOUT: Fail = Fail { status: 504 };
+    pub const TIMEOUT: Fail = Fail {
+        status: 504,
+        why: "the origin sent no answer in time",
+    };
     /// The origin could not be reached, failed, or sent too much.
-    pub const BAD_GATEWAY: Fail = Fail { status: 502 };
+    pub const BAD_GATEWAY: Fail = Fail {
+        status: 502,
+        why: "the origin's answer could not be used",
+    };
     /// The cache refused the object (or the owning core could not be asked).
-    pub const UNAVAILABLE: Fail = Fail { status: 503 };
+    pub const UNAVAILABLE: Fail = Fail {
+        status: 503,
+        why: "this node could not take the object now (its cache or core is busy); try again",
+    };
+    /// The origin's name has no address.
+    pub const NO_NAME: Fail = Fail {
+        status: 502,
+        why: "the origin's name does not resolve",
+    };
+    /// Resolving the origin's name took too long.
+    pub const NAME_TIMEOUT: Fail = Fail {
+        status: 504,
+        why: "resolving the origin's name timed out",
+    };
+    /// The origin's host answered the connection with a reset.
+    pub const CONNECTION_REFUSED: Fail = Fail {
+        status: 502,
+        why: "the origin refused the connection",
+    };
+    /// The origin's host could not be reached (timed out, unreachable).
+    pub const UNREACHABLE: Fail = Fail {
+        status: 502,
+        why: "the origin could not be reached (the connection timed out or the network is unreachable)",
+    };
+    /// The origin's answer broke HTTP's rules.
+    pub const MALFORMED: Fail = Fail {
+        status: 502,
+        why: "the origin's answer was not valid HTTP",
+    };
+    /// The origin's answer was cut short.
+    pub const TRUNCATED: Fail = Fail {
+        status: 502,
+        why: "the origin closed the connection before its answer ended",
+    };
+    /// The origin's object is larger than `object_bytes_max`.
+    pub const TOO_LARGE: Fail = Fail {
+        status: 502,
+        why: "the origin's object is larger than this node stores (object_bytes_max)",
+    };
 
-    /// The origin answered `status` (a 5xx, or an error over a good copy):
-    /// the client gets the same status.
+    /// The origin's address is refused as `kind` (the SSRF guard): the page
+    /// names the kind and the flag that lifts the refusal.
+    pub fn refused(kind: super::origin_addr::Refused) -> Fail {
+        use super::origin_addr::Refused;
+        let why = match kind {
+            Refused::Loopback => {
+                "the origin's address is loopback; a node serves such origins only with \
+                 --allow-private-origins"
+            }
+            Refused::Private => {
+                "the origin's address is private (RFC 1918); a node serves such origins only \
+                 with --allow-private-origins"
+            }
+            Refused::LinkLocal => {
+                "the origin's address is link-local (cloud metadata lives there); a node serves \
+                 such origins only with --allow-private-origins"
+            }
+            Refused::UniqueLocal => {
+                "the origin's address is unique local (fc00::/7); a node serves such origins \
+                 only with --allow-private-origins"
+            }
+            Refused::SharedCgnat => {
+                "the origin's address is shared (CGNAT, RFC 6598); a node serves such origins \
+                 only with --allow-private-origins"
+            }
+            _ => Fail::REFUSED.why,
+        };
+        Fail { status: 403, why }
+    }
+
+    /// The origin answered `status` (a 5xx, or an error over a good copy)
+    /// and its answer could not be relayed: the client gets the same status.
     pub fn origin(status: u16) -> Fail {
-        Fail { status }
+        Fail {
+            status,
+            why: "the origin answered with an error",
+        }
     }
 
     /// The reason the error response gives.
     pub fn reason(self) -> &'static str {
-        match self.status {
-            403 => "the origin's address is not allowed",
-            504 => "no answer in time",
-            _ => "the origin failed",
-        }
+        self.why
     }
 }
 
@@ -644,12 +726,36 @@ pub fn judge(r: &Response<'_>) -> Verdict {
             return Verdict::Stale(Fail::origin(status));
         }
     }
+    // Issue 26 item 6: transfer codings coral does not decode are relayed
+    // with the answer (RFC 9112 §6.1), never stored.
+    if super::http::transfer_codings(&r.head.headers).is_some() {
+        return Verdict::NotStored {
+            why: "transfer coding",
+            relay: !r.from_peer,
+        };
+    }
     let mut fresh = match policy::storable_with(r.request, r.head, r.now_secs, &r.heuristic) {
         Storable::Yes(f) => f,
+        // Issue 26 item 1: an origin's 5xx that says how long it is fresh
+        // is cached by the ordinary rules (briefly: the negative TTL); one
+        // that says nothing is never cached heuristically.
+        Storable::No("status") if status >= 500 && !r.from_peer && explicitly_fresh(r.head) => {
+            let as_final = ResponseHead {
+                status: 200,
+                ..r.head.clone()
+            };
+            match policy::storable(r.request, &as_final, r.now_secs) {
+                Storable::Yes(f) => f,
+                Storable::No(why) => return Verdict::NotStored { why, relay: true },
+            }
+        }
+        // The origin's answer, errors included, is relayed as it is, never
+        // replaced by coral's own page (issue 26 item 1); a peer's is not
+        // (its 5xx only means it has no copy).
         Storable::No(why) => {
             return Verdict::NotStored {
                 why,
-                relay: status < 500 && !r.from_peer,
+                relay: !r.from_peer,
             }
         }
     };
@@ -665,6 +771,51 @@ pub fn judge(r: &Response<'_>) -> Verdict {
         }
     }
     Verdict::Store(fresh)
+}
+
+/// Whether a response to a HEAD describes the same representation as the
+/// stored response (`stored`, whose body is `body_len` bytes) and so may
+/// update it (RFC 9111 §4.3.5): a 200 with the same strong `ETag`, or, when
+/// neither has one, the same `Last-Modified`; and no other `Content-Length`.
+pub fn head_describes_stored(stored: &ResponseHead, head: &ResponseHead, body_len: u64) -> bool {
+    if head.status != 200 || stored.status != 200 {
+        return false;
+    }
+    if let Some(n) = head
+        .headers
+        .get("content-length")
+        .and_then(super::http::parse_digits)
+    {
+        if n != body_len {
+            return false;
+        }
+    }
+    match (stored.headers.get("etag"), head.headers.get("etag")) {
+        (Some(a), Some(b)) => a == b && !a.starts_with(b"W/"),
+        (None, None) => match (
+            stored.headers.get("last-modified"),
+            head.headers.get("last-modified"),
+        ) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether a response gives its freshness lifetime explicitly (RFC 9111
+/// §4.2.1: `s-maxage`, `max-age` or `Expires`, in the field that applies
+/// to coral, RFC 9213).
+fn explicitly_fresh(head: &ResponseHead) -> bool {
+    let field = ["coral-cache-control", "cdn-cache-control"]
+        .into_iter()
+        .find(|f| head.headers.contains(f))
+        .unwrap_or("cache-control");
+    head.headers.list(field).any(|d| {
+        let name = d.split(|&b| b == b'=').next().unwrap_or_default();
+        let name = super::http::trim_ows(name);
+        name.eq_ignore_ascii_case(b"max-age") || name.eq_ignore_ascii_case(b"s-maxage")
+    }) || (field == "cache-control" && head.headers.contains("expires"))
 }
 
 /// The failure an origin's answer records before it is judged: a 5xx is
@@ -930,5 +1081,124 @@ mod tests {
             }]
         );
         assert!(!p.is_cached(&k));
+    }
+
+    /// Issue 26 item 1: what `judge` makes of an origin's error answers.
+    mod relayed_errors {
+        use super::super::*;
+        use crate::proxy::http::{parse_request_head, parse_response_head, Limits};
+
+        const NOW: u64 = 1_700_000_000;
+
+        fn get() -> RequestHead {
+            let text = "GET /a HTTP/1.1\r\nHost: x.com.coral.test\r\n\r\n";
+            parse_request_head(text.as_bytes(), &Limits::default())
+                .unwrap()
+                .unwrap()
+                .0
+        }
+
+        fn resp(status_line: &str, fields: &str) -> ResponseHead {
+            let text = format!("{status_line}\r\n{fields}\r\n");
+            parse_response_head(text.as_bytes(), false, &Limits::default())
+                .unwrap()
+                .unwrap()
+                .0
+        }
+
+        fn judged(head: &ResponseHead, from_peer: bool, old: Option<&ResponseHead>) -> Verdict {
+            judge(&Response {
+                request: &get(),
+                head,
+                from_peer,
+                old,
+                now_secs: NOW,
+                negative_ttl_secs: 60,
+                object_bytes_max: 1 << 20,
+                heuristic: Default::default(),
+            })
+        }
+
+        #[test]
+        fn an_origins_5xx_is_relayed_not_replaced_and_never_heuristically_cached() {
+            for status in [
+                "500 Internal Server Error",
+                "502 Bad Gateway",
+                "503 Service Unavailable",
+                "504 Gateway Timeout",
+            ] {
+                let h = resp(
+                    &format!("HTTP/1.1 {status}"),
+                    "Retry-After: 120\r\nContent-Length: 11\r\n",
+                );
+                assert!(
+                    matches!(
+                        judged(&h, false, None),
+                        Verdict::NotStored { relay: true, .. }
+                    ),
+                    "{status}"
+                );
+                // A peer's 5xx only says it has no copy.
+                assert_eq!(judged(&h, true, None), Verdict::Failed(None), "{status}");
+            }
+        }
+
+        #[test]
+        fn rfc9111_4_2_1_an_explicitly_fresh_5xx_is_stored_by_the_ordinary_rules() {
+            let h = resp(
+                "HTTP/1.1 503 Service Unavailable",
+                "Cache-Control: max-age=30\r\nContent-Length: 11\r\n",
+            );
+            let Verdict::Store(f) = judged(&h, false, None) else {
+                panic!("an explicitly fresh 503 is stored")
+            };
+            assert_eq!(f.fresh_until_secs, NOW + 30);
+            // Its lifetime is capped by the negative TTL.
+            let h = resp(
+                "HTTP/1.1 500 Internal Server Error",
+                "Cache-Control: max-age=3600\r\nContent-Length: 1\r\n",
+            );
+            let Verdict::Store(f) = judged(&h, false, None) else {
+                panic!("stored")
+            };
+            assert_eq!(f.fresh_until_secs, NOW + 60);
+            // A targeted field (RFC 9213) counts as explicit too.
+            let h = resp(
+                "HTTP/1.1 503 Service Unavailable",
+                "CDN-Cache-Control: max-age=30\r\nContent-Length: 1\r\n",
+            );
+            assert!(explicitly_fresh(&h));
+        }
+
+        #[test]
+        fn rfc9111_4_3_5_a_head_response_freshens_only_the_same_representation() {
+            let stored = resp("HTTP/1.1 200 OK", "ETag: \"a\"\r\nContent-Length: 3\r\n");
+            let same = resp("HTTP/1.1 200 OK", "ETag: \"a\"\r\nContent-Length: 3\r\n");
+            assert!(head_describes_stored(&stored, &same, 3));
+            let other = resp("HTTP/1.1 200 OK", "ETag: \"b\"\r\n");
+            assert!(!head_describes_stored(&stored, &other, 3));
+            let longer = resp("HTTP/1.1 200 OK", "ETag: \"a\"\r\nContent-Length: 4\r\n");
+            assert!(!head_describes_stored(&stored, &longer, 3));
+            let weak = resp("HTTP/1.1 200 OK", "ETag: W/\"a\"\r\n");
+            assert!(!head_describes_stored(&weak, &weak, 3));
+            let lm = "Last-Modified: Tue, 15 Nov 1994 08:12:31 GMT\r\n";
+            let by_date = resp("HTTP/1.1 200 OK", lm);
+            assert!(head_describes_stored(&by_date, &by_date, 3));
+            assert!(!head_describes_stored(
+                &by_date,
+                &resp("HTTP/1.1 200 OK", ""),
+                3
+            ));
+        }
+
+        #[test]
+        fn an_origins_5xx_over_a_good_copy_serves_it_stale_else_is_relayed() {
+            let old = resp("HTTP/1.1 200 OK", "Content-Length: 3\r\n");
+            let h = resp("HTTP/1.1 503 Service Unavailable", "Content-Length: 0\r\n");
+            assert_eq!(
+                judged(&h, false, Some(&old)),
+                Verdict::Stale(Fail::origin(503))
+            );
+        }
     }
 }

@@ -744,6 +744,48 @@ fn transfer_encoding(headers: &Headers) -> Result<Option<Framing>, HttpError> {
     Ok(Some(Framing::Chunked))
 }
 
+/// The framing a response's `Transfer-Encoding` asks for, if present (RFC
+/// 9112 §6.3 item 4, as a proxy reads a response): a final `chunked` is
+/// decoded (`Chunked`), whatever codings come before it; codings without a
+/// final `chunked` are read until the connection closes (`UntilClose`).
+/// `chunked` applied more than once, or an empty field, is an error. The
+/// codings other than `chunked` stay in the field: coral decodes none of
+/// them and relays them ([`transfer_codings`]).
+fn response_transfer_encoding(headers: &Headers) -> Result<Option<Framing>, HttpError> {
+    if !headers.contains("transfer-encoding") {
+        return Ok(None);
+    }
+    let codings: Vec<&[u8]> = headers.list("transfer-encoding").collect();
+    let Some(last) = codings.last() else {
+        return Err(HttpError::bad("empty Transfer-Encoding"));
+    };
+    let chunked = |c: &&[u8]| c.eq_ignore_ascii_case(b"chunked");
+    let final_chunked = chunked(last);
+    let inner = &codings[..codings.len() - 1];
+    if inner.iter().any(chunked) {
+        return Err(HttpError::bad("chunked applied more than once"));
+    }
+    Ok(Some(if final_chunked {
+        Framing::Chunked
+    } else {
+        Framing::UntilClose
+    }))
+}
+
+/// The transfer codings of a response other than a final `chunked`, as
+/// the field lists them (`gzip`, `x-custom`), if any: coral decodes none,
+/// so a response with them is relayed with them, never stored.
+pub fn transfer_codings(headers: &Headers) -> Option<Vec<u8>> {
+    let codings: Vec<&[u8]> = headers
+        .list("transfer-encoding")
+        .filter(|c| !c.eq_ignore_ascii_case(b"chunked"))
+        .collect();
+    if codings.is_empty() {
+        return None;
+    }
+    Some(codings.join(&b", "[..]))
+}
+
 /// Whether the connection stays open: HTTP/1.1 unless `Connection: close`, HTTP/1.0
 /// only with `Connection: keep-alive` (RFC 9112 §9.3).
 fn persistent(headers: &Headers, minor_version: u8) -> bool {
@@ -937,7 +979,7 @@ fn parse_response_inner(
         if request_was_head || (100..200).contains(&status) || status == 204 || status == 304 {
             Framing::Empty
         } else {
-            let te = transfer_encoding(&headers)?;
+            let te = response_transfer_encoding(&headers)?;
             let cl = content_length(&headers)?;
             match (te, cl) {
                 // Item 3: TE overrides CL, "ought to be handled as an error": we do.

@@ -15,6 +15,9 @@
 //! - [`hot`]: the fast path of a hit: plain requests, the per-core name → key table, the
 //!   hit head kept built.
 //! - [`pass`]: hit-for-pass, objects recently found uncacheable.
+//! - [`keyed`]: what of a client's request goes upstream (an allowlist; issue 22).
+//! - [`stale`]: stale-while-revalidate and stale-if-error (RFC 5861), and the key nodes
+//!   claim to revalidate an object once network-wide.
 //! - [`vary`]: the keys of several stored variants of one object, and their bound.
 
 pub mod date;
@@ -22,10 +25,12 @@ pub mod fetch;
 pub mod hot;
 pub mod http;
 pub mod idle;
+pub mod keyed;
 pub mod names;
 pub mod origin_addr;
 pub mod pass;
 pub mod policy;
 pub mod request;
 pub mod rewrite;
+pub mod stale;
 pub mod vary;

@@ -980,7 +980,10 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
         match n {
             "via" => via = Some(v),
             "cache-status" => origin_cache_status = Some(v),
-            "age" | "content-length" | "content-range" | "accept-ranges" => {}
+            "age" | "content-length" | "accept-ranges" => {}
+            // The origin's Content-Range is kept (issue 26 item 6: a 206
+            // relayed with it); coral's own ranges write their own.
+            "content-range" if range != RangeAnswer::Full => {}
             // RFC 9213 §3: a CDN "MAY remove" a targeted field known not to be used
             // downstream. Coral-Cache-Control targets coral alone: it stops here.
             // CDN-Cache-Control is kept, for a CDN in front of coral.

@@ -27,6 +27,12 @@ use super::policy::{
     self, CacheStatus, ClientHeadInfo, Conditional, Forward, Freshness, RangeAnswer,
 };
 
+/// Why a method other than GET and HEAD is refused (issue 26 item 13: by
+/// design, and the answer says so).
+pub const METHOD_REFUSED: &str = "coral serves only GET and HEAD, by design: it caches public \
+    content for everyone and is not a relay for form posts or uploads (README, \"What coral \
+    refuses\")";
+
 /// A request answered with an error, without the cache or the origin.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -98,7 +104,7 @@ pub fn route(req: &RequestHead, zones: &Zones) -> Result<Route, Refusal> {
         return Err(Refusal {
             allow: Some("GET, HEAD"),
             reads_body: false,
-            ..Refusal::new(405, "only GET and HEAD", false)
+            ..Refusal::new(405, METHOD_REFUSED, false)
         });
     }
     let ka = req.keep_alive;
@@ -272,9 +278,10 @@ impl Lookup {
                 CopyState::Complete { fresh } if fresh || self.asked => {
                     return self.complete(fresh);
                 }
-                CopyState::Complete { .. } if self.no_forward => {
-                    return Serve::Refuse(Refusal::new(504, "stale here", ka));
-                }
+                // A peer's request for a stale copy goes to the owning
+                // core: it answers from a revalidation under way here (one
+                // node revalidates network-wide, `stale::revalidation_key`),
+                // else 504.
                 _ => {}
             }
         }

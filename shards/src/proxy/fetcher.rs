@@ -17,12 +17,13 @@ use std::rc::Rc;
 use coral::dsht::node::Event;
 use coral::proxy::fetch::{self, Action, Fail, FetchPolicy, Verdict};
 use coral::proxy::http::{Framing, Headers, RequestHead, ResponseHead};
+use coral::proxy::keyed::{self, Upstream};
 use coral::proxy::policy::{self, Freshness};
 use coral::proxy::rewrite;
 use coral::Id;
 use glommio::channels::local_channel::LocalSender;
 
-use super::upstream::{self, UpstreamError};
+use super::upstream;
 use super::{stored, unix_now, Job, MissAnswer, ProxyCore};
 use crate::cache::ObjectMeta;
 
@@ -46,6 +47,11 @@ struct JobState {
     writing: bool,
     /// From a peer, found at this level (for Cache-Status).
     peer: Option<coral::dsht::node::Level>,
+    /// A stale complete copy is being revalidated: the DSHT get is skipped
+    /// (every holder's pointer names a stale copy) and the claim is made on
+    /// the object's revalidation key (`coral::proxy::stale`), so that one
+    /// node network-wide asks the origin and the others fetch from it.
+    revalidation: bool,
 }
 
 /// The owning core's fetch state.
@@ -113,7 +119,9 @@ impl ProxyCore {
         }
         // The object may have arrived since the asking core looked (a fetch
         // that ended while the miss was on its way here).
+        let mut revalidation = false;
         if let Some(o) = self.cache.lookup(&key) {
+            revalidation = matches!(o.state(), crate::cache::ObjectState::Complete { .. });
             let usable = match o.state() {
                 crate::cache::ObjectState::Writing { .. } => true,
                 crate::cache::ObjectState::Complete { .. } => {
@@ -149,9 +157,98 @@ impl ProxyCore {
                 waiters: vec![waiter],
                 writing: false,
                 peer: None,
+                revalidation,
             },
         );
         self.run(out);
+    }
+
+    /// Revalidates the stale copy of `job`'s object in the background: the
+    /// owning core fetches it as for a miss (once, however many ask), and
+    /// no one waits for the answer (RFC 5861 `stale-while-revalidate`).
+    pub(super) fn revalidate_in_background(self: &Rc<Self>, job: Job) {
+        let owner = crate::steer::shard_of_key(&job.key, self.cores);
+        if owner == self.core {
+            // The receiver is dropped: the answer goes nowhere.
+            let (tx, _) = glommio::channels::local_channel::new_bounded(1);
+            self.fetch_request(job, Waiter::Local(tx));
+        } else {
+            // Request number 0 is never one awaited (`miss` counts from 1).
+            let msg = super::ProxyMsg::Miss {
+                from: self.core,
+                req: 0,
+                job: Box::new(job),
+            };
+            if !self.shard.try_send_to_core(owner, msg) {
+                tracing::debug!("background revalidation dropped: mesh channel full");
+            }
+        }
+    }
+
+    /// An origin's 200 to a HEAD for the object `key` (relayed to one
+    /// client): on the owning core, the stored copy takes its fields and
+    /// freshness when it describes the same representation (RFC 9111
+    /// §4.3.5: the same strong `ETag`, else the same `Last-Modified`, and
+    /// no other `Content-Length`). Elsewhere, handed to the owning core.
+    pub(super) fn freshen_from_head(self: &Rc<Self>, key: Id, head: ResponseHead) {
+        let owner = crate::steer::shard_of_key(&key, self.cores);
+        if owner != self.core {
+            let msg = super::ProxyMsg::Freshen {
+                key,
+                head: Box::new(head),
+            };
+            let _ = self.shard.try_send_to_core(owner, msg);
+            return;
+        }
+        if self.fetch.jobs.borrow().contains_key(&key) {
+            return; // a fetch under way stores its own answer
+        }
+        let Some(obj) = self.cache.lookup(&key) else {
+            return;
+        };
+        let crate::cache::ObjectState::Complete { len } = obj.state() else {
+            return;
+        };
+        let Some(st) = stored::decode(obj.head(), &self.limits) else {
+            return;
+        };
+        if !coral::proxy::fetch::head_describes_stored(&st.head, &head, len) {
+            return;
+        }
+        let now = unix_now();
+        let fresh_head = policy::freshen(&st.head, &head);
+        let get = RequestHead {
+            method: coral::proxy::http::Method::Get,
+            target: "/".into(),
+            minor_version: 1,
+            headers: Headers::new(),
+            framing: Framing::Empty,
+            keep_alive: true,
+        };
+        let fresh_until_secs = match policy::storable(&get, &fresh_head, now) {
+            policy::Storable::Yes(f) => f.fresh_until_secs,
+            policy::Storable::No(_) => return,
+        };
+        let meta = ObjectMeta {
+            stored_secs: now,
+            fresh_until_secs,
+            expected_len: Some(len),
+        };
+        drop(obj);
+        let pc = self.clone();
+        glommio::spawn_local(async move {
+            pc.store_freshened(key, &st, &head, meta).await;
+        })
+        .detach();
+    }
+
+    /// Whether the job of `key` revalidates a stale copy.
+    fn is_revalidation(&self, key: &Id) -> bool {
+        self.fetch
+            .jobs
+            .borrow()
+            .get(key)
+            .is_some_and(|j| j.revalidation)
     }
 
     /// Carries out the policy's actions.
@@ -164,6 +261,17 @@ impl ProxyCore {
                 }
                 Action::Fail { key, fail, .. } => {
                     self.finish_job(&key, || MissAnswer::Error(fail));
+                }
+                Action::DshtGet { key } if self.is_revalidation(&key) => {
+                    // Every holder's pointer names a stale copy: straight
+                    // to the claim (on the revalidation key, below).
+                    let mut out = Vec::new();
+                    let now = self.shard.now();
+                    self.fetch
+                        .policy
+                        .borrow_mut()
+                        .on_get(now, key, &[], None, &mut out);
+                    self.run(out);
                 }
                 Action::DshtGet { key } => {
                     let pc = self.clone();
@@ -189,10 +297,18 @@ impl ProxyCore {
                     ttl_secs,
                 } => {
                     let pc = self.clone();
+                    // A revalidation claims its own key: the object's key
+                    // holds every copy's pointer, so a claim there never
+                    // lands once copies exist.
+                    let claimed_key = if self.is_revalidation(&key) {
+                        coral::proxy::stale::revalidation_key(&key)
+                    } else {
+                        key
+                    };
                     glommio::spawn_local(async move {
                         let ev = pc
                             .shard
-                            .dsht_op(|n, now| n.claim(now, key, value, ttl_secs))
+                            .dsht_op(|n, now| n.claim(now, claimed_key, value, ttl_secs))
                             .await;
                         let (claimed, values) = match ev {
                             Some(Event::ClaimDone {
@@ -242,9 +358,9 @@ impl ProxyCore {
                     self.spawn_fetch(key, Some(addr));
                 }
                 Action::FetchOrigin { key } => {
-                    self.stats
-                        .origin_fetches
-                        .set(self.stats.origin_fetches.get() + 1);
+                    // Counted in `fetch_from` once the origin is asked: a
+                    // refused or unresolvable origin is no origin fetch
+                    // (issue 25 item 4).
                     self.spawn_fetch(key, None);
                 }
             }
@@ -332,39 +448,75 @@ impl ProxyCore {
                 }
             },
         };
+        if peer.is_none() {
+            self.stats
+                .origin_fetches
+                .set(self.stats.origin_fetches.get() + 1);
+        }
         let mut extra = Headers::new();
         if let (None, Some((_, s))) = (peer, &old) {
             extra = policy::revalidation_headers(&s.head);
         }
-        let mut req = Vec::with_capacity(1024);
-        policy::upstream_request(&job.request, &job.origin, peer.is_some(), &extra, &mut req);
+        // Issue 22 item 6: only allowlisted client fields go upstream, and
+        // to fill the cache only those the URL's known `Vary` keys.
+        let mut vary_of = self.known_vary(&key, &job.url_key, old.as_ref().map(|(_, s)| &s.head));
         let no_pool = upstream::Pool::default();
         let pool = if peer.is_some() { &no_pool } else { &self.pool };
-        let resp = match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
-                if peer.is_none() {
-                    self.stats.origin_error(e.reason());
-                }
-                self.fetch_failed(
-                    &key,
-                    if matches!(e, UpstreamError::FirstByteTimeout) {
-                        Fail::TIMEOUT
-                    } else {
-                        Fail::BAD_GATEWAY
+        let mut attempts = 0;
+        let (sent, resp) = loop {
+            attempts += 1;
+            let sent = keyed::upstream_view(
+                &job.request,
+                match peer {
+                    Some(_) => Upstream::Peer,
+                    None => Upstream::Fill {
+                        vary: vary_of.as_ref(),
                     },
-                );
-                return self.stale_or_failed(&key, peer, old.as_ref());
+                },
+                &self.cfg.forward_request_fields,
+            );
+            let mut req = Vec::with_capacity(1024);
+            policy::upstream_request(&sent, &job.origin, peer.is_some(), &extra, &mut req);
+            let resp =
+                match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
+                        if peer.is_none() {
+                            self.stats.origin_error(e.reason());
+                        }
+                        self.fetch_failed(&key, e.fail());
+                        return self.stale_or_failed(&key, peer, old.as_ref());
+                    }
+                };
+            // The first request for a URL went without the keyed fields
+            // (its Vary unknown); an answer varying on one the client sent
+            // is not the client's variant: asked again, once, with it.
+            if attempts == 1
+                && peer.is_none()
+                && vary_of.is_none()
+                && keyed::refetch_with_vary(&resp.head.headers, &job.request, &sent)
+            {
+                let mut v = Headers::new();
+                for x in resp.head.headers.get_all("vary") {
+                    v.insert("vary", x);
+                }
+                vary_of = Some(v);
+                // Its body is not read: the connection closes.
+                drop(resp);
+                self.stats
+                    .origin_fetches
+                    .set(self.stats.origin_fetches.get() + 1);
+                continue;
             }
+            break (sent, resp);
         };
         if let Some(fail) = fetch::origin_error(peer.is_some(), resp.head.status) {
             self.stats.origin_error("status_5xx");
             self.fetch_failed(&key, fail);
         }
         let verdict = fetch::judge(&fetch::Response {
-            request: &job.request,
+            request: &sent,
             head: &resp.head,
             from_peer: peer.is_some(),
             old: old.as_ref().map(|(_, s)| &s.head),
@@ -373,20 +525,24 @@ impl ProxyCore {
             heuristic: self.cfg.heuristic,
             object_bytes_max: self.cfg.object_bytes_max,
         });
+        let resp_head_of_304 = resp.head.clone();
         let fresh = match verdict {
             Verdict::Store(fresh) => fresh,
             Verdict::Revalidated { fresh_until_secs } => {
-                // The stored body stands, with new freshness.
+                // The stored body stands, with new freshness and the 304's
+                // fields (RFC 9111 §4.3.4).
                 let expected_len = old.as_ref().and_then(|(m, _)| m.expected_len);
-                self.cache.touch_meta(
-                    &key,
-                    ObjectMeta {
-                        stored_secs: now,
-                        fresh_until_secs,
-                        expected_len,
-                    },
-                );
+                let meta = ObjectMeta {
+                    stored_secs: now,
+                    fresh_until_secs,
+                    expected_len,
+                };
                 resp.release(&self.pool);
+                if let Some((_, s)) = &old {
+                    self.store_freshened(key, s, &resp_head_of_304, meta).await;
+                } else {
+                    self.cache.touch_meta(&key, meta);
+                }
                 return Outcome::Ok;
             }
             Verdict::Failed(fail) => {
@@ -397,10 +553,22 @@ impl ProxyCore {
             }
             Verdict::Stale(fail) => {
                 self.fetch_failed(&key, fail);
-                return self.stale_or_failed(&key, peer, old.as_ref());
+                if let Outcome::Ok = self.stale_or_failed(&key, peer, old.as_ref()) {
+                    resp.release(&self.pool);
+                    return Outcome::Ok;
+                }
+                // No stale copy may be served: the origin's own answer is
+                // relayed (issue 26 item 1), never replaced.
+                return self.relay_error(&key, &job, resp).await;
             }
             Verdict::NotStored { why, relay } => {
                 tracing::debug!(%key, why, "not stored");
+                if relay && resp.head.status >= 500 {
+                    // The origin's error, relayed to every waiter (and not
+                    // remembered as uncacheable: the next request tries
+                    // again, collapsed).
+                    return self.relay_error(&key, &job, resp).await;
+                }
                 if relay {
                     self.pass_waiters(&key, resp);
                 }
@@ -410,7 +578,7 @@ impl ProxyCore {
                 if peer.is_none() {
                     self.stats.origin_error("too_large");
                 }
-                self.fetch_failed(&key, Fail::BAD_GATEWAY);
+                self.fetch_failed(&key, Fail::TOO_LARGE);
                 let bytes = match resp.head.framing {
                     Framing::Length(n) => n,
                     _ => 0,
@@ -419,8 +587,140 @@ impl ProxyCore {
                 return Outcome::Failed;
             }
         };
-        self.store(key, &job, peer, addr, resp, &fresh, old.as_ref(), now)
-            .await
+        self.store(
+            key,
+            &job,
+            &sent,
+            peer,
+            addr,
+            resp,
+            &fresh,
+            old.as_ref(),
+            now,
+        )
+        .await
+    }
+
+    /// The `Vary` of the response stored for this URL, as header fields: of
+    /// the stale copy being revalidated (`old`), else, for a variant's
+    /// fetch, of the response stored under the URL's key. `None` when none
+    /// is known (the first request for a URL).
+    fn known_vary(&self, key: &Id, url_key: &Id, old: Option<&ResponseHead>) -> Option<Headers> {
+        let from = |h: &Headers| {
+            let mut v = Headers::new();
+            for x in h.get_all("vary") {
+                v.insert("vary", x);
+            }
+            v
+        };
+        if let Some(old) = old {
+            return Some(from(&old.headers));
+        }
+        if key == url_key {
+            return None;
+        }
+        let obj = self.cache.lookup(url_key)?;
+        let st = stored::decode(obj.head(), &self.limits)?;
+        Some(from(&st.head.headers))
+    }
+
+    /// The origin's error answer (not stored) relayed to every request
+    /// waiting for the fetch, as the origin sent it (hop-by-hop fields and
+    /// cookies removed, redirects Coralized): its body is held in memory,
+    /// at most `RELAY.error_body_bytes_max`; a longer one answers them with
+    /// coral's page naming the status (recorded by `origin_error`).
+    async fn relay_error(&self, key: &Id, job: &Job, mut resp: upstream::Response) -> Outcome {
+        let mut head = policy::head_to_store(&resp.head);
+        rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
+        let mut body = Vec::new();
+        let mut chunk = Vec::new();
+        loop {
+            chunk.clear();
+            match resp.next(&mut chunk).await {
+                Ok(more) => {
+                    if body.len() + chunk.len() > crate::limits::RELAY.error_body_bytes_max {
+                        tracing::info!(%key, "origin error answer too long to relay");
+                        return Outcome::Failed;
+                    }
+                    body.extend_from_slice(&chunk);
+                    if !more {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(%key, error = %e, "origin error answer cut short");
+                    self.stats.origin_error(e.reason());
+                    return Outcome::Failed;
+                }
+            }
+        }
+        resp.release(&self.pool);
+        let relayed = std::sync::Arc::new(super::Relayed { head, body });
+        self.answer_waiters(key, || MissAnswer::Relayed(relayed.clone()));
+        Outcome::Failed
+    }
+
+    /// Stores the stale copy's body again under the head a 304 freshened
+    /// (RFC 9111 §4.3.4: the 304's fields replace the stored ones, except
+    /// framing): the old copy stays visible until the new one is complete.
+    /// A body over `RELAY.revalidated_copy_bytes_max` keeps its head and
+    /// gets the new freshness only.
+    async fn store_freshened(
+        &self,
+        key: Id,
+        old: &stored::Stored,
+        not_modified: &ResponseHead,
+        meta: ObjectMeta,
+    ) {
+        let Some(obj) = self.cache.lookup(&key) else {
+            return;
+        };
+        let crate::cache::ObjectState::Complete { len } = obj.state() else {
+            self.cache.touch_meta(&key, meta);
+            return;
+        };
+        if len > crate::limits::RELAY.revalidated_copy_bytes_max {
+            self.cache.touch_meta(&key, meta);
+            return;
+        }
+        let head = policy::head_to_store(&policy::freshen(&old.head, not_modified));
+        let fresh = Freshness {
+            date_secs: meta.stored_secs,
+            fresh_until_secs: meta.fresh_until_secs,
+            response_secs: meta.stored_secs,
+            initial_age_secs: 0,
+            must_revalidate: coral::proxy::stale::windows(&head.headers).must_revalidate,
+        };
+        let mut head_bytes = Vec::with_capacity(1024);
+        stored::encode(&head, &fresh, &old.vary_req, old.variant, &mut head_bytes);
+        let meta = ObjectMeta {
+            expected_len: Some(len),
+            ..meta
+        };
+        let mut writer = match self.cache.begin(key, meta, &head_bytes) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::info!(%key, error = %e, "revalidated head not stored: freshness only");
+                self.cache.touch_meta(&key, meta);
+                return;
+            }
+        };
+        let mut pos = 0;
+        while pos < len {
+            let end = len.min(pos + (256 << 10));
+            obj.ensure_resident(pos, end).await;
+            let data = obj.body(pos, end);
+            if data.is_empty() || writer.append(data).is_err() {
+                writer.abort();
+                self.cache.touch_meta(&key, meta);
+                return;
+            }
+            pos += data.len() as u64;
+        }
+        if let Err(e) = writer.finish() {
+            tracing::info!(%key, error = %e, "revalidated copy not stored");
+            self.cache.touch_meta(&key, meta);
+        }
     }
 
     /// An answer that may not be stored: the request that made this fetch
@@ -443,6 +743,7 @@ impl ProxyCore {
         self: &Rc<Self>,
         key: Id,
         job: &Job,
+        sent: &RequestHead,
         peer: Option<SocketAddr>,
         addr: SocketAddr,
         mut resp: upstream::Response,
@@ -456,7 +757,10 @@ impl ProxyCore {
         rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
         let mut rewriter = rewrite::body_is_rewritable(&head)
             .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
-        let vary_req = policy::vary_request_headers(&resp.head, &job.request);
+        // Labelled with what could have changed the answer (the keyed
+        // fields as sent, `keyed::label_view`).
+        let label = keyed::label_view(&job.request, sent);
+        let vary_req = policy::vary_request_headers(&resp.head, &label);
         let mut head_bytes = Vec::with_capacity(1024);
         stored::encode(&head, fresh, &vary_req, key != job.url_key, &mut head_bytes);
         let expected_len = match resp.head.framing {
@@ -491,7 +795,17 @@ impl ProxyCore {
             js.writing = true;
             js.peer = level;
         }
-        self.answer_waiters(&key, || MissAnswer::Ready { peer: level });
+        if resp.interim.is_empty() {
+            self.answer_waiters(&key, || MissAnswer::Ready { peer: level });
+        } else {
+            // Issue 26 item 9: forwarded to the clients waiting now, never
+            // stored with the object.
+            let interim = std::sync::Arc::new(std::mem::take(&mut resp.interim));
+            self.answer_waiters(&key, || MissAnswer::ReadyAfterInterim {
+                peer: level,
+                interim: interim.clone(),
+            });
+        }
         let mut chunk = Vec::with_capacity(64 << 10);
         let mut rewritten = Vec::new();
         let mut total: u64 = 0;
@@ -507,7 +821,7 @@ impl ProxyCore {
                             self.stats.origin_error("too_large");
                         }
                         writer.abort();
-                        self.fetch_failed(&key, Fail::BAD_GATEWAY);
+                        self.fetch_failed(&key, Fail::TOO_LARGE);
                         return Outcome::Failed;
                     }
                     if !data.is_empty() {
@@ -536,7 +850,7 @@ impl ProxyCore {
             return Outcome::Failed;
         }
         if key == job.url_key {
-            self.note_first_variant(key, &resp.head, &job.request);
+            self.note_first_variant(key, &resp.head, &label);
         }
         if peer.is_none() {
             resp.release(&self.pool);
@@ -575,8 +889,17 @@ impl ProxyCore {
         peer: Option<SocketAddr>,
         old: Option<&(ObjectMeta, stored::Stored)>,
     ) -> Outcome {
+        // RFC 5861 §4: `stale-if-error` bounds how long past its freshness
+        // a copy is served on the origin's error, where the origin says so.
+        let within_stale_if_error = old.is_none_or(|(m, s)| {
+            coral::proxy::stale::if_error_allows(
+                &coral::proxy::stale::windows(&s.head.headers),
+                m.fresh_until_secs,
+                unix_now(),
+            )
+        });
         let must_revalidate = old.map(|(_, s)| s.must_revalidate || policy::forbids_stale(&s.head));
-        if fetch::serve_stale(peer.is_some(), must_revalidate) {
+        if within_stale_if_error && fetch::serve_stale(peer.is_some(), must_revalidate) {
             self.answer_waiters(key, || MissAnswer::Stale);
             return Outcome::Ok;
         }

@@ -93,6 +93,14 @@ pub enum MissAnswer {
         /// the DSHT named it (0 for a peer found by a lost claim).
         peer: Option<coral::dsht::node::Level>,
     },
+    /// As `Ready`, from the origin: first forward these interim (1xx)
+    /// responses to an HTTP/1.1 client (103 Early Hints; never stored).
+    ReadyAfterInterim {
+        /// Always `None` (from the origin); for `Lookup::filled`.
+        peer: Option<coral::dsht::node::Level>,
+        /// The interim responses, as a client gets them.
+        interim: std::sync::Arc<Vec<u8>>,
+    },
     /// The origin failed; the stale copy in the cache may be served.
     Stale,
     /// The origin's answer may not be stored: fetch it for this client alone.
@@ -103,6 +111,20 @@ pub enum MissAnswer {
     Pass(Box<upstream::Handover>),
     /// Answer the client with this error.
     Error(Fail),
+    /// The origin's own error answer, not stored: relay it as it is (issue
+    /// 26 item 1), to every request that waited for the fetch.
+    Relayed(std::sync::Arc<Relayed>),
+}
+
+/// An origin's answer relayed without being stored: its head (hop-by-hop
+/// fields and cookies removed) and its whole body (at most
+/// `limits::RELAY.error_body_bytes_max`).
+#[derive(Debug)]
+pub struct Relayed {
+    /// The head as stored heads are (`policy::head_to_store`).
+    pub head: coral::proxy::http::ResponseHead,
+    /// The body, decoded from its transfer coding.
+    pub body: Vec<u8>,
 }
 
 /// CoralProxy's messages between cores.
@@ -115,6 +137,15 @@ pub enum ProxyMsg {
         req: u64,
         /// What to fetch.
         job: Box<Job>,
+    },
+    /// An origin's answer to a HEAD (passed for one client): freshen the
+    /// stored copy of `key` with its fields if it describes the same
+    /// representation (RFC 9111 §4.3.5).
+    Freshen {
+        /// The object's key.
+        key: Id,
+        /// The HEAD response's head.
+        head: Box<coral::proxy::http::ResponseHead>,
     },
     /// The answer to request `req`.
     Answer {
@@ -132,6 +163,7 @@ impl std::fmt::Debug for ProxyMsg {
                 write!(f, "Miss {{ from: {from}, req: {req}, key: {} }}", job.key)
             }
             ProxyMsg::Answer { req, answer } => write!(f, "Answer {{ req: {req}, {answer:?} }}"),
+            ProxyMsg::Freshen { key, .. } => write!(f, "Freshen {{ key: {key} }}"),
         }
     }
 }
@@ -413,6 +445,7 @@ pub fn on_core_msg(shard: &Rc<Shard>, msg: ProxyMsg) {
                 let _ = tx.try_send(answer);
             }
         }
+        ProxyMsg::Freshen { key, head } => pc.freshen_from_head(key, *head),
     }
 }
 

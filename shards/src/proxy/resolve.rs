@@ -55,9 +55,10 @@ impl ResolveError {
     /// What a request whose origin cannot be reached is answered.
     pub fn fail(&self) -> Fail {
         match self {
-            ResolveError::Refused(..) => Fail::REFUSED,
-            ResolveError::Timeout => Fail::TIMEOUT,
-            ResolveError::NotFound | ResolveError::ServerFailure => Fail::BAD_GATEWAY,
+            ResolveError::Refused(_, kind) => Fail::refused(*kind),
+            ResolveError::Timeout => Fail::NAME_TIMEOUT,
+            ResolveError::NotFound => Fail::NO_NAME,
+            ResolveError::ServerFailure => Fail::BAD_GATEWAY,
             ResolveError::Busy => Fail::UNAVAILABLE,
         }
     }

@@ -215,7 +215,7 @@ fn cache_result(cs: &CacheStatus) -> CacheResult {
         return CacheResult::Local;
     }
     match cs.detail {
-        Some("stale-on-error") => CacheResult::Stale,
+        Some("stale-on-error" | "stale-while-revalidate") => CacheResult::Stale,
         Some("peer-l2") => CacheResult::Peer(2),
         Some("peer-l1") => CacheResult::Peer(1),
         Some("peer-l0") => CacheResult::Peer(0),
@@ -537,6 +537,13 @@ impl<'a> Conn<'a> {
                     None => way.decide(req, Found::Nothing, now, &mut passes, || None),
                 }
             };
+            if let (Serve::Fill, Some((obj, st))) = (&serve, &found) {
+                if self.while_revalidate(req, route, key, obj, st, now) {
+                    let mut cs = CacheStatus::forward(Forward::Stale, false);
+                    cs.detail = Some("stale-while-revalidate");
+                    return self.serve(req, obj, st, cs).await;
+                }
+            }
             match (serve, &found) {
                 (Serve::Variant, _) => continue,
                 (Serve::Hit, Some((obj, st))) => {
@@ -564,6 +571,16 @@ impl<'a> Conn<'a> {
             };
             match pc.miss(job).await {
                 MissAnswer::Ready { peer } => way.filled(peer),
+                MissAnswer::ReadyAfterInterim { peer, interim } => {
+                    // 1xx go to HTTP/1.1 clients only (RFC 9110 §15.2).
+                    let p = self.progress();
+                    if req.minor_version >= 1
+                        && send_all(&mut self.stream, &[&interim], p).await.is_err()
+                    {
+                        return Next::Close;
+                    }
+                    way.filled(peer)
+                }
                 MissAnswer::Stale => way.kept_stale(),
                 MissAnswer::Uncacheable => {
                     pc.passes.borrow_mut().mark(key, unix_now());
@@ -581,8 +598,80 @@ impl<'a> Conn<'a> {
                 MissAnswer::Error(fail) => {
                     return self.refuse(&Refusal::failed(fail, req.keep_alive)).await;
                 }
+                MissAnswer::Relayed(answer) => return self.send_relayed(req, &answer).await,
             }
         }
+    }
+
+    /// RFC 5861 `stale-while-revalidate`: whether the stale complete copy
+    /// `obj` is served to `req` at once, its revalidation started in the
+    /// background on the key's owning core (once per object network-wide,
+    /// `coral::proxy::stale`). Not for a peer's request, nor a copy that
+    /// must be revalidated.
+    fn while_revalidate(
+        &self,
+        req: &RequestHead,
+        route: &Route,
+        key: coral::Id,
+        obj: &ObjectRef,
+        st: &Stored,
+        now: u64,
+    ) -> bool {
+        use coral::proxy::stale;
+        if route.no_forward
+            || st.must_revalidate
+            || !matches!(obj.state(), ObjectState::Complete { .. })
+            || !stale::while_revalidate(
+                &stale::windows(&st.head.headers),
+                req,
+                obj.meta().fresh_until_secs,
+                now,
+            )
+        {
+            return false;
+        }
+        let mut get = req.clone();
+        get.method = Method::Get;
+        self.pc.revalidate_in_background(Job {
+            key,
+            url_key: route.key,
+            origin: route.origin.clone(),
+            request: get,
+            no_forward: false,
+            client: self.client_ip(),
+        });
+        true
+    }
+
+    /// Sends the origin's error answer the fetch relayed (not stored).
+    async fn send_relayed(&mut self, req: &RequestHead, r: &super::Relayed) -> Next {
+        let pc = self.pc;
+        let info = ClientHeadInfo {
+            node_name: &pc.node_name,
+            age_secs: 0,
+            cache_status: CacheStatus::forward(Forward::UriMiss, false),
+            range: RangeAnswer::Full,
+            body_len: Some(r.body.len() as u64),
+            keep_alive: req.keep_alive,
+            not_modified: false,
+            client_minor_version: req.minor_version,
+        };
+        let mut out = Vec::with_capacity(1024);
+        let framing = policy::client_head(&r.head, &info, &mut out);
+        self.resp.status = head_status(&out);
+        self.resp.cache = CacheResult::Pass;
+        let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
+        let body: &[u8] = if req.method == Method::Head || framing == Framing::Empty {
+            &[]
+        } else {
+            &r.body
+        };
+        self.resp.body_bytes = body.len() as u64;
+        let p = self.progress();
+        if send_all(&mut self.stream, &[&out, body], p).await.is_err() || !ka {
+            return Next::Close;
+        }
+        Next::KeepAlive
     }
 
     /// Answers with the core's refusal.
@@ -774,8 +863,10 @@ impl<'a> Conn<'a> {
             Ok(a) => a,
             Err(e) => {
                 pc.stats.origin_error("resolve");
-                let status = e.fail().status;
-                self.error(status, &e.to_string(), req.keep_alive, None)
+                // What failed, and the flag that lifts a refusal (issue 25
+                // item 4).
+                let fail = e.fail();
+                self.error(fail.status, fail.reason(), req.keep_alive, None)
                     .await;
                 return if req.keep_alive {
                     Next::KeepAlive
@@ -785,7 +876,13 @@ impl<'a> Conn<'a> {
             }
         };
         let mut up = Vec::with_capacity(1024);
-        policy::upstream_request(req, origin, false, &http::Headers::new(), &mut up);
+        // For this client alone: the allowlist of `coral::proxy::keyed`.
+        let sent = coral::proxy::keyed::upstream_view(
+            req,
+            coral::proxy::keyed::Upstream::Pass,
+            &pc.cfg.forward_request_fields,
+        );
+        policy::upstream_request(&sent, origin, false, &http::Headers::new(), &mut up);
         let is_head = req.method == Method::Head;
         pc.stats.origin_passes.set(pc.stats.origin_passes.get() + 1);
         let resp = match super::upstream::send(
@@ -801,7 +898,8 @@ impl<'a> Conn<'a> {
             Ok(r) => r,
             Err(e) => {
                 pc.stats.origin_error(e.reason());
-                self.error(502, &e.to_string(), false, None).await;
+                let fail = e.fail();
+                self.error(fail.status, fail.reason(), false, None).await;
                 return Next::Close;
             }
         };
@@ -823,8 +921,9 @@ impl<'a> Conn<'a> {
         // §2.1: redirects and links to the origin stay Coralized (HTML that
         // is content-coded is passed through untouched).
         rewrite::head(&mut head, origin, &pc.suffix, pc.http.port());
-        let mut rewriter = rewrite::body_is_rewritable(&head)
-            .then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
+        let mut rewriter = (rewrite::body_is_rewritable(&head)
+            && http::transfer_codings(&resp.head.headers).is_none())
+        .then(|| rewrite::HtmlRewriter::new(origin, &pc.suffix, pc.http.port()));
         let body_len = match resp.head.framing {
             Framing::Length(n) if rewriter.is_none() => Some(n),
             // The origin's answer to a HEAD: the length it names.
@@ -852,11 +951,57 @@ impl<'a> Conn<'a> {
             client_minor_version: req.minor_version,
         };
         let mut out = Vec::with_capacity(1024);
+        // Interim (1xx) responses first, to HTTP/1.1 clients only (RFC
+        // 9110 §15.2); never stored.
+        let interim_len = if req.minor_version >= 1 {
+            out.extend_from_slice(&resp.interim);
+            resp.interim.len()
+        } else {
+            0
+        };
         let framing = policy::client_head(&head, &info, &mut out);
-        self.resp.status = head_status(&out);
+        // Transfer codings coral does not decode go on with the answer
+        // (RFC 9112 §6.1), before the chunked coding it frames it with; an
+        // HTTP/1.0 client cannot receive them.
+        if let Some(codings) = http::transfer_codings(&resp.head.headers) {
+            const CHUNKED: &[u8] = b"Transfer-Encoding: chunked\r\n";
+            let at = out[interim_len..]
+                .windows(CHUNKED.len())
+                .position(|w| w == CHUNKED);
+            match at {
+                Some(at) if req.minor_version >= 1 && !is_head => {
+                    let at = interim_len + at + b"Transfer-Encoding: ".len();
+                    let mut with = codings;
+                    with.extend_from_slice(b", ");
+                    out.splice(at..at, with);
+                }
+                _ if is_head => {}
+                _ => {
+                    self.error(
+                        502,
+                        "the origin's answer has a transfer coding coral does not decode, \
+                         which an HTTP/1.0 client cannot receive",
+                        false,
+                        None,
+                    )
+                    .await;
+                    return Next::Close;
+                }
+            }
+        }
+        self.resp.status = head_status(&out[interim_len..]);
         self.resp.cache = CacheResult::Pass;
         let ka = req.keep_alive && !matches!(framing, Framing::UntilClose);
         let p = self.progress();
+        if is_head && resp.head.status == 200 {
+            // RFC 9111 §4.3.5: a HEAD's answer may update the stored copy.
+            if let Some(url) = req
+                .path()
+                .and_then(|p| names::canonical_url(origin, p).ok())
+            {
+                pc.freshen_from_head(names::cache_key(&url), resp.head.clone());
+            }
+        }
         if is_head || framing == Framing::Empty {
             if send_all(&mut self.stream, &[&out], p).await.is_err() {
                 return Next::Close;

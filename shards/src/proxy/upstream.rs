@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use coral::proxy::fetch::Fail;
 use coral::proxy::http::{self, ChunkedDecoder, Framing, HttpError, Limits, ResponseHead};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
@@ -30,8 +31,9 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Why a fetch from an origin or peer failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamError {
-    /// Could not connect (refused, unreachable, timed out).
-    Connect(String),
+    /// Could not connect (refused, unreachable, timed out): its kind and
+    /// the system's words.
+    Connect(std::io::ErrorKind, String),
     /// No response head within the first-byte timeout.
     FirstByteTimeout,
     /// Silence longer than the idle timeout mid-response.
@@ -48,7 +50,7 @@ impl UpstreamError {
     /// The reason label of `coral_http_origin_errors_total`.
     pub fn reason(&self) -> &'static str {
         match self {
-            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Connect(..) => "connect",
             UpstreamError::FirstByteTimeout | UpstreamError::IdleTimeout => "timeout",
             UpstreamError::Truncated => "truncated",
             UpstreamError::Malformed(_) => "malformed",
@@ -57,10 +59,26 @@ impl UpstreamError {
     }
 }
 
+impl UpstreamError {
+    /// What the requests waiting for this fetch are answered, saying what
+    /// failed (issue 25 item 4).
+    pub fn fail(&self) -> Fail {
+        match self {
+            UpstreamError::Connect(std::io::ErrorKind::ConnectionRefused, _) => {
+                Fail::CONNECTION_REFUSED
+            }
+            UpstreamError::Connect(..) => Fail::UNREACHABLE,
+            UpstreamError::FirstByteTimeout | UpstreamError::IdleTimeout => Fail::TIMEOUT,
+            UpstreamError::Truncated | UpstreamError::Io(_) => Fail::TRUNCATED,
+            UpstreamError::Malformed(_) => Fail::MALFORMED,
+        }
+    }
+}
+
 impl std::fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            UpstreamError::Connect(e) => write!(f, "connect: {e}"),
+            UpstreamError::Connect(_, e) => write!(f, "connect: {e}"),
             UpstreamError::FirstByteTimeout => {
                 f.write_str("no response within the first-byte timeout")
             }
@@ -133,6 +151,12 @@ pub struct Response {
     /// Body bytes handed out so far.
     pub received: u64,
     reusable: bool,
+    /// The interim (1xx) responses that came before the head, as an
+    /// HTTP/1.1 client gets them (hop-by-hop fields removed): forwarded,
+    /// never stored (issue 26 item 9). At most
+    /// `RELAY.interim_responses_max` of them, `RELAY.interim_bytes_max`
+    /// bytes in all.
+    pub interim: Vec<u8>,
 }
 
 enum Body {
@@ -163,7 +187,10 @@ pub async fn send(
     }
     let s = TcpStream::connect_timeout(addr, timeouts.connect)
         .await
-        .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        .map_err(|e| {
+            let e = std::io::Error::from(e);
+            UpstreamError::Connect(connect_error_kind(&e), e.to_string())
+        })?;
     let _ = s.set_nodelay(true);
     exchange(s, addr, request, request_was_head, timeouts, limits).await
 }
@@ -181,6 +208,8 @@ async fn exchange(
         .map_err(|e| UpstreamError::Io(e.to_string()))?;
     let deadline = Instant::now() + timeouts.first_byte;
     let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut interim = Vec::new();
+    let mut interim_count = 0;
     loop {
         if !buf.is_empty() {
             match http::parse_response_head(&buf, request_was_head, limits) {
@@ -189,7 +218,18 @@ async fn exchange(
                 Ok(Some((head, len))) => {
                     buf.drain(..len);
                     // 1xx answers (100 Continue, 103 Early Hints) precede the real one.
+                    if head.status == 101 {
+                        // No upgrade was asked for.
+                        return Err(UpstreamError::Malformed(http::HttpError {
+                            status: 502,
+                            reason: "101 Switching Protocols without an Upgrade",
+                        }));
+                    }
                     if (100..200).contains(&head.status) {
+                        if head.status != 100 {
+                            interim_count += 1;
+                            keep_interim(&head, interim_count, &mut interim);
+                        }
                         continue;
                     }
                     let body = match head.framing {
@@ -209,6 +249,7 @@ async fn exchange(
                         idle: timeouts.idle,
                         received: 0,
                         reusable,
+                        interim,
                     });
                 }
             }
@@ -224,6 +265,45 @@ async fn exchange(
         if n == 0 {
             return Err(UpstreamError::Truncated);
         }
+    }
+}
+
+/// Appends the `count`th interim response `head` to `out` as a client gets
+/// it, within `RELAY.interim_responses_max` and `RELAY.interim_bytes_max`
+/// (those beyond are read and dropped).
+fn keep_interim(head: &http::ResponseHead, count: usize, out: &mut Vec<u8>) {
+    let limits = crate::limits::RELAY;
+    if count > limits.interim_responses_max {
+        return;
+    }
+    let mut one = Vec::with_capacity(256);
+    one.extend_from_slice(b"HTTP/1.1 ");
+    http::write_decimal(&mut one, u64::from(head.status));
+    one.push(b' ');
+    one.extend_from_slice(head.reason.as_bytes());
+    one.extend_from_slice(b"\r\n");
+    for (n, v) in head.headers.iter() {
+        if coral::proxy::policy::is_hop_by_hop(n) || n == "content-length" {
+            continue;
+        }
+        one.extend_from_slice(n.as_bytes());
+        one.extend_from_slice(b": ");
+        one.extend_from_slice(v);
+        one.extend_from_slice(b"\r\n");
+    }
+    one.extend_from_slice(b"\r\n");
+    if out.len() + one.len() <= limits.interim_bytes_max {
+        out.extend_from_slice(&one);
+    }
+}
+
+/// The kind of a connect error: glommio reports some as `Other` with the
+/// system's error number inside.
+fn connect_error_kind(e: &std::io::Error) -> std::io::ErrorKind {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => std::io::ErrorKind::ConnectionRefused,
+        _ if e.to_string().contains("refused") => std::io::ErrorKind::ConnectionRefused,
+        _ => e.kind(),
     }
 }
 
@@ -334,6 +414,7 @@ impl Response {
             idle: self.idle,
             received: self.received,
             reusable: self.reusable,
+            interim: self.interim,
         }
     }
 
@@ -367,6 +448,7 @@ pub struct Handover {
     idle: Duration,
     received: u64,
     reusable: bool,
+    interim: Vec<u8>,
 }
 
 impl Handover {
@@ -387,6 +469,7 @@ impl Handover {
             idle: self.idle,
             received: self.received,
             reusable: self.reusable,
+            interim: self.interim,
         }
     }
 }

@@ -465,13 +465,53 @@ fn rfc9112_6_3_response_framing() {
 }
 
 #[test]
+fn rfc9112_6_3_item_4_a_response_with_codings_coral_does_not_know_is_framed_not_refused() {
+    let gz = resp(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        false,
+    )
+    .unwrap()
+    .unwrap()
+    .0;
+    assert_eq!(gz.framing, Framing::Chunked, "the final chunked is decoded");
+    assert_eq!(transfer_codings(&gz.headers), Some(b"gzip".to_vec()));
+    let close = resp(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: x-odd\r\n\r\n",
+        false,
+    )
+    .unwrap()
+    .unwrap()
+    .0;
+    assert_eq!(
+        close.framing,
+        Framing::UntilClose,
+        "read until the origin closes"
+    );
+    assert_eq!(transfer_codings(&close.headers), Some(b"x-odd".to_vec()));
+    let plain = resp(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        false,
+    )
+    .unwrap()
+    .unwrap()
+    .0;
+    assert_eq!(transfer_codings(&plain.headers), None);
+    // A request keeps the strict rule (501 for codings coral does not know).
+    assert!(parse_request_head(
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        &Limits::default()
+    )
+    .is_err());
+}
+
+#[test]
 fn rfc9112_6_3_bad_responses_are_502() {
     let bad: &[&[u8]] = &[
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: ,\r\n\r\n",
         b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"HTTP/1.1 200 OK\nContent-Length: 1\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n",
