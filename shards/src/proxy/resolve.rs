@@ -527,7 +527,11 @@ mod tests {
             ResolveError::from(Failure::NoSuchName),
             ResolveError::NotFound
         );
-        assert_eq!(ResolveError::from(Failure::Timeout).fail(), Fail::TIMEOUT);
+        assert_eq!(
+            ResolveError::from(Failure::Timeout).fail(),
+            Fail::NAME_TIMEOUT
+        );
+        assert_eq!(ResolveError::NotFound.fail(), Fail::NO_NAME);
         assert_eq!(
             ResolveError::from(Failure::ServerFailure).fail(),
             Fail::BAD_GATEWAY
