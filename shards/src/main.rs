@@ -494,6 +494,22 @@ fn main() -> ExitCode {
         Command::CheckConfig { file } => match config::check_file(&file) {
             Ok(summary) => {
                 println!("{summary}");
+                // What the cache's size and object cap imply (disk, RAM).
+                if let Ok(cfg) = config::NodeConfig::load(Some(&file)) {
+                    let cores = match cfg.cores {
+                        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                        n => n,
+                    };
+                    println!(
+                        "{}",
+                        cache::check_config_line(
+                            &cfg.cache_dir(),
+                            cfg.proxy.cache_size_bytes,
+                            cfg.proxy.cache_objects_max,
+                            cores
+                        )
+                    );
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => fail_with(EXIT_CONFIG, &e),

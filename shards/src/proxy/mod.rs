@@ -207,6 +207,9 @@ pub fn metrics_json() -> serde_json::Value {
             "bytes": cache.bytes,
             "size_bytes": pc.cfg.cache_size_bytes,
             "evictions": cache.evictions,
+            "usable_bytes": cache.usable_bytes,
+            "objects_max": cache.objects_max,
+            "space_errors": cache.space_errors,
         },
         "access_log_dropped": crate::accesslog::dropped(),
     });
