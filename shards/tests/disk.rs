@@ -141,17 +141,6 @@ fn full_disk_objects_are_evicted_for_or_served_uncached_and_restart_reads_withou
         let cache = cache2;
         let _origin = Nginx::start(&tmp2, "127.0.0.2:80".parse().unwrap(), &tmp2.join("www"));
         let mut n = node(&cache, "1GiB", &log).start();
-        // At start it says the configured size does not fit, and what it uses.
-        assert!(
-            n.log().contains("does not fit"),
-            "no start-up line on the disk's room:\n{}",
-            n.log()
-        );
-        let usable = n.metric("coral_cache_usable_bytes");
-        assert!(
-            usable > 0.0 && usable < (TMPFS_MIB << 20) as f64,
-            "usable bytes {usable} on a {TMPFS_MIB} MiB disk"
-        );
         // Fill the cache past its room: every answer 200 and whole.
         for (name, body) in large.iter().take(30) {
             let a = get(&n, &format!("/{name}"));
@@ -167,6 +156,17 @@ fn full_disk_objects_are_evicted_for_or_served_uncached_and_restart_reads_withou
             assert_eq!(a.status, 200, "{name} on a full disk: {:?}", a.curl_err);
             assert!(a.body == *body, "{name}: body differs on a full disk");
         }
+        // At start it says the configured size does not fit, and what it uses.
+        assert!(
+            n.log().contains("does not fit"),
+            "no start-up line on the disk's room:\n{}",
+            n.log()
+        );
+        let usable = n.metric("coral_cache_usable_bytes");
+        assert!(
+            usable > 0.0 && usable < (TMPFS_MIB << 20) as f64,
+            "usable bytes {usable} on a {TMPFS_MIB} MiB disk"
+        );
         // The node said what is wrong, once, and counts it.
         let errors = n.metric("coral_cache_space_errors_total");
         assert!(errors >= 1.0, "space errors counted: {errors}");
@@ -252,19 +252,6 @@ fn cache_size_2tb_on_a_small_disk_starts_at_once_with_modest_memory() {
     .unwrap();
     let (cache2, tmp2) = (cache.clone(), tmp.path().to_path_buf());
     in_namespaces(&cache, move || {
-        // check-config says what the configuration implies: it does not fit.
-        let out = Command::new(CORAL)
-            .arg("check-config")
-            .arg(&conf)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(out.status.success(), "check-config: {out:?}");
-        assert!(
-            text.contains("warning: cache") && text.contains("does not fit"),
-            "check-config on a 2TB cache of a {TMPFS_MIB} MiB disk:\n{text}"
-        );
-        assert!(text.contains("index RAM up to"), "{text}");
         let root = web_root(&tmp2, &[("a.txt", b"hello")]);
         let _origin = Nginx::start(&tmp2, "127.0.0.2:80".parse().unwrap(), &root);
         let started = std::time::Instant::now();
@@ -286,5 +273,18 @@ fn cache_size_2tb_on_a_small_disk_starts_at_once_with_modest_memory() {
         assert_eq!(a.body, b"hello");
         // Still modest after serving.
         assert!(rss_kib(n.pid()) < RSS_2TB_KIB_MAX);
+        // check-config says what the configuration implies: it does not fit.
+        let out = Command::new(CORAL)
+            .arg("check-config")
+            .arg(&conf)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "check-config: {out:?}");
+        assert!(
+            text.contains("warning: cache") && text.contains("does not fit"),
+            "check-config on a 2TB cache of a {TMPFS_MIB} MiB disk:\n{text}"
+        );
+        assert!(text.contains("index RAM up to"), "{text}");
     });
 }
