@@ -522,6 +522,9 @@ struct Owner {
     /// (unix seconds). `u64::MAX`: no such bound.
     space_cap: u64,
     space_cap_secs: u64,
+    /// At the object cap with nothing evictable: no eviction is tried for
+    /// a new object before this (unix seconds).
+    cap_retry_secs: u64,
     segs: HashMap<u32, OwnedSeg>,
     free_ids: Vec<u32>,
     active: Option<u32>,

@@ -74,6 +74,7 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
                         free_handles: Vec::new(),
                         space_cap: u64::MAX,
                         space_cap_secs: 0,
+                        cap_retry_secs: 0,
                         segs: HashMap::new(),
                         free_ids: (base..base + SEGMENTS_PER_CORE_MAX).rev().collect(),
                         active: None,

@@ -29,7 +29,12 @@ impl CoreCache {
         let mut own = self.local.own();
         let part = &shared.parts[self.core];
         while part.len() >= part.capacity() || !Local::handle_free(&own) {
-            if !self.local.evict_one(&mut own, now) {
+            // At the object cap with every object pinned, the policy walks
+            // its whole queue to find none: try again only a second later
+            // (meanwhile new objects are served uncached), so a flood of
+            // new URLs does not pay that walk on every miss.
+            if now < own.cap_retry_secs || !self.local.evict_one(&mut own, now) {
+                own.cap_retry_secs = own.cap_retry_secs.max(now + 1);
                 return Err(CacheError::Full);
             }
         }
