@@ -286,5 +286,9 @@ fn cache_size_2tb_on_a_small_disk_starts_at_once_with_modest_memory() {
             "check-config on a 2TB cache of a {TMPFS_MIB} MiB disk:\n{text}"
         );
         assert!(text.contains("index RAM up to"), "{text}");
+        assert!(
+            !text.contains(": ok:"),
+            "a size that does not fit is not ok:\n{text}"
+        );
     });
 }

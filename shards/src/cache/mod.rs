@@ -338,19 +338,22 @@ pub fn disk_room(dir: &Path) -> Option<u64> {
 
 /// What `coral check-config` says of a configuration's cache: where it
 /// lives, what size it will use (what fits on the disk there) and the RAM
-/// its index implies. Prefixed "warning:" when `cache_size` does not fit.
+/// its index implies. Prefixed "warning:" when `cache_size` does not fit;
+/// the flag says so (the caller then calls the configuration usable, not
+/// ok).
 pub fn check_config_line(
     dir: &Path,
     size_bytes: u64,
     objects_max: Option<u64>,
     cores: usize,
-) -> String {
+) -> (String, bool) {
     let p = plan(size_bytes, objects_max, cores, disk_room(dir));
-    format!(
+    let line = format!(
         "{}cache {}: {p}",
         if p.shrunk() { "warning: " } else { "" },
         dir.display()
-    )
+    );
+    (line, p.shrunk())
 }
 
 /// Whether a failed write means the disk has no room (or the user's quota
