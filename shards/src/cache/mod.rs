@@ -9,13 +9,22 @@
 //!   files (`seg-<n>.crl`): small objects of known length are packed into a
 //!   shared *packing* segment; large ones, and those whose length the origin
 //!   did not announce, get a *solo* segment (a sparse file as large as the
-//!   object may grow; a small one is packed when it completes). Every file
-//!   is mapped once (memmap2) and stays mapped until it is freed.
+//!   object may grow; a small one is packed when it completes). The bytes
+//!   a segment is accounted for are reserved on the disk when it is made
+//!   (`fallocate`). Every file is mapped once (memmap2) and stays mapped
+//!   until it is freed.
+//! - **A full disk.** `open` uses what fits (`plan`, `disk_room`) and says
+//!   so; a write refused for space evicts and retries once, else the
+//!   object is served uncached (`CacheError::NoSpace`); the restart scan
+//!   reads with `pread`, never touching a hole through the mapping.
 //! - **Records** (`coral::cache::record`): header, head, body; the commit
 //!   word is written last, so a crash never leaves a record that reads back
-//!   as complete. `open` scans every segment, verifies every checksum and
-//!   rebuilds the index; anything incomplete or corrupt is dropped.
-//! - **The index** (`index.rs`) is partitioned by the key's owning core
+//!   as complete. `open` reads every segment, verifies every checksum and
+//!   rebuilds the index; anything incomplete or corrupt is dropped, and a
+//!   damaged segment is logged.
+//! - **The index** (`index.rs`) holds at most `objects_max` objects, at
+//!   [`index_bytes_per_object`] bytes of RAM each, touched only as objects
+//!   come. It is partitioned by the key's owning core
 //!   (`steer::shard_of_key`). The owner writes its partition; every core
 //!   reads it through a sequence counter. See ARCHITECTURE.md, "The disk
 //!   cache", for the hit path.
