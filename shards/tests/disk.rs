@@ -80,7 +80,7 @@ fn node(cache: &Path, size: &str, log: &Path) -> NodeBuilder {
         .args(&["--http", "127.0.0.1:8090", "--cache-dir"])
         .args(&[cache.to_str().unwrap(), "--cache-size", size])
         .origin("127.0.0.2")
-        .rust_log(Some("info"))
+        .rust_log(Some("info,coral::proxy::fetcher=debug"))
         .log(log)
 }
 
@@ -114,6 +114,12 @@ fn rss_kib(pid: u32) -> u64 {
         .expect("VmRSS")
 }
 
+/// The last lines of a log, for a failure's message.
+fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
 fn body_of(n: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + n * 7) as u8).collect()
 }
@@ -144,7 +150,7 @@ fn full_disk_objects_are_evicted_for_or_served_uncached_and_restart_reads_withou
         // Fill the cache past its room: every answer 200 and whole.
         for (name, body) in large.iter().take(30) {
             let a = get(&n, &format!("/{name}"));
-            assert_eq!(a.status, 200, "{name}: {a:?}");
+            assert_eq!(a.status, 200, "{name}: {a:?}\n{}", tail(&n.log()));
             assert!(a.body == *body, "{name}: body differs");
         }
         // Then another program fills what is left of the disk.
@@ -153,7 +159,13 @@ fn full_disk_objects_are_evicted_for_or_served_uncached_and_restart_reads_withou
         // New objects, large and small, are still served whole.
         for (name, body) in large[30..].iter().chain(&small) {
             let a = get(&n, &format!("/{name}"));
-            assert_eq!(a.status, 200, "{name} on a full disk: {:?}", a.curl_err);
+            assert_eq!(
+                a.status,
+                200,
+                "{name} on a full disk: {:?}\n{}",
+                a.curl_err,
+                tail(&n.log())
+            );
             assert!(a.body == *body, "{name}: body differs on a full disk");
         }
         // At start it says the configured size does not fit, and what it uses.

@@ -346,13 +346,16 @@ impl ObjectWriter {
             None => part.update(i, &e),
         }
         shared.objects.fetch_add(1, Ordering::Relaxed);
+        // Room is made before the object joins the policy: in a cache full
+        // of pinned objects the newest would be the only victim, evicted
+        // before the clients that waited for it read it (they got 502).
+        let _ = cache.make_room(&mut own, 0, now_secs());
         own.policy.insert(h, final_len, fingerprint(&self.key));
         if self.solo && final_len <= shared.segment_bytes / 4 {
             // A small object that came without a length: pack it, so small
             // objects do not each keep a file and a mapping.
             let _ = cache.relocate(&mut own, h, 0);
         }
-        let _ = cache.make_room(&mut own, 0, now_secs());
         cache.sweep(&mut own);
         Ok(())
     }
