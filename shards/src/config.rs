@@ -442,6 +442,11 @@ pub struct ProxySection {
     pub cache_dir: Option<PathBuf>,
     /// Size of the disk cache, e.g. "1GiB" ([`parse_size`]).
     pub cache_size: String,
+    /// The most objects the disk cache holds (its index's RAM is at most
+    /// 200 bytes per object). Unset: one per 16 KiB of `cache_size`,
+    /// within 4096 ..= 16 Mi (`cache::plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_objects_max: Option<u64>,
     /// Whether origins may be on loopback, private, link-local ... addresses.
     pub allow_private_origins: bool,
     /// Static answers for origin names, "NAME=IP".
@@ -508,6 +513,7 @@ impl Default for ProxySection {
         ProxySection {
             cache_dir: None,
             cache_size: "1GiB".into(),
+            cache_objects_max: None,
             allow_private_origins: false,
             resolve: Vec::new(),
             connect_timeout_ms: 5000,
@@ -544,6 +550,7 @@ impl ProxySection {
             cache_dir: self.cache_dir.clone(),
             cache_size_bytes: parse_size(&self.cache_size)
                 .map_err(|e| format!("[proxy] cache_size: {e}"))?,
+            cache_objects_max: self.cache_objects_max,
             allow_private_origins: self.allow_private_origins,
             resolve: self
                 .resolve
@@ -583,6 +590,9 @@ pub struct ProxyConfig {
     pub cache_dir: Option<PathBuf>,
     /// Size of the disk cache in bytes.
     pub cache_size_bytes: u64,
+    /// The most objects the disk cache holds (`None`: derived from the
+    /// size, `cache::plan`).
+    pub cache_objects_max: Option<u64>,
     /// Whether origins may be on non-global addresses.
     pub allow_private_origins: bool,
     /// Static answers for origin names (lower case, no trailing dot).

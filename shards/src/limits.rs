@@ -167,6 +167,16 @@ pub struct CacheLimits {
     pub segment_bytes_min: u64,
     /// Largest packing segment, in bytes.
     pub segment_bytes_max: u64,
+    /// The default object cap (`[proxy] cache_objects_max` unset) allows
+    /// one object per this many bytes of the cache's size: the index's RAM
+    /// (at most `cache::INDEX_BYTES_PER_OBJECT_MAX` per object) is then
+    /// about 1% of the disk space at most.
+    pub object_bytes_mean_default: u64,
+    /// The default object cap's floor and ceiling, whole cache (the
+    /// ceiling keeps a huge disk's index under ~2.5 GiB of RAM unless the
+    /// operator raises `cache_objects_max`).
+    pub objects_default_min: u64,
+    pub objects_default_max: u64,
 }
 
 /// The disk cache's limits.
@@ -176,6 +186,9 @@ pub const CACHE: CacheLimits = CacheLimits {
     segments_per_core_max: 4096,
     segment_bytes_min: 64 << 10,
     segment_bytes_max: 64 << 20,
+    object_bytes_mean_default: 16 << 10,
+    objects_default_min: 4096,
+    objects_default_max: 16 << 20,
 };
 
 /// The access log (`accesslog.rs`): a line per response, of fields a
@@ -294,6 +307,9 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::CACHE.segments_per_core_max" => n(u64::from(CACHE.segments_per_core_max)),
         "limits::CACHE.segment_bytes_min" => n(CACHE.segment_bytes_min),
         "limits::CACHE.segment_bytes_max" => n(CACHE.segment_bytes_max),
+        "limits::CACHE.object_bytes_mean_default" => n(CACHE.object_bytes_mean_default),
+        "limits::CACHE.objects_default_min" => n(CACHE.objects_default_min),
+        "limits::CACHE.objects_default_max" => n(CACHE.objects_default_max),
         "limits::ACCESS_LOG.batches_queued_max" => n(ACCESS_LOG.batches_queued_max as u64),
         "limits::ACCESS_LOG.request_line_bytes_max" => n(ACCESS_LOG.request_line_bytes_max as u64),
         "limits::ACCESS_LOG.referer_bytes_max" => n(ACCESS_LOG.referer_bytes_max as u64),

@@ -520,7 +520,30 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { file } => match config::check_file(&file) {
             Ok(summary) => {
-                println!("{summary}");
+                // What the cache's size and object cap imply (disk, RAM): a
+                // size that does not fit is not called ok.
+                let cache = config::NodeConfig::load(Some(&file)).ok().map(|cfg| {
+                    let cores = match cfg.cores {
+                        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                        n => n,
+                    };
+                    cache::check_config_line(
+                        &cfg.cache_dir(),
+                        cfg.proxy.cache_size_bytes,
+                        cfg.proxy.cache_objects_max,
+                        cores,
+                    )
+                });
+                match &cache {
+                    Some((_, true)) => println!(
+                        "{}",
+                        summary.replacen(": ok:", ": usable, with a warning:", 1)
+                    ),
+                    _ => println!("{summary}"),
+                }
+                if let Some((line, _)) = cache {
+                    println!("{line}");
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => fail_with(EXIT_CONFIG, &e),

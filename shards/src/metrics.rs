@@ -534,6 +534,24 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
     )
     .sample("coral_cache_size_limit_bytes", &[], first("size_bytes"));
     w.family(
+        "coral_cache_usable_bytes",
+        Kind::Gauge,
+        "The size the disk cache uses: cache_size, or what fits on its disk.",
+    )
+    .sample("coral_cache_usable_bytes", &[], first("usable_bytes"));
+    w.family(
+        "coral_cache_objects_max",
+        Kind::Gauge,
+        "The most objects the disk cache holds (cache_objects_max).",
+    )
+    .sample("coral_cache_objects_max", &[], first("objects_max"));
+    w.family(
+        "coral_cache_space_errors_total",
+        Kind::Counter,
+        "Cache writes the disk refused for space (ENOSPC, EDQUOT): evicted, or served uncached.",
+    )
+    .sample("coral_cache_space_errors_total", &[], first("space_errors"));
+    w.family(
         "coral_cache_evictions_total",
         Kind::Counter,
         "Objects evicted to keep the cache within its size.",

@@ -31,6 +31,7 @@ fn open(config: &NodeConfig, cores: usize) -> Result<Vec<CoreServices>, String> 
         &cache::CacheConfig {
             dir: config.cache_dir(),
             size_bytes: config.proxy.cache_size_bytes,
+            objects_max: config.proxy.cache_objects_max,
         },
         cores,
     )

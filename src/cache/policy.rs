@@ -325,6 +325,9 @@ struct S3Inner {
     move_threshold: u8,
     ghost: VecDeque<u64>,
     ghost_set: HashMap<u64, u32>,
+    /// Handles the policy may be given: `nodes` grows to this as handles
+    /// are first used, so an empty cache costs no memory per handle.
+    handles_max: u32,
 }
 
 impl S3Inner {
@@ -337,7 +340,8 @@ impl S3Inner {
         move_threshold: u8,
     ) -> S3Inner {
         S3Inner {
-            nodes: vec![Node::EMPTY; handles as usize],
+            nodes: Vec::new(),
+            handles_max: handles,
             small: List::EMPTY,
             main: List::EMPTY,
             small_permille,
@@ -415,7 +419,7 @@ impl S3Fifo {
     ) -> S3Fifo {
         S3Fifo {
             policy: S3Inner::with_params(handles, capacity, small_permille, move_threshold),
-            fingerprints: vec![0; handles as usize],
+            fingerprints: Vec::new(),
         }
     }
     /// Changes the capacity the small queue's share is taken of.
@@ -454,8 +458,21 @@ impl Policy for S3Fifo {
             .is_some_and(|n| n.bits & CACHED != 0)
     }
     fn insert(&mut self, h: u32, size: u64, fingerprint: u64) {
-        if self.contains(h) || h as usize >= self.policy.nodes.len() {
+        if self.contains(h) || h >= self.policy.handles_max {
             return;
+        }
+        if h as usize >= self.policy.nodes.len() {
+            // Grown as handles are first used (they are handed out lowest
+            // first), at most to `handles_max`.
+            let len = (h as usize + 1)
+                .max(self.policy.nodes.len() * 2)
+                .min(self.policy.handles_max as usize);
+            let more = len - self.policy.nodes.len();
+            self.policy.nodes.reserve_exact(more);
+            self.policy.nodes.resize(len, Node::EMPTY);
+            self.fingerprints
+                .reserve_exact(len - self.fingerprints.len());
+            self.fingerprints.resize(len, 0);
         }
         self.fingerprints[h as usize] = fingerprint;
         let p = &mut self.policy;

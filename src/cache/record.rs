@@ -204,6 +204,33 @@ pub fn content_checksum_finish(mut c: Checksum, body_len: u64) -> u64 {
     c.finish()
 }
 
+/// Checks a record's header alone (its first [`HEADER_BYTES`] bytes), with
+/// `room` bytes left in the segment from the record's start: the record's
+/// length if it is committed and not removed, so that only such records
+/// need reading whole ([`read_record`] then verifies them). Lets a restart
+/// read segments with `pread` a record at a time, never touching the
+/// unwritten rest of a sparse file.
+pub fn read_header(header: &[u8], room: u64) -> Result<u64, RecordError> {
+    if header.len() < HEADER_BYTES || room < HEADER_BYTES as u64 {
+        return Err(RecordError::Truncated);
+    }
+    if get_u32(header, 0) != MAGIC || u16::from_le_bytes([header[4], header[5]]) != VERSION {
+        return Err(RecordError::NotARecord);
+    }
+    let alloc_len = get_u64(header, ALLOC_LEN_AT);
+    if alloc_len < HEADER_BYTES as u64 || alloc_len % RECORD_ALIGN != 0 || alloc_len > room {
+        return Err(RecordError::Truncated);
+    }
+    if get_u64(header, COMMIT_AT) != COMMIT ^ get_u64(header, CHECKSUM_AT) {
+        return Err(RecordError::Uncommitted { alloc_len });
+    }
+    let flags = u16::from_le_bytes([header[FLAGS_AT], header[FLAGS_AT + 1]]);
+    if flags & FLAG_REMOVED != 0 {
+        return Err(RecordError::Removed { alloc_len });
+    }
+    Ok(alloc_len)
+}
+
 /// Reads the record at the start of `seg` (the rest of the segment from
 /// the record's offset). Checks the commit word and, with `verify`, the
 /// content checksum over every byte.

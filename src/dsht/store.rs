@@ -230,15 +230,23 @@ impl Leak {
         }
     }
 
-    /// Whether the bucket is back to full (the key has been quiet a minute).
-    fn is_idle(&self, now: Time) -> bool {
-        self.credit_us + now.saturating_since(self.last).as_micros() >= MINUTE_US
+    /// Whether the bucket holds at least the one token a new key's starts
+    /// with (the key has been quiet for 60 s / β at least).
+    fn has_token(&self, now: Time, beta_per_min: u32) -> bool {
+        self.credit_us + now.saturating_since(self.last).as_micros() >= token_us(beta_per_min)
     }
 }
 
+/// Values kept inline in a key's entry; more spill to the heap. One: most
+/// keys hold one value (a proxy's own claim or pointer), and the entry is
+/// stored inline in the key map, so every inline slot costs every key
+/// (four cost ~290 bytes a key; a flood of distinct URLs made that 110 MB
+/// per level).
+const VALUES_INLINE: usize = 1;
+
 #[derive(Clone, Debug)]
 struct Entry {
-    values: SmallVec<[StoredValue; 4]>,
+    values: SmallVec<[StoredValue; VALUES_INLINE]>,
     leak: Option<Leak>,
     /// Forward-phase requests, per minute (for the status page).
     requests: MinuteCount,
@@ -613,13 +621,20 @@ impl Store {
     /// for a minute. Returns the number of keys removed.
     pub fn sweep(&mut self, now: Time) -> usize {
         let before = self.entries.len();
+        let beta = self.beta_per_min;
         let ledger = &mut self.ledger;
         self.entries.retain(|_, e| {
             expire(&mut e.values, now, ledger);
-            let keep = !e.values.is_empty() || e.leak.is_some_and(|l| !l.is_idle(now));
+            // A key whose values have all expired is kept only while its
+            // leakage bucket holds less than the one token a new key's
+            // starts with: dropped then, a later request finds it no less
+            // loaded than it would (a fresh or shared bucket), and a flood
+            // of distinct keys — claims for objects never completed — costs
+            // memory for their 20 s TTL, not for a further minute.
+            let keep = !e.values.is_empty() || e.leak.is_some_and(|l| !l.has_token(now, beta));
             if !keep {
                 ledger.bytes = ledger.bytes.saturating_sub(KEY_COST_BYTES);
-            } else if e.values.spilled() && e.values.len() <= 4 {
+            } else if e.values.spilled() && e.values.len() <= VALUES_INLINE {
                 e.values.shrink_to_fit();
             }
             keep
@@ -694,7 +709,7 @@ impl Store {
     }
 }
 
-fn expire(values: &mut SmallVec<[StoredValue; 4]>, now: Time, ledger: &mut Ledger) {
+fn expire(values: &mut SmallVec<[StoredValue; VALUES_INLINE]>, now: Time, ledger: &mut Ledger) {
     values.retain(|v| {
         let live = v.expires > now;
         if !live {
@@ -1104,6 +1119,62 @@ mod tests {
         assert!(s
             .store_from(&Id([20; 20]), v(0), ttl, later, src)
             .is_stored());
+    }
+
+    /// Bytes a key holding one value is accounted at (the key, its entry
+    /// in the map, the value): what each URL of a flood costs a level. It
+    /// was 466 with four values inline.
+    pub const ONE_VALUE_KEY_BYTES_MAX: usize = 256;
+
+    #[test]
+    fn a_key_with_one_value_costs_under_256_bytes() {
+        let claim = Value::new(&[127, 0, 0, 1, 0x1f, 0x90]).unwrap();
+        let cost = KEY_COST_BYTES + value_cost_bytes(&claim);
+        assert!(
+            cost <= ONE_VALUE_KEY_BYTES_MAX,
+            "{cost} bytes a key (entry {} bytes, stored value {} bytes)",
+            std::mem::size_of::<Entry>(),
+            std::mem::size_of::<StoredValue>()
+        );
+    }
+
+    #[test]
+    fn claims_for_a_flood_of_keys_leave_soon_after_their_ttl() {
+        // A flood of distinct URLs: each makes a 20 s claim, its put's
+        // forward phase probing the key once.
+        let mut s = Store::new(4, 12, 1 << 20);
+        let claim = Value::new(&[127, 0, 0, 1, 0x1f, 0x90]).unwrap();
+        let ttl = Duration::from_secs(20);
+        for i in 0..20_000u32 {
+            let k = Id::hash(&i.to_be_bytes());
+            let now = Time::ZERO + Duration::from_micros(u64::from(i) * 500);
+            assert!(s.store(&k, claim.clone(), ttl, now).is_stored());
+            let _ = s.probe(&k, now);
+        }
+        assert_eq!(s.key_count(), 20_000);
+        // 10 s after the last claim expired (one sweep interval), every key
+        // is gone with its bytes.
+        let later = Time::ZERO + Duration::from_secs(10 + 20 + 10);
+        assert_eq!(s.sweep(later), 20_000);
+        assert_eq!((s.key_count(), s.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_loaded_key_keeps_its_bucket_after_its_values_expire() {
+        // β = 12: a token every 5 s. A key requested hard stays loaded for
+        // the next request even after its values are gone and a sweep ran.
+        let mut s = Store::new(4, 12, 1 << 20);
+        let k = Id([9; 20]);
+        let now = Time::ZERO;
+        assert!(s.store(&k, v(1), Duration::from_secs(1), now).is_stored());
+        for _ in 0..5 {
+            let _ = s.probe(&k, now);
+        }
+        let later = now + Duration::from_secs(2);
+        assert_eq!(s.sweep(later), 0, "a loaded key is kept");
+        assert!(s.probe(&k, later).loaded);
+        // Quiet for a token's time: dropped.
+        assert_eq!(s.sweep(later + Duration::from_secs(6)), 1);
     }
 
     #[test]

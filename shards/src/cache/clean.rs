@@ -10,11 +10,17 @@ impl Local {
     /// and the policy's live bytes are under target.
     pub(super) fn make_room(&self, own: &mut Owner, need: u64, now: u64) -> Result<(), CacheError> {
         let shared = self.shared();
-        // One segment of the share is the cleaner's headroom.
-        let limit = shared
-            .budget
-            .saturating_sub(shared.segment_bytes)
-            .max(shared.segment_bytes);
+        // One segment of the share is the cleaner's headroom; a disk that
+        // refused a write for space bounds the share lower for a while.
+        let space = self.space_limit(own, now);
+        let limit = if space < shared.budget {
+            space
+        } else {
+            shared
+                .budget
+                .saturating_sub(shared.segment_bytes)
+                .max(shared.segment_bytes)
+        };
         let mut swept = false;
         for _ in 0..1_000_000 {
             if own.policy.bytes() > shared.live_target && self.evict_one(own, now) {
@@ -162,7 +168,7 @@ impl Local {
             return false;
         }
         let need = self.packing_need(own, u64::from(hd.alloc));
-        if own.bytes + need > shared.budget {
+        if own.bytes + need > shared.budget.min(own.space_cap) {
             return false;
         }
         let Ok((seg, off)) = self.alloc_packing(own, u64::from(hd.alloc)) else {

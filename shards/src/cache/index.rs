@@ -127,6 +127,24 @@ impl Entry {
     }
 }
 
+/// `n` empty slots, allocated zeroed (`calloc`: fresh anonymous pages the
+/// kernel maps on first touch), so a partition sized for millions of
+/// objects costs memory only as its slots are used, never at start.
+fn zeroed_slots(n: usize) -> Box<[[AtomicU64; WORDS]]> {
+    let words: Box<[[u64; WORDS]]> = vec![[0u64; WORDS]; n].into_boxed_slice();
+    // SAFETY: `AtomicU64` has the same size, alignment and bit validity as
+    // `u64` (documented), so `[[u64; WORDS]]` and `[[AtomicU64; WORDS]]`
+    // have the same layout; the box's ownership moves whole.
+    unsafe { Box::from_raw(Box::into_raw(words) as *mut [[AtomicU64; WORDS]]) }
+}
+
+/// `n` zero hit counters, allocated zeroed (as `zeroed_slots`).
+fn zeroed_hits(n: usize) -> Box<[AtomicU8]> {
+    let bytes: Box<[u8]> = vec![0u8; n].into_boxed_slice();
+    // SAFETY: `AtomicU8` has the same layout and bit validity as `u8`.
+    unsafe { Box::from_raw(Box::into_raw(bytes) as *mut [AtomicU8]) }
+}
+
 /// Keeps the sequence counter on its own cache line: readers on every core
 /// load it, and it should not share a line with data the owner writes often.
 #[repr(align(64))]
@@ -157,11 +175,19 @@ impl Partition {
         let slots = objects * 4 / 3 + 1;
         Partition {
             seq: Seq(AtomicU64::new(0)),
-            slots: (0..slots).map(|_| Default::default()).collect(),
+            slots: zeroed_slots(slots),
             capacity: objects,
-            hits: (0..objects).map(|_| AtomicU8::new(0)).collect(),
+            hits: zeroed_hits(objects),
             used: std::cell::Cell::new(0),
         }
+    }
+
+    /// Bytes of memory a partition for `objects` entries takes once every
+    /// page of it has been touched (its slots and hit counters; an empty
+    /// partition's pages are untouched zero pages, see `zeroed_slots`).
+    pub fn memory_bytes_for(objects: usize) -> usize {
+        let objects = objects.max(16);
+        (objects * 4 / 3 + 1) * WORDS * 8 + objects + std::mem::size_of::<Self>()
     }
 
     /// Entries the partition may hold (3/4 of its slots).

@@ -9,13 +9,22 @@
 //!   files (`seg-<n>.crl`): small objects of known length are packed into a
 //!   shared *packing* segment; large ones, and those whose length the origin
 //!   did not announce, get a *solo* segment (a sparse file as large as the
-//!   object may grow; a small one is packed when it completes). Every file
-//!   is mapped once (memmap2) and stays mapped until it is freed.
+//!   object may grow; a small one is packed when it completes). The bytes
+//!   a segment is accounted for are reserved on the disk when it is made
+//!   (`fallocate`). Every file is mapped once (memmap2) and stays mapped
+//!   until it is freed.
+//! - **A full disk.** `open` uses what fits (`plan`, `disk_room`) and says
+//!   so; a write refused for space evicts and retries once, else the
+//!   object is served uncached (`CacheError::NoSpace`); the restart scan
+//!   reads with `pread`, never touching a hole through the mapping.
 //! - **Records** (`coral::cache::record`): header, head, body; the commit
 //!   word is written last, so a crash never leaves a record that reads back
-//!   as complete. `open` scans every segment, verifies every checksum and
-//!   rebuilds the index; anything incomplete or corrupt is dropped.
-//! - **The index** (`index.rs`) is partitioned by the key's owning core
+//!   as complete. `open` reads every segment, verifies every checksum and
+//!   rebuilds the index; anything incomplete or corrupt is dropped, and a
+//!   damaged segment is logged.
+//! - **The index** (`index.rs`) holds at most `objects_max` objects, at
+//!   [`index_bytes_per_object`] bytes of RAM each, touched only as objects
+//!   come. It is partitioned by the key's owning core
 //!   (`steer::shard_of_key`). The owner writes its partition; every core
 //!   reads it through a sequence counter. See ARCHITECTURE.md, "The disk
 //!   cache", for the hit path.
@@ -79,9 +88,24 @@ const SEGMENTS_PER_CORE_MAX: u32 = crate::limits::CACHE.segments_per_core_max;
 /// Bounds of a packing segment's size, in bytes.
 const SEGMENT_BYTES_MIN: u64 = crate::limits::CACHE.segment_bytes_min;
 const SEGMENT_BYTES_MAX: u64 = crate::limits::CACHE.segment_bytes_max;
-/// The index is sized for objects of at least this mean size, in bytes
-/// (fewer, larger objects leave slots free; more, smaller ones are evicted).
-const OBJECT_BYTES_MEAN_MIN: u64 = 2048;
+/// The default object cap (`[proxy] cache_objects_max` unset) allows one
+/// object per this many bytes of cache (fewer, larger objects leave index
+/// slots unused; more, smaller ones are evicted first by the cap).
+pub const OBJECT_BYTES_MEAN_DEFAULT: u64 = crate::limits::CACHE.object_bytes_mean_default;
+/// The default object cap's bounds, for the whole cache.
+pub const OBJECTS_DEFAULT_MIN: u64 = crate::limits::CACHE.objects_default_min;
+pub const OBJECTS_DEFAULT_MAX: u64 = crate::limits::CACHE.objects_default_max;
+/// Index entries per core at least (a cache of a few MiB still holds a
+/// useful number of small objects).
+const OBJECTS_PER_CORE_MIN: u64 = 1024;
+/// The most RAM the index takes per object it may hold, in bytes (the
+/// goal the issue states; `index_bytes_per_object` is the real figure and
+/// a test holds it under this).
+pub const INDEX_BYTES_PER_OBJECT_MAX: u64 = 200;
+/// A full or failing disk: after a write refused for space, the core keeps
+/// its files under what it held then for this long before trying to grow
+/// again (the disk may have been freed meanwhile).
+const SPACE_RETRY_SECS: u64 = 60;
 /// How often a core's ticker looks at objects its readers wait on.
 const WAIT_TICK: std::time::Duration = std::time::Duration::from_micros(250);
 /// How often `ensure_resident` checks whether the kernel has read a range in.
@@ -98,6 +122,10 @@ pub struct CacheConfig {
     pub dir: PathBuf,
     /// The most bytes the cache's files may hold.
     pub size_bytes: u64,
+    /// The most objects the cache may hold (`None`: one per
+    /// [`OBJECT_BYTES_MEAN_DEFAULT`] bytes of the size used, within
+    /// [`OBJECTS_DEFAULT_MIN`]..[`OBJECTS_DEFAULT_MAX`]).
+    pub objects_max: Option<u64>,
 }
 
 impl Default for CacheConfig {
@@ -105,6 +133,7 @@ impl Default for CacheConfig {
         CacheConfig {
             dir: PathBuf::from("./coral-cache"),
             size_bytes: 1 << 30,
+            objects_max: None,
         }
     }
 }
@@ -122,6 +151,9 @@ pub enum CacheError {
     Failed,
     /// No room: everything left is pinned, read or being written.
     Full,
+    /// The disk refused a write for space (ENOSPC, EDQUOT) and evicting
+    /// did not make enough room: the object is served uncached.
+    NoSpace(std::io::Error),
 }
 
 impl fmt::Display for CacheError {
@@ -132,6 +164,7 @@ impl fmt::Display for CacheError {
             CacheError::NotOwner => write!(f, "key is owned by another core"),
             CacheError::Failed => write!(f, "object write failed earlier"),
             CacheError::Full => write!(f, "cache full of pinned or busy objects"),
+            CacheError::NoSpace(e) => write!(f, "no room on the cache's disk: {e}"),
         }
     }
 }
@@ -180,6 +213,169 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Bytes this core copied forward to free fragmented segments.
     pub cleaned_bytes: u64,
+    /// Writes the disk refused for space (ENOSPC, EDQUOT), all cores.
+    pub space_errors: u64,
+    /// The size the cache uses (the configured size, or less when the
+    /// disk has less room; see [`CachePlan`]), in bytes.
+    pub usable_bytes: u64,
+    /// The most objects the cache holds.
+    pub objects_max: u64,
+}
+
+// ---------------------------------------------------------------- sizing
+
+/// What a cache configuration implies: the size the cache will use, the
+/// objects it may hold and the RAM its index takes (`open` logs it;
+/// `coral check-config` prints it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachePlan {
+    /// `cache_size` as configured, in bytes.
+    pub configured_bytes: u64,
+    /// Room on the cache's disk: free bytes plus those the cache's own
+    /// files hold (`None`: unknown, e.g. the directory does not exist yet).
+    pub disk_room_bytes: Option<u64>,
+    /// The size the cache uses: the configured size, or what fits on the
+    /// disk (15/16 of its room, leaving some for the filesystem and the
+    /// node's logs) when that is less.
+    pub usable_bytes: u64,
+    /// The most objects the cache holds (every core's share together).
+    pub objects_max: u64,
+    /// RAM the index takes when it holds `objects_max` objects, in bytes.
+    pub index_bytes_max: u64,
+}
+
+impl CachePlan {
+    /// Whether the configured size does not fit on the disk.
+    pub fn shrunk(&self) -> bool {
+        self.usable_bytes < self.configured_bytes
+    }
+}
+
+impl fmt::Display for CachePlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        write!(f, "cache_size {:.0} MiB", mib(self.configured_bytes))?;
+        match self.disk_room_bytes {
+            Some(room) if self.shrunk() => write!(
+                f,
+                " does not fit: the disk has room for {:.0} MiB, so the cache uses {:.0} MiB",
+                mib(room),
+                mib(self.usable_bytes)
+            )?,
+            Some(room) => write!(f, " (the disk has room for {:.0} MiB)", mib(room))?,
+            None => write!(f, " (the disk's room is not known yet)")?,
+        }
+        write!(
+            f,
+            "; up to {} objects (cache_objects_max), index RAM up to {:.1} MiB \
+             ({} bytes per object, allocated as objects are stored)",
+            self.objects_max,
+            mib(self.index_bytes_max),
+            index_bytes_per_object()
+        )
+    }
+}
+
+/// RAM the index takes per object it holds, in bytes: the index slot (4/3
+/// of a 48-byte slot per entry), the hit counter, the owner's handle, the
+/// eviction policy's node, fingerprint and ghost entry, a free-list entry.
+pub fn index_bytes_per_object() -> u64 {
+    let slot = (index::Partition::memory_bytes_for(3 << 20) / (3 << 20)) as u64;
+    // S3-FIFO: a 16-byte node and an 8-byte fingerprint per handle; the
+    // ghost queue (8) and its set (8 + 4 + 1) hold at most one entry per
+    // object.
+    let policy = 16 + 8 + 8 + 13;
+    slot + std::mem::size_of::<Handle>() as u64 + 4 + policy
+}
+
+/// The cache a configuration implies, given the room on its disk
+/// (`disk_room`, see [`disk_room`]).
+pub fn plan(
+    size_bytes: u64,
+    objects_max: Option<u64>,
+    cores: usize,
+    disk_room_bytes: Option<u64>,
+) -> CachePlan {
+    let cores = cores.max(1) as u64;
+    let usable_bytes = match disk_room_bytes {
+        Some(room) => size_bytes.min(room - room / 16),
+        None => size_bytes,
+    };
+    let objects_max = objects_max
+        .unwrap_or_else(|| {
+            (usable_bytes / OBJECT_BYTES_MEAN_DEFAULT)
+                .clamp(OBJECTS_DEFAULT_MIN, OBJECTS_DEFAULT_MAX)
+        })
+        .clamp(
+            cores * OBJECTS_PER_CORE_MIN,
+            cores * u64::from(index::HANDLE_MAX / 2),
+        );
+    CachePlan {
+        configured_bytes: size_bytes,
+        disk_room_bytes,
+        usable_bytes,
+        objects_max,
+        index_bytes_max: objects_max * index_bytes_per_object(),
+    }
+}
+
+/// Room for the cache in `dir`: the bytes free to this user on its
+/// filesystem (`statvfs`) plus those the cache's segment files already
+/// hold. A directory not made yet is judged by its nearest existing
+/// parent. `None` if no such directory can be examined.
+pub fn disk_room(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let existing = dir.ancestors().find(|d| d.is_dir())?;
+    let path = std::ffi::CString::new(existing.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs writes only into `st`; `path` is a NUL-terminated string.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
+    let held: u64 = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("seg-"))
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .sum();
+    Some(free.saturating_add(held))
+}
+
+/// What `coral check-config` says of a configuration's cache: where it
+/// lives, what size it will use (what fits on the disk there) and the RAM
+/// its index implies. Prefixed "warning:" when `cache_size` does not fit;
+/// the flag says so (the caller then calls the configuration usable, not
+/// ok).
+pub fn check_config_line(
+    dir: &Path,
+    size_bytes: u64,
+    objects_max: Option<u64>,
+    cores: usize,
+) -> (String, bool) {
+    let p = plan(size_bytes, objects_max, cores, disk_room(dir));
+    let line = format!(
+        "{}cache {}: {p}",
+        if p.shrunk() { "warning: " } else { "" },
+        dir.display()
+    );
+    (line, p.shrunk())
+}
+
+/// Whether a failed write means the disk has no room (or the user's quota
+/// is spent, or the file may not grow).
+fn is_space_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+    )
 }
 
 // ---------------------------------------------------------------- segments
@@ -232,6 +428,11 @@ struct Shared {
     object_bytes: AtomicU64,
     bytes: AtomicU64,
     next_file: AtomicU64,
+    /// What `open` decided (size used, object cap).
+    plan: CachePlan,
+    /// Writes refused for space, and whether that was logged (once).
+    space_errors: AtomicU64,
+    space_logged: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: `SegSlot`'s cells are accessed only by the segment's owning core
@@ -330,8 +531,19 @@ impl Handle {
 /// What only the owning core touches.
 struct Owner {
     policy: S3Fifo,
+    /// Handles in use or freed; grows (to `handles_max`) as objects come,
+    /// so an empty cache costs no memory per object it may hold.
     handles: Vec<Handle>,
+    handles_max: u32,
     free_handles: Vec<u32>,
+    /// After a write refused for space: the bytes this core's files may
+    /// hold (what they held then, less room for the write), and since when
+    /// (unix seconds). `u64::MAX`: no such bound.
+    space_cap: u64,
+    space_cap_secs: u64,
+    /// At the object cap with nothing evictable: no eviction is tried for
+    /// a new object before this (unix seconds).
+    cap_retry_secs: u64,
     segs: HashMap<u32, OwnedSeg>,
     free_ids: Vec<u32>,
     active: Option<u32>,
@@ -587,10 +799,18 @@ impl CoreCache {
         }
     }
 
+    /// What `open` decided: the size used and the object cap.
+    pub fn plan(&self) -> CachePlan {
+        self.shared().plan
+    }
+
     /// Counters.
     pub fn stats(&self) -> CacheStats {
         let own = self.local.own();
         CacheStats {
+            space_errors: self.shared().space_errors.load(Ordering::Relaxed),
+            usable_bytes: self.shared().plan.usable_bytes,
+            objects_max: self.shared().plan.objects_max,
             objects: self.shared().objects.load(Ordering::Relaxed),
             bytes: self.shared().bytes.load(Ordering::Relaxed),
             object_bytes: self.shared().object_bytes.load(Ordering::Relaxed),
@@ -622,6 +842,68 @@ impl CoreCache {
             + own.free_handles.capacity() * 4
             + own.policy.memory_bytes();
         (bytes, own.policy.len())
+    }
+}
+
+impl Local {
+    /// A free handle for a new object: a freed one, else the next never
+    /// used (the handle table grows as objects come); `None` at the cap.
+    fn alloc_handle(own: &mut Owner) -> Option<u32> {
+        if let Some(h) = own.free_handles.pop() {
+            return Some(h);
+        }
+        let h = own.handles.len();
+        if h >= own.handles_max as usize {
+            return None;
+        }
+        if h == own.handles.capacity() {
+            // Doubling, but never past the cap: a full index holds exactly
+            // `handles_max` handles.
+            let want = (h * 2).max(64).min(own.handles_max as usize);
+            own.handles.reserve_exact(want - h);
+        }
+        own.handles.push(Handle::FREE);
+        Some(h as u32)
+    }
+
+    /// Whether the object cap leaves room for one more handle.
+    fn handle_free(own: &Owner) -> bool {
+        !own.free_handles.is_empty() || own.handles.len() < own.handles_max as usize
+    }
+
+    /// The bytes this core's files may hold now: its share, or less while
+    /// the disk has been refusing writes for space.
+    fn space_limit(&self, own: &mut Owner, now: u64) -> u64 {
+        if own.space_cap != u64::MAX && now >= own.space_cap_secs + SPACE_RETRY_SECS {
+            // Try to grow again: the disk may have room by now.
+            own.space_cap = u64::MAX;
+        }
+        self.shared().budget.min(own.space_cap)
+    }
+
+    /// A write of `need` bytes was refused for space (`e`): counts and logs
+    /// it (once per node), and bounds this core's files under what they
+    /// hold now less `need` and a segment, so that `make_room` evicts
+    /// enough for the retry.
+    fn on_space_error(&self, own: &mut Owner, e: &std::io::Error, need: u64, now: u64) {
+        let shared = self.shared();
+        shared.space_errors.fetch_add(1, Ordering::Relaxed);
+        let cap = own
+            .bytes
+            .saturating_sub(need.saturating_add(shared.segment_bytes));
+        own.space_cap = own.space_cap.min(cap);
+        own.space_cap_secs = now;
+        if !shared.space_logged.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                dir = %shared.dir.display(),
+                error = %e,
+                cache_bytes = shared.bytes.load(Ordering::Relaxed),
+                usable_bytes = shared.plan.usable_bytes,
+                "cache: the disk refused a write for space (disk full or quota spent); \
+                 evicting to make room, and serving objects that still do not fit uncached \
+                 (logged once; counted in coral_cache_space_errors_total)"
+            );
+        }
     }
 }
 

@@ -1,6 +1,10 @@
-//! Opening the cache: the shared tables are made, then the restart scan
-//! reads every segment file back, verifies every record and rebuilds the
-//! index; anything incomplete, corrupt or removed is dropped.
+//! Opening the cache: the size that fits on the disk is decided and said
+//! (`plan`), the shared tables are made, then the restart scan reads every
+//! segment file back with `pread` (never through the mapping: touching an
+//! unwritten page of a sparse file on a full tmpfs raises SIGBUS), verifies
+//! every record and rebuilds the index; anything incomplete, corrupt or
+//! removed is dropped, and a segment that cannot be read is skipped and
+//! logged.
 
 use super::*;
 
@@ -11,11 +15,22 @@ use super::*;
 pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheError> {
     let cores = cores.max(1);
     std::fs::create_dir_all(&config.dir)?;
-    let budget = config.size_bytes / cores as u64;
+    let plan = plan(
+        config.size_bytes,
+        config.objects_max,
+        cores,
+        disk_room(&config.dir),
+    );
+    if plan.shrunk() {
+        tracing::warn!(dir = %config.dir.display(), "cache: {plan}");
+    } else {
+        tracing::info!(dir = %config.dir.display(), "cache: {plan}");
+    }
+    let budget = plan.usable_bytes / cores as u64;
     let segment_bytes = ((budget / 16) / 4096 * 4096).clamp(SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX);
-    // Entries per core: complete objects and objects being written.
-    let objects_max =
-        (budget / OBJECT_BYTES_MEAN_MIN).clamp(1024, u64::from(index::HANDLE_MAX) / 2) as usize;
+    // Entries per core: complete objects and objects being written. The
+    // tables are allocated zeroed and grow into memory as they are used.
+    let objects_max = (plan.objects_max / cores as u64) as usize;
     let parts: Box<[Partition]> = (0..cores).map(|_| Partition::new(objects_max)).collect();
     let handles = parts[0].capacity() as u32;
     if cores as u64 * u64::from(SEGMENTS_PER_CORE_MAX) > 1 << index::SEG_BITS {
@@ -40,6 +55,9 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
         object_bytes: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         next_file: AtomicU64::new(0),
+        plan,
+        space_errors: AtomicU64::new(0),
+        space_logged: std::sync::atomic::AtomicBool::new(false),
     });
     let caches: Vec<CoreCache> = (0..cores)
         .map(|core| {
@@ -52,8 +70,12 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
                     thread: std::sync::atomic::AtomicUsize::new(0),
                     owner: RefCell::new(Owner {
                         policy: S3Fifo::new(handles, shared.live_target),
-                        handles: vec![Handle::FREE; handles as usize],
-                        free_handles: (0..handles).rev().collect(),
+                        handles: Vec::new(),
+                        handles_max: handles,
+                        free_handles: Vec::new(),
+                        space_cap: u64::MAX,
+                        space_cap_secs: 0,
+                        cap_retry_secs: 0,
                         segs: HashMap::new(),
                         free_ids: (base..base + SEGMENTS_PER_CORE_MAX).rev().collect(),
                         active: None,
@@ -104,10 +126,21 @@ fn restore(caches: &[CoreCache], dir: &Path) -> Result<(), CacheError> {
     let mut last_report = started;
     let (mut objects, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
     let total = files.len();
+    let mut buf: Vec<u8> = Vec::new();
     for (i, (_, path)) in files.iter().enumerate() {
         let c = &caches[i % caches.len()];
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
-        let len = file.metadata()?.len();
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .and_then(|f| f.metadata().map(|m| (m.len(), f)));
+        let (len, file) = match opened {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(segment = %path.display(), error = %e, "cache: segment cannot be opened: skipped");
+                continue;
+            }
+        };
         if len < HEADER_BYTES as u64 {
             let _ = std::fs::remove_file(path);
             continue;
@@ -115,9 +148,20 @@ fn restore(caches: &[CoreCache], dir: &Path) -> Result<(), CacheError> {
         let id = {
             let mut own = c.local.own();
             let Some(id) = own.free_ids.pop() else {
-                return Err(CacheError::Full);
+                tracing::warn!(
+                    segment = %path.display(),
+                    "cache: more segment files than the segment table holds: the rest are not restored"
+                );
+                break;
             };
-            let map = MmapOptions::new().len(len as usize).map_raw(&file)?;
+            let map = match MmapOptions::new().len(len as usize).map_raw(&file) {
+                Ok(m) => m,
+                Err(e) => {
+                    own.free_ids.push(id);
+                    tracing::warn!(segment = %path.display(), error = %e, "cache: segment cannot be mapped: skipped");
+                    continue;
+                }
+            };
             // A file of the packing size is a packing segment (cleanable);
             // any other size held one object (solo).
             let packing = len == shared.segment_bytes;
@@ -128,38 +172,33 @@ fn restore(caches: &[CoreCache], dir: &Path) -> Result<(), CacheError> {
             seg.used = len;
             id
         };
-        let base = shared.segs[id as usize].ptr.load(Ordering::Acquire) as *const u8;
-        let mut off = 0u64;
-        while off + HEADER_BYTES as u64 <= len {
-            // SAFETY: the mapping is `len` bytes; no one writes it during open.
-            let rest =
-                unsafe { std::slice::from_raw_parts(base.add(off as usize), (len - off) as usize) };
-            match record::read_record(rest, true) {
-                Ok(rec) => {
-                    let owner = &caches[steer::shard_of_key(&rec.key, caches.len())];
-                    if owner.local.restore_record(&rec, id, off as u32, &c.local) {
-                        objects += 1;
-                        bytes += rec.alloc_len;
-                    }
-                    off += rec.alloc_len;
-                }
-                Err(e) => match e.skip() {
-                    Some(skip) => {
-                        dropped += 1;
-                        off += skip;
-                    }
-                    None => break,
-                },
+        // The file stays open (in its slot) while the scan runs.
+        let fd = shared.segs[id as usize].fd.load(Ordering::Relaxed);
+        let scan = scan_segment(fd, len, &mut buf, |rec, off| {
+            let owner = &caches[steer::shard_of_key(&rec.key, caches.len())];
+            if owner.local.restore_record(rec, id, off as u32, &c.local) {
+                objects += 1;
+                bytes += rec.alloc_len;
             }
-            if last_report.elapsed() >= OPEN_QUIET {
-                last_report = std::time::Instant::now();
-                eprintln!(
-                    "coral: cache: reading {} — segment {}/{total}, {objects} objects, {} MiB",
-                    dir.display(),
-                    i + 1,
-                    bytes >> 20
-                );
-            }
+        });
+        dropped += scan.dropped + scan.damaged;
+        if scan.damaged > 0 || scan.error.is_some() {
+            tracing::warn!(
+                segment = %path.display(),
+                restored = scan.restored,
+                damaged = scan.damaged,
+                error = scan.error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+                "cache: torn, corrupt or unreadable segment: its bad records are skipped"
+            );
+        }
+        if last_report.elapsed() >= OPEN_QUIET {
+            last_report = std::time::Instant::now();
+            eprintln!(
+                "coral: cache: reading {} — segment {}/{total}, {objects} objects, {} MiB",
+                dir.display(),
+                i + 1,
+                bytes >> 20
+            );
         }
     }
     if started.elapsed() >= OPEN_QUIET {
@@ -168,6 +207,108 @@ fn restore(caches: &[CoreCache], dir: &Path) -> Result<(), CacheError> {
             bytes >> 20,
             started.elapsed().as_secs_f64()
         );
+    }
+    Ok(())
+}
+
+/// Reads the records of the segment file `fd` (`len` bytes) with `pread`,
+/// a header and then, for a committed record, the whole record into `buf`;
+/// calls `found` with each complete, verified record and its offset.
+/// Returns what it found; a read error ends the scan of this segment.
+fn scan_segment(
+    fd: RawFd,
+    len: u64,
+    buf: &mut Vec<u8>,
+    mut found: impl FnMut(&record::Record, u64),
+) -> Scan {
+    let mut scan = Scan::default();
+    let (mut restored, mut dropped) = (0u64, 0u64);
+    let mut header = [0u8; HEADER_BYTES];
+    let mut off = 0u64;
+    while off + HEADER_BYTES as u64 <= len {
+        if let Err(e) = read_file(fd, &mut header, off) {
+            scan.error = Some(e);
+            break;
+        }
+        let next = match record::read_header(&header, len - off) {
+            Ok(alloc_len) => {
+                buf.clear();
+                buf.resize(alloc_len as usize, 0);
+                if let Err(e) = read_file(fd, buf, off) {
+                    scan.damaged += 1;
+                    scan.error = Some(e);
+                    break;
+                }
+                match record::read_record(buf, true) {
+                    Ok(rec) => {
+                        found(&rec, off);
+                        restored += 1;
+                        rec.alloc_len
+                    }
+                    Err(e) => {
+                        scan.damaged += 1;
+                        e.skip().unwrap_or(alloc_len)
+                    }
+                }
+            }
+            Err(e) => match e.skip() {
+                // Uncommitted (an aborted or interrupted write) or removed.
+                Some(skip) => {
+                    dropped += 1;
+                    skip
+                }
+                // Zeros: the rest of the segment is unused. Anything else
+                // is a torn or garbled record, and the rest is unreadable.
+                None => {
+                    if header.iter().any(|&b| b != 0) {
+                        scan.damaged += 1;
+                    }
+                    break;
+                }
+            },
+        };
+        off += next.max(record::RECORD_ALIGN);
+    }
+    scan.restored = restored;
+    scan.dropped = dropped;
+    scan
+}
+
+/// What `scan_segment` found in one segment.
+#[derive(Default)]
+struct Scan {
+    /// Complete records restored.
+    restored: u64,
+    /// Records passed over as not complete: aborted, cut short by a crash,
+    /// or removed.
+    dropped: u64,
+    /// Records torn, garbled or failing their checksum.
+    damaged: u64,
+    /// The read error that ended the scan early.
+    error: Option<std::io::Error>,
+}
+
+/// Reads `buf.len()` bytes at `at` of file `fd` (`pread`); a read past
+/// the end of the file leaves the rest zero.
+fn read_file(fd: RawFd, buf: &mut [u8], mut at: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is a live, writable slice; `fd` is an open file.
+        let n = unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), at as libc::off_t) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            rest.fill(0);
+            return Ok(());
+        }
+        done += n as usize;
+        at += n as u64;
     }
     Ok(())
 }
@@ -204,7 +345,7 @@ impl Local {
         if part.len() >= part.capacity() {
             return false;
         }
-        let Some(h) = own.free_handles.pop() else {
+        let Some(h) = Local::alloc_handle(&mut own) else {
             return false;
         };
         let e = Entry {

@@ -45,7 +45,10 @@ impl Local {
         self.shared().bytes.fetch_add(accounted, Ordering::Relaxed);
     }
 
-    /// A new segment file of `file_bytes` (sparse), `accounted` against the share.
+    /// A new segment file of `file_bytes` (sparse), `accounted` against the
+    /// share. The accounted bytes are reserved on the disk up front
+    /// (`fallocate`): a full disk is found here, as an error the caller
+    /// handles, never later as a page fault (SIGBUS) on the mapping.
     pub(super) fn create_segment(
         &self,
         own: &mut Owner,
@@ -62,7 +65,13 @@ impl Local {
                 .write(true)
                 .create_new(true)
                 .open(&path)?;
-            file.set_len(file_bytes)?;
+            let made = file
+                .set_len(file_bytes)
+                .and_then(|()| reserve(&file, accounted));
+            if let Err(e) = made {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
             let map = MmapOptions::new().len(file_bytes as usize).map_raw(&file)?;
             Ok::<_, std::io::Error>((map, file, path))
         })();
@@ -164,5 +173,34 @@ impl Local {
         let s = own.segs.get_mut(&id).ok_or(CacheError::Full)?;
         s.used = rec;
         Ok((id, 0))
+    }
+}
+
+/// Allocates the first `bytes` of `file` on the disk (`fallocate`, keeping
+/// its size); a filesystem that cannot (EOPNOTSUPP) keeps it sparse, and
+/// a full one then fails the write (`write_file`) instead.
+fn reserve(file: &File, bytes: u64) -> std::io::Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    loop {
+        // SAFETY: fallocate on an open file descriptor; no memory is passed.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                bytes as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => return Ok(()),
+            _ => return Err(e),
+        }
     }
 }

@@ -75,6 +75,7 @@ pub(super) fn config(dir: &Path, size: u64) -> CacheConfig {
     CacheConfig {
         dir: dir.to_path_buf(),
         size_bytes: size,
+        objects_max: None,
     }
 }
 
@@ -673,8 +674,10 @@ fn bench_hit_path_lookups_per_second() {
 #[ignore]
 fn bench_index_bytes_per_object_at_one_million() {
     let dir = TempDir::new("bench-index");
-    // One core sized for 1 M entries (size / OBJECT_BYTES_MEAN_MIN).
-    let caches = open(&config(&dir.0, 1_000_000 * OBJECT_BYTES_MEAN_MIN), 1).unwrap();
+    // One core sized for 1 M entries.
+    let mut cfg = config(&dir.0, 2 << 30);
+    cfg.objects_max = Some(1_000_000);
+    let caches = open(&cfg, 1).unwrap();
     let c = &caches[0];
     for n in 0..1_500_000u32 {
         store_on(c, key(n), b"");
@@ -882,4 +885,98 @@ fn after_a_restart_restored_segments_are_cleaned_and_evicted_like_new_ones() {
     assert_eq!(present, c.stats().objects);
     // The restored files were freed as their objects left.
     assert!(seg_files(&dir.0) < 300, "{} files", seg_files(&dir.0));
+}
+
+// ---------------------------------------------------------------- index memory by objects (issue 23 item 4)
+
+/// This process's resident anonymous memory, in bytes (`RssAnon`: the
+/// heap, not the segment files other tests map).
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("RssAnon")
+        * 1024
+}
+
+#[test]
+fn index_ram_per_object_is_at_most_200_bytes() {
+    let per = index_bytes_per_object();
+    assert!(
+        per <= INDEX_BYTES_PER_OBJECT_MAX,
+        "{per} bytes of index per object (bound {INDEX_BYTES_PER_OBJECT_MAX})"
+    );
+    // The figure is the real one: a core's index with every handle used,
+    // measured by its own accounting, is within it.
+    let dir = TempDir::new("index-per-object");
+    let mut cfg = config(&dir.0, 64 << 20);
+    cfg.objects_max = Some(20_000);
+    let caches = open(&cfg, 1).unwrap();
+    let c = &caches[0];
+    for n in 0..30_000u32 {
+        store_on(c, key(n), b"");
+    }
+    let (bytes, objects) = c.index_memory();
+    assert!(objects >= 15_000, "{objects} objects held");
+    let measured = bytes as u64 / c.plan().objects_max;
+    assert!(
+        measured <= per,
+        "measured {measured} bytes per object over the index's cap, stated {per}"
+    );
+}
+
+#[test]
+fn the_object_cap_is_enforced_and_defaults_from_the_size() {
+    // Default: one object per 16 KiB of the size used, within bounds.
+    let p = plan(1 << 30, None, 1, None);
+    assert_eq!(p.objects_max, (1 << 30) / OBJECT_BYTES_MEAN_DEFAULT);
+    assert_eq!(
+        plan(1 << 20, None, 1, None).objects_max,
+        OBJECTS_DEFAULT_MIN
+    );
+    assert_eq!(
+        plan(1 << 50, None, 1, None).objects_max,
+        OBJECTS_DEFAULT_MAX
+    );
+    // What fits on the disk: 15/16 of its room.
+    let p = plan(2 << 40, None, 2, Some(32 << 20));
+    assert!(p.shrunk());
+    assert_eq!(p.usable_bytes, (32 << 20) - (2 << 20));
+    assert!(p.to_string().contains("does not fit"), "{p}");
+    // Enforced: a cache of 2048 objects never holds more.
+    let dir = TempDir::new("object-cap");
+    let mut cfg = config(&dir.0, 256 << 20);
+    cfg.objects_max = Some(2048);
+    let caches = open(&cfg, 1).unwrap();
+    for n in 0..5000u32 {
+        store_on(&caches[0], key(n), b"x");
+    }
+    let s = caches[0].stats();
+    assert!(
+        s.objects <= 2048,
+        "{} objects over a cap of 2048",
+        s.objects
+    );
+    assert!(s.objects >= 1024, "{} objects", s.objects);
+}
+
+#[test]
+fn an_empty_index_for_millions_of_objects_costs_under_1mb_per_gb() {
+    // A cache of 64 GiB with the default cap (4 Mi objects): its tables
+    // are reserved, not touched, until objects come.
+    let dir = TempDir::new("index-empty");
+    let size: u64 = 64 << 30;
+    let before = rss_bytes();
+    let p = plan(size, None, 1, None);
+    let parts: Vec<index::Partition> = vec![index::Partition::new(p.objects_max as usize)];
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(
+        grown <= (size >> 30) << 20,
+        "an empty index for {} objects took {grown} bytes of RSS (bound 1 MiB per GiB: {} bytes)",
+        p.objects_max,
+        (size >> 30) << 20
+    );
+    drop(parts);
+    drop(dir);
 }

@@ -28,57 +28,40 @@ impl CoreCache {
         let now = now_secs();
         let mut own = self.local.own();
         let part = &shared.parts[self.core];
-        while part.len() >= part.capacity() || own.free_handles.is_empty() {
-            if !self.local.evict_one(&mut own, now) {
+        while part.len() >= part.capacity() || !Local::handle_free(&own) {
+            // At the object cap with every object pinned, the policy walks
+            // its whole queue to find none: try again only a second later
+            // (meanwhile new objects are served uncached), so a flood of
+            // new URLs does not pay that walk on every miss.
+            if now < own.cap_retry_secs || !self.local.evict_one(&mut own, now) {
+                own.cap_retry_secs = own.cap_retry_secs.max(now + 1);
                 return Err(CacheError::Full);
             }
         }
-        let known_len = meta.expected_len.map(|l| record::record_len(head.len(), l));
-        let small = known_len.filter(|&r| r <= shared.segment_bytes / 4);
-        let (seg, off, solo, alloc_len) = match small {
-            Some(r) => {
-                let need = self.local.packing_need(&own, r);
-                self.local.make_room(&mut own, need, now)?;
-                let (seg, off) = self.local.alloc_packing(&mut own, r)?;
-                (seg, off, false, r)
-            }
-            None => {
-                let cap =
-                    known_len.unwrap_or_else(|| record::record_len(head.len(), OBJECT_BYTES_MAX));
-                let accounted = known_len.unwrap_or_else(|| record::record_len(head.len(), 0));
-                self.local.make_room(&mut own, accounted, now)?;
-                let seg = self
-                    .local
-                    .create_segment(&mut own, round_page(cap), accounted, false)?;
-                (seg, 0, true, cap)
-            }
-        };
+        // A write the disk refuses for space is retried once, after
+        // evicting enough (`on_space_error`); if it fails again the caller
+        // serves the object uncached.
+        let mut placed = self.place(&mut own, &key, &meta, head, now);
+        let mut retry = false;
+        if let Err(CacheError::NoSpace(e)) = &placed {
+            let need = meta
+                .expected_len
+                .map_or(shared.segment_bytes, |l| record::record_len(head.len(), l));
+            self.local.on_space_error(&mut own, e, need, now);
+            retry = self.local.make_room(&mut own, need, now).is_ok();
+        }
+        if retry {
+            placed = self.place(&mut own, &key, &meta, head, now);
+        }
+        let (seg, off, solo, alloc_len) = placed?;
         let slot = &shared.segs[seg as usize];
         // SAFETY: the record's space was just handed to this writer alone.
         let rec = unsafe { slot.ptr.load(Ordering::Acquire).add(off as usize) };
-        let header = record::encode_header(&key, &meta, head.len() as u32, alloc_len);
-        // [rec, rec + alloc_len) is this writer's, and no reader sees it
-        // until the index entry below. Written through the file, not the
-        // mapping (`write_file`).
-        let fd = slot.fd.load(Ordering::Relaxed);
-        let written = write_file(fd, &header[..HEADER_BYTES], u64::from(off))
-            .and_then(|()| write_file(fd, head, u64::from(off) + HEADER_BYTES as u64));
-        if let Err(e) = written {
-            // The space stays allocated in the packing segment (dead bytes
-            // that cleaning reclaims); a solo segment is freed by the sweep.
-            if solo {
-                if let Some(s) = own.segs.get_mut(&seg) {
-                    s.sealed = true;
-                }
-                self.local.sweep(&mut own);
-            }
-            return Err(e.into());
-        }
         slot.live.fetch_add(1, Ordering::AcqRel);
         if let Some(s) = own.segs.get_mut(&seg) {
             s.writers += 1;
         }
-        let h = own.free_handles.pop().ok_or(CacheError::Full)?;
+        let h = Local::alloc_handle(&mut own).ok_or(CacheError::Full)?;
         own.handles[h as usize] = Handle {
             key,
             seg,
@@ -115,6 +98,67 @@ impl CoreCache {
             checksum: record::content_checksum_start(&key, head),
             done: false,
         })
+    }
+}
+
+impl CoreCache {
+    /// Room for the record of a new object, and its header and head
+    /// written there: (segment, offset, solo, record bytes). A write the
+    /// disk refuses for space is `NoSpace`.
+    fn place(
+        &self,
+        own: &mut Owner,
+        key: &Id,
+        meta: &ObjectMeta,
+        head: &[u8],
+        now: u64,
+    ) -> Result<(u32, u32, bool, u64), CacheError> {
+        let shared = self.shared();
+        let known_len = meta.expected_len.map(|l| record::record_len(head.len(), l));
+        let small = known_len.filter(|&r| r <= shared.segment_bytes / 4);
+        let space = |e: CacheError| match e {
+            CacheError::Io(e) if is_space_error(&e) => CacheError::NoSpace(e),
+            e => e,
+        };
+        let (seg, off, solo, alloc_len) = match small {
+            Some(r) => {
+                let need = self.local.packing_need(own, r);
+                self.local.make_room(own, need, now)?;
+                let (seg, off) = self.local.alloc_packing(own, r).map_err(space)?;
+                (seg, off, false, r)
+            }
+            None => {
+                let cap =
+                    known_len.unwrap_or_else(|| record::record_len(head.len(), OBJECT_BYTES_MAX));
+                let accounted = known_len.unwrap_or_else(|| record::record_len(head.len(), 0));
+                self.local.make_room(own, accounted, now)?;
+                let seg = self
+                    .local
+                    .create_segment(own, round_page(cap), accounted, false)
+                    .map_err(space)?;
+                (seg, 0, true, cap)
+            }
+        };
+        let slot = &shared.segs[seg as usize];
+        let header = record::encode_header(key, meta, head.len() as u32, alloc_len);
+        // [off, off + alloc_len) is this writer's, and no reader sees it
+        // until the index entry `begin` inserts. Written through the file,
+        // not the mapping (`write_file`).
+        let fd = slot.fd.load(Ordering::Relaxed);
+        let written = write_file(fd, &header[..HEADER_BYTES], u64::from(off))
+            .and_then(|()| write_file(fd, head, u64::from(off) + HEADER_BYTES as u64));
+        if let Err(e) = written {
+            // The space stays allocated in the packing segment (dead bytes
+            // that cleaning reclaims); a solo segment is freed by the sweep.
+            if solo {
+                if let Some(s) = own.segs.get_mut(&seg) {
+                    s.sealed = true;
+                }
+                self.local.sweep(own);
+            }
+            return Err(space(e.into()));
+        }
+        Ok((seg, off, solo, alloc_len))
     }
 }
 
@@ -163,9 +207,32 @@ impl ObjectWriter {
             .fd
             .load(Ordering::Relaxed);
         let at = self.rec_off + (HEADER_BYTES + self.head_len) as u64 + self.len;
-        if let Err(e) = write_file(fd, data, at) {
+        let mut written = write_file(fd, data, at);
+        if let Err(e) = &written {
+            if is_space_error(e) {
+                // A body of unannounced length grows its sparse file as it
+                // comes: make room on the disk by evicting, then retry once.
+                let now = now_secs();
+                let mut own = self.cache.own();
+                self.cache
+                    .on_space_error(&mut own, e, data.len() as u64, now);
+                if self
+                    .cache
+                    .make_room(&mut own, data.len() as u64, now)
+                    .is_ok()
+                {
+                    drop(own);
+                    written = write_file(fd, data, at);
+                }
+            }
+        }
+        if let Err(e) = written {
             self.fail();
-            return Err(e.into());
+            return Err(if is_space_error(&e) {
+                CacheError::NoSpace(e)
+            } else {
+                e.into()
+            });
         }
         // SAFETY: the record's header lies inside the mapping.
         unsafe { body_len_word(self.rec).store(new_len, Ordering::Release) };
@@ -280,13 +347,16 @@ impl ObjectWriter {
         }
         shared.objects.fetch_add(1, Ordering::Relaxed);
         shared.object_bytes.fetch_add(final_len, Ordering::Relaxed);
+        // Room is made before the object joins the policy: in a cache full
+        // of pinned objects the newest would be the only victim, evicted
+        // before the clients that waited for it read it (they got 502).
+        let _ = cache.make_room(&mut own, 0, now_secs());
         own.policy.insert(h, final_len, fingerprint(&self.key));
         if self.solo && final_len <= shared.segment_bytes / 4 {
             // A small object that came without a length: pack it, so small
             // objects do not each keep a file and a mapping.
             let _ = cache.relocate(&mut own, h, 0);
         }
-        let _ = cache.make_room(&mut own, 0, now_secs());
         cache.sweep(&mut own);
         Ok(())
     }

@@ -776,8 +776,12 @@ impl ProxyCore {
         let mut writer = match self.cache.begin(key, meta, &head_bytes) {
             Ok(w) => w,
             Err(e) => {
-                tracing::warn!(%key, error = %e, "cache refused the object");
-                self.fetch_failed(&key, Fail::UNAVAILABLE);
+                // A full or failing disk (or a cache of pinned objects): the
+                // object is served uncached to the request that made the
+                // fetch, never a 503 (`cache::CoreCache::begin` has already
+                // evicted what it could; its counter and log say why).
+                tracing::debug!(%key, error = %e, "cache refused the object: served uncached");
+                self.pass_waiters(&key, resp);
                 return Outcome::Failed;
             }
         };

@@ -66,6 +66,8 @@ pub fn core_json(shard: &Shard) -> Json {
             "objects": p.cache.objects, "bytes": p.cache.object_bytes,
             "segment_bytes": p.cache.bytes, "hits": p.cache.hits,
             "misses": p.cache.misses, "evictions": p.cache.evictions,
+            "usable_bytes": p.cache.usable_bytes, "objects_max": p.cache.objects_max,
+            "space_errors": p.cache.space_errors,
         },
         "dns_queries": crate::dns::queries(),
         "dsht": {
@@ -219,6 +221,10 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
             "segment_bytes": cores.first().map_or(0, |c| num(c, &["cache", "segment_bytes"])),
             "limit_bytes": cache_limit_bytes,
             "evictions": sum(&["cache", "evictions"]),
+            // What fits on the disk, and writes it refused for space.
+            "usable_bytes": cores.first().map_or(0, |c| num(c, &["cache", "usable_bytes"])),
+            "objects_max": cores.first().map_or(0, |c| num(c, &["cache", "objects_max"])),
+            "space_errors": cores.first().map_or(0, |c| num(c, &["cache", "space_errors"])),
         },
         "dns": {"queries": dns},
         "dsht": {

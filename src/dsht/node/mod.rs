@@ -283,7 +283,10 @@ pub enum Dropped {
 }
 
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(10);
-const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// How often expired values and quiet keys are dropped from the stores:
+/// every maintenance tick, so a claim (20 s TTL) leaves memory soon after
+/// it expires (`Store::sweep`; SECURITY.md, "URL floods").
+const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const PINGED_RECENTLY: Duration = Duration::from_secs(60);
 /// A first-hand cluster member not heard from for this long may be
 /// forgotten to make room for another.
