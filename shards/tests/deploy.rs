@@ -364,8 +364,9 @@ fn start_sandboxed(edit: &str, notify: &str) -> Sandboxed {
     }
 }
 
-/// The shipped config's addresses: admin, dns, and where its HTTP proxy is
-/// reached (its `http`, else port 8090 on the public address).
+/// The shipped config's addresses: admin, dns (its `dns`, else port 53 on
+/// the public address), and where its HTTP proxy is reached (its `http`,
+/// else port 8090 on the public address).
 fn shipped_addresses() -> (SocketAddr, SocketAddr, SocketAddr, String) {
     let cfg: toml::Table = toml::from_str(&deploy("coral.toml")).unwrap();
     let addr = |k: &str| -> SocketAddr { cfg[k].as_str().unwrap().parse().unwrap() };
@@ -381,7 +382,12 @@ fn shipped_addresses() -> (SocketAddr, SocketAddr, SocketAddr, String) {
         }
         None => SocketAddr::new(public.ip(), 8090),
     };
-    let dns = addr("dns");
+    // No `dns` line: dnssrv follows the DSHT address, port 53 on a public
+    // node (README, "Running a node for real").
+    let dns = match cfg.get("dns") {
+        Some(_) => addr("dns"),
+        None => SocketAddr::new(public.ip(), 53),
+    };
     let dns = if dns.ip().is_unspecified() {
         SocketAddr::new(public.ip(), dns.port())
     } else {
