@@ -27,7 +27,7 @@
 //!   `lookup_timeout`: its slot is freed and its waiters told
 //!   [`Failure::Timeout`]. SERVFAIL or REFUSED moves to the next server at
 //!   once; a truncated answer (TC) is asked again over TCP (RFC 7766);
-//! - each try has a random transaction id ([`Output::Query::id`]) and a
+//! - each try has a random transaction id (the `id` of [`Output::Query`]) and a
 //!   socket of its own (the kernel's random ephemeral port); an answer
 //!   counts only from the server asked, with our id and our question
 //!   (`wire::parse_answer`); anything else is ignored, not fatal;
