@@ -150,7 +150,7 @@ fn delta_seconds_value(n: u64) -> u64 {
     n.min(1 << 31)
 }
 
-fn delta_seconds(v: Option<&[u8]>) -> Option<u64> {
+pub(crate) fn delta_seconds(v: Option<&[u8]>) -> Option<u64> {
     let v = v?;
     let v = v
         .strip_prefix(b"\"")

@@ -50,24 +50,10 @@ fn directives_field(h: &Headers) -> &'static str {
         .unwrap_or("cache-control")
 }
 
-/// A delta-seconds argument (RFC 9111 §1.2.2), quoted or not; too large
-/// is 2^31.
+/// A delta-seconds value (RFC 9111 §1.2.2), as `policy` reads it: quotes
+/// tolerated, a value too large is 2^31.
 fn seconds(v: &[u8]) -> Option<u64> {
-    let v = v
-        .strip_prefix(b"\"")
-        .and_then(|v| v.strip_suffix(b"\""))
-        .unwrap_or(v);
-    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(
-        v.iter()
-            .try_fold(0u64, |n, d| {
-                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-            })
-            .unwrap_or(1 << 31)
-            .min(1 << 31),
-    )
+    super::policy::delta_seconds(Some(v))
 }
 
 /// The stale windows of a stored response's header fields.

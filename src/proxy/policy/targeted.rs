@@ -185,7 +185,8 @@ impl<'a> Parser<'a> {
             b'"' => self.string(),
             b'A'..=b'Z' | b'a'..=b'z' | b'*' => {
                 self.i += 1;
-                while matches!(self.peek(), Some(c) if is_tchar(c) || c == b':' || c == b'/') {
+                while matches!(self.peek(), Some(c) if crate::proxy::http::is_tchar(c) || c == b':' || c == b'/')
+                {
                     self.i += 1;
                 }
                 Some(Item::Token)
@@ -262,26 +263,4 @@ impl<'a> Parser<'a> {
             self.i += 1;
         }
     }
-}
-
-/// `tchar` of RFC 9110 §5.6.2.
-fn is_tchar(c: u8) -> bool {
-    c.is_ascii_alphanumeric()
-        || matches!(
-            c,
-            b'!' | b'#'
-                | b'$'
-                | b'%'
-                | b'&'
-                | b'\''
-                | b'*'
-                | b'+'
-                | b'-'
-                | b'.'
-                | b'^'
-                | b'_'
-                | b'`'
-                | b'|'
-                | b'~'
-        )
 }
