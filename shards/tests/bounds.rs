@@ -131,26 +131,25 @@ fn coral_host() -> String {
 /// A GET of `path` through the proxy at `proxy` on a connection of its own;
 /// whether a 200 with `len` body bytes came back within [`GOOD_WAIT`].
 fn http_ok(proxy: SocketAddr, path: &str, len: usize) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&proxy, GOOD_WAIT) else {
-        return false;
-    };
+    http_get_200(proxy, path).is_some_and(|b| b.len() == len)
+}
+
+/// A GET of `path` through the proxy at `proxy` on a connection of its own:
+/// the body of a 200 that came back whole within [`GOOD_WAIT`], else `None`.
+fn http_get_200(proxy: SocketAddr, path: &str) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect_timeout(&proxy, GOOD_WAIT).ok()?;
     let _ = s.set_read_timeout(Some(GOOD_WAIT));
     let _ = s.set_write_timeout(Some(GOOD_WAIT));
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
         coral_host()
     );
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
+    s.write_all(req.as_bytes()).ok()?;
     let mut resp = Vec::new();
-    if s.read_to_end(&mut resp).is_err() {
-        return false;
-    }
-    let Some(at) = resp.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return false;
-    };
-    resp.starts_with(b"HTTP/1.1 200") && resp.len() - at - 4 == len
+    s.read_to_end(&mut resp).ok()?;
+    let at = resp.windows(4).position(|w| w == b"\r\n\r\n")?;
+    resp.starts_with(b"HTTP/1.1 200")
+        .then(|| resp.split_off(at + 4))
 }
 
 /// A node with CoralProxy on 127.23.`net`.1, nginx serving `files` as the
@@ -778,26 +777,7 @@ fn rss_anon(node: &Node) -> (u64, u64) {
 /// A GET of `path` through the proxy on a connection of its own: whether a
 /// 200 carrying exactly `body` came back within [`GOOD_WAIT`].
 fn http_body_ok(proxy: SocketAddr, path: &str, body: &[u8]) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&proxy, GOOD_WAIT) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(GOOD_WAIT));
-    let _ = s.set_write_timeout(Some(GOOD_WAIT));
-    let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        coral_host()
-    );
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let mut resp = Vec::new();
-    if s.read_to_end(&mut resp).is_err() {
-        return false;
-    }
-    let Some(at) = resp.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return false;
-    };
-    resp.starts_with(b"HTTP/1.1 200") && &resp[at + 4..] == body
+    http_get_200(proxy, path).is_some_and(|b| b == body)
 }
 
 /// A flood of distinct URLs (issue #23's last row: ~260k requests cost
