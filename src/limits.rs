@@ -27,6 +27,13 @@ pub struct DnsLimits {
     pub rrl_buckets: usize,
     /// Nodes remembered as near one client network.
     pub near_nodes_max: usize,
+    /// Liveness checks (DSHT pings of proxies an answer names, issue 24)
+    /// asked a second per dnssrv (per core): each costs one ping and its
+    /// pending RPC, and the proxies checked come from the routing tables.
+    pub live_checks_per_sec_max: u32,
+    /// Proxies whose checks one dnssrv remembers (a routing table's proxies
+    /// at every level fit many times over).
+    pub live_tracked_max: usize,
 }
 
 /// dnssrv's limits.
@@ -37,6 +44,8 @@ pub const DNS: DnsLimits = DnsLimits {
     compress_names_max: 24,
     rrl_buckets: 4096,
     near_nodes_max: 4,
+    live_checks_per_sec_max: 64,
+    live_tracked_max: 1024,
 };
 
 /// The proxy's per-core tables and what a request may carry (`proxy`);

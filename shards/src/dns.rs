@@ -85,6 +85,8 @@ const HINT_LOOKUPS_INFLIGHT_MAX: usize = crate::limits::DNS.hint_lookups_infligh
 const HOLD_POLL: Duration = Duration::from_millis(10);
 /// Probes queued per core before new ones are dropped.
 const PROBES_QUEUED_MAX: usize = crate::limits::DNS.probes_queued_max;
+/// DSHT addresses pinged for one liveness check of a proxy's IP address.
+const LIVE_CHECK_PINGS_MAX: usize = crate::limits::DNS.live_check_pings_max;
 
 /// One core's sockets.
 pub struct DnsFds {
@@ -145,7 +147,8 @@ struct Core {
     shard: Rc<Shard>,
     srv: RefCell<Dnssrv>,
     view: RefCell<View>,
-    services: Services,
+    /// The services dnssrv adds to the node's (DNS, maybe non-recursive).
+    services_dns: Services,
     probe_tx: mpsc::SyncSender<IpAddr>,
     probe_rx: mpsc::Receiver<Probed>,
     tcp_connections_max: usize,
@@ -263,7 +266,7 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
         shard,
         srv: RefCell::new(srv),
         view: RefCell::new(view),
-        services,
+        services_dns: self::services(cfg),
         probe_tx,
         probe_rx: rtt_rx,
         tcp_connections_max: cfg.dnssrv.tcp_connections_max,
@@ -332,9 +335,13 @@ impl Core {
         }
     }
 
-    /// Re-reads the snapshot from the node.
+    /// Re-reads the snapshot from the node, with the services it
+    /// advertises now: a node withdrawing (SIGTERM, `lifecycle`) has
+    /// dropped HTTP, and its dnssrv names itself no more.
     fn refresh_view(&self) {
-        *self.view.borrow_mut() = View::from_node(&self.shard.node(), self.services);
+        let node = self.shard.node();
+        let services = node.services().with(self.services_dns);
+        *self.view.borrow_mut() = View::from_node(&node, services);
     }
 }
 
@@ -815,6 +822,28 @@ async fn run_followups(core: &Rc<Core>) {
                 }
                 Some(FollowUp::Ping(addr)) => {
                     core.shard.node().verify_alive(now, addr);
+                    pinged = true;
+                }
+                Some(FollowUp::Check(ip)) => {
+                    // Ping the proxy's DSHT address(es) this core knows:
+                    // the answer refreshes its routing entries (`verified`,
+                    // and its services: a withdrawing node's lack HTTP).
+                    let mut node = core.shard.node();
+                    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(LIVE_CHECK_PINGS_MAX);
+                    for level in 0..node.config().levels() {
+                        if let Some(t) = node.routing_table(level as coral::dsht::node::Level) {
+                            for e in t.entries().filter(|e| e.contact.addr.ip() == ip) {
+                                if !addrs.contains(&e.contact.addr)
+                                    && addrs.len() < LIVE_CHECK_PINGS_MAX
+                                {
+                                    addrs.push(e.contact.addr);
+                                }
+                            }
+                        }
+                    }
+                    for addr in addrs {
+                        node.verify_alive(now, addr);
+                    }
                     pinged = true;
                 }
                 Some(FollowUp::Verify(level)) => {

@@ -3,6 +3,11 @@
 //! (the access log reopened, `accesslog`), and a bounded stop on SIGTERM or
 //! SIGINT.
 //!
+//! SIGTERM (or SIGINT) first *withdraws* the node ([`withdraw`]): it stops
+//! advertising its proxy, so dnssrv instances (its own and its peers')
+//! stop naming it, finishes the client connections it serves (a bounded
+//! drain), then stops the cores and exits 0.
+//!
 //! SIGHUP re-reads the config file. What can change at run time:
 //! - `log`, the log filter (unless `RUST_LOG` is set);
 //! - `bootstrap`, the nodes to join through (unless `--bootstrap` was given):
@@ -18,7 +23,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::config::{FileConfig, NodeConfig, Proto};
 use crate::logging::FilterHandle;
@@ -29,6 +35,117 @@ static READY: AtomicBool = AtomicBool::new(false);
 /// How long the cores have to stop after SIGTERM before the process exits
 /// anyway.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a withdrawing node with peers keeps serving before it may stop,
+/// even with nothing in flight: its peers' dnssrv stop naming it once a
+/// liveness check of it comes back without HTTP, within
+/// `coral::dns::FRESH` + `coral::dns::CHECK_TIMEOUT` (2 s) and a snapshot
+/// period of answering it (`coral::dns`'s `live.rs`).
+pub const WITHDRAW_WAIT: Duration = Duration::from_secs(3);
+
+/// Longest a withdrawing node waits for the client connections it serves
+/// to finish (the bounded drain); then it stops with what is left. With
+/// [`STOP_GRACE`] it stays within the unit's `TimeoutStopSec=`.
+pub const DRAIN_MAX: Duration = Duration::from_secs(15);
+
+/// How often the withdrawing main thread looks at the cores' reports.
+const DRAIN_POLL: Duration = Duration::from_millis(50);
+
+/// Whether the node is withdrawing (SIGTERM came): set once, never cleared.
+static LEAVING: AtomicBool = AtomicBool::new(false);
+
+/// Each core's report while the node withdraws (index: core).
+static DRAIN: Mutex<Vec<Option<CoreDrain>>> = Mutex::new(Vec::new());
+
+/// What one core reports while the node withdraws.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreDrain {
+    /// Client connections its proxy has open (clients and peers fetching).
+    pub connections_open: u64,
+    /// Whether its routing tables hold a node running dnssrv (one that may
+    /// name this node, and must learn that it withdrew).
+    pub named_by_peers: bool,
+}
+
+/// Whether the node is withdrawing: each core drops HTTP from the services
+/// its DSHT node advertises and reports [`CoreDrain`] ([`report_drain`]).
+pub fn leaving() -> bool {
+    LEAVING.load(Ordering::Relaxed)
+}
+
+/// Core `core`'s state while the node withdraws.
+pub fn report_drain(core: usize, state: CoreDrain) {
+    let mut d = DRAIN.lock().unwrap_or_else(|e| e.into_inner());
+    if d.len() <= core {
+        d.resize(core + 1, None);
+    }
+    d[core] = Some(state);
+}
+
+/// Withdraws the node before its cores stop (called on SIGTERM, on the
+/// thread that waits for signals): marks it leaving, so each core stops
+/// advertising its proxy (dnssrv here and on its peers stop naming it,
+/// `coral::dns`), and waits until every one of the `cores` has reported no
+/// client connection open and, if peers may name it, [`WITHDRAW_WAIT`] has
+/// passed; at most [`DRAIN_MAX`]. A second SIGTERM or SIGINT ends the wait.
+pub fn withdraw(cores: usize) {
+    let start = Instant::now();
+    LEAVING.store(true, Ordering::Relaxed);
+    tracing::info!("withdrawing: no longer named in DNS; finishing what it serves");
+    let open = loop {
+        let (reported, named, open) = {
+            let d = DRAIN.lock().unwrap_or_else(|e| e.into_inner());
+            let reported: Vec<CoreDrain> = d.iter().flatten().copied().collect();
+            (
+                reported.len() >= cores,
+                reported.iter().any(|r| r.named_by_peers),
+                reported.iter().map(|r| r.connections_open).sum::<u64>(),
+            )
+        };
+        let waited = start.elapsed();
+        if reported && open == 0 && (!named || waited >= WITHDRAW_WAIT) {
+            tracing::info!(
+                waited_ms = waited.as_millis() as u64,
+                "withdrawn and drained"
+            );
+            return;
+        }
+        if waited >= DRAIN_MAX {
+            break open;
+        }
+        if let Some(why) = wait_stop_signal(DRAIN_POLL) {
+            tracing::warn!(
+                signal = why,
+                open,
+                "stopping at once: a second signal while draining"
+            );
+            return;
+        }
+    };
+    tracing::warn!(
+        open,
+        "drain took longer than {} s; stopping with connections open",
+        DRAIN_MAX.as_secs()
+    );
+}
+
+/// Waits up to `timeout` for SIGINT or SIGTERM (blocked, as
+/// [`block_signals`] leaves them); other signals are taken and ignored.
+fn wait_stop_signal(timeout: Duration) -> Option<&'static str> {
+    let set = signal_set();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `set` is initialised, `ts` is a valid timeout and a null
+    // siginfo pointer is allowed.
+    let sig = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
+    match sig {
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGTERM => Some("SIGTERM"),
+        _ => None,
+    }
+}
 
 /// Whether the node is ready: every core serves and it is not stopping.
 pub fn ready() -> bool {

@@ -56,6 +56,10 @@ pub struct DnsLimits {
     /// trigger this much DSHT traffic, no more (the core's
     /// `verify_pings_max` bounds the node's pings in flight in all).
     pub verify_proxy_pings_per_level_max: usize,
+    /// DSHT addresses pinged for one liveness check of a proxy (issue 24):
+    /// the routing tables' contacts with the proxy's IP address (one node
+    /// per address in a deployment; more only where nodes share one).
+    pub live_check_pings_max: usize,
     /// Hops a client's path is probed out to (all at once): past ~24 hops
     /// a path has left any network near the client.
     pub probe_hops_max: u8,
@@ -78,6 +82,7 @@ pub const DNS: DnsLimits = DnsLimits {
     udp_query_bytes_max: 4096,
     recv_batch_max: 256,
     verify_proxy_pings_per_level_max: 8,
+    live_check_pings_max: 2,
     probe_hops_max: 24,
     hint_lookups_inflight_max: 16,
     probes_queued_max: 64,
@@ -287,6 +292,7 @@ pub fn value_of(name: &str) -> Option<String> {
             n(DNS.verify_proxy_pings_per_level_max as u64)
         }
         "limits::DNS.probe_hops_max" => n(u64::from(DNS.probe_hops_max)),
+        "limits::DNS.live_check_pings_max" => n(DNS.live_check_pings_max as u64),
         "limits::DNS.hint_lookups_inflight_max" => n(DNS.hint_lookups_inflight_max as u64),
         "limits::DNS.probes_queued_max" => n(DNS.probes_queued_max as u64),
         "limits::DNS.tcp_send_buffer_bytes" => n(DNS.tcp_send_buffer_bytes as u64),

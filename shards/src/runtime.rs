@@ -895,6 +895,8 @@ pub fn run_with(
     };
     tracing::info!(signal = why, "stopping");
     lifecycle::set_ready(false);
+    // Out of DNS first, then what is in flight (issue 24).
+    lifecycle::withdraw(cores);
     lifecycle::arm_stop_watchdog(0);
     stop.store(true, Ordering::Relaxed);
     for h in handles {
@@ -1151,6 +1153,16 @@ async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
             let now = shard.now();
             let mut node = shard.node.borrow_mut();
             for c in contacts {
+                // Only contacts new to this core: one it knows keeps its
+                // own last answer and services. Core 0's copy, taken as an
+                // answer now, made a dead or withdrawn node look verified
+                // and serving to dnssrv on every other core (issue 24).
+                if node
+                    .routing_table(level)
+                    .is_some_and(|t| t.get(&c.id).is_some())
+                {
+                    continue;
+                }
                 node.learn_verified(c, level, now, None);
             }
         }

@@ -100,5 +100,47 @@ fn start(
     if let Some(fds) = dns {
         dns::spawn(shard.clone(), fds, config)?;
     }
+    glommio::spawn_local(withdraw_watch(shard.clone())).detach();
     Ok(())
+}
+
+/// How often a core looks whether the node is withdrawing, and then
+/// reports its drain.
+const WITHDRAW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Once the node withdraws (SIGTERM, `lifecycle::withdraw`): this core's
+/// DSHT node stops advertising HTTP, so every answer it sends (the
+/// liveness checks of peers' dnssrv among them) tells that it is no proxy
+/// now, and its own dnssrv stops naming it; then it reports its proxy's open
+/// connections until the cores stop.
+async fn withdraw_watch(shard: Rc<Shard>) {
+    use coral::dsht::wire::Services;
+    while !shard.stopping() {
+        glommio::timer::sleep(WITHDRAW_POLL).await;
+        if !crate::lifecycle::leaving() {
+            continue;
+        }
+        let named_by_peers = {
+            let mut node = shard.node();
+            let s = node.services();
+            if s.contains(Services::HTTP) {
+                node.set_services(Services(s.0 & !Services::HTTP.0));
+            }
+            (0..node.config().levels()).any(|l| {
+                node.routing_table(l as coral::dsht::node::Level)
+                    .is_some_and(|t| t.with_services(Services::DNS).next().is_some())
+            })
+        };
+        // The proxy's gauge of open client connections (clients and peers).
+        let open = proxy::metrics_json()["connections_open"]
+            .as_u64()
+            .unwrap_or(0);
+        crate::lifecycle::report_drain(
+            shard.core,
+            crate::lifecycle::CoreDrain {
+                connections_open: open,
+                named_by_peers,
+            },
+        );
+    }
 }

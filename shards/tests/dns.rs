@@ -116,9 +116,9 @@ fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
     );
     let name = "www.x.com.http.L2.L1.L0.coralcdn.test";
     for (client, ttl, zone) in [
-        ("127.13.2.1", 30, "L0.coralcdn.test."),
-        ("127.13.3.1", 30, "L1.L0.coralcdn.test."),
-        ("127.13.4.1", 60, "L2.L1.L0.coralcdn.test."),
+        ("127.13.2.1", 20, "L0.coralcdn.test."),
+        ("127.13.3.1", 20, "L1.L0.coralcdn.test."),
+        ("127.13.4.1", 30, "L2.L1.L0.coralcdn.test."),
     ] {
         let out = node.kdig(&["-b", client, name, "A"]);
         assert_eq!(status(&out), "NOERROR", "{out}");
@@ -148,16 +148,16 @@ fn nsdi2004_3_1_ttls_and_resolver_locking_at_each_level() {
     // RFC 7871: a far resolver (level 0) asking for a client subnet that is
     // near (level 2) gets level 2's answer, scoped to the subnet's /24.
     let out = node.kdig(&["-b", "127.13.2.1", "+subnet=127.13.4.0/24", name, "A"]);
-    assert_eq!(records(&out, "ANSWER")[0].1, 60, "{out}");
+    assert_eq!(records(&out, "ANSWER")[0].1, 30, "{out}");
     assert!(out.contains("CLIENT-SUBNET: 127.13.4.0/24/24"), "{out}");
     // A client not measured yet starts at level 0 and is measured in the
     // background (loopback: well within level 2's 20 ms).
     let out = node.kdig(&["-b", "127.13.5.1", name, "A"]);
-    assert_eq!(records(&out, "ANSWER")[0].1, 30, "{out}");
+    assert_eq!(records(&out, "ANSWER")[0].1, 20, "{out}");
     let start = Instant::now();
     loop {
         let out = node.kdig(&["-b", "127.13.5.1", name, "A"]);
-        if records(&out, "ANSWER").first().is_some_and(|a| a.1 == 60) {
+        if records(&out, "ANSWER").first().is_some_and(|a| a.1 == 30) {
             let auth = records(&out, "AUTHORITY");
             assert!(
                 auth[0].0.eq_ignore_ascii_case("L2.L1.L0.coralcdn.test."),

@@ -57,6 +57,14 @@ pub struct Counters {
     pub rrl_dropped: u64,
     /// Responses rate limiting sent truncated instead (slip).
     pub rrl_slipped: u64,
+    /// Liveness checks (pings of proxies an answer names that have not
+    /// answered lately, issue 24) asked of the runtime.
+    pub checks_sent: u64,
+    /// Checks due but refused by their rate or table bound.
+    pub checks_refused: u64,
+    /// Proxies left out of an answer because a check of them went
+    /// unanswered (counted per candidate per answer).
+    pub proxies_withheld: u64,
     /// Client probes (RTT and last hops) asked of the runtime.
     pub probes_sent: u64,
     /// Client probes refused by the probe limiter (per destination, per
@@ -83,7 +91,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, for the metrics JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 33] {
+    pub fn fields(&self) -> [(&'static str, u64); 36] {
         [
             ("queries", self.queries),
             ("queries_a", self.queries_a),
@@ -118,6 +126,9 @@ impl Counters {
             ("held_answered", self.held_answered),
             ("held_expired", self.held_expired),
             ("held_refused", self.held_refused),
+            ("checks_sent", self.checks_sent),
+            ("checks_refused", self.checks_refused),
+            ("proxies_withheld", self.proxies_withheld),
         ]
     }
 }

@@ -28,8 +28,9 @@
 //! level 1 if within level 1's, else 0; a network not yet measured is at
 //! level [`DnsConfig::default_level`] (0: no cluster is assumed) and a probe
 //! is asked for ([`FollowUp::Probe`], bounded per destination, per /24 and
-//! per second). A records come from that level's cluster (TTL 30 s at levels
-//! 0–1, 60 s at level 2); the authority section delegates the zone of that
+//! per second). A records come from that level's live proxies (TTL 20 s at
+//! levels 0–1, 30 s at level 2; a dead proxy leaves the answers within
+//! seconds, `live.rs`); the authority section delegates the zone of that
 //! level (`L0.Z`, `L1.L0.Z` or `L2.L1.L0.Z`) to name servers of the same
 //! cluster, with glue, for an hour, so a resolver keeps asking the nearest
 //! dnssrv instances (§3.1). Name servers are named by their address
@@ -40,6 +41,7 @@ mod compress;
 mod counters;
 mod fast;
 mod limits;
+mod live;
 mod names;
 mod near;
 mod parse;
@@ -62,6 +64,7 @@ use domain::rdata::{Aaaa, Cname, Dname, Ns, Soa, A};
 
 pub use counters::{AnswerCounts, Counters, LEVEL_NAMES, QTYPE_NAMES, RCODE_NAMES};
 pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
+pub use live::{Check, Liveness, Verdict, CHECK_INTERVAL, CHECK_TIMEOUT, FRESH};
 pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
 pub use view::{LevelView, Peer, View};
 
@@ -86,17 +89,27 @@ pub const NAMESERVERS_MAX: usize = crate::limits::DNS.nameservers_max;
 const UDP_PLAIN_BYTES: usize = 512;
 /// Protocol constant: a DNS message over TCP (a two-octet length, RFC 1035 §4.2.2).
 const TCP_MESSAGE_BYTES: usize = 65_535;
-/// Time-to-live of A records for clients at levels 0 and 1 (§3.1).
-pub const A_TTL_SECS_NEAR: u32 = 30;
-/// Time-to-live of A records for clients at level 2.
-pub const A_TTL_SECS_LEVEL2: u32 = 60;
+/// Time-to-live of A records for clients at levels 0 and 1 (§3.1). A
+/// resolver keeps naming a proxy this long after dnssrv stops: a client's
+/// failover time is the detection time (`live.rs`, about 2 s) plus up to
+/// this (README.md, "Failover time and TTLs"). Shorter than level 2's: a
+/// client placed at level 0 or 1 is often one not measured yet, whose next
+/// answer may be nearer.
+pub const A_TTL_SECS_NEAR: u32 = 20;
+/// Time-to-live of A records for clients at level 2: the answer is the
+/// nearest cluster's and changes least, so resolvers may keep it longer;
+/// but every second of it is a second of failover (issue 24: 60 s meant
+/// clients failing for over a minute after a proxy died).
+pub const A_TTL_SECS_LEVEL2: u32 = 30;
 /// Time-to-live of NS records and their glue: resolvers lock onto a cluster's
 /// name servers for an hour (§3.1).
 pub const NS_TTL_SECS: u32 = 3600;
 /// Time-to-live of the SOA, the DNAME and its synthesized CNAME.
 pub const ZONE_TTL_SECS: u32 = 3600;
-/// Negative answers are cached this long (the SOA minimum, RFC 2308).
-pub const NEGATIVE_TTL_SECS: u32 = 30;
+/// Negative answers are cached this long (the SOA minimum, RFC 2308). A
+/// NODATA for a proxy name (no proxy live) is one: kept short so clients
+/// get proxies again soon after they come back.
+pub const NEGATIVE_TTL_SECS: u32 = 10;
 /// EDNS option code of Client Subnet (RFC 7871).
 const OPT_CLIENT_SUBNET: u16 = 8;
 /// Name servers' names kept made.
@@ -205,6 +218,10 @@ pub enum FollowUp {
     },
     /// Ping this node (a hint named it): its reply verifies it alive.
     Ping(SocketAddr),
+    /// Check the proxy at this address (an answer names it and it has not
+    /// answered lately, or a check of it went unanswered): ping its DSHT
+    /// address; the answer refreshes its routing entries (`live.rs`).
+    Check(IpAddr),
 }
 
 /// What became of one query.
@@ -250,6 +267,8 @@ pub struct Dnssrv {
     counters: Counters,
     /// Nodes near client networks, found through hints.
     near: NearCache,
+    /// The checks of proxies' liveness (`live.rs`).
+    live: Liveness,
     /// Queries held now (at most `held_max`).
     held: usize,
     /// How the query being answered may be held.
@@ -308,6 +327,10 @@ impl Dnssrv {
                 Duration::from_secs(cfg.client_rtt_secs),
                 Duration::from_secs(cfg.probe_interval_secs),
             ),
+            live: Liveness::new(
+                crate::limits::DNS.live_tracked_max,
+                crate::limits::DNS.live_checks_per_sec_max,
+            ),
             held: 0,
             hold: Hold::Never,
             hold_now: false,
@@ -359,6 +382,7 @@ impl Dnssrv {
             .with_hasher(keyed_hasher(secret, "dns clients"));
         self.probes = self.probes.with_hasher(keyed_hasher(secret, "dns probes"));
         self.near = self.near.with_hasher(keyed_hasher(secret, "dns near"));
+        self.live = self.live.with_hasher(keyed_hasher(secret, "dns live"));
         self
     }
 

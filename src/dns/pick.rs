@@ -25,6 +25,9 @@ pub(super) fn same_local_net(client: IpAddr, proxy: IpAddr) -> bool {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Best<const N: usize> {
     pub(super) items: [(u32, u64, IpAddr); N],
+    /// When each item last answered one of our RPCs (`Time::MAX`: no
+    /// check needed, e.g. this node itself).
+    pub(super) verified: [Time; N],
     pub(super) len: usize,
     pub(super) cap: usize,
 }
@@ -33,6 +36,7 @@ impl<const N: usize> Best<N> {
     pub(super) fn new(cap: usize) -> Self {
         Best {
             items: [(0, 0, IpAddr::V4(Ipv4Addr::UNSPECIFIED)); N],
+            verified: [Time::MAX; N],
             len: 0,
             cap: cap.min(N),
         }
@@ -41,6 +45,17 @@ impl<const N: usize> Best<N> {
     /// Offers a peer: more shared prefix bits with the target first, then
     /// lower RTT. Duplicates (several levels name one node) are skipped.
     pub(super) fn offer(&mut self, prefix: u32, rtt_us: u64, addr: IpAddr) {
+        self.offer_verified(prefix, rtt_us, addr, Time::MAX);
+    }
+
+    /// [`Best::offer`] of a peer last verified at `verified`.
+    pub(super) fn offer_verified(
+        &mut self,
+        prefix: u32,
+        rtt_us: u64,
+        addr: IpAddr,
+        verified: Time,
+    ) {
         if self.cap == 0 || self.items[..self.len].iter().any(|i| i.2 == addr) {
             return;
         }
@@ -58,7 +73,9 @@ impl<const N: usize> Best<N> {
         }
         let end = self.len.min(self.cap - 1);
         self.items.copy_within(at..end, at + 1);
+        self.verified.copy_within(at..end, at + 1);
         self.items[at] = (prefix, rtt_us, addr);
+        self.verified[at] = verified;
         self.len = (self.len + 1).min(self.cap);
     }
 
@@ -166,7 +183,10 @@ impl Dnssrv {
                 .flat_map(|lv| lv.proxies.iter())
                 .find(|p| p.addr == ip && usable(p));
             match found {
-                Some(p) => best.offer(HINT_RANK, i as u64, p.addr),
+                Some(p) if self.named_if_live(p, ctx.now) => {
+                    best.offer_verified(HINT_RANK, i as u64, p.addr, p.verified)
+                }
+                Some(_) => {}
                 None => unverified = true,
             }
         }
@@ -192,11 +212,14 @@ impl Dnssrv {
         for l in (0..=level).rev() {
             if let Some(lv) = ctx.view.levels.get(l) {
                 for p in lv.proxies.iter().filter(|p| usable(p)) {
-                    best.offer(
-                        common_prefix(target, p.addr),
-                        p.rtt.map_or(u64::MAX, |d| d.as_micros()),
-                        p.addr,
-                    );
+                    if self.named_if_live(p, ctx.now) {
+                        best.offer_verified(
+                            common_prefix(target, p.addr),
+                            p.rtt.map_or(u64::MAX, |d| d.as_micros()),
+                            p.addr,
+                            p.verified,
+                        );
+                    }
                 }
             }
             if ctx.view.me_http
@@ -229,6 +252,7 @@ impl Dnssrv {
                     self.verify_asked[l].is_some_and(|t| ctx.now.saturating_since(t) < hold_window);
             }
         }
+        self.check_named(best, ctx.now);
         if best.len == 0 && pinging && hold_may_ping {
             if self.held < self.cfg.held_max {
                 self.hold_now = true;
@@ -243,6 +267,43 @@ impl Dnssrv {
             }
         }
         hinted
+    }
+
+    /// Whether the liveness rules let `p` be named now (`live.rs`): not if
+    /// a check of it went unanswered. A dead proxy is checked again (at
+    /// most once per `CHECK_INTERVAL`), so one that answers comes back.
+    fn named_if_live(&mut self, p: &Peer, now: Time) -> bool {
+        match self.live.verdict(p.addr, p.verified, now) {
+            Verdict::Fresh | Verdict::Suspect => true,
+            Verdict::Dead => {
+                self.counters.proxies_withheld += 1;
+                self.ask_check(p.addr, p.verified, now);
+                false
+            }
+        }
+    }
+
+    /// Asks for checks of the proxies an answer names that have not
+    /// answered within `FRESH` (this node itself is never checked).
+    fn check_named(&mut self, best: &Best<ANSWERS_MAX>, now: Time) {
+        for i in 0..best.len {
+            let verified = best.verified[i];
+            if verified != Time::MAX {
+                self.ask_check(best.items[i].2, verified, now);
+            }
+        }
+    }
+
+    /// A check of the proxy at `addr` if one is due and allowed.
+    fn ask_check(&mut self, addr: IpAddr, verified: Time, now: Time) {
+        match self.live.want_check(addr, verified, now) {
+            Check::NotDue => {}
+            Check::Send => {
+                self.counters.checks_sent += 1;
+                self.followups.push_back(FollowUp::Check(addr));
+            }
+            Check::Refused => self.counters.checks_refused += 1,
+        }
     }
 
     /// The name servers of `level`'s cluster nearest `target` (this node

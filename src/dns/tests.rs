@@ -1242,3 +1242,87 @@ fn fast_path_answers_the_common_queries() {
     let fast = same_both_ways(cfg, &views, &qs).unwrap();
     assert!(fast >= 8, "fast path answered {fast}");
 }
+
+/// Issue 24: a proxy that stops answering leaves the answers within
+/// `FRESH` + `CHECK_TIMEOUT` of its last answer, in virtual time through
+/// the whole answer function: queries every 100 ms name it and ask for
+/// checks (`FollowUp::Check`) once it has not answered for `FRESH`; the
+/// runtime's pings are answered (its `verified` moves) until it is killed;
+/// then the first unanswered check makes it dead, and the answers name the
+/// other proxy alone. When it answers again it comes back.
+#[test]
+fn issue24_a_killed_proxy_leaves_the_answers_within_seconds() {
+    let victim: IpAddr = "127.13.0.10".parse().unwrap();
+    let other: IpAddr = "127.13.0.11".parse().unwrap();
+    let mut v = alone();
+    v.me_http = false;
+    v.levels[0].proxies.push(peer("127.13.0.10", NOW));
+    v.levels[0].proxies.push(peer("127.13.0.11", NOW));
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let mut s = srv();
+    let step = Duration::from_millis(100);
+    let named =
+        |r: &Reply| -> Vec<IpAddr> { r.answer().iter().map(|a| a.3.parse().unwrap()).collect() };
+    let mut now = NOW;
+    let killed = Time(NOW.0 + 5_000_000);
+    let mut checks = 0;
+    let mut gone_at = None;
+    while now < Time(NOW.0 + 12_000_000) {
+        let (o, r) = ask_at(&mut s, now, &v, &q, client(), Hold::Never);
+        assert_eq!(o, Outcome::Answer);
+        let names = named(&r);
+        assert!(names.contains(&other), "{names:?}");
+        match (names.contains(&victim), gone_at) {
+            (true, Some(t)) => panic!("named again at {now:?} after leaving at {t:?}"),
+            (false, None) => gone_at = Some(now),
+            _ => {}
+        }
+        for f in followups(&mut s) {
+            if let FollowUp::Check(ip) = f {
+                checks += 1;
+                // The runtime pings it; alive, it answers 1 ms later.
+                let p = v.levels[0]
+                    .proxies
+                    .iter_mut()
+                    .find(|p| p.addr == ip)
+                    .unwrap();
+                if now < killed || ip != victim {
+                    p.verified = Time(now.0 + 1000);
+                }
+            }
+        }
+        now = Time(now.0 + step.as_micros());
+    }
+    let gone = gone_at.expect("the killed proxy was never left out");
+    let took = gone.saturating_since(killed);
+    assert!(
+        took <= Duration::from_micros(FRESH.as_micros() + CHECK_TIMEOUT.as_micros() + 200_000),
+        "left the answers {took:?} after the kill"
+    );
+    assert!(checks >= 10, "{checks} checks");
+    assert!(s.counters().checks_sent >= 10 && s.counters().proxies_withheld > 0);
+    // It answers again (restarted; the DSHT's traffic or a re-check):
+    // named again at once.
+    v.levels[0].proxies[0].verified = now;
+    let (_, r) = ask_at(&mut s, now, &v, &q, client(), Hold::Never);
+    assert!(named(&r).contains(&victim));
+}
+
+/// Issue 24: a node withdrawing (SIGTERM) answers checks without the HTTP
+/// service, so the snapshot lists it as a proxy no more: the next answer
+/// leaves it out. A node's own proxy is never named while it is leaving.
+#[test]
+fn issue24_a_withdrawn_proxy_is_not_named() {
+    let mut v = alone();
+    v.levels[0].proxies.push(peer("127.13.0.10", NOW));
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let mut s = srv();
+    let names = |r: &Reply| -> Vec<String> { r.answer().iter().map(|a| a.3.clone()).collect() };
+    let r = ask(&mut s, &v, &q);
+    assert_eq!(names(&r).len(), 2, "{:?}", names(&r));
+    // It withdrew: gone from the snapshot's proxies; and this node leaves.
+    v.levels[0].proxies.clear();
+    v.me_http = false;
+    let r = ask(&mut s, &v, &q);
+    assert!(r.answer().is_empty(), "{:?}", names(&r));
+}

@@ -193,6 +193,8 @@ fn security_md_limits_are_true() {
                 "coral::limits::DNS.compress_names_max" => d.compress_names_max,
                 "coral::limits::DNS.rrl_buckets" => d.rrl_buckets,
                 "coral::limits::DNS.near_nodes_max" => d.near_nodes_max,
+                "coral::limits::DNS.live_checks_per_sec_max" => d.live_checks_per_sec_max as usize,
+                "coral::limits::DNS.live_tracked_max" => d.live_tracked_max,
                 "coral::limits::PROXY.pass_keys_max" => p.pass_keys_max,
                 "coral::limits::PROXY.vary_urls_tracked_max" => p.vary_urls_tracked_max,
                 "coral::limits::PROXY.range_bytes_max" => p.range_bytes_max,
