@@ -93,17 +93,12 @@ pub fn withdraw(cores: usize) {
     LEAVING.store(true, Ordering::Relaxed);
     tracing::info!("withdrawing: no longer named in DNS; finishing what it serves");
     let open = loop {
-        let (reported, named, open) = {
+        let (done, open) = {
             let d = DRAIN.lock().unwrap_or_else(|e| e.into_inner());
-            let reported: Vec<CoreDrain> = d.iter().flatten().copied().collect();
-            (
-                reported.len() >= cores,
-                reported.iter().any(|r| r.named_by_peers),
-                reported.iter().map(|r| r.connections_open).sum::<u64>(),
-            )
+            drained(&d, cores, start.elapsed())
         };
         let waited = start.elapsed();
-        if reported && open == 0 && (!named || waited >= WITHDRAW_WAIT) {
+        if done {
             tracing::info!(
                 waited_ms = waited.as_millis() as u64,
                 "withdrawn and drained"
@@ -127,6 +122,20 @@ pub fn withdraw(cores: usize) {
         "drain took longer than {} s; stopping with connections open",
         DRAIN_MAX.as_secs()
     );
+}
+
+/// Whether a node of `cores` cores that began to withdraw `waited` ago is
+/// done, by its cores' `reports`: every core reported, none has a client
+/// connection open, and if a peer may name it, [`WITHDRAW_WAIT`] passed.
+/// Also the connections open.
+fn drained(reports: &[Option<CoreDrain>], cores: usize, waited: Duration) -> (bool, u64) {
+    let reported = reports.iter().flatten().count() >= cores;
+    let named = reports.iter().flatten().any(|r| r.named_by_peers);
+    let open = reports.iter().flatten().map(|r| r.connections_open).sum();
+    (
+        reported && open == 0 && (!named || waited >= WITHDRAW_WAIT),
+        open,
+    )
 }
 
 /// Waits up to `timeout` for SIGINT or SIGTERM (blocked, as
@@ -603,6 +612,35 @@ impl LimitWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 24: a withdrawing node stops only once every core reported
+    /// nothing open, and no sooner than `WITHDRAW_WAIT` if peers may name it.
+    #[test]
+    fn issue24_withdrawal_waits_for_every_core_and_for_the_peers() {
+        let quiet = |named_by_peers| {
+            Some(CoreDrain {
+                connections_open: 0,
+                named_by_peers,
+            })
+        };
+        let busy = Some(CoreDrain {
+            connections_open: 2,
+            named_by_peers: true,
+        });
+        let soon = Duration::from_millis(100);
+        // A core not heard from yet.
+        assert_eq!(drained(&[quiet(false), None], 2, soon), (false, 0));
+        // Alone (no peer runs dnssrv): done at once.
+        assert_eq!(drained(&[quiet(false), quiet(false)], 2, soon), (true, 0));
+        // With peers: only after they had time to stop naming it.
+        assert_eq!(drained(&[quiet(true), quiet(false)], 2, soon), (false, 0));
+        assert_eq!(
+            drained(&[quiet(true), quiet(false)], 2, WITHDRAW_WAIT),
+            (true, 0)
+        );
+        // A download in flight holds it, however long (`DRAIN_MAX` ends it).
+        assert_eq!(drained(&[quiet(true), busy], 2, DRAIN_MAX), (false, 2));
+    }
 
     #[test]
     fn proc_net_addresses_parse() {

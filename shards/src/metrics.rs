@@ -626,7 +626,7 @@ pub const ORIGIN_ERROR_REASONS: [&str; 8] = [
 /// dnssrv's fields rendered by name (`coral::dns::Counters`); any other
 /// numeric field a newer dnssrv reports is rendered as
 /// `coral_dns_events_total{event="<field>"}`.
-const DNS_KNOWN: [(&str, &str, &str); 16] = [
+const DNS_KNOWN: [(&str, &str, &str); 19] = [
     (
         "probes_sent",
         "coral_dns_rtt_probes_total",
@@ -686,6 +686,21 @@ const DNS_KNOWN: [(&str, &str, &str); 16] = [
         "held_refused",
         "coral_dns_held_refused_total",
         "Queries not held because held_max were already held.",
+    ),
+    (
+        "checks_sent",
+        "coral_dns_liveness_checks_total",
+        "Liveness checks (DSHT pings) of proxies an answer named that had not answered lately (issue 24).",
+    ),
+    (
+        "checks_refused",
+        "coral_dns_liveness_checks_refused_total",
+        "Liveness checks due but refused by their rate or table bound.",
+    ),
+    (
+        "proxies_withheld",
+        "coral_dns_proxies_withheld_total",
+        "Proxies left out of answers because a liveness check of them went unanswered.",
     ),
     (
         "truncated",

@@ -141,8 +141,15 @@ pub enum CoreMsg {
     /// Core 0's routing table at `level`, sent every `TABLE_SYNC_PERIOD`:
     /// a follower whose table lost contacts (a reply from a member still in
     /// its old cluster removes it there, and core 0, which kept it, never
-    /// announces it again) gets them back.
-    Table { level: u8, contacts: Vec<Contact> },
+    /// announces it again) gets them back. `seen[i]` is when contact `i`
+    /// last answered core 0: a follower keeps whichever answer is newer,
+    /// its own or core 0's (issue 24: taken as an answer at the sync, a
+    /// dead node looked verified every 2 s to dnssrv on the other cores).
+    Table {
+        level: u8,
+        contacts: Vec<Contact>,
+        seen: Vec<Time>,
+    },
     /// A service's message: the handler its type registered with
     /// `Shard::on_message` takes it (the proxy's misses handed to a key's
     /// owning core, and their answers).
@@ -1135,10 +1142,23 @@ fn sync_tables(shard: &Rc<Shard>) {
         if contacts.is_empty() {
             continue;
         }
+        let seen: Vec<Time> = {
+            let node = shard.node.borrow();
+            let table = node.routing_table(level);
+            contacts
+                .iter()
+                .map(|c| {
+                    table
+                        .and_then(|t| t.get(&c.id))
+                        .map_or(Time::ZERO, |e| e.last_seen)
+                })
+                .collect()
+        };
         for peer in (0..shard.cores).filter(|&p| p != shard.core) {
             let msg = CoreMsg::Table {
                 level,
                 contacts: contacts.clone(),
+                seen: seen.clone(),
             };
             if shard.senders.try_send_to(peer, msg).is_err() {
                 tracing::debug!(peer, level, "table sync skipped: mesh channel full");
@@ -1149,21 +1169,23 @@ fn sync_tables(shard: &Rc<Shard>) {
 
 async fn handle_core_msg(shard: &Rc<Shard>, msg: CoreMsg) {
     match msg {
-        CoreMsg::Table { level, contacts } => {
-            let now = shard.now();
+        CoreMsg::Table {
+            level,
+            contacts,
+            seen,
+        } => {
             let mut node = shard.node.borrow_mut();
-            for c in contacts {
-                // Only contacts new to this core: one it knows keeps its
-                // own last answer and services. Core 0's copy, taken as an
-                // answer now, made a dead or withdrawn node look verified
-                // and serving to dnssrv on every other core (issue 24).
-                if node
+            for (c, seen) in contacts.into_iter().zip(seen) {
+                // The newer answer wins, with its services: this core's own
+                // or core 0's, never the time of the sync (issue 24).
+                let ours = node
                     .routing_table(level)
-                    .is_some_and(|t| t.get(&c.id).is_some())
-                {
+                    .and_then(|t| t.get(&c.id))
+                    .map(|e| e.last_seen);
+                if ours.is_some_and(|t| t >= seen) {
                     continue;
                 }
-                node.learn_verified(c, level, now, None);
+                node.learn_verified(c, level, seen, None);
             }
         }
         CoreMsg::Delegate { from, delegated } => {
