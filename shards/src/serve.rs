@@ -131,7 +131,10 @@ async fn withdraw_watch(shard: Rc<Shard>) {
                     .is_some_and(|t| t.with_services(Services::DNS).next().is_some())
             })
         };
-        // The proxy's gauge of open client connections (clients and peers).
+        // Keep-alive connections idle between requests are closed, not
+        // waited for; then the proxy's gauge of open client connections
+        // (clients and peers) says what is still being served.
+        proxy::close_idle_connections();
         let open = proxy::metrics_json()["connections_open"]
             .as_u64()
             .unwrap_or(0);

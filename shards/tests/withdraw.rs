@@ -11,7 +11,8 @@
 
 mod common;
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::{coralized, curl, kdig, records, temp_dir, web_root, Nginx, Node, ORIGIN};
@@ -72,6 +73,38 @@ fn wait_unnamed(dns: SocketAddr, ip: &str, mut alive: impl FnMut() -> bool) -> (
     }
 }
 
+/// A GET of `path` on the origin through the proxy at `proxy`, on a
+/// keep-alive connection that is returned once the whole response is in.
+fn keep_alive_get(proxy: SocketAddr, path: &str) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {ORIGIN}.8080.coral.test:8090\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_ascii_lowercase();
+            assert!(head.starts_with("http/1.1 200"), "{text}");
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .expect("a content-length");
+            if got.len() >= end + 4 + len {
+                return s;
+            }
+        }
+    }
+}
+
 /// A node on `ip`: proxy, dnssrv on :5300, [`ORIGIN`] at `origin_ip`.
 fn node(ip: &str, cache: &std::path::Path, origin_ip: &str) -> common::NodeBuilder {
     Node::on(ip)
@@ -91,7 +124,10 @@ fn issue24_a_killed_node_leaves_dns_within_seconds_and_sigterm_withdraws_first()
     let big: Vec<u8> = (0..1_200_000u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
-    let root = web_root(dir.path(), &[("big.bin", &big)]);
+    let root = web_root(
+        dir.path(),
+        &[("big.bin", &big), ("small.txt", b"kept alive\n")],
+    );
     let origin_ip = "127.24.0.100";
     let _nginx = Nginx::start_with(
         dir.path(),
@@ -168,6 +204,8 @@ fn issue24_a_killed_node_leaves_dns_within_seconds_and_sigterm_withdraws_first()
             .then_some(())
             .ok_or_else(|| format!("the download never reached B ({open} open)"))
     });
+    // A keep-alive connection to B, idle after its response.
+    let mut idle = keep_alive_get(b.http(), "/small.txt");
     std::thread::sleep(Duration::from_millis(500));
     b.signal(libc::SIGTERM);
     let sigterm = Instant::now();
@@ -177,6 +215,14 @@ fn issue24_a_killed_node_leaves_dns_within_seconds_and_sigterm_withdraws_first()
     });
     println!("SIGTERM: dnssrv named the withdrawing node for {withdrawn_after:?} more");
     assert!(b_running, "B exited before A stopped naming it");
+    // B closed the idle connection rather than wait for it.
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = [0u8; 64];
+    assert!(
+        matches!(idle.read(&mut rest), Ok(0) | Err(_)),
+        "the idle keep-alive connection stayed open"
+    );
     let answer = download.join().unwrap();
     let took = started.elapsed();
     println!(

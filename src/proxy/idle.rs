@@ -255,6 +255,19 @@ impl ConnTable {
         Some(self.slots[i].0)
     }
 
+    /// The connections idle between requests, marked closing, into `out`:
+    /// a node withdrawing (SIGTERM) closes them rather than wait out their
+    /// keep-alive timeout, as RFC 9112 §9.6 lets a server close an idle
+    /// persistent connection (the client opens a new one, elsewhere).
+    pub fn close_idle(&mut self, out: &mut Vec<i32>) {
+        for s in &mut self.slots {
+            if let State::In(Phase::Idle, _) = s.1 {
+                s.1 = State::Closing;
+                out.push(s.0);
+            }
+        }
+    }
+
     /// Connections expired since the table was made, by phase.
     pub fn expired_total(&self) -> Expired {
         self.expired
@@ -297,6 +310,30 @@ mod tests {
         let mut out = Vec::new();
         t.expired(d, &mut out);
         out.into_iter().map(|(fd, _)| fd).collect()
+    }
+
+    /// Issue 24: a withdrawing node closes the connections idle between
+    /// requests, once each, and none reading or sending.
+    #[test]
+    fn close_idle_takes_only_the_idle_ones_once() {
+        let mut t = ConnTable::new();
+        let idle = t.register(1);
+        t.waiting(idle);
+        let _head = t.register(2);
+        let sending = t.register(3);
+        t.sending(sending);
+        let busy = t.register(4);
+        t.busy(busy);
+        let mut out = Vec::new();
+        t.close_idle(&mut out);
+        assert_eq!(out, vec![1]);
+        out.clear();
+        t.close_idle(&mut out);
+        assert!(out.is_empty(), "closed once");
+        // Closing stays closing, whatever phase its task reports next.
+        t.enter(idle, Phase::Head);
+        t.close_idle(&mut out);
+        assert!(out.is_empty());
     }
 
     #[test]

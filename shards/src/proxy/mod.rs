@@ -209,6 +209,21 @@ impl ProxyStats {
     }
 }
 
+/// Closes this core's client connections idle between requests, for a
+/// node withdrawing (SIGTERM, `serve::withdraw_watch`); returns how many.
+pub fn close_idle_connections() -> usize {
+    let Some(pc) = CORE.with(|c| c.borrow().clone()) else {
+        return 0;
+    };
+    let mut fds = Vec::new();
+    pc.idle.borrow_mut().close_idle(&mut fds);
+    for &fd in &fds {
+        // Its pending read ends; its task closes it.
+        crate::accept::shut_down(fd, false);
+    }
+    fds.len()
+}
+
 /// This core's proxy numbers for `/metrics` (`Call::Metrics`); null before
 /// the proxy started.
 pub fn metrics_json() -> serde_json::Value {
