@@ -194,20 +194,21 @@ fn issue24_a_killed_node_leaves_dns_within_seconds_and_sigterm_withdraws_first()
         "{counters}"
     );
 
+    // A keep-alive connection to B, idle after its response.
+    let mut idle = keep_alive_get(b.http(), "/small.txt");
     // A download through B, in flight when B gets SIGTERM.
     let url = coralized(ORIGIN, 8080, "/big.bin");
     let started = Instant::now();
     let download = std::thread::spawn(move || curl("127.24.2.1", &url, &[]));
     common::wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
         let open = b.metric("coral_http_connections_open");
-        (open >= 1.0)
+        (open >= 2.0)
             .then_some(())
             .ok_or_else(|| format!("the download never reached B ({open} open)"))
     });
-    // A keep-alive connection to B, idle after its response.
-    let mut idle = keep_alive_get(b.http(), "/small.txt");
     std::thread::sleep(Duration::from_millis(500));
     b.signal(libc::SIGTERM);
+    assert!(!download.is_finished(), "the download ended before SIGTERM");
     let sigterm = Instant::now();
     // B leaves A's answers while B still runs (it finishes the download).
     let (withdrawn_after, b_running) = wait_unnamed(dns, "127.24.2.1", || {
