@@ -329,3 +329,18 @@ pub fn value_of(name: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Verified peer bytes (issue 22 item 4, `cache/chunks.rs`): the signed
+/// records kept beside cached objects so they can be served to peers.
+pub struct ChunkRecordLimits {
+    /// Bytes of records kept for all cores (a signed head is 300 bytes, a
+    /// chunk's signature 64 per 64 KiB of body: 64 MiB covers about 60 GiB
+    /// of cached bodies); beyond it the oldest object's records go, and
+    /// that copy is then served to clients only, never to peers.
+    pub bytes_max: usize,
+}
+
+/// The limits of the chunk records.
+pub const CHUNK_RECORDS: ChunkRecordLimits = ChunkRecordLimits {
+    bytes_max: 64 << 20,
+};

@@ -597,6 +597,12 @@ impl SignedBody {
         }
     }
 
+    /// Whether the last chunk (one shorter than the chunk size) was read:
+    /// only the signed end may follow.
+    pub fn at_last_chunk(&self) -> bool {
+        self.short_seen
+    }
+
     /// Verified body bytes so far.
     pub fn verified(&self) -> u64 {
         self.total

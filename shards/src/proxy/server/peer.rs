@@ -1,0 +1,180 @@
+//! A peer's request (`Coral-No-Forward: 1`) answered with verified peer
+//! bytes (issue 22 item 4, `coral::verify`): the copy's signed head as a
+//! response field, the body chunked, one HTTP chunk per signed chunk with
+//! its signature as a chunk extension, the end signature on the last chunk.
+//! The records are the origin-fetcher's (kept beside the copy,
+//! `cache::chunks`): a relay re-emits them unchanged. A copy without
+//! records, or whose records no longer describe it, is not served to peers
+//! (504): the peer would refuse it. Clients never take this path.
+
+use coral::proxy::http::{Framing, Method, RequestHead};
+use coral::proxy::policy::{self, CacheStatus, ClientHeadInfo, Freshness, RangeAnswer};
+use coral::verify;
+
+use super::io::send_all;
+use super::{head_status, Conn, Next};
+use crate::cache::{ObjectRef, ObjectState};
+use crate::proxy::stored::Stored;
+use crate::proxy::unix_now;
+
+impl Conn<'_> {
+    /// Sends the copy `obj` of `key` to a peer with its signed records.
+    pub(super) async fn serve_peer(
+        &mut self,
+        req: &RequestHead,
+        key: coral::Id,
+        obj: &ObjectRef,
+        st: &Stored,
+        mut cache_status: CacheStatus,
+    ) -> Next {
+        let pc = self.pc;
+        let records = pc.cache.records();
+        let found = records.head(&key).filter(|(h, _)| {
+            h.describes(&key, st.head.status, &st.head.headers).is_ok()
+                && match obj.state() {
+                    ObjectState::Complete { len } => h.length().is_none_or(|l| l == len),
+                    ObjectState::Writing { .. } => true,
+                    ObjectState::Failed => false,
+                }
+        });
+        let Some((signed, generation)) = found else {
+            pc.verify
+                .served_unsigned
+                .set(pc.verify.served_unsigned.get() + 1);
+            self.error(504, "no verifiable copy here", req.keep_alive, None)
+                .await;
+            return if req.keep_alive {
+                Next::KeepAlive
+            } else {
+                Next::Close
+            };
+        };
+        pc.verify
+            .served_signed
+            .set(pc.verify.served_signed.get() + 1);
+        let now = unix_now();
+        let meta = obj.meta();
+        cache_status.ttl = Some(meta.fresh_until_secs as i64 - now as i64);
+        let info = ClientHeadInfo {
+            node_name: &pc.node_name,
+            age_secs: policy::age_secs(
+                &Freshness {
+                    date_secs: meta.stored_secs,
+                    fresh_until_secs: meta.fresh_until_secs,
+                    response_secs: meta.stored_secs,
+                    initial_age_secs: st.initial_age_secs,
+                    must_revalidate: st.must_revalidate,
+                },
+                now,
+            ),
+            cache_status,
+            range: RangeAnswer::Full,
+            // Chunked: the signed chunks are its chunks.
+            body_len: None,
+            keep_alive: req.keep_alive,
+            not_modified: false,
+            client_minor_version: 1,
+        };
+        let mut out = Vec::with_capacity(2048);
+        let framing = policy::client_head(&st.head, &info, &mut out);
+        // The signed head, before the head's empty line.
+        if framing != Framing::Chunked || !out.ends_with(b"\r\n\r\n") {
+            self.error(504, "no verifiable copy here", false, None)
+                .await;
+            return Next::Close;
+        }
+        out.truncate(out.len() - 2);
+        out.extend_from_slice(verify::SIGNED_HEAD_FIELD.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(signed.to_hex().as_bytes());
+        out.extend_from_slice(b"\r\n\r\n");
+        self.resp.status = head_status(&out);
+        self.resp.cache = super::cache_result(&cache_status);
+        let next = if req.keep_alive {
+            Next::KeepAlive
+        } else {
+            Next::Close
+        };
+        if req.method == Method::Head {
+            let p = self.progress();
+            return match send_all(&mut self.stream, &[&out], p).await {
+                Ok(()) => next,
+                Err(_) => Next::Close,
+            };
+        }
+        let chunk = u64::from(signed.chunk_bytes());
+        let mut frame = out;
+        let mut index = 0usize;
+        let mut pos = 0u64;
+        let result: Result<(), ()> = async {
+            loop {
+                let (avail, complete) = match obj.state() {
+                    ObjectState::Writing { len } => (len, false),
+                    ObjectState::Complete { len } => (len, true),
+                    ObjectState::Failed => return Err(()),
+                };
+                let end = (pos + chunk).min(avail);
+                if end < pos + chunk && !(complete && end > pos) {
+                    if complete {
+                        break; // every chunk sent
+                    }
+                    if !frame.is_empty() {
+                        // The head, before waiting for the first chunk.
+                        let p = self.progress();
+                        send_all(&mut self.stream, &[&frame], p)
+                            .await
+                            .map_err(|_| ())?;
+                        frame.clear();
+                    }
+                    obj.wait_beyond(avail).await;
+                    continue;
+                }
+                // Its signature was kept before its bytes were appended.
+                let Some(sig) = records.sig(&key, generation, index) else {
+                    return Err(());
+                };
+                obj.ensure_resident(pos, end).await;
+                let data = obj.body(pos, end);
+                if data.len() as u64 != end - pos {
+                    return Err(());
+                }
+                #[cfg(feature = "forge-peer-bytes")]
+                let forged: Vec<u8>;
+                #[cfg(feature = "forge-peer-bytes")]
+                let data = if crate::proxy::verified::forge::peer_chunk() == Some(index) {
+                    forged = data
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &b)| if i == 0 { b ^ 0x20 } else { b })
+                        .collect();
+                    &forged[..]
+                } else {
+                    data
+                };
+                verify::write_signed_chunk(&mut frame, data, &sig);
+                let p = self.progress();
+                send_all(&mut self.stream, &[&frame], p)
+                    .await
+                    .map_err(|_| ())?;
+                frame.clear();
+                pos = end;
+                index += 1;
+            }
+            let Some(end) = records.end_of(&key, generation) else {
+                return Err(());
+            };
+            verify::write_signed_end(&mut frame, &end.sig);
+            let p = self.progress();
+            send_all(&mut self.stream, &[&frame], p)
+                .await
+                .map_err(|_| ())
+        }
+        .await;
+        self.resp.body_bytes = pos;
+        match result {
+            Ok(()) => next,
+            // Cut short: the peer sees no signed end, and stores nothing.
+            Err(()) => Next::Close,
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! Verified peer bytes on the runtime's side (issue 22 items 4–5; the
+//! records and their checks are `coral::verify`'s).
+//!
+//! - **Filling from the origin**, this node is the object's origin-fetcher:
+//!   it asks for `Want-Repr-Digest`, checks the origin's body against the
+//!   origin's `Repr-Digest` when one comes, and signs the stored head, each
+//!   chunk as it is stored and the end ([`FillRecords`]). The records are
+//!   kept beside the object (`cache::chunks`), each chunk's before its
+//!   bytes are appended.
+//! - **Filling from a peer**, the peer's signed head is checked (signature,
+//!   admission, that it describes the response, the signer not caught
+//!   forging) before anything is stored; each chunk comes out of the
+//!   response only after its signature held (`upstream::Response` with a
+//!   signed body), and the origin-fetcher's records are kept unchanged.
+//!   The copy is fresh no longer than the signed expiry. A peer whose
+//!   bytes fail is not asked again; a signer whose signed `Repr-Digest` or
+//!   length its own signed chunks contradict is distrusted.
+//! - **Serving a peer** (`server/peer.rs`) sends the records with the
+//!   bytes. Clients never see them: their hits are unchanged.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+
+use coral::proxy::http::{Headers, ResponseHead};
+use coral::verify::{self, BodyDigest, HeadFacts, SignedHead, Signer};
+use coral::Id;
+
+use super::{unix_now, upstream, ProxyCore};
+use crate::cache::{CacheError, ObjectWriter};
+
+/// Bytes per signed chunk.
+const CHUNK_BYTES: u32 = coral::limits::VERIFY.chunk_bytes;
+
+/// What this core's verification did (summed over cores in `/metrics`).
+#[derive(Default)]
+pub struct VerifyCounters {
+    /// Objects this node filled from their origin and signed.
+    pub signed_fills: Cell<u64>,
+    /// Peer copies received whole with every signature holding.
+    pub verified_fills: Cell<u64>,
+    /// Body bytes received from peers, each verified before use.
+    pub verified_bytes: Cell<u64>,
+    /// Peer answers refused as forged (a signature, the signed length or
+    /// the signed `Repr-Digest` failed).
+    pub forged: Cell<u64>,
+    /// Peer answers with no signed head (nothing stored from them).
+    pub unsigned: Cell<u64>,
+    /// Peers not asked, or answers refused, because the peer or the
+    /// signer was caught forging before.
+    pub distrusted: Cell<u64>,
+    /// Origin answers that came with a `Repr-Digest` this node checked.
+    pub repr_digest_checked: Cell<u64>,
+    /// Origin bodies that contradicted their own `Repr-Digest` (dropped).
+    pub repr_digest_failed: Cell<u64>,
+    /// Peer answers served with their signed records.
+    pub served_signed: Cell<u64>,
+    /// Peer requests for a copy without records (answered 504).
+    pub served_unsigned: Cell<u64>,
+}
+
+impl VerifyCounters {
+    /// As the `/metrics` and `coral stats` JSON carry them.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "signed_fills": self.signed_fills.get(),
+            "verified_fills": self.verified_fills.get(),
+            "verified_bytes": self.verified_bytes.get(),
+            "forged": self.forged.get(),
+            "unsigned": self.unsigned.get(),
+            "distrusted": self.distrusted.get(),
+            "repr_digest_checked": self.repr_digest_checked.get(),
+            "repr_digest_failed": self.repr_digest_failed.get(),
+            "served_signed": self.served_signed.get(),
+            "served_unsigned": self.served_unsigned.get(),
+        })
+    }
+}
+
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+/// The test-only forgeries (`shards/tests/verify.rs`): compiled in only
+/// with the `forge-peer-bytes` or `forge-origin` feature, and active only
+/// when `CORAL_FORGE` names them.
+#[cfg(any(feature = "forge-peer-bytes", feature = "forge-origin"))]
+pub(super) mod forge {
+    /// `CORAL_FORGE`'s value, read once.
+    fn mode() -> &'static str {
+        static MODE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        MODE.get_or_init(|| std::env::var("CORAL_FORGE").unwrap_or_default())
+    }
+
+    /// Serve peers chunk `n` (`CORAL_FORGE=peer-bytes:<n>`) with one byte
+    /// changed, its valid signature beside it.
+    #[cfg(feature = "forge-peer-bytes")]
+    pub fn peer_chunk() -> Option<usize> {
+        mode().strip_prefix("peer-bytes:")?.parse().ok()
+    }
+
+    /// Store and sign other bytes than the origin sent (`CORAL_FORGE=origin`):
+    /// every `o` becomes `0`, the origin's `Repr-Digest` kept in the head.
+    #[cfg(feature = "forge-origin")]
+    pub fn origin() -> bool {
+        mode() == "origin"
+    }
+}
+
+/// How the bytes of one fill are recorded.
+enum Mode {
+    /// From the origin: this node signs.
+    Sign(Box<Signer>),
+    /// From a peer: its verified records (under this signed head) are
+    /// kept as they came.
+    Relay(SignedHead),
+}
+
+/// The records of one fill, written beside the object as it is stored.
+pub(super) struct FillRecords {
+    key: Id,
+    generation: u64,
+    mode: Mode,
+    /// The origin's `Repr-Digest` and the digest of what it sent so far.
+    repr_check: Option<([u8; verify::DIGEST_BYTES], BodyDigest)>,
+    /// Bytes received from a peer, verified.
+    verified: u64,
+}
+
+impl FillRecords {
+    /// Checks the origin's bytes (before any rewriting) against its
+    /// `Repr-Digest`, if it sent one.
+    pub fn origin_bytes(&mut self, raw: &[u8]) {
+        if let Some((_, d)) = &mut self.repr_check {
+            d.update(raw);
+        }
+    }
+
+    /// Appends `data` to `writer`, each chunk's signature kept before the
+    /// bytes that complete the chunk (from a peer: `data` is one verified
+    /// chunk, its signature in `resp`).
+    pub fn append(
+        &mut self,
+        pc: &ProxyCore,
+        writer: &mut ObjectWriter,
+        resp: &mut upstream::Response,
+        data: &[u8],
+    ) -> Result<(), CacheError> {
+        let records = pc.cache.records();
+        match &mut self.mode {
+            Mode::Relay(_) => {
+                if let Some(sig) = resp.take_chunk_sig() {
+                    records.push(&self.key, self.generation, sig);
+                }
+                self.verified += data.len() as u64;
+                writer.append(data)
+            }
+            Mode::Sign(signer) => {
+                #[cfg(feature = "forge-origin")]
+                let forged: Vec<u8>;
+                #[cfg(feature = "forge-origin")]
+                let data = if forge::origin() {
+                    forged = data
+                        .iter()
+                        .map(|&b| if b == b'o' { b'0' } else { b })
+                        .collect();
+                    &forged[..]
+                } else {
+                    data
+                };
+                let mut rest = data;
+                while !rest.is_empty() {
+                    let n = signer.room().min(rest.len());
+                    if let Some(sig) = signer.update(&rest[..n]) {
+                        records.push(&self.key, self.generation, sig);
+                    }
+                    writer.append(&rest[..n])?;
+                    rest = &rest[n..];
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The body ended: checks the origin's `Repr-Digest`, and keeps the
+    /// end (signed here, or the peer's). `Err` says why the copy must not
+    /// be kept.
+    pub fn finish(self, pc: &ProxyCore, resp: &upstream::Response) -> Result<(), &'static str> {
+        let records = pc.cache.records();
+        if let Some((want, got)) = self.repr_check {
+            bump(&pc.verify.repr_digest_checked);
+            if got.finish() != want {
+                bump(&pc.verify.repr_digest_failed);
+                records.abort(&self.key, self.generation);
+                return Err("the origin's body contradicts its Repr-Digest");
+            }
+        }
+        match self.mode {
+            Mode::Sign(signer) => {
+                let (last, end) = signer.finish();
+                if let Some(sig) = last {
+                    records.push(&self.key, self.generation, sig);
+                }
+                records.end(&self.key, self.generation, end);
+                bump(&pc.verify.signed_fills);
+            }
+            Mode::Relay(_) => match resp.signed_end() {
+                Some(end) => {
+                    records.end(&self.key, self.generation, end);
+                    bump(&pc.verify.verified_fills);
+                    let b = &pc.verify.verified_bytes;
+                    b.set(b.get() + self.verified);
+                }
+                None => {
+                    records.abort(&self.key, self.generation);
+                    return Err("a peer's body ended without its signed end");
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// The copy was dropped: so are its records.
+    pub fn abort(&self, pc: &ProxyCore) {
+        pc.cache.records().abort(&self.key, self.generation);
+    }
+
+    /// The transfer from `addr` failed with `e`: the records are dropped,
+    /// and a forgery caught (`ProxyCore::caught`).
+    pub fn failed(&self, pc: &ProxyCore, addr: SocketAddr, e: &upstream::UpstreamError) {
+        self.abort(pc);
+        if let (Mode::Relay(head), upstream::UpstreamError::Forged(why)) = (&self.mode, e) {
+            pc.caught(&self.key, addr, head, why);
+        }
+    }
+}
+
+impl ProxyCore {
+    /// Whether the peer at `addr` was caught forging (it is not asked).
+    pub(super) fn peer_distrusted(&self, addr: &SocketAddr) -> bool {
+        let d = self.cache.records().peer_distrusted(addr);
+        if d {
+            bump(&self.verify.distrusted);
+        }
+        d
+    }
+
+    /// Checks the answer of the peer at `addr` for `key` before anything is
+    /// stored: its signed head (signature, admission, the signer not caught
+    /// forging, that it describes this response and is not past its
+    /// expiry), then its first chunk. `None`: the answer is not used (a
+    /// forgery also distrusts the peer).
+    pub(super) async fn check_peer_answer(
+        &self,
+        key: &Id,
+        addr: SocketAddr,
+        resp: &mut upstream::Response,
+    ) -> Option<SignedHead> {
+        let Some(field) = resp.head.headers.get(verify::SIGNED_HEAD_FIELD) else {
+            // A peer with no records for its copy (after its restart, say):
+            // no forgery, but nothing verifiable.
+            bump(&self.verify.unsigned);
+            tracing::info!(%key, %addr, status = resp.head.status, "peer answer not signed: not used");
+            return None;
+        };
+        let head = match SignedHead::from_hex(field) {
+            Some(h) => h,
+            None => {
+                self.peer_forged(key, addr, "malformed signed head");
+                return None;
+            }
+        };
+        if self.cache.records().signer_distrusted(&head.signer()) {
+            bump(&self.verify.distrusted);
+            tracing::info!(%key, %addr, "peer copy signed by a distrusted signer: not used");
+            return None;
+        }
+        if !head.verify(&self.shard.trust.membership) {
+            self.peer_forged(key, addr, "signed head does not verify");
+            return None;
+        }
+        if let Err(why) = head.describes(key, resp.head.status, &resp.head.headers) {
+            self.peer_forged(key, addr, why);
+            return None;
+        }
+        if head.expires_secs() <= unix_now() {
+            tracing::info!(%key, %addr, "peer copy past its signed expiry: not used");
+            return None;
+        }
+        if let Err(e) = resp.expect_signed(&head) {
+            self.peer_forged(key, addr, &e.to_string());
+            return None;
+        }
+        match resp.prime().await {
+            Ok(()) => Some(head),
+            Err(upstream::UpstreamError::Forged(why)) => {
+                self.caught(key, addr, &head, why);
+                None
+            }
+            Err(e) => {
+                tracing::info!(%key, %addr, error = %e, "peer answer failed");
+                None
+            }
+        }
+    }
+
+    /// A peer's signed body failed mid-way (`UpstreamError::Forged`):
+    /// counted, and the peer (or the signer, for what only it could have
+    /// signed) distrusted.
+    pub(super) fn caught(&self, key: &Id, addr: SocketAddr, head: &SignedHead, why: &str) {
+        // A failing chunk or end signature may be a relay's doing; a
+        // signed length or Repr-Digest that the signer's own valid chunk
+        // signatures contradict is the signer's.
+        let signer_lied = why.contains("signed length") || why.contains("Repr-Digest");
+        if signer_lied && self.cache.records().distrust_signer(head.signer()) {
+            tracing::warn!(
+                %key,
+                %addr,
+                signer = %head.signer().to_hex(),
+                why,
+                "origin-fetcher caught forging: its copies are no longer used"
+            );
+        }
+        self.peer_forged(key, addr, why);
+    }
+
+    fn peer_forged(&self, key: &Id, addr: SocketAddr, why: &str) {
+        bump(&self.verify.forged);
+        if self.cache.records().distrust_peer(addr) {
+            tracing::warn!(%key, %addr, why, "peer served forged bytes: dropped");
+        }
+    }
+
+    /// The records of a fill from the origin: this node signs the stored
+    /// head `head` (its length `length` if known; fresh until
+    /// `expires_secs`), and checks the origin's `Repr-Digest` (in
+    /// `origin`'s head) if it sent one. `as_sent`: the body is stored
+    /// exactly as the origin sent it (not rewritten), so the `Repr-Digest`
+    /// is signed for peers to check too.
+    pub(super) fn sign_fill(
+        &self,
+        key: Id,
+        head: &ResponseHead,
+        origin: &ResponseHead,
+        length: Option<u64>,
+        expires_secs: u64,
+        as_sent: bool,
+    ) -> FillRecords {
+        let repr = origin
+            .headers
+            .get("repr-digest")
+            .and_then(verify::repr_digest_sha256);
+        let facts = HeadFacts {
+            key,
+            status: head.status,
+            validator: verify::validator_digest(&head.headers),
+            fields: verify::fields_digest(&head.headers),
+            length,
+            expires_secs,
+            repr_digest: repr.filter(|_| as_sent),
+            chunk_bytes: CHUNK_BYTES,
+        };
+        let signer = Signer::new(&self.shard.trust.identity, &facts);
+        let generation = self.cache.records().begin(key, *signer.head());
+        FillRecords {
+            key,
+            generation,
+            mode: Mode::Sign(Box::new(signer)),
+            repr_check: repr.map(|d| (d, BodyDigest::default())),
+            verified: 0,
+        }
+    }
+
+    /// The records of a fill from a peer: the origin-fetcher's, as they
+    /// come.
+    pub(super) fn relay_fill(&self, key: Id, head: SignedHead) -> FillRecords {
+        let generation = self.cache.records().begin(key, head);
+        FillRecords {
+            key,
+            generation,
+            mode: Mode::Relay(head),
+            repr_check: None,
+            verified: 0,
+        }
+    }
+}
+
+/// The request fields an origin fill adds: RFC 9530 §4, asking for a
+/// SHA-256 `Repr-Digest`.
+pub(super) fn want_repr_digest(extra: &mut Headers) {
+    let (name, value) = verify::WANT_REPR_DIGEST;
+    extra.insert(name, value.as_bytes());
+}
+
+/// Removes the peer's signed head from a head about to be stored (the
+/// records are kept beside the copy, and served to peers only).
+pub(super) fn strip_records(head: &mut ResponseHead) {
+    head.headers.remove(verify::SIGNED_HEAD_FIELD);
+}
