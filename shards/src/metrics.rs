@@ -607,7 +607,7 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
          (peer answers without records), distrusted (peers or signers caught before, not used), \
          repr_digest_checked and repr_digest_failed (origin bodies against their own \
          Repr-Digest), served_signed and served_unsigned (peer requests answered with records, \
-         or 504 for a copy without). SECURITY.md, \"Threat model\".",
+         or 504 for a copy without), resigned (records made again from a stored copy). SECURITY.md, \"Threat model\".",
     );
     for event in VERIFY_EVENTS {
         w.sample(
@@ -629,7 +629,7 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
 }
 
 /// The events of `coral_verify_events_total` (`proxy::verified::VerifyCounters`).
-pub const VERIFY_EVENTS: [&str; 9] = [
+pub const VERIFY_EVENTS: [&str; 10] = [
     "signed_fills",
     "verified_fills",
     "forged",
@@ -639,6 +639,7 @@ pub const VERIFY_EVENTS: [&str; 9] = [
     "repr_digest_failed",
     "served_signed",
     "served_unsigned",
+    "resigned",
 ];
 
 /// The origin-name resolver's events (`coral_resolver_events_total`),

@@ -106,7 +106,10 @@ const REPRESENTATION_FIELDS: [&str; 4] = [
 /// What the origin-fetcher knows of an object when it starts storing it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeadFacts {
-    /// The object's key (its URL's, or its `Vary` variant's).
+    /// The object's key: its URL's, or, for a response with `Vary`, the
+    /// key of the variant it is (`proxy::vary::variant_key`, whatever key
+    /// it is stored under), so a relay cannot pass one variant off as
+    /// another.
     pub key: Id,
     /// The response status.
     pub status: u16,
@@ -291,6 +294,13 @@ impl SignedHead {
         if self.key() != *key {
             return Err("signed for another object");
         }
+        self.matches_response(status, headers)
+    }
+
+    /// Whether a response with `status` and `headers` agrees with this
+    /// signed head (status, validators, representation fields), whatever
+    /// its key. `Err` names what differs.
+    pub fn matches_response(&self, status: u16, headers: &Headers) -> Result<(), &'static str> {
         if self.status() != status {
             return Err("status differs from the signed one");
         }

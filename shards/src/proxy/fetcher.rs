@@ -525,13 +525,17 @@ impl ProxyCore {
         // answered from it.
         let mut resp = resp;
         let signed = match peer {
-            Some(a) => match self.check_peer_answer(&key, a, &mut resp).await {
-                Some(h) => Some(h),
-                None => {
-                    self.fetch_failed(&key, Fail::MALFORMED);
-                    return Outcome::Failed;
+            Some(a) => {
+                let label = keyed::label_view(&job.request, &sent);
+                let object = super::verified::object_key(&job.url_key, &resp.head, &label);
+                match self.check_peer_answer(&key, &object, a, &mut resp).await {
+                    Some(h) => Some(h),
+                    None => {
+                        self.fetch_failed(&key, Fail::MALFORMED);
+                        return Outcome::Failed;
+                    }
                 }
-            },
+            }
             None => None,
         };
         if let Some(fail) = fetch::origin_error(peer.is_some(), resp.head.status) {
@@ -856,6 +860,7 @@ impl ProxyCore {
             Some(h) => self.relay_fill(key, h),
             None => self.sign_fill(
                 key,
+                super::verified::object_key(&job.url_key, &resp.head, &label),
                 &head,
                 &resp.head,
                 expected_len,

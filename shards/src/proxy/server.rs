@@ -550,10 +550,11 @@ impl<'a> Conn<'a> {
                 // A peer's request: the copy with its signed records
                 // (issue 22 item 4; clients never take this branch).
                 (Serve::Hit, Some((obj, st))) if route.no_forward => {
-                    return self.serve_peer(req, key, obj, st, CacheStatus::hit()).await;
+                    let hit = CacheStatus::hit();
+                    return self.serve_peer(req, route.key, key, obj, st, hit).await;
                 }
                 (Serve::Copy(cs), Some((obj, st))) if route.no_forward => {
-                    return self.serve_peer(req, key, obj, st, cs).await;
+                    return self.serve_peer(req, route.key, key, obj, st, cs).await;
                 }
                 (Serve::Hit, Some((obj, st))) => {
                     pc.stats.hits.set(pc.stats.hits.get() + 1);

@@ -25,8 +25,9 @@ use coral::proxy::http::{Headers, ResponseHead};
 use coral::verify::{self, BodyDigest, HeadFacts, SignedHead, Signer};
 use coral::Id;
 
+use super::stored::Stored;
 use super::{unix_now, upstream, ProxyCore};
-use crate::cache::{CacheError, ObjectWriter};
+use crate::cache::{CacheError, ObjectRef, ObjectState, ObjectWriter};
 
 /// Bytes per signed chunk.
 const CHUNK_BYTES: u32 = coral::limits::VERIFY.chunk_bytes;
@@ -56,6 +57,9 @@ pub struct VerifyCounters {
     pub served_signed: Cell<u64>,
     /// Peer requests for a copy without records (answered 504).
     pub served_unsigned: Cell<u64>,
+    /// Complete copies whose records were made again from the stored
+    /// bytes (after a restart, or a revalidation that changed the head).
+    pub resigned: Cell<u64>,
 }
 
 impl VerifyCounters {
@@ -72,6 +76,7 @@ impl VerifyCounters {
             "repr_digest_failed": self.repr_digest_failed.get(),
             "served_signed": self.served_signed.get(),
             "served_unsigned": self.served_unsigned.get(),
+            "resigned": self.resigned.get(),
         })
     }
 }
@@ -246,12 +251,14 @@ impl ProxyCore {
 
     /// Checks the answer of the peer at `addr` for `key` before anything is
     /// stored: its signed head (signature, admission, the signer not caught
-    /// forging, that it describes this response and is not past its
-    /// expiry), then its first chunk. `None`: the answer is not used (a
+    /// forging, that it describes this response as the object `object` —
+    /// the URL's key, or the variant's for a response with `Vary` — and is
+    /// not past its expiry), then its first chunk. `None`: the answer is not used (a
     /// forgery also distrusts the peer).
     pub(super) async fn check_peer_answer(
         &self,
         key: &Id,
+        object: &Id,
         addr: SocketAddr,
         resp: &mut upstream::Response,
     ) -> Option<SignedHead> {
@@ -278,7 +285,7 @@ impl ProxyCore {
             self.peer_forged(key, addr, "signed head does not verify");
             return None;
         }
-        if let Err(why) = head.describes(key, resp.head.status, &resp.head.headers) {
+        if let Err(why) = head.describes(object, resp.head.status, &resp.head.headers) {
             self.peer_forged(key, addr, why);
             return None;
         }
@@ -330,8 +337,9 @@ impl ProxyCore {
         }
     }
 
-    /// The records of a fill from the origin: this node signs the stored
-    /// head `head` (its length `length` if known; fresh until
+    /// The records of a fill from the origin, stored under `key`: this
+    /// node signs the object `object` (`coral::verify::HeadFacts::key`), its
+    /// stored head `head` (its length `length` if known; fresh until
     /// `expires_secs`), and checks the origin's `Repr-Digest` (in
     /// `origin`'s head) if it sent one. `as_sent`: the body is stored
     /// exactly as the origin sent it (not rewritten), so the `Repr-Digest`
@@ -339,6 +347,7 @@ impl ProxyCore {
     pub(super) fn sign_fill(
         &self,
         key: Id,
+        object: Id,
         head: &ResponseHead,
         origin: &ResponseHead,
         length: Option<u64>,
@@ -350,7 +359,7 @@ impl ProxyCore {
             .get("repr-digest")
             .and_then(verify::repr_digest_sha256);
         let facts = HeadFacts {
-            key,
+            key: object,
             status: head.status,
             validator: verify::validator_digest(&head.headers),
             fields: verify::fields_digest(&head.headers),
@@ -368,6 +377,68 @@ impl ProxyCore {
             repr_check: repr.map(|d| (d, BodyDigest::default())),
             verified: 0,
         }
+    }
+
+    /// Records for the complete copy `obj` of `key` (the object `object`)
+    /// made again from its stored bytes and head, signed by this node: a
+    /// copy whose records were lost (a restart; records are kept in memory)
+    /// or no longer describe it (a revalidation changed its head). This
+    /// node vouches for bytes it stored — verified when they came from a
+    /// peer, checked against the origin's `Repr-Digest` when they came with
+    /// one. Hashes the whole body once, yielding between chunks.
+    pub(super) async fn resign(
+        &self,
+        key: Id,
+        object: Id,
+        obj: &ObjectRef,
+        st: &Stored,
+    ) -> Option<(SignedHead, u64)> {
+        let ObjectState::Complete { len } = obj.state() else {
+            return None;
+        };
+        let as_sent = !coral::proxy::rewrite::body_is_rewritable(&st.head);
+        let repr = st
+            .head
+            .headers
+            .get("repr-digest")
+            .and_then(verify::repr_digest_sha256)
+            .filter(|_| as_sent);
+        let facts = HeadFacts {
+            key: object,
+            status: st.head.status,
+            validator: verify::validator_digest(&st.head.headers),
+            fields: verify::fields_digest(&st.head.headers),
+            length: Some(len),
+            expires_secs: obj.meta().fresh_until_secs,
+            repr_digest: repr,
+            chunk_bytes: CHUNK_BYTES,
+        };
+        let mut signer = Signer::new(&self.shard.trust.identity, &facts);
+        let head = *signer.head();
+        let records = self.cache.records();
+        let generation = records.begin(key, head);
+        let mut pos = 0;
+        while pos < len {
+            let end = (pos + u64::from(CHUNK_BYTES)).min(len);
+            obj.ensure_resident(pos, end).await;
+            let data = obj.body(pos, end);
+            if data.len() as u64 != end - pos {
+                records.abort(&key, generation);
+                return None;
+            }
+            if let Some(sig) = signer.update(data) {
+                records.push(&key, generation, sig);
+            }
+            pos = end;
+            glommio::yield_if_needed().await;
+        }
+        let (last, end) = signer.finish();
+        if let Some(sig) = last {
+            records.push(&key, generation, sig);
+        }
+        records.end(&key, generation, end);
+        bump(&self.verify.resigned);
+        Some((head, generation))
     }
 
     /// The records of a fill from a peer: the origin-fetcher's, as they
@@ -395,4 +466,14 @@ pub(super) fn want_repr_digest(extra: &mut Headers) {
 /// records are kept beside the copy, and served to peers only).
 pub(super) fn strip_records(head: &mut ResponseHead) {
     head.headers.remove(verify::SIGNED_HEAD_FIELD);
+}
+
+/// The object a response to `request` for the URL `url_key` is: the URL's
+/// key, or its `Vary` variant's (what a signed head names).
+pub(super) fn object_key(
+    url_key: &Id,
+    head: &ResponseHead,
+    request: &coral::proxy::http::RequestHead,
+) -> Id {
+    coral::proxy::vary::variant_key(url_key, head, request).unwrap_or(*url_key)
 }

@@ -19,9 +19,11 @@ use crate::proxy::unix_now;
 
 impl Conn<'_> {
     /// Sends the copy `obj` of `key` to a peer with its signed records.
+    /// `url_key`: the URL's key (`key` may be a `Vary` variant's).
     pub(super) async fn serve_peer(
         &mut self,
         req: &RequestHead,
+        url_key: coral::Id,
         key: coral::Id,
         obj: &ObjectRef,
         st: &Stored,
@@ -29,14 +31,28 @@ impl Conn<'_> {
     ) -> Next {
         let pc = self.pc;
         let records = pc.cache.records();
-        let found = records.head(&key).filter(|(h, _)| {
-            h.describes(&key, st.head.status, &st.head.headers).is_ok()
+        let mut found = records.head(&key).filter(|(h, _)| {
+            h.matches_response(st.head.status, &st.head.headers).is_ok()
                 && match obj.state() {
                     ObjectState::Complete { len } => h.length().is_none_or(|l| l == len),
                     ObjectState::Writing { .. } => true,
                     ObjectState::Failed => false,
                 }
         });
+        if found.is_none() {
+            // A complete copy whose records were lost or no longer fit:
+            // made again from its bytes.
+            let request = RequestHead {
+                method: Method::Get,
+                target: "/".into(),
+                minor_version: 1,
+                headers: st.vary_req.clone(),
+                framing: Framing::Empty,
+                keep_alive: false,
+            };
+            let object = crate::proxy::verified::object_key(&url_key, &st.head, &request);
+            found = pc.resign(key, object, obj, st).await;
+        }
         let Some((signed, generation)) = found else {
             pc.verify
                 .served_unsigned
