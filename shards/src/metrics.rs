@@ -607,7 +607,9 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
          (peer answers without records), distrusted (peers or signers caught before, not used), \
          repr_digest_checked and repr_digest_failed (origin bodies against their own \
          Repr-Digest), served_signed and served_unsigned (peer requests answered with records, \
-         or 504 for a copy without), resigned (records made again from a stored copy). SECURITY.md, \"Threat model\".",
+         or 504 for a copy without), resigned (records made again from a stored copy), audits, \
+         audit_failed and audit_inconclusive (verified peer copies fetched again from the origin \
+         and compared, `[proxy] audit_per_million`). SECURITY.md, \"Threat model\".",
     );
     for event in VERIFY_EVENTS {
         w.sample(
@@ -616,6 +618,16 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
             sum(&["http", "verify", event]),
         );
     }
+    w.family(
+        "coral_verify_audit_bytes_total",
+        Kind::Counter,
+        "Body bytes audits read from origins (item 5 b: their cost).",
+    )
+    .sample(
+        "coral_verify_audit_bytes_total",
+        &[],
+        sum(&["http", "verify", "audit_bytes"]),
+    );
     w.family(
         "coral_verify_peer_bytes_total",
         Kind::Counter,
@@ -629,7 +641,7 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
 }
 
 /// The events of `coral_verify_events_total` (`proxy::verified::VerifyCounters`).
-pub const VERIFY_EVENTS: [&str; 10] = [
+pub const VERIFY_EVENTS: [&str; 13] = [
     "signed_fills",
     "verified_fills",
     "forged",
@@ -640,6 +652,9 @@ pub const VERIFY_EVENTS: [&str; 10] = [
     "served_signed",
     "served_unsigned",
     "resigned",
+    "audits",
+    "audit_failed",
+    "audit_inconclusive",
 ];
 
 /// The origin-name resolver's events (`coral_resolver_events_total`),

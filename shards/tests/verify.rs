@@ -82,15 +82,22 @@ fn wait_pointer(node: &Node, holder: &Node, path: &str) {
 /// Two nodes: `a` (first, started with `a_env`) and `b` (bootstrapped
 /// through `a`), both with the origin on `net.100`.
 fn pair(dir: &Path, net: &str, a_env: Option<(&str, &str)>) -> (Node, Node) {
+    pair_with(dir, net, a_env, "")
+}
+
+/// As [`pair`], `b` with the config file `b_config`.
+fn pair_with(dir: &Path, net: &str, a_env: Option<(&str, &str)>, b_config: &str) -> (Node, Node) {
     let origin_ip = format!("{net}.100");
     let mut a = proxy_node(dir, &format!("{net}.1"), &origin_ip);
     if let Some((k, v)) = a_env {
         a = a.env(k, v);
     }
     let a = a.start();
-    let b = proxy_node(dir, &format!("{net}.2"), &origin_ip)
-        .bootstrap(&format!("{net}.1"))
-        .start();
+    let mut b = proxy_node(dir, &format!("{net}.2"), &origin_ip).bootstrap(&format!("{net}.1"));
+    if !b_config.is_empty() {
+        b = b.config_text(b_config);
+    }
+    let b = b.start();
     a.wait_joined(1);
     b.wait_joined(1);
     (a, b)
@@ -291,4 +298,72 @@ fn issue22_item5_a_lying_origin_fetcher_is_caught_by_the_origins_repr_digest() {
     assert!(b.curl(&url, &[]).body == other);
     assert!(event(&b, "distrusted") >= 1.0);
     assert_eq!(nginx.requests("/other.txt"), 2);
+}
+
+/// Every verified peer copy audited (`audit_per_million = 1000000`).
+const AUDIT_ALL: &str = "[proxy]\naudit_per_million = 1000000\n";
+
+/// Item 5 (b): an audit of an honest copy asks the origin once more and
+/// finds it agrees.
+#[test]
+fn issue22_item5_an_audit_of_an_honest_copy_passes() {
+    let dir = temp_dir("verify-audit-honest");
+    let page = body(100_000);
+    let nginx = origin(dir.path(), "127.31.6.100", &[("page.bin", &page, false)]);
+    let (a, b) = pair_with(dir.path(), "127.31.6", None, AUDIT_ALL);
+    let url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(a.curl(&url, &[]).body == page);
+    wait_pointer(&b, &a, "/page.bin");
+    assert!(b.curl(&url, &[]).body == page);
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let n = event(&b, "audits");
+        let open = n - event(&b, "audit_failed") - event(&b, "audit_inconclusive");
+        (n == 1.0 && b.metric("coral_verify_audit_bytes_total") == page.len() as f64)
+            .then_some(open)
+            .ok_or_else(|| format!("audits {n}"))
+    });
+    assert_eq!(event(&b, "audit_failed"), 0.0);
+    assert_eq!(event(&b, "audit_inconclusive"), 0.0);
+    assert_eq!(nginx.requests("/page.bin"), 2, "the fill and the audit");
+    assert!(b.curl(&url, &[]).header("cache-status").contains("hit"));
+}
+
+/// Item 5 (b): an origin-fetcher that signs other bytes than the origin
+/// sent, for an origin that sends no `Repr-Digest`, passes every signature
+/// check; the audit catches it: the copy is removed, the signer
+/// distrusted, and the next request gets the origin's bytes.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5_an_audit_catches_a_lying_origin_fetcher_without_repr_digest() {
+    let dir = temp_dir("verify-audit");
+    let page = body(100_000);
+    let nginx = origin(dir.path(), "127.31.7.100", &[("page.bin", &page, false)]);
+    let (a, b) = pair_with(
+        dir.path(),
+        "127.31.7",
+        Some(("CORAL_FORGE", "origin")),
+        AUDIT_ALL,
+    );
+    let url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(a.curl(&url, &[]).body != page, "a forges");
+    wait_pointer(&b, &a, "/page.bin");
+    // Every signature holds: b cannot tell yet.
+    let _ = b.curl(&url, &[]);
+    assert_eq!(event(&b, "forged"), 0.0);
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        (event(&b, "audit_failed") == 1.0)
+            .then_some(())
+            .ok_or_else(|| format!("audits {}", event(&b, "audits")))
+    });
+    let again = b.curl(&url, &[]);
+    assert!(again.body == page, "the forged copy was kept: {again:?}");
+    assert_eq!(
+        nginx.requests("/page.bin"),
+        3,
+        "a's fill, b's audit, b's fill from the origin"
+    );
+    assert!(event(&b, "distrusted") >= 1.0);
 }

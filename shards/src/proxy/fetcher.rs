@@ -923,6 +923,14 @@ impl ProxyCore {
             tracing::info!(%key, error = %e, "cache finish failed");
             return Outcome::Failed;
         }
+        if let Some(h) = signed {
+            // Issue 22 item 5 (b): now and then, the origin is asked too.
+            let mut vary = Headers::new();
+            for v in resp.head.headers.get_all("vary") {
+                vary.insert("vary", v);
+            }
+            self.maybe_audit(key, job, vary, h, resp.signed_end());
+        }
         if key == job.url_key {
             self.note_first_variant(key, &resp.head, &label);
         }

@@ -60,6 +60,19 @@ pub struct VerifyCounters {
     /// Complete copies whose records were made again from the stored
     /// bytes (after a restart, or a revalidation that changed the head).
     pub resigned: Cell<u64>,
+    /// Audits (item 5 b): verified peer copies fetched again from the
+    /// origin and compared (each one origin request).
+    pub audits: Cell<u64>,
+    /// Body bytes those audits read from origins.
+    pub audit_bytes: Cell<u64>,
+    /// Audits where the origin's body under the same validator differed
+    /// from the signed one: the signer is distrusted, the copy removed.
+    pub audit_failed: Cell<u64>,
+    /// Audits that could not compare (another validator or status, no
+    /// validator, a rewritten body, the origin failed).
+    pub audit_inconclusive: Cell<u64>,
+    /// The audit draw's state (xorshift, seeded from the OS).
+    rng: Cell<u64>,
 }
 
 impl VerifyCounters {
@@ -77,7 +90,27 @@ impl VerifyCounters {
             "served_signed": self.served_signed.get(),
             "served_unsigned": self.served_unsigned.get(),
             "resigned": self.resigned.get(),
+            "audits": self.audits.get(),
+            "audit_bytes": self.audit_bytes.get(),
+            "audit_failed": self.audit_failed.get(),
+            "audit_inconclusive": self.audit_inconclusive.get(),
         })
+    }
+
+    /// True with probability `per_million` / 1,000,000.
+    fn draw(&self, per_million: u32) -> bool {
+        if per_million == 0 {
+            return false;
+        }
+        let mut x = self.rng.get();
+        if x == 0 {
+            x = crate::runtime::seed_from_os() | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x % 1_000_000 < u64::from(per_million)
     }
 }
 
@@ -476,4 +509,149 @@ pub(super) fn object_key(
     request: &coral::proxy::http::RequestHead,
 ) -> Id {
     coral::proxy::vary::variant_key(url_key, head, request).unwrap_or(*url_key)
+}
+
+/// What an audit found.
+enum AuditVerdict {
+    /// The origin's body under the same validator is the signed one.
+    Passed,
+    /// It is not: the signer signed other bytes than the origin serves.
+    Failed,
+    /// No comparison was possible.
+    Inconclusive(&'static str),
+}
+
+impl ProxyCore {
+    /// Item 5 (b): with probability `[proxy] audit_per_million` / 10⁶, the
+    /// verified peer copy of `key` (signed under `head`, ending `end`) is
+    /// fetched again from the origin by `job`'s request and compared under
+    /// the same validator: a signer whose signed body the origin
+    /// contradicts is distrusted and the copy removed. In the background;
+    /// the clients were answered from the copy already.
+    pub(super) fn maybe_audit(
+        self: &std::rc::Rc<Self>,
+        key: Id,
+        job: &super::Job,
+        vary: Headers,
+        head: SignedHead,
+        end: Option<verify::EndRecord>,
+    ) {
+        let Some(end) = end else { return };
+        if !self.verify.draw(self.cfg.audit_per_million) {
+            return;
+        }
+        let pc = self.clone();
+        let job = job.clone();
+        glommio::spawn_local(async move {
+            bump(&pc.verify.audits);
+            let verdict = pc.audit(&job, &vary, &head, &end).await;
+            match verdict {
+                AuditVerdict::Passed => {
+                    tracing::debug!(%key, "audit: the origin agrees with the signed copy");
+                }
+                AuditVerdict::Failed => {
+                    bump(&pc.verify.audit_failed);
+                    pc.cache.remove(&key);
+                    pc.cache.records().distrust_signer(head.signer());
+                    tracing::warn!(
+                        %key,
+                        signer = %head.signer().to_hex(),
+                        "audit: the origin contradicts the signed copy; its signer is distrusted"
+                    );
+                }
+                AuditVerdict::Inconclusive(why) => {
+                    bump(&pc.verify.audit_inconclusive);
+                    tracing::debug!(%key, why, "audit inconclusive");
+                }
+            }
+        })
+        .detach();
+    }
+
+    async fn audit(
+        &self,
+        job: &super::Job,
+        vary: &Headers,
+        head: &SignedHead,
+        end: &verify::EndRecord,
+    ) -> AuditVerdict {
+        let Ok(addr) = self
+            .resolver
+            .resolve_for(job.client, &job.origin.host, job.origin.port)
+            .await
+        else {
+            return AuditVerdict::Inconclusive("origin not resolved");
+        };
+        let sent = coral::proxy::keyed::upstream_view(
+            &job.request,
+            coral::proxy::keyed::Upstream::Fill { vary: Some(vary) },
+            &self.cfg.forward_request_fields,
+        );
+        let mut req = Vec::with_capacity(1024);
+        coral::proxy::policy::upstream_request(
+            &sent,
+            &job.origin,
+            false,
+            &Headers::new(),
+            &mut req,
+        );
+        let Ok(mut resp) =
+            upstream::send(&self.pool, addr, &req, false, self.timeouts, &self.limits).await
+        else {
+            return AuditVerdict::Inconclusive("origin failed");
+        };
+        let empty = verify::validator_digest(&Headers::new());
+        if resp.head.status != head.status()
+            || head.validator() == empty
+            || verify::validator_digest(&resp.head.headers) != head.validator()
+        {
+            return AuditVerdict::Inconclusive("another status or validator");
+        }
+        if coral::proxy::rewrite::body_is_rewritable(&resp.head) {
+            // The signer stored it rewritten with its own port.
+            return AuditVerdict::Inconclusive("a rewritten body");
+        }
+        let chunk_bytes = u64::from(head.chunk_bytes());
+        let (mut list, mut chunk) = (BodyDigest::default(), BodyDigest::default());
+        let (mut in_chunk, mut total, mut chunks) = (0u64, 0u64, 0u64);
+        let mut buf = Vec::with_capacity(64 << 10);
+        loop {
+            buf.clear();
+            let more = match resp.next(&mut buf).await {
+                Ok(m) => m,
+                Err(_) => return AuditVerdict::Inconclusive("origin transfer failed"),
+            };
+            total += buf.len() as u64;
+            if total > self.cfg.object_bytes_max {
+                return AuditVerdict::Inconclusive("larger than object_bytes_max");
+            }
+            let mut rest = &buf[..];
+            while !rest.is_empty() {
+                let n = ((chunk_bytes - in_chunk) as usize).min(rest.len());
+                chunk.update(&rest[..n]);
+                in_chunk += n as u64;
+                rest = &rest[n..];
+                if in_chunk == chunk_bytes {
+                    list.update(&std::mem::take(&mut chunk).finish());
+                    chunks += 1;
+                    in_chunk = 0;
+                }
+            }
+            if !more {
+                break;
+            }
+        }
+        if in_chunk > 0 {
+            list.update(&chunk.finish());
+            chunks += 1;
+        }
+        let b = &self.verify.audit_bytes;
+        b.set(b.get() + total);
+        resp.release(&self.pool);
+        if (list.finish(), total, chunks) == (end.object_digest, end.total, end.chunks) {
+            AuditVerdict::Passed
+        } else {
+            AuditVerdict::Failed
+        }
+    }
 }
