@@ -90,6 +90,31 @@ impl ChunkRecords {
         generation
     }
 
+    /// Begins new records of `key` under `head` only if its records are
+    /// still generation `stale` (or there are none): returns the
+    /// generation to use, and whether it is this caller's to fill. Two
+    /// cores making records for one copy at once: the second uses the
+    /// first's.
+    pub fn begin_replacing(&self, key: Id, head: SignedHead, stale: Option<u64>) -> (u64, bool) {
+        {
+            let g = self.lock();
+            if let Some(e) = g.map.get(&key) {
+                if Some(e.generation) != stale {
+                    return (e.generation, false);
+                }
+            }
+        }
+        (self.begin(key, head), true)
+    }
+
+    /// Whether generation `generation` is still `key`'s records.
+    pub fn current(&self, key: &Id, generation: u64) -> bool {
+        self.lock()
+            .map
+            .get(key)
+            .is_some_and(|e| e.generation == generation)
+    }
+
     /// Adds the next chunk's signature to generation `generation` of
     /// `key`'s records (before the chunk's bytes are appended to the
     /// cache, so a reader that sees the bytes finds it).

@@ -212,6 +212,17 @@ fn security_md_limits_are_true() {
                 "coral::limits::RESOLVE.negative_ttl_max_secs" => r.negative_ttl_max_secs as usize,
                 "coral::limits::RESOLVE.failure_ttl_secs" => r.failure_ttl_secs as usize,
                 "coral::limits::RESOLVE.udp_answer_bytes_max" => r.udp_answer_bytes_max,
+                // Verified peer bytes (issue 22 items 4-5, `coral::verify`).
+                "coral::limits::VERIFY.chunk_bytes" => coral::limits::VERIFY.chunk_bytes as usize,
+                "coral::limits::VERIFY.chunk_bytes_min" => {
+                    coral::limits::VERIFY.chunk_bytes_min as usize
+                }
+                "coral::limits::VERIFY.chunk_bytes_max" => {
+                    coral::limits::VERIFY.chunk_bytes_max as usize
+                }
+                "coral::limits::VERIFY.distrusted_signers_max" => {
+                    coral::limits::VERIFY.distrusted_signers_max
+                }
                 _ => panic!("SECURITY.md: no {name}"),
             };
             assert_eq!(v.to_string(), value, "SECURITY.md: {name}");

@@ -413,9 +413,11 @@ impl ProxyCore {
     }
 
     /// Records for the complete copy `obj` of `key` (the object `object`)
-    /// made again from its stored bytes and head, signed by this node: a
-    /// copy whose records were lost (a restart; records are kept in memory)
-    /// or no longer describe it (a revalidation changed its head). This
+    /// made again from its stored bytes and head, signed by this node, in
+    /// place of generation `stale` (if any): a copy whose records were lost
+    /// (a restart; records are kept in memory) or no longer describe it (a
+    /// revalidation with the origin changed its head or made it fresh
+    /// beyond the signed expiry). This
     /// node vouches for bytes it stored — verified when they came from a
     /// peer, checked against the origin's `Repr-Digest` when they came with
     /// one. Hashes the whole body once, yielding between chunks.
@@ -425,6 +427,7 @@ impl ProxyCore {
         object: Id,
         obj: &ObjectRef,
         st: &Stored,
+        stale: Option<u64>,
     ) -> Option<(SignedHead, u64)> {
         let ObjectState::Complete { len } = obj.state() else {
             return None;
@@ -449,7 +452,11 @@ impl ProxyCore {
         let mut signer = Signer::new(&self.shard.trust.identity, &facts);
         let head = *signer.head();
         let records = self.cache.records();
-        let generation = records.begin(key, head);
+        let (generation, mine) = records.begin_replacing(key, head, stale);
+        if !mine {
+            // Another request (on another core) makes them: its records.
+            return records.head(&key).filter(|(_, g)| *g == generation);
+        }
         let mut pos = 0;
         while pos < len {
             let end = (pos + u64::from(CHUNK_BYTES)).min(len);

@@ -17,6 +17,11 @@ use crate::cache::{ObjectRef, ObjectState};
 use crate::proxy::stored::Stored;
 use crate::proxy::unix_now;
 
+/// Longest a peer's answer waits for another request to make a complete
+/// copy's records again, in milliseconds (a 50 MB copy hashes and signs in
+/// well under a second).
+const RESIGN_WAIT_MS: u32 = 10_000;
+
 impl Conn<'_> {
     /// Sends the copy `obj` of `key` to a peer with its signed records.
     /// `url_key`: the URL's key (`key` may be a `Vary` variant's).
@@ -31,10 +36,17 @@ impl Conn<'_> {
     ) -> Next {
         let pc = self.pc;
         let records = pc.cache.records();
-        let mut found = records.head(&key).filter(|(h, _)| {
+        let kept = records.head(&key);
+        let mut found = kept.filter(|(h, _)| {
             h.matches_response(st.head.status, &st.head.headers).is_ok()
                 && match obj.state() {
-                    ObjectState::Complete { len } => h.length().is_none_or(|l| l == len),
+                    // A copy revalidated with the origin since it was
+                    // signed is fresh beyond the signed expiry: signed
+                    // again.
+                    ObjectState::Complete { len } => {
+                        h.length().is_none_or(|l| l == len)
+                            && h.expires_secs() >= obj.meta().fresh_until_secs
+                    }
                     ObjectState::Writing { .. } => true,
                     ObjectState::Failed => false,
                 }
@@ -51,7 +63,7 @@ impl Conn<'_> {
                 keep_alive: false,
             };
             let object = crate::proxy::verified::object_key(&url_key, &st.head, &request);
-            found = pc.resign(key, object, obj, st).await;
+            found = pc.resign(key, object, obj, st, kept.map(|(_, g)| g)).await;
         }
         let Some((signed, generation)) = found else {
             pc.verify
@@ -145,9 +157,19 @@ impl Conn<'_> {
                     obj.wait_beyond(avail).await;
                     continue;
                 }
-                // Its signature was kept before its bytes were appended.
-                let Some(sig) = records.sig(&key, generation, index) else {
-                    return Err(());
+                // Its signature was kept before its bytes were appended;
+                // records being made again from a complete copy (another
+                // request's `resign`) come a chunk at a time.
+                let mut waited = 0;
+                let sig = loop {
+                    if let Some(sig) = records.sig(&key, generation, index) {
+                        break sig;
+                    }
+                    if !complete || !records.current(&key, generation) || waited >= RESIGN_WAIT_MS {
+                        return Err(());
+                    }
+                    glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                    waited += 1;
                 };
                 obj.ensure_resident(pos, end).await;
                 let data = obj.body(pos, end);
@@ -176,8 +198,16 @@ impl Conn<'_> {
                 pos = end;
                 index += 1;
             }
-            let Some(end) = records.end_of(&key, generation) else {
-                return Err(());
+            let mut waited = 0;
+            let end = loop {
+                if let Some(end) = records.end_of(&key, generation) {
+                    break end;
+                }
+                if !records.current(&key, generation) || waited >= RESIGN_WAIT_MS {
+                    return Err(());
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                waited += 1;
             };
             verify::write_signed_end(&mut frame, &end.sig);
             let p = self.progress();
