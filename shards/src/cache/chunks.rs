@@ -269,18 +269,20 @@ mod tests {
         // Many objects: the oldest go, the bound holds.
         let per = ENTRY_OVERHEAD_BYTES + 100 * SIGNATURE_BYTES;
         let n = RECORDS_BYTES_MAX / per + 100;
+        let head = head(key);
         for i in 0..n as u32 {
             let mut k = [0u8; 20];
             k[..4].copy_from_slice(&i.to_le_bytes());
             k[19] = 0xaa;
             let k = Id(k);
-            let g = r.begin(k, head(key));
+            let g = r.begin(k, head);
             for _ in 0..100 {
                 r.push(&k, g, [0; 64]);
             }
         }
         assert!(r.bytes() <= RECORDS_BYTES_MAX);
         assert!(r.head(&key).is_none(), "the oldest went first");
-        assert!(r.lock().order.len() <= 2 * r.lock().map.len() + 65);
+        let g = r.lock();
+        assert!(g.order.len() <= 2 * g.map.len() + 65);
     }
 }
