@@ -150,7 +150,7 @@ enum Mode {
     Sign(Box<Signer>),
     /// From a peer: its verified records (under this signed head) are
     /// kept as they came.
-    Relay(SignedHead),
+    Relay(Box<SignedHead>),
 }
 
 /// The records of one fill, written beside the object as it is stored.
@@ -377,6 +377,7 @@ impl ProxyCore {
     /// `origin`'s head) if it sent one. `as_sent`: the body is stored
     /// exactly as the origin sent it (not rewritten), so the `Repr-Digest`
     /// is signed for peers to check too.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn sign_fill(
         &self,
         key: Id,
@@ -488,7 +489,7 @@ impl ProxyCore {
         FillRecords {
             key,
             generation,
-            mode: Mode::Relay(head),
+            mode: Mode::Relay(Box::new(head)),
             repr_check: None,
             verified: 0,
         }
