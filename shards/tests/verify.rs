@@ -367,3 +367,75 @@ fn issue22_item5_an_audit_catches_a_lying_origin_fetcher_without_repr_digest() {
     );
     assert!(event(&b, "distrusted") >= 1.0);
 }
+
+/// The `ttl=` of a `Cache-Status` value's last entry (this node's), in
+/// seconds.
+fn ttl(cache_status: &str) -> i64 {
+    cache_status
+        .rsplit(',')
+        .next()
+        .unwrap_or_default()
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("ttl="))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no ttl in {cache_status}"))
+}
+
+/// Item 4: a peer that claims a longer lifetime than the origin gave (the
+/// attack of issue 22 (1): a day) gets the copy no fresher than the
+/// origin-fetcher signed (nginx's `expires 1h`).
+#[test]
+#[cfg_attr(
+    not(feature = "forge-peer-bytes"),
+    ignore = "needs --features forge-peer-bytes"
+)]
+fn issue22_item4_a_peer_copy_is_fresh_no_longer_than_the_signed_expiry() {
+    let dir = temp_dir("verify-lifetime");
+    let page = body(5000);
+    let _nginx = origin(dir.path(), "127.31.8.100", &[("page.txt", &page, false)]);
+    let (a, b) = pair(
+        dir.path(),
+        "127.31.8",
+        Some(("CORAL_FORGE", "peer-lifetime")),
+    );
+    let url = coralized("www.origin.test", 8080, "/page.txt");
+    assert!(a.curl(&url, &[]).body == page);
+    wait_pointer(&b, &a, "/page.txt");
+    let got = b.curl(&url, &[]);
+    assert!(got.body == page);
+    let cs = got.header("cache-status");
+    assert!(cs.contains("detail=peer-l"), "{cs}");
+    assert!(ttl(cs) <= 3600, "the peer's lifetime was taken: {cs}");
+    let hit = b.curl(&url, &[]);
+    assert!(ttl(hit.header("cache-status")) <= 3600, "{hit:?}");
+}
+
+/// Item 4: records live in memory; a restarted origin-fetcher makes them
+/// again from its stored copy when a peer first asks, and the peer's copy
+/// verifies.
+#[test]
+fn issue22_item4_a_restarted_node_serves_peers_verified_copies() {
+    let dir = temp_dir("verify-restart");
+    let page = body(3 * 65536 + 7);
+    let nginx = origin(dir.path(), "127.31.9.100", &[("page.bin", &page, true)]);
+    let mut a = proxy_node(dir.path(), "127.31.9.1", "127.31.9.100").start();
+    let url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(a.curl(&url, &[]).body == page);
+    a.kill();
+    a.restart();
+    let b = proxy_node(dir.path(), "127.31.9.2", "127.31.9.100")
+        .bootstrap("127.31.9.1")
+        .start();
+    a.wait_joined(1);
+    b.wait_joined(1);
+    wait_pointer(&b, &a, "/page.bin");
+    let got = b.curl(&url, &[]);
+    assert!(got.body == page);
+    assert!(
+        got.header("cache-status").contains("detail=peer-l"),
+        "{got:?}"
+    );
+    assert_eq!(event(&a, "resigned"), 1.0);
+    assert_eq!(event(&b, "verified_fills"), 1.0);
+    assert_eq!(nginx.requests("/page.bin"), 1);
+}

@@ -136,6 +136,13 @@ pub(super) mod forge {
         mode().strip_prefix("peer-bytes:")?.parse().ok()
     }
 
+    /// Claim a day's lifetime to peers (`CORAL_FORGE=peer-lifetime`):
+    /// `Cache-Control: max-age=86400` beside the origin's signed expiry.
+    #[cfg(feature = "forge-peer-bytes")]
+    pub fn peer_lifetime() -> bool {
+        mode() == "peer-lifetime"
+    }
+
     /// Store and sign other bytes than the origin sent (`CORAL_FORGE=origin`):
     /// every `o` becomes `0`, the origin's `Repr-Digest` kept in the head.
     #[cfg(feature = "forge-origin")]

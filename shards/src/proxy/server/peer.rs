@@ -104,7 +104,22 @@ impl Conn<'_> {
             client_minor_version: 1,
         };
         let mut out = Vec::with_capacity(2048);
-        let framing = policy::client_head(&st.head, &info, &mut out);
+        #[cfg(feature = "forge-peer-bytes")]
+        let forged_head;
+        #[cfg(feature = "forge-peer-bytes")]
+        let head = if crate::proxy::verified::forge::peer_lifetime() {
+            // A day's lifetime claimed beside the origin's signed one.
+            let mut h = st.head.clone();
+            h.headers.set("cache-control", b"max-age=86400");
+            h.headers.remove("expires");
+            forged_head = h;
+            &forged_head
+        } else {
+            &st.head
+        };
+        #[cfg(not(feature = "forge-peer-bytes"))]
+        let head = &st.head;
+        let framing = policy::client_head(head, &info, &mut out);
         // The signed head, before the head's empty line.
         if framing != Framing::Chunked || !out.ends_with(b"\r\n\r\n") {
             self.error(504, "no verifiable copy here", false, None)
