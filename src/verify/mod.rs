@@ -662,12 +662,6 @@ impl SignedBody {
                     if size < self.chunk_bytes {
                         self.short_seen = true;
                     }
-                    if self
-                        .length
-                        .is_some_and(|l| self.total.saturating_add(size) > l)
-                    {
-                        return Err(VerifyError::forged("longer than the signed length"));
-                    }
                     self.sig = sig;
                     self.pending.clear();
                     self.pending.reserve(size as usize);
@@ -716,6 +710,14 @@ impl SignedBody {
         let msg = chunk_message(&self.head_hash, self.index, &digest);
         if !identity::verify(&self.signer, &msg, &self.sig) {
             return Err(VerifyError::forged("chunk does not match its signature"));
+        }
+        // Only now, the chunk being the signer's: a relay's framing never
+        // passes for the signer's lie.
+        if self
+            .length
+            .is_some_and(|l| self.total.saturating_add(self.pending.len() as u64) > l)
+        {
+            return Err(VerifyError::forged("longer than the signed length"));
         }
         self.list.update(digest);
         if let Some((_, h)) = &mut self.repr {

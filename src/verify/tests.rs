@@ -242,3 +242,25 @@ fn distrusted_is_bounded() {
     assert_eq!(d.len(), max);
     assert!(!d.contains(&PublicKey([0; 32])), "the oldest went first");
 }
+
+#[test]
+fn a_relays_framing_never_reads_as_the_signers_lie() {
+    // What `ProxyCore::caught` blames on the signer: the signed length or
+    // Repr-Digest contradicted by the signer's own verified chunks. A relay
+    // that adds a chunk of its own gets a chunk-signature failure instead.
+    let id = node(1);
+    let data = body(4096 + 100);
+    let (head, wire) = signed(
+        &id,
+        &facts(Some(data.len() as u64), Some(sha256(&data))),
+        &data,
+    );
+    let mut extra = wire[..wire.len() - (2 + END_SIG_EXT.len() + 1 + 128 + 4)].to_vec();
+    write_signed_chunk(&mut extra, &body(50), &[7; 64]);
+    let e = read(&head, &extra, 1000).unwrap_err();
+    assert!(e.forged);
+    assert!(
+        !e.reason.contains("signed length") && !e.reason.contains("Repr-Digest"),
+        "{e}"
+    );
+}
