@@ -34,6 +34,7 @@ pub mod resolve;
 pub mod rng;
 pub mod sim;
 pub mod time;
+pub mod verify;
 
 pub use config::Config;
 pub use dsht::id::{Id, Key, NodeId};

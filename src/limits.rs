@@ -135,3 +135,30 @@ pub const RESOLVE: ResolveLimits = ResolveLimits {
     udp_answer_bytes_max: 1232,
     tcp_answer_bytes_max: 65_535,
 };
+
+/// Verified peer bytes (issue 22 items 4–5, `verify`): the unit an
+/// origin-fetcher signs and what a peer's signed body may make a node hold.
+pub struct VerifyLimits {
+    /// Bytes of one signed chunk (the last may be shorter): a node fetching
+    /// from a peer holds at most one chunk unverified, and forwards nothing
+    /// of it before its signature holds. 64 KiB: one signature (64 bytes)
+    /// per chunk is 0.1% of the body, and one Ed25519 verification per
+    /// chunk costs far less than its SHA-256.
+    pub chunk_bytes: u32,
+    /// The smallest and largest chunk size a signed head may name: a
+    /// stranger cannot make a node buffer more than the largest.
+    pub chunk_bytes_min: u32,
+    /// See `chunk_bytes_min`.
+    pub chunk_bytes_max: u32,
+    /// Signers a node distrusts at once (caught forging); beyond it the
+    /// oldest is forgotten (it is caught again at its next forgery).
+    pub distrusted_signers_max: usize,
+}
+
+/// The limits of verified peer bytes.
+pub const VERIFY: VerifyLimits = VerifyLimits {
+    chunk_bytes: 64 << 10,
+    chunk_bytes_min: 4 << 10,
+    chunk_bytes_max: 1 << 20,
+    distrusted_signers_max: 1024,
+};

@@ -505,6 +505,11 @@ pub struct ProxySection {
     /// its value for what everyone receives, unless the origin's `Vary`
     /// names it (SECURITY.md, "Keyed upstream requests").
     pub forward_request_fields: Vec<String>,
+    /// Audits of verified peer copies (issue 22 item 5 b): per million
+    /// copies received from peers, how many are fetched again from the
+    /// origin and compared (each one origin request and its bytes). 0
+    /// (the default): none.
+    pub audit_per_million: u32,
 }
 
 impl Default for ProxySection {
@@ -538,6 +543,7 @@ impl Default for ProxySection {
             client_body_timeout_ms: 10000,
             client_send_timeout_ms: 20000,
             forward_request_fields: Vec::new(),
+            audit_per_million: 0,
         }
     }
 }
@@ -577,6 +583,11 @@ impl ProxySection {
             client_send_timeout_ms: self.client_send_timeout_ms,
             forward_request_fields: parse_forward_request_fields(&self.forward_request_fields)
                 .map_err(|e| format!("[proxy] {e}"))?,
+            audit_per_million: if self.audit_per_million <= 1_000_000 {
+                self.audit_per_million
+            } else {
+                return Err("[proxy] audit_per_million: at most 1000000".into());
+            },
         })
     }
 }
@@ -638,6 +649,8 @@ pub struct ProxyConfig {
     /// Request fields forwarded to origins beyond the allowlist, lower
     /// case (at most `limits::RELAY.forward_request_fields_max`).
     pub forward_request_fields: Vec<String>,
+    /// Verified peer copies audited against the origin, per million.
+    pub audit_per_million: u32,
 }
 
 /// `resolvers` values: "IP:PORT" or a bare IP (port 53), at most

@@ -308,6 +308,7 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::RELAY.interim_bytes_max" => n(RELAY.interim_bytes_max as u64),
         "limits::RELAY.revalidated_copy_bytes_max" => n(RELAY.revalidated_copy_bytes_max),
         "limits::RELAY.forward_request_fields_max" => n(RELAY.forward_request_fields_max as u64),
+        "limits::CHUNK_RECORDS.bytes_max" => n(CHUNK_RECORDS.bytes_max as u64),
         "limits::CACHE.object_bytes_max" => n(CACHE.object_bytes_max),
         "limits::CACHE.head_bytes_max" => n(CACHE.head_bytes_max as u64),
         "limits::CACHE.segments_per_core_max" => n(u64::from(CACHE.segments_per_core_max)),
@@ -335,3 +336,18 @@ pub fn value_of(name: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Verified peer bytes (issue 22 item 4, `cache/chunks.rs`): the signed
+/// records kept beside cached objects so they can be served to peers.
+pub struct ChunkRecordLimits {
+    /// Bytes of records kept for all cores (a signed head is 300 bytes, a
+    /// chunk's signature 64 per 64 KiB of body: 64 MiB covers about 60 GiB
+    /// of cached bodies); beyond it the oldest object's records go, and
+    /// that copy is then served to clients only, never to peers.
+    pub bytes_max: usize,
+}
+
+/// The limits of the chunk records.
+pub const CHUNK_RECORDS: ChunkRecordLimits = ChunkRecordLimits {
+    bytes_max: 64 << 20,
+};

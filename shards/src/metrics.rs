@@ -597,7 +597,65 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
             sum(&["http", "pointers", verdict]),
         );
     }
+    // Verified peer bytes (issue 22 items 4-5, `proxy/verified.rs`).
+    w.family(
+        "coral_verify_events_total",
+        Kind::Counter,
+        "Verified peer bytes, by event: signed_fills (origin fills this node signed), \
+         verified_fills (peer copies received with every signature holding), forged (peer \
+         answers refused: a chunk, the end, the signed length or Repr-Digest failed), unsigned \
+         (peer answers without records), distrusted (peers or signers caught before, not used), \
+         repr_digest_checked and repr_digest_failed (origin bodies against their own \
+         Repr-Digest), served_signed and served_unsigned (peer requests answered with records, \
+         or 504 for a copy without), resigned (records made again from a stored copy), audits, \
+         audit_failed and audit_inconclusive (verified peer copies fetched again from the origin \
+         and compared, `[proxy] audit_per_million`). SECURITY.md, \"Threat model\".",
+    );
+    for event in VERIFY_EVENTS {
+        w.sample(
+            "coral_verify_events_total",
+            &[("event", event)],
+            sum(&["http", "verify", event]),
+        );
+    }
+    w.family(
+        "coral_verify_audit_bytes_total",
+        Kind::Counter,
+        "Body bytes audits read from origins (item 5 b: their cost).",
+    )
+    .sample(
+        "coral_verify_audit_bytes_total",
+        &[],
+        sum(&["http", "verify", "audit_bytes"]),
+    );
+    w.family(
+        "coral_verify_peer_bytes_total",
+        Kind::Counter,
+        "Body bytes received from peers, each chunk verified before use.",
+    )
+    .sample(
+        "coral_verify_peer_bytes_total",
+        &[],
+        sum(&["http", "verify", "verified_bytes"]),
+    );
 }
+
+/// The events of `coral_verify_events_total` (`proxy::verified::VerifyCounters`).
+pub const VERIFY_EVENTS: [&str; 13] = [
+    "signed_fills",
+    "verified_fills",
+    "forged",
+    "unsigned",
+    "distrusted",
+    "repr_digest_checked",
+    "repr_digest_failed",
+    "served_signed",
+    "served_unsigned",
+    "resigned",
+    "audits",
+    "audit_failed",
+    "audit_inconclusive",
+];
 
 /// The origin-name resolver's events (`coral_resolver_events_total`),
 /// as `proxy::resolve::Resolver::counters_json` names them.

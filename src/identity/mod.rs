@@ -216,6 +216,13 @@ impl LocalIdentity {
         out
     }
 
+    /// Signs `parts` (concatenated; the first is a domain-separation
+    /// context) with this node's key: the signed records of verified peer
+    /// bytes (`crate::verify`, issue 22 item 4).
+    pub(crate) fn sign_parts(&self, parts: &[&[u8]]) -> [u8; SIGNATURE_BYTES] {
+        self.key.sign(parts)
+    }
+
     /// The signed pointer naming this node's proxy at `http`:
     /// tag (1), flags (1), address (7 or 19: family, address, port), public
     /// key (32), certificate (64), signature (64) over all before it. 169
@@ -475,7 +482,8 @@ fn put(slots: &mut Vec<u64>, tag: u64) {
     slots[(tag >> 32) as usize % VERDICT_SLOTS] = tag;
 }
 
-fn verify(key: &PublicKey, msg: &[u8], sig: &[u8]) -> bool {
+/// Whether `sig` is `key`'s signature over `msg` (strict Ed25519).
+pub(crate) fn verify(key: &PublicKey, msg: &[u8], sig: &[u8]) -> bool {
     let Ok(sig) = <[u8; SIGNATURE_BYTES]>::try_from(sig) else {
         return false;
     };

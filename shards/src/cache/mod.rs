@@ -47,6 +47,7 @@
 //! files; `write.rs` the write path; `read.rs` the read path and waiting
 //! readers; `clean.rs` eviction and cleaning; `index.rs` the index.
 
+pub mod chunks;
 mod clean;
 mod index;
 mod open;
@@ -433,6 +434,8 @@ struct Shared {
     /// Writes refused for space, and whether that was logged (once).
     space_errors: AtomicU64,
     space_logged: std::sync::atomic::AtomicBool,
+    /// The signed records of verified peer bytes (`chunks.rs`).
+    records: chunks::ChunkRecords,
 }
 
 // SAFETY: `SegSlot`'s cells are accessed only by the segment's owning core
@@ -710,6 +713,12 @@ impl CoreCache {
     /// This handle's core.
     pub fn core(&self) -> usize {
         self.core
+    }
+
+    /// The signed records kept beside cached objects (verified peer bytes,
+    /// `chunks.rs`).
+    pub fn records(&self) -> &chunks::ChunkRecords {
+        &self.shared().records
     }
 
     /// The core that owns `key` (where `begin` and `remove` run).

@@ -58,6 +58,7 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
         plan,
         space_errors: AtomicU64::new(0),
         space_logged: std::sync::atomic::AtomicBool::new(false),
+        records: chunks::ChunkRecords::default(),
     });
     let caches: Vec<CoreCache> = (0..cores)
         .map(|core| {

@@ -424,6 +424,10 @@ impl ProxyCore {
         let Some(job) = self.fetch.jobs.borrow().get(&key).map(|j| j.job.clone()) else {
             return Outcome::Failed;
         };
+        // Issue 22 item 4: a peer caught forging is not asked again.
+        if peer.is_some_and(|a| self.peer_distrusted(&a)) {
+            return Outcome::Failed;
+        }
         let now = unix_now();
         // A stale complete copy: revalidate it with the origin, and keep it
         // if the origin fails.
@@ -456,6 +460,11 @@ impl ProxyCore {
         let mut extra = Headers::new();
         if let (None, Some((_, s))) = (peer, &old) {
             extra = policy::revalidation_headers(&s.head);
+        }
+        if peer.is_none() {
+            // Issue 22 item 5: the origin's own digest of its body, checked
+            // here and signed for every peer.
+            super::verified::want_repr_digest(&mut extra);
         }
         // Issue 22 item 6: only allowlisted client fields go upstream, and
         // to fill the cache only those the URL's known `Vary` keys.
@@ -511,6 +520,24 @@ impl ProxyCore {
             }
             break (sent, resp);
         };
+        // Issue 22 item 4: a peer's answer is used only under a signed head
+        // that verifies, its first chunk verified before any waiter is
+        // answered from it.
+        let mut resp = resp;
+        let signed = match peer {
+            Some(a) => {
+                let label = keyed::label_view(&job.request, &sent);
+                let object = super::verified::object_key(&job.url_key, &resp.head, &label);
+                match self.check_peer_answer(&key, &object, a, &mut resp).await {
+                    Some(h) => Some(h),
+                    None => {
+                        self.fetch_failed(&key, Fail::MALFORMED);
+                        return Outcome::Failed;
+                    }
+                }
+            }
+            None => None,
+        };
         if let Some(fail) = fetch::origin_error(peer.is_some(), resp.head.status) {
             self.stats.origin_error("status_5xx");
             self.fetch_failed(&key, fail);
@@ -527,7 +554,14 @@ impl ProxyCore {
         });
         let resp_head_of_304 = resp.head.clone();
         let fresh = match verdict {
-            Verdict::Store(fresh) => fresh,
+            // A peer's copy is fresh no longer than the origin-fetcher
+            // signed (issue 22 item 4).
+            Verdict::Store(mut fresh) => {
+                if let Some(h) = &signed {
+                    fresh.fresh_until_secs = fresh.fresh_until_secs.min(h.expires_secs());
+                }
+                fresh
+            }
             Verdict::Revalidated { fresh_until_secs } => {
                 // The stored body stands, with new freshness and the 304's
                 // fields (RFC 9111 §4.3.4).
@@ -597,6 +631,7 @@ impl ProxyCore {
             &fresh,
             old.as_ref(),
             now,
+            signed,
         )
         .await
     }
@@ -750,12 +785,16 @@ impl ProxyCore {
         fresh: &Freshness,
         old: Option<&(ObjectMeta, stored::Stored)>,
         now: u64,
+        signed: Option<coral::verify::SignedHead>,
     ) -> Outcome {
         let mut head = policy::head_to_store(&resp.head);
+        super::verified::strip_records(&mut head);
         // §2.1: redirects and links to the origin stay Coralized (HTML that
         // is content-coded is passed through untouched).
         rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
-        let mut rewriter = rewrite::body_is_rewritable(&head)
+        // A peer's signed bytes are stored as signed (the origin-fetcher
+        // rewrote them).
+        let mut rewriter = (signed.is_none() && rewrite::body_is_rewritable(&head))
             .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         // Labelled with what could have changed the answer (the keyed
         // fields as sent, `keyed::label_view`).
@@ -775,6 +814,12 @@ impl ProxyCore {
         };
         let mut writer = match self.cache.begin(key, meta, &head_bytes) {
             Ok(w) => w,
+            Err(e) if signed.is_some() => {
+                // A peer's answer is never relayed uncached (its records
+                // would be lost): the next source is tried.
+                tracing::debug!(%key, error = %e, "cache refused a peer's copy");
+                return Outcome::Failed;
+            }
             Err(e) => {
                 // A full or failing disk (or a cache of pinned objects): the
                 // object is served uncached to the request that made the
@@ -810,6 +855,19 @@ impl ProxyCore {
                 interim: interim.clone(),
             });
         }
+        // Issue 22 item 4: the signed records, kept beside the copy.
+        let mut records = match signed {
+            Some(h) => self.relay_fill(key, h),
+            None => self.sign_fill(
+                key,
+                super::verified::object_key(&job.url_key, &resp.head, &label),
+                &head,
+                &resp.head,
+                expected_len,
+                fresh.fresh_until_secs,
+                rewriter.is_none(),
+            ),
+        };
         let mut chunk = Vec::with_capacity(64 << 10);
         let mut rewritten = Vec::new();
         let mut total: u64 = 0;
@@ -817,6 +875,7 @@ impl ProxyCore {
             chunk.clear();
             match resp.next(&mut chunk).await {
                 Ok(more) => {
+                    records.origin_bytes(&chunk);
                     let data = super::rewritten(rewriter.as_mut(), &chunk, more, &mut rewritten);
                     total += data.len() as u64;
                     if total > self.cfg.object_bytes_max {
@@ -825,13 +884,15 @@ impl ProxyCore {
                             self.stats.origin_error("too_large");
                         }
                         writer.abort();
+                        records.abort(self);
                         self.fetch_failed(&key, Fail::TOO_LARGE);
                         return Outcome::Failed;
                     }
                     if !data.is_empty() {
-                        if let Err(e) = writer.append(data) {
+                        if let Err(e) = records.append(self, &mut writer, &mut resp, data) {
                             tracing::info!(%key, error = %e, "cache append failed");
                             writer.abort();
+                            records.abort(self);
                             return Outcome::Failed;
                         }
                     }
@@ -845,13 +906,30 @@ impl ProxyCore {
                         self.stats.origin_error(e.reason());
                     }
                     writer.abort();
+                    records.failed(self, addr, &e);
                     return self.stale_or_failed(&key, peer, old);
                 }
             }
         }
+        if let Err(why) = records.finish(self, &resp) {
+            tracing::warn!(%key, %addr, why, "copy dropped");
+            writer.abort();
+            if peer.is_none() {
+                self.fetch_failed(&key, Fail::MALFORMED);
+            }
+            return Outcome::Failed;
+        }
         if let Err(e) = writer.finish() {
             tracing::info!(%key, error = %e, "cache finish failed");
             return Outcome::Failed;
+        }
+        if let Some(h) = signed {
+            // Issue 22 item 5 (b): now and then, the origin is asked too.
+            let mut vary = Headers::new();
+            for v in resp.head.headers.get_all("vary") {
+                vary.insert("vary", v);
+            }
+            self.maybe_audit(key, job, vary, h, resp.signed_end());
         }
         if key == job.url_key {
             self.note_first_variant(key, &resp.head, &label);

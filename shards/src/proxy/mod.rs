@@ -44,6 +44,7 @@ pub mod resolve;
 mod server;
 mod stored;
 pub mod upstream;
+mod verified;
 
 /// Longest a client waits for the owning core's answer to a miss (DSHT
 /// lookups, a claim, peers and the origin's first byte all fit in it).
@@ -262,6 +263,7 @@ pub fn metrics_json() -> serde_json::Value {
         },
         "access_log_dropped": crate::accesslog::dropped(),
         "pointers": pc.fetch.pointer_stats(),
+        "verify": pc.verify.to_json(),
     });
     if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
         o.extend(e);
@@ -308,6 +310,8 @@ pub struct ProxyCore {
     idle: RefCell<coral::proxy::idle::ConnTable>,
     /// Client connections' readiness (`ready.rs`); None if epoll failed.
     ready: Option<Rc<ready::Readiness>>,
+    /// Verified peer bytes' counters (`verified.rs`).
+    verify: verified::VerifyCounters,
 }
 
 pub use crate::clock::unix_now;
@@ -385,6 +389,7 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
                 None
             }
         },
+        verify: verified::VerifyCounters::default(),
     });
     if let Some(r) = &pc.ready {
         glommio::spawn_local(ready::run(r.clone())).detach();

@@ -27,6 +27,7 @@ use crate::metrics::CacheResult;
 
 mod fast;
 mod io;
+mod peer;
 
 use fast::Hot;
 pub(super) use fast::HotEntry;
@@ -546,6 +547,15 @@ impl<'a> Conn<'a> {
             }
             match (serve, &found) {
                 (Serve::Variant, _) => continue,
+                // A peer's request: the copy with its signed records
+                // (issue 22 item 4; clients never take this branch).
+                (Serve::Hit, Some((obj, st))) if route.no_forward => {
+                    let hit = CacheStatus::hit();
+                    return self.serve_peer(req, route.key, key, obj, st, hit).await;
+                }
+                (Serve::Copy(cs), Some((obj, st))) if route.no_forward => {
+                    return self.serve_peer(req, route.key, key, obj, st, cs).await;
+                }
                 (Serve::Hit, Some((obj, st))) => {
                     pc.stats.hits.set(pc.stats.hits.get() + 1);
                     self.learn_hot(key, obj, st);

@@ -44,6 +44,10 @@ pub enum UpstreamError {
     Malformed(HttpError),
     /// Reading or writing failed.
     Io(String),
+    /// A peer's signed body contradicts its signatures (issue 22 item 4,
+    /// `coral::verify`): a chunk, the end, the signed length or the signed
+    /// `Repr-Digest` failed. Nothing of the failing chunk was handed out.
+    Forged(&'static str),
 }
 
 impl UpstreamError {
@@ -55,6 +59,7 @@ impl UpstreamError {
             UpstreamError::Truncated => "truncated",
             UpstreamError::Malformed(_) => "malformed",
             UpstreamError::Io(_) => "io",
+            UpstreamError::Forged(_) => "forged",
         }
     }
 }
@@ -70,7 +75,7 @@ impl UpstreamError {
             UpstreamError::Connect(..) => Fail::UNREACHABLE,
             UpstreamError::FirstByteTimeout | UpstreamError::IdleTimeout => Fail::TIMEOUT,
             UpstreamError::Truncated | UpstreamError::Io(_) => Fail::TRUNCATED,
-            UpstreamError::Malformed(_) => Fail::MALFORMED,
+            UpstreamError::Malformed(_) | UpstreamError::Forged(_) => Fail::MALFORMED,
         }
     }
 }
@@ -86,6 +91,7 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::Truncated => f.write_str("response cut short"),
             UpstreamError::Malformed(e) => write!(f, "malformed response: {e}"),
             UpstreamError::Io(e) => write!(f, "{e}"),
+            UpstreamError::Forged(why) => write!(f, "forged peer bytes: {why}"),
         }
     }
 }
@@ -157,11 +163,21 @@ pub struct Response {
     /// `RELAY.interim_responses_max` of them, `RELAY.interim_bytes_max`
     /// bytes in all.
     pub interim: Vec<u8>,
+    /// A signed body's verified chunk read ahead (`prime`), handed out by
+    /// the next `next`.
+    primed: Vec<u8>,
+    /// The signature of the chunk `next` handed out last (signed bodies).
+    chunk_sig: Option<[u8; coral::identity::SIGNATURE_BYTES]>,
+    /// A signed body's verified end.
+    signed_end: Option<coral::verify::EndRecord>,
 }
 
 enum Body {
     Length(u64),
     Chunked(Box<ChunkedDecoder>),
+    /// A peer's signed body (`Response::expect_signed`): each chunk is
+    /// handed out only after its signature held.
+    Signed(Box<coral::verify::SignedBody>),
     UntilClose,
     Done,
 }
@@ -250,6 +266,9 @@ async fn exchange(
                         received: 0,
                         reusable,
                         interim,
+                        primed: Vec::new(),
+                        chunk_sig: None,
+                        signed_end: None,
                     });
                 }
             }
@@ -336,9 +355,43 @@ impl Response {
     /// Appends the next piece of the body to `out` (decoded from chunked).
     /// `Ok(false)`: the body is complete.
     pub async fn next(&mut self, out: &mut Vec<u8>) -> Result<bool, UpstreamError> {
+        if !self.primed.is_empty() {
+            out.append(&mut self.primed);
+            return Ok(true);
+        }
         loop {
             match &mut self.body {
                 Body::Done => return Ok(false),
+                Body::Signed(dec) => {
+                    if !self.buf.is_empty() {
+                        let before = out.len();
+                        let (used, step) = dec.feed(&self.buf, out).map_err(|e| {
+                            if e.forged {
+                                UpstreamError::Forged(e.reason)
+                            } else {
+                                UpstreamError::Malformed(HttpError {
+                                    status: 502,
+                                    reason: e.reason,
+                                })
+                            }
+                        })?;
+                        self.buf.drain(..used);
+                        self.received += (out.len() - before) as u64;
+                        match step {
+                            coral::verify::Step::Chunk(sig) => {
+                                self.chunk_sig = Some(sig);
+                                return Ok(true);
+                            }
+                            coral::verify::Step::Done(end) => {
+                                self.signed_end = Some(end);
+                                self.body = Body::Done;
+                                return Ok(false);
+                            }
+                            coral::verify::Step::More if used > 0 => continue,
+                            coral::verify::Step::More => {}
+                        }
+                    }
+                }
                 Body::Length(left) => {
                     if !self.buf.is_empty() {
                         let take = (*left).min(self.buf.len() as u64) as usize;
@@ -415,7 +468,52 @@ impl Response {
             received: self.received,
             reusable: self.reusable,
             interim: self.interim,
+            primed: self.primed,
         }
+    }
+
+    /// Reads this peer's answer as a body signed under `head` (verified by
+    /// the caller): each chunk `next` hands out has passed its signature.
+    /// A body that is not chunked is not signed: `Forged`.
+    pub fn expect_signed(&mut self, head: &coral::verify::SignedHead) -> Result<(), UpstreamError> {
+        match self.body {
+            Body::Chunked(_) => {
+                self.body = Body::Signed(Box::new(coral::verify::SignedBody::new(head)));
+                Ok(())
+            }
+            _ => Err(UpstreamError::Forged("a peer's body is not signed")),
+        }
+    }
+
+    /// Reads a signed body's first chunk ahead (verified; handed out by the
+    /// next `next`), so that a peer whose first chunk fails is dropped
+    /// before any client is answered from it.
+    pub async fn prime(&mut self) -> Result<(), UpstreamError> {
+        let mut first = Vec::new();
+        self.next(&mut first).await?;
+        // A body of one short chunk: its end too (with the signed length
+        // and `Repr-Digest` checks), before anyone is answered from it.
+        if matches!(&self.body, Body::Signed(dec) if dec.at_last_chunk()) {
+            let sig = self.chunk_sig.take();
+            let mut rest = Vec::new();
+            while self.next(&mut rest).await? {}
+            if !rest.is_empty() {
+                return Err(UpstreamError::Forged("data after the last chunk"));
+            }
+            self.chunk_sig = sig;
+        }
+        self.primed = first;
+        Ok(())
+    }
+
+    /// The signature of the signed chunk `next` handed out last, taken.
+    pub fn take_chunk_sig(&mut self) -> Option<[u8; coral::identity::SIGNATURE_BYTES]> {
+        self.chunk_sig.take()
+    }
+
+    /// A signed body's verified end, once `next` reached it.
+    pub fn signed_end(&self) -> Option<coral::verify::EndRecord> {
+        self.signed_end
     }
 
     /// Whether the whole body has been read.
@@ -449,6 +547,7 @@ pub struct Handover {
     received: u64,
     reusable: bool,
     interim: Vec<u8>,
+    primed: Vec<u8>,
 }
 
 impl Handover {
@@ -470,6 +569,9 @@ impl Handover {
             received: self.received,
             reusable: self.reusable,
             interim: self.interim,
+            primed: self.primed,
+            chunk_sig: None,
+            signed_end: None,
         }
     }
 }
