@@ -126,3 +126,21 @@ pub const RESOLVE: ResolveLimits = ResolveLimits {
     udp_answer_bytes_max: 1232,
     tcp_answer_bytes_max: 65_535,
 };
+
+/// Resuming a fill that lost its source mid-body (`proxy::fetch`, issue 24
+/// item 1).
+pub struct ResumeLimits {
+    /// Sources a fill turns to after losing one, in all: a fill whose
+    /// sources keep failing is cut after this many (each is one range
+    /// request, at most one of them to the origin per loss).
+    pub sources_max: usize,
+    /// Peers remembered per fill as failed or lying, never asked again for
+    /// it.
+    pub bad_peers_max: usize,
+}
+
+/// The limits of resumption.
+pub const RESUME: ResumeLimits = ResumeLimits {
+    sources_max: 4,
+    bad_peers_max: 8,
+};
