@@ -975,10 +975,10 @@ impl FetchPolicy {
             Lost::Origin { changed } => r.origin_changed |= changed,
         }
         if !facts.validator {
-            return ResumeStep::Cut("no validator");
+            return ResumeStep::Cut("no_validator");
         }
         if usize::from(r.losses) >= crate::limits::RESUME.sources_max {
-            return ResumeStep::Cut("sources exhausted");
+            return ResumeStep::Cut("sources_exhausted");
         }
         r.losses += 1;
         let origin_ok = !r.origin_changed && (!facts.rewritten || facts.origin_only);
@@ -987,7 +987,7 @@ impl FetchPolicy {
             return if origin_ok {
                 self.resume_from_origin(r.key)
             } else {
-                ResumeStep::Cut("rewritten body")
+                ResumeStep::Cut("rewritten_body")
             };
         }
         if self.config.claim_before_origin {
@@ -1000,7 +1000,7 @@ impl FetchPolicy {
         if origin_ok {
             self.resume_from_origin(r.key)
         } else {
-            ResumeStep::Cut("representation changed")
+            ResumeStep::Cut("representation_changed")
         }
     }
 
@@ -1024,7 +1024,7 @@ impl FetchPolicy {
             return ResumeStep::Peer(addr);
         }
         if r.origin_changed {
-            return ResumeStep::Cut("representation changed");
+            return ResumeStep::Cut("representation_changed");
         }
         self.resume_from_origin(r.key)
     }
@@ -1651,7 +1651,7 @@ mod tests {
             for _ in 0..crate::limits::RESUME.sources_max {
                 last = p.resume_lost(&mut r, Lost::Origin { changed: false }, PLAIN);
             }
-            assert_eq!(last, ResumeStep::Cut("sources exhausted"));
+            assert_eq!(last, ResumeStep::Cut("sources_exhausted"));
             assert_eq!(usize::from(r.losses()), crate::limits::RESUME.sources_max);
         }
 
@@ -1670,7 +1670,7 @@ mod tests {
             };
             assert_eq!(
                 p.resume_lost(&mut Resume::new(k), lost, no_validator),
-                ResumeStep::Cut("no validator")
+                ResumeStep::Cut("no_validator")
             );
             // The origin changed the representation: a peer may continue
             // the old one, the origin may not.
@@ -1678,7 +1678,7 @@ mod tests {
             let _ = p.resume_lost(&mut r, Lost::Origin { changed: true }, PLAIN);
             assert_eq!(
                 p.resume_claimed(Time::ZERO, &mut r, true, &[]),
-                ResumeStep::Cut("representation changed")
+                ResumeStep::Cut("representation_changed")
             );
             let _ = p.resume_lost(&mut r, Lost::Origin { changed: false }, PLAIN);
             assert_eq!(
@@ -1714,7 +1714,7 @@ mod tests {
             };
             assert_eq!(
                 p.resume_lost(&mut Resume::new(k), lost, from_peer),
-                ResumeStep::Cut("rewritten body")
+                ResumeStep::Cut("rewritten_body")
             );
         }
 

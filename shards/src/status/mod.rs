@@ -78,6 +78,8 @@ pub fn core_json(shard: &Shard) -> Json {
         "top": top,
         "samples": samples,
         "hot_keys": hot,
+        // Issue 24 item 4: which source each fill reads from now.
+        "in_flight": crate::proxy::fetcher::in_flight_json(),
     })
 }
 
@@ -193,6 +195,14 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
             .then_with(|| a["key"].as_str().cmp(&b["key"].as_str()))
     });
     hot.truncate(HOT_KEYS_MAX);
+    // Objects in flight: each core's own (a key has one owning core).
+    let mut in_flight: Vec<Json> = cores
+        .iter()
+        .filter_map(|c| c["in_flight"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    in_flight.sort_by(|a, b| a["url"].as_str().cmp(&b["url"].as_str()));
     let served = sum(&["proxy", "served"]);
     let origin_fetches = sum(&["proxy", "origin_fetches"]);
     let dns: Option<u64> = cores
@@ -245,6 +255,7 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
             "url": url, "count": count, "error": error, "hits": hits, "bytes": bytes,
         })).collect::<Vec<_>>(),
         "hot_keys": hot,
+        "in_flight": in_flight,
     })
 }
 
