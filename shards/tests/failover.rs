@@ -424,3 +424,99 @@ fn issue_24_a_peer_dead_before_the_first_byte_fails_over_as_before() {
     assert!(nginx.requests("/big/early.bin") <= 2, "{}", nginx.log());
     assert_nothing_cut(&[&nodes[1], &nodes[2]]);
 }
+
+/// An origin of the test's own on `addr` that sends `body` without any
+/// validator (no `ETag`, no `Last-Modified`), slowly: 64 KiB every 100 ms.
+fn origin_without_validators(addr: &str, body: Vec<u8>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind(addr).expect("bind the origin");
+    let body = std::sync::Arc::new(body);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let h = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n\
+                     Cache-Control: max-age=3600\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                if s.write_all(h.as_bytes()).is_err() {
+                    return;
+                }
+                for piece in body.chunks(64 << 10) {
+                    if s.write_all(piece).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn issue_24_a_fill_no_source_can_continue_is_cut_visibly_logged_and_counted() {
+    common::own_network();
+    let dir = temp_dir("failover-cut");
+    let body = object(OBJECT_BYTES, 42);
+    origin_without_validators("127.24.4.100:8080", body.clone());
+    let mut nodes = nodes(dir.path(), 4, 3);
+    let url = coralized("www.origin.test", 8080, "/novalidator.bin");
+    let mut on_killed = clients(&nodes[1], &url, 1);
+    wait_reading(&nodes[1], "/novalidator.bin", "origin");
+    let crowd = clients(&nodes[2], &url, 20);
+    wait_reading(&nodes[2], "/novalidator.bin", "peer");
+    // Every client reads the copy (its answer begun) before the kill.
+    wait_until(START_WAIT, Duration::from_millis(50), || {
+        let served = nodes[2].status_json()["proxy"]["served"]
+            .as_u64()
+            .unwrap_or(0);
+        (served >= 20)
+            .then_some(())
+            .ok_or_else(|| format!("{served} clients served"))
+    });
+    nodes[1].kill();
+    // Without a validator no source is known to send the same bytes: the
+    // copy is dropped and every reader sees its connection close before
+    // the body's end (curl: a partial file), never a short "complete" body.
+    let (ok, failed) = outcomes(crowd, &sha1_hex(&body));
+    assert_eq!(ok, 0, "{failed:?}");
+    assert_eq!(failed.len(), 20);
+    assert!(
+        failed.iter().all(|f| f.contains("curl: (18)")),
+        "cut short, as curl sees it: {failed:?}"
+    );
+    on_killed.clear();
+    let n = &nodes[2];
+    let m = n.metrics();
+    assert_eq!(
+        common::metric(&m, "coral_http_fills_cut_total{reason=\"no_validator\"}"),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        common::metric(&m, "coral_http_responses_cut_total{reason=\"fill_cut\"}"),
+        20.0
+    );
+    let as_cut: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("coral_http_requests_total") && l.contains("cache=\"cut\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(as_cut, 20.0, "counted as cut, not as complete 200s:\n{m}");
+    assert_eq!(common::metric_sum(&m, "coral_http_resumes_total"), 0.0);
+    assert!(n.log().contains("fill cut"), "logged at WARN:\n{}", n.log());
+    // The next request starts a fill of its own and gets the whole body.
+    let again = n.curl(&url, &[]);
+    assert_eq!(again.status, 200);
+    assert!(again.body == body);
+}
