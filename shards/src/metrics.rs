@@ -1064,10 +1064,9 @@ pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, read
 
 /// Why a fill was cut (`coral::proxy::fetch::ResumeStep::Cut`'s reasons):
 /// `coral_http_fills_cut_total{reason}`.
-pub const FILL_CUT_REASONS: [&str; 5] = [
+pub const FILL_CUT_REASONS: [&str; 4] = [
     "no_validator",
     "sources_exhausted",
-    "rewritten_body",
     "representation_changed",
     "claim_loop",
 ];
@@ -1243,5 +1242,29 @@ mod tests {
             w.finish(),
             "# HELP x_total Help\\nline.\n# TYPE x_total counter\nx_total{a=\"q\\\"b\\\\\"} 3\nx_total 0.5\n"
         );
+    }
+
+    #[test]
+    fn fills_resumed_and_cut_are_counted_by_source_and_reason_issue_24() {
+        count_resume(true);
+        count_resume(false);
+        count_resume(false);
+        count_fill_cut("no_validator");
+        count_fill_cut("not a reason");
+        count_response_cut();
+        let core = serde_json::json!({"http": {"fill": fill_json()}});
+        let mut w = Writer::default();
+        render_fill(&mut w, &[core.clone(), core]);
+        let text = w.finish();
+        for line in [
+            "coral_http_resumes_total{source=\"peer\"} 2",
+            "coral_http_resumes_total{source=\"origin\"} 4",
+            "coral_http_fills_cut_total{reason=\"no_validator\"} 2",
+            "coral_http_fills_cut_total{reason=\"sources_exhausted\"} 0",
+            "coral_http_responses_cut_total{reason=\"fill_cut\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert_eq!(CacheResult::Cut.label(), "cut");
     }
 }

@@ -520,3 +520,60 @@ fn issue_24_a_fill_no_source_can_continue_is_cut_visibly_logged_and_counted() {
     assert_eq!(again.status, 200);
     assert!(again.body == body);
 }
+
+#[test]
+fn issue_24_coralized_html_resumes_too_its_prefix_checked_against_the_copy() {
+    common::own_network();
+    let dir = temp_dir("failover-html");
+    // HTML full of links to the origin: coral rewrites them as it stores
+    // the page, so the stored offsets are not the origin's.
+    let mut page = String::from("<html><body>\n");
+    let mut i = 0;
+    while page.len() < 600_000 {
+        page.push_str(&format!(
+            "<p><a href=\"http://www.origin.test:8080/p{i}.png\">picture {i}</a></p>\n"
+        ));
+        i += 1;
+    }
+    page.push_str("</body></html>\n");
+    let objects = vec![
+        ("big/page.html".to_string(), page.clone().into_bytes()),
+        ("ref.html".to_string(), page.clone().into_bytes()),
+    ];
+    let nginx = origin(dir.path(), 5, &objects);
+    let mut nodes = nodes(dir.path(), 5, 3);
+    // The page as coral serves it, fetched without any failure.
+    let reference = nodes[0].curl(&coralized("www.origin.test", 8080, "/ref.html"), &[]);
+    assert_eq!(reference.status, 200);
+    let served = String::from_utf8(reference.body.clone()).unwrap();
+    assert!(served.contains(".coral.test:8090/p0.png"), "rewritten");
+    let sha1 = sha1_hex(&reference.body);
+    let path = "/big/page.html";
+    let url = coralized("www.origin.test", 8080, path);
+    let mut on_killed = clients(&nodes[1], &url, 1);
+    wait_reading(&nodes[1], path, "origin");
+    let crowd: Vec<Child> = [0, 2]
+        .iter()
+        .flat_map(|&i| clients(&nodes[i], &url, 50))
+        .collect();
+    wait_reading(&nodes[0], path, "peer");
+    wait_reading(&nodes[2], path, "peer");
+    nodes[1].kill();
+    let (ok, failed) = outcomes(crowd, &sha1);
+    let alive = [&nodes[0], &nodes[2]];
+    let logs: String = alive.iter().map(|n| n.log()).collect();
+    assert!(failed.is_empty(), "{failed:?}\n{logs}");
+    assert_eq!(ok, 100);
+    on_killed.clear();
+    assert!(
+        sum_over(&alive, "coral_http_resumes_total{source=\"origin\"}") >= 1.0,
+        "{logs}"
+    );
+    assert_nothing_cut(&alive);
+    assert_eq!(
+        origin_requests_once_logged(&nginx, path, 2),
+        2,
+        "{}",
+        nginx.log()
+    );
+}

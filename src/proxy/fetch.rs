@@ -876,19 +876,18 @@ pub enum Lost {
 
 /// What a fill that lost its source knows of its body, for the choice of
 /// the next source.
+///
+/// A body rewritten as it is stored (Coralized HTML) is resumed like any
+/// other, but its stored offsets are not the origin's (nor a peer's bytes
+/// the origin's): the runtime asks the next source for the whole body,
+/// rewrites it afresh and checks that its first bytes are those stored
+/// before appending the rest (a mismatch is [`Lost`] with `changed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ResumeFacts {
     /// The response has a validator a range request can be made on
     /// ([`resume_validator`]); without one no source is known to continue
     /// the same representation.
     pub validator: bool,
-    /// The body is rewritten as it is stored (Coralized HTML): stored
-    /// offsets differ from the origin's, so it resumes from the origin
-    /// only, at the raw offset, and only if every byte so far came from the
-    /// origin (a peer's bytes are another node's rewriting).
-    pub rewritten: bool,
-    /// Every byte so far came from the origin.
-    pub origin_only: bool,
 }
 
 /// The next step of a fill that lost its source.
@@ -981,15 +980,6 @@ impl FetchPolicy {
             return ResumeStep::Cut("sources_exhausted");
         }
         r.losses += 1;
-        let origin_ok = !r.origin_changed && (!facts.rewritten || facts.origin_only);
-        if facts.rewritten {
-            // Only the origin's raw bytes continue a rewritten body.
-            return if origin_ok {
-                self.resume_from_origin(r.key)
-            } else {
-                ResumeStep::Cut("rewritten_body")
-            };
-        }
         if self.config.claim_before_origin {
             return ResumeStep::Claim {
                 key: resume_key(&r.key, r.losses),
@@ -997,10 +987,10 @@ impl FetchPolicy {
                 ttl_secs: self.config.fetching_pointer_ttl_secs,
             };
         }
-        if origin_ok {
-            self.resume_from_origin(r.key)
-        } else {
+        if r.origin_changed {
             ResumeStep::Cut("representation_changed")
+        } else {
+            self.resume_from_origin(r.key)
         }
     }
 
@@ -1536,11 +1526,7 @@ mod tests {
                 .0
         }
 
-        const PLAIN: ResumeFacts = ResumeFacts {
-            validator: true,
-            rewritten: false,
-            origin_only: false,
-        };
+        const PLAIN: ResumeFacts = ResumeFacts { validator: true };
 
         /// A policy at `at` fetching `k` from the peer `from` (found by a get).
         fn fetching_from_peer(at: SocketAddr, k: Key, from: SocketAddr) -> FetchPolicy {
@@ -1664,10 +1650,7 @@ mod tests {
                 forged: false,
             };
             // Without a validator nothing is known to continue it.
-            let no_validator = ResumeFacts {
-                validator: false,
-                ..PLAIN
-            };
+            let no_validator = ResumeFacts { validator: false };
             assert_eq!(
                 p.resume_lost(&mut Resume::new(k), lost, no_validator),
                 ResumeStep::Cut("no_validator")
@@ -1688,33 +1671,32 @@ mod tests {
         }
 
         #[test]
-        fn a_rewritten_body_resumes_from_the_origin_only_when_all_of_it_came_from_there() {
-            let k = Id::from_url("http://x.com/index.html");
-            let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        fn without_claims_a_lost_fill_resumes_from_the_origin_unless_it_changed() {
+            let config = FetchConfig {
+                claim_before_origin: false,
+                ..FetchConfig::default()
+            };
+            let k = Id::from_url("http://x.com/noclaim.bin");
+            let mut p = FetchPolicy::new(config, me());
             let mut out = Vec::new();
             p.request(Time::ZERO, k, &mut out);
-            p.on_get(Time::ZERO, k, &[], None, &mut out);
-            p.on_claim(Time::ZERO, k, true, &[], &mut out);
-            let from_origin = ResumeFacts {
-                validator: true,
-                rewritten: true,
-                origin_only: true,
-            };
-            let lost = Lost::Origin { changed: false };
-            let before = p.stats().origin_fetches;
-            assert_eq!(
-                p.resume_lost(&mut Resume::new(k), lost, from_origin),
-                ResumeStep::Origin,
-                "the raw offset is known: straight to the origin"
+            p.on_get(
+                Time::ZERO,
+                k,
+                &[Value::from_addr(peer(3))],
+                Some(1),
+                &mut out,
             );
-            assert_eq!(p.stats().origin_fetches, before + 1);
-            let from_peer = ResumeFacts {
-                origin_only: false,
-                ..from_origin
+            let mut r = Resume::new(k);
+            let lost = Lost::Peer {
+                addr: peer(3),
+                forged: false,
             };
+            assert_eq!(p.resume_lost(&mut r, lost, PLAIN), ResumeStep::Origin);
+            assert_eq!(p.fetching_from(&k), Some(Served::Origin));
             assert_eq!(
-                p.resume_lost(&mut Resume::new(k), lost, from_peer),
-                ResumeStep::Cut("rewritten_body")
+                p.resume_lost(&mut r, Lost::Origin { changed: true }, PLAIN),
+                ResumeStep::Cut("representation_changed")
             );
         }
 

@@ -840,43 +840,63 @@ impl ProxyCore {
         let mut fill = Fill {
             resume: fetch::Resume::new(key),
             validator: fetch::resume_validator(&resp.head),
+            // A rewritten body's lengths differ between sources (the
+            // origin's raw bytes, a peer's rewritten copy).
             full_len: match resp.head.framing {
-                Framing::Length(n) => Some(n),
+                Framing::Length(n) if rewriter.is_none() => Some(n),
                 _ => None,
             },
             vary: vary_fields(&resp.head),
-            rewritten: rewriter.is_some(),
-            origin_only: peer.is_none(),
         };
         let mut source = peer;
         let mut source_addr = addr;
         // Body bytes of the current source to drop (a resumed source that
-        // sent the whole body), and the body's offset in the source's bytes:
-        // the origin's raw bytes, which differ from those stored only where
-        // HTML is rewritten (resumed then from the origin alone).
+        // sent the whole body).
         let mut skip: u64 = 0;
-        let mut offset: u64 = 0;
+        // A rewritten body resumes from a source's byte 0, rewritten afresh:
+        // the first `verify_to` bytes it makes must be those stored
+        // (`verified` of them checked so far) before it continues the copy.
+        let mut verify_to: u64 = 0;
+        let mut verified: u64 = 0;
         loop {
             chunk.clear();
             let mut dropped = 0;
-            let read = match resp.next(&mut chunk).await {
-                Ok(more) => {
+            let mut more = false;
+            // Why the source cannot go on: its error, and whether it sent
+            // another representation.
+            let mut failure = None;
+            match resp.next(&mut chunk).await {
+                Ok(m) => {
+                    more = m;
                     dropped = skip.min(chunk.len() as u64);
                     skip -= dropped;
                     if !more && skip > 0 {
                         // Its body ended before the byte the fill reached.
-                        Err(upstream::UpstreamError::Truncated)
-                    } else {
-                        Ok(more)
+                        failure = Some((upstream::UpstreamError::Truncated, false));
                     }
                 }
-                Err(e) => Err(e),
-            };
-            match read {
-                Ok(more) => {
-                    let piece = &chunk[dropped as usize..];
-                    offset += piece.len() as u64;
-                    let data = super::rewritten(rewriter.as_mut(), piece, more, &mut rewritten);
+                Err(e) => failure = Some((e, false)),
+            }
+            if failure.is_none() {
+                let piece = &chunk[dropped as usize..];
+                let mut data = super::rewritten(rewriter.as_mut(), piece, more, &mut rewritten);
+                if verified < verify_to {
+                    let n = (verify_to - verified).min(data.len() as u64) as usize;
+                    if self.same_as_stored(&key, verified, &data[..n]).await {
+                        verified += n as u64;
+                        data = &data[n..];
+                        if !more && verified < verify_to {
+                            failure = Some((upstream::UpstreamError::Truncated, false));
+                        }
+                    } else {
+                        let differs = coral::proxy::http::HttpError {
+                            status: 502,
+                            reason: "the resumed body differs from the bytes stored",
+                        };
+                        failure = Some((upstream::UpstreamError::Malformed(differs), true));
+                    }
+                }
+                if failure.is_none() {
                     total += data.len() as u64;
                     if total > self.cfg.object_bytes_max {
                         tracing::info!(%key, "object larger than object_bytes_max: dropped");
@@ -898,52 +918,65 @@ impl ProxyCore {
                     if !more {
                         break;
                     }
+                    continue;
                 }
-                Err(e) => {
-                    if source.is_none() {
-                        self.stats.origin_error(e.reason());
+            }
+            let Some((e, changed)) = failure else {
+                continue;
+            };
+            if source.is_none() {
+                self.stats.origin_error(e.reason());
+            }
+            let lost = match source {
+                // Issue 22 item 4: bytes that fail verification are a lying
+                // peer's: it is dropped like a dead one, never asked again
+                // for this object.
+                Some(addr) if e.reason() == "forged" => Lost::Peer { addr, forged: true },
+                Some(addr) => Lost::Peer {
+                    addr,
+                    forged: false,
+                },
+                None => Lost::Origin { changed },
+            };
+            tracing::info!(%key, addr = %source_addr, offset = total, error = %e, "source lost mid-body: resuming");
+            progress.reading.set(false);
+            // A rewritten body is asked for whole (its stored offsets are
+            // not the source's), any other from the byte reached.
+            let from_byte = if rewriter.is_some() { 0 } else { total };
+            match self.resume(job, &mut fill, lost, from_byte).await {
+                Ok(next) => {
+                    resp = next.resp;
+                    source = next.from;
+                    source_addr = next.addr;
+                    skip = next.skip;
+                    if rewriter.is_some() {
+                        rewriter = Some(rewrite::HtmlRewriter::new(
+                            &job.origin,
+                            &self.suffix,
+                            self.http.port(),
+                        ));
+                        verify_to = total;
+                        verified = 0;
                     }
-                    let lost = match source {
-                        // Issue 22 item 4: bytes that fail verification
-                        // are a lying peer's: it is dropped like a dead
-                        // one, never asked again for this object.
-                        Some(addr) if e.reason() == "forged" => Lost::Peer { addr, forged: true },
-                        Some(addr) => Lost::Peer {
-                            addr,
-                            forged: false,
-                        },
-                        None => Lost::Origin { changed: false },
-                    };
-                    tracing::info!(%key, addr = %source_addr, offset, error = %e, "source lost mid-body: resuming");
-                    progress.reading.set(false);
-                    match self.resume(job, &mut fill, lost, offset).await {
-                        Ok(next) => {
-                            resp = next.resp;
-                            source = next.from;
-                            source_addr = next.addr;
-                            skip = next.skip;
-                            fill.origin_only &= source.is_none();
-                            progress.from.set(source);
-                            progress.resumes.set(progress.resumes.get() + 1);
-                            progress.reading.set(true);
-                            crate::metrics::count_resume(source.is_some());
-                            tracing::info!(%key, from = %source_addr, offset, peer = source.is_some(), "fill resumed");
-                        }
-                        Err(reason) => {
-                            tracing::warn!(
-                                %key,
-                                url = %job_url(job),
-                                offset,
-                                reason,
-                                "fill cut: no source can continue the same representation; \
-                                 its readers see a truncated body"
-                            );
-                            crate::metrics::count_fill_cut(reason);
-                            writer.abort();
-                            self.fetch_failed(&key, e.fail());
-                            return self.stale_or_failed(&key, source, old);
-                        }
-                    }
+                    progress.from.set(source);
+                    progress.resumes.set(progress.resumes.get() + 1);
+                    progress.reading.set(true);
+                    crate::metrics::count_resume(source.is_some());
+                    tracing::info!(%key, from = %source_addr, offset = total, peer = source.is_some(), "fill resumed");
+                }
+                Err(reason) => {
+                    tracing::warn!(
+                        %key,
+                        url = %job_url(job),
+                        offset = total,
+                        reason,
+                        "fill cut: no source can continue the same representation; \
+                         its readers see a truncated body"
+                    );
+                    crate::metrics::count_fill_cut(reason);
+                    writer.abort();
+                    self.fetch_failed(&key, e.fail());
+                    return self.stale_or_failed(&key, source, old);
                 }
             }
         }
@@ -974,8 +1007,6 @@ impl ProxyCore {
         loop {
             let facts = fetch::ResumeFacts {
                 validator: fill.validator.is_some(),
-                rewritten: fill.rewritten,
-                origin_only: fill.origin_only,
             };
             let step = self
                 .fetch
@@ -1103,6 +1134,21 @@ impl ProxyCore {
                 Err(answer == fetch::ResumeAnswer::Changed)
             }
         }
+    }
+
+    /// Whether `bytes` are the body of the copy of `key` being written, from
+    /// byte `at` (a resumed rewritten body's check). Not when an older
+    /// complete copy is what the cache shows.
+    async fn same_as_stored(&self, key: &Id, at: u64, bytes: &[u8]) -> bool {
+        let Some(obj) = self.cache.lookup(key) else {
+            return false;
+        };
+        if !matches!(obj.state(), crate::cache::ObjectState::Writing { .. }) {
+            return false;
+        }
+        let end = at + bytes.len() as u64;
+        obj.ensure_resident(at, end).await;
+        obj.body(at, end) == bytes
     }
 
     /// The progress record of `key`'s fill (a fresh one if it has no job).
@@ -1277,10 +1323,6 @@ struct Fill {
     full_len: Option<u64>,
     /// The answer's `Vary`, as the origin is asked for the same variant.
     vary: Option<Headers>,
-    /// The body is rewritten as it is stored.
-    rewritten: bool,
-    /// Every byte so far came from the origin.
-    origin_only: bool,
 }
 
 /// A source that continues a fill.

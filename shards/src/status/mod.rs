@@ -293,4 +293,26 @@ mod tests {
         assert_eq!(m["dns"]["queries"], 10);
         assert_eq!(m["cache"]["bytes"], 100);
     }
+
+    #[test]
+    fn merge_lists_the_fills_in_flight_of_every_core_issue_24() {
+        let core = |url: &str, source: &str| {
+            json!({
+                "proxy": {}, "cache": {}, "dsht": {}, "top": [], "samples": [], "hot_keys": [],
+                "in_flight": [{"url": url, "source": source, "from": null, "level": null,
+                               "bytes": 5, "resumes": 1, "waiters": 0}],
+            })
+        };
+        let m = merge(
+            &[core("http://b/y", "origin"), core("http://a/x", "peer")],
+            json!({"node": "n", "addr": "a", "levels": []}),
+            1000,
+            1,
+        );
+        let f = m["in_flight"].as_array().unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0]["url"], "http://a/x");
+        assert_eq!(f[1]["source"], "origin");
+        assert_eq!(f[1]["resumes"], 1);
+    }
 }
