@@ -162,3 +162,21 @@ pub const VERIFY: VerifyLimits = VerifyLimits {
     chunk_bytes_max: 1 << 20,
     distrusted_signers_max: 1024,
 };
+
+/// Resuming a fill that lost its source mid-body (`proxy::fetch`, issue 24
+/// item 1).
+pub struct ResumeLimits {
+    /// Sources a fill turns to after losing one, in all: a fill whose
+    /// sources keep failing is cut after this many (each is one range
+    /// request, at most one of them to the origin per loss).
+    pub sources_max: usize,
+    /// Peers remembered per fill as failed or lying, never asked again for
+    /// it.
+    pub bad_peers_max: usize,
+}
+
+/// The limits of resumption.
+pub const RESUME: ResumeLimits = ResumeLimits {
+    sources_max: 4,
+    bad_peers_max: 8,
+};

@@ -351,3 +351,16 @@ pub struct ChunkRecordLimits {
 pub const CHUNK_RECORDS: ChunkRecordLimits = ChunkRecordLimits {
     bytes_max: 64 << 20,
 };
+
+/// Fills in flight as the status page shows them (`proxy/fetcher.rs`,
+/// issue 24 item 4).
+pub struct FillLimits {
+    /// Objects in flight each core reports (the merged answer holds at most
+    /// this many per core).
+    pub in_flight_reported_max: usize,
+}
+
+/// The limits of the objects-in-flight report.
+pub const FILL: FillLimits = FillLimits {
+    in_flight_reported_max: 32,
+};

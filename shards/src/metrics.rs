@@ -184,6 +184,9 @@ pub enum CacheResult {
     Pass,
     /// An error answer from coral itself (4xx, 5xx it made).
     Error,
+    /// A copy whose fill was cut mid-body (no source could continue it):
+    /// the client saw a truncation, never a complete answer (issue 24).
+    Cut,
 }
 
 impl CacheResult {
@@ -198,6 +201,7 @@ impl CacheResult {
             CacheResult::Stale => "stale",
             CacheResult::Pass => "pass",
             CacheResult::Error => "error",
+            CacheResult::Cut => "cut",
         }
     }
 }
@@ -361,6 +365,7 @@ pub fn counters() -> Counters {
 pub fn render(cores: &[serde_json::Value], levels: &serde_json::Value, ready: bool) -> String {
     let mut w = render_dsht(cores, levels, ready);
     render_http(&mut w, cores);
+    render_fill(&mut w, cores);
     render_dns(&mut w, cores);
     w.finish()
 }
@@ -1128,6 +1133,110 @@ pub fn render_dsht(cores: &[serde_json::Value], levels: &serde_json::Value, read
     w
 }
 
+// ---- Fills that lose their source (issue 24 items 1 and 4) -------------------------
+
+/// Why a fill was cut (`coral::proxy::fetch::ResumeStep::Cut`'s reasons):
+/// `coral_http_fills_cut_total{reason}`.
+pub const FILL_CUT_REASONS: [&str; 4] = [
+    "no_validator",
+    "sources_exhausted",
+    "representation_changed",
+    "claim_loop",
+];
+
+/// One core's counts of fills that lost their source.
+#[derive(Default)]
+struct FillCounters {
+    /// Resumes from a peer, from the origin.
+    resumes: [u64; 2],
+    /// Fills cut, by `FILL_CUT_REASONS`.
+    fills_cut: [u64; FILL_CUT_REASONS.len()],
+    /// Responses cut mid-body because their copy's fill was cut.
+    responses_cut: u64,
+}
+
+thread_local! {
+    static FILL: RefCell<FillCounters> = RefCell::new(FillCounters::default());
+}
+
+/// Counts a fill that resumed from a peer (`from_peer`) or the origin.
+pub fn count_resume(from_peer: bool) {
+    FILL.with(|f| f.borrow_mut().resumes[usize::from(!from_peer)] += 1);
+}
+
+/// Counts a fill cut for `reason` (one of `FILL_CUT_REASONS`).
+pub fn count_fill_cut(reason: &str) {
+    FILL.with(|f| {
+        if let Some(i) = FILL_CUT_REASONS.iter().position(|r| *r == reason) {
+            f.borrow_mut().fills_cut[i] += 1;
+        }
+    });
+}
+
+/// Counts a response cut mid-body because its copy's fill was cut.
+pub fn count_response_cut() {
+    FILL.with(|f| f.borrow_mut().responses_cut += 1);
+}
+
+/// This core's fill counts, as sent over the mesh (in the `http` part).
+pub fn fill_json() -> serde_json::Value {
+    FILL.with(|f| {
+        let f = f.borrow();
+        let cut: serde_json::Map<String, serde_json::Value> = FILL_CUT_REASONS
+            .iter()
+            .zip(f.fills_cut.iter())
+            .map(|(r, n)| (r.to_string(), (*n).into()))
+            .collect();
+        serde_json::json!({
+            "resumes": {"peer": f.resumes[0], "origin": f.resumes[1]},
+            "fills_cut": cut,
+            "responses_cut": f.responses_cut,
+        })
+    })
+}
+
+/// The families of fills that lost their source, from the cores' `http`
+/// parts: resumes by source, fills and responses cut.
+pub fn render_fill(w: &mut Writer, cores: &[serde_json::Value]) {
+    let sum = |path: &[&str]| sum_at(cores, path);
+    w.family(
+        "coral_http_resumes_total",
+        Kind::Counter,
+        "Fills that lost their source mid-body and continued from another at the byte reached \
+         (Range with If-Range), by the new source: a peer or the origin.",
+    );
+    for source in ["peer", "origin"] {
+        w.sample(
+            "coral_http_resumes_total",
+            &[("source", source)],
+            sum(&["http", "fill", "resumes", source]),
+        );
+    }
+    w.family(
+        "coral_http_fills_cut_total",
+        Kind::Counter,
+        "Fills cut mid-body because no source could continue the same representation, by reason.",
+    );
+    for reason in FILL_CUT_REASONS {
+        w.sample(
+            "coral_http_fills_cut_total",
+            &[("reason", reason)],
+            sum(&["http", "fill", "fills_cut", reason]),
+        );
+    }
+    w.family(
+        "coral_http_responses_cut_total",
+        Kind::Counter,
+        "Responses closed before their body ended (a truncation the client can detect), by \
+         reason (fill_cut: the copy's fill lost its source and none could continue it).",
+    )
+    .sample(
+        "coral_http_responses_cut_total",
+        &[("reason", "fill_cut")],
+        sum(&["http", "fill", "responses_cut"]),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1206,5 +1315,29 @@ mod tests {
             w.finish(),
             "# HELP x_total Help\\nline.\n# TYPE x_total counter\nx_total{a=\"q\\\"b\\\\\"} 3\nx_total 0.5\n"
         );
+    }
+
+    #[test]
+    fn fills_resumed_and_cut_are_counted_by_source_and_reason_issue_24() {
+        count_resume(true);
+        count_resume(false);
+        count_resume(false);
+        count_fill_cut("no_validator");
+        count_fill_cut("not a reason");
+        count_response_cut();
+        let core = serde_json::json!({"http": {"fill": fill_json()}});
+        let mut w = Writer::default();
+        render_fill(&mut w, &[core.clone(), core]);
+        let text = w.finish();
+        for line in [
+            "coral_http_resumes_total{source=\"peer\"} 2",
+            "coral_http_resumes_total{source=\"origin\"} 4",
+            "coral_http_fills_cut_total{reason=\"no_validator\"} 2",
+            "coral_http_fills_cut_total{reason=\"sources_exhausted\"} 0",
+            "coral_http_responses_cut_total{reason=\"fill_cut\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert_eq!(CacheResult::Cut.label(), "cut");
     }
 }

@@ -837,6 +837,314 @@ pub fn serve_stale(from_peer: bool, old_must_revalidate: Option<bool>) -> bool {
     !from_peer && old_must_revalidate == Some(false)
 }
 
+// ---- Resuming a fill that lost its source mid-body (issue 24 item 1) ------------------
+//
+// A fill whose source (a peer, or the origin) dies mid-body keeps its cache
+// writer open: every client and downstream peer reading the object by
+// cut-through keeps waiting, and the fill continues at the byte it reached
+// from another source, asked for `Range: bytes=N-` with `If-Range` on the
+// object's validator so that bytes splice only onto the same representation
+// (RFC 9110 §14.2, §13.1.5). Which source is next is decided here; the
+// runtime moves the bytes.
+//
+// Every node that lost the same source at once must not ask the origin: each
+// claims the object's *resume key* of this loss (`resume_key`, one per
+// generation of losses), the winner resumes from the origin and the others
+// from the winner (a node that resumes from the origin never reads from a
+// peer, so resumed fills form a tree again, never a cycle). A peer that
+// failed during this fill, or sent bytes that failed verification, is never
+// asked again for it.
+
+/// Why the source of a fill was lost mid-body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The peer at this address failed (closed, stalled, answered without
+    /// the object). `forged`: its bytes failed verification (it lies).
+    Peer {
+        /// The peer.
+        addr: SocketAddr,
+        /// Its bytes failed verification.
+        forged: bool,
+    },
+    /// The origin failed. `changed`: it answered with another
+    /// representation (its validator differs), so it cannot continue.
+    Origin {
+        /// The representation changed.
+        changed: bool,
+    },
+}
+
+/// What a fill that lost its source knows of its body, for the choice of
+/// the next source.
+///
+/// A body rewritten as it is stored (Coralized HTML) is resumed like any
+/// other, but its stored offsets are not the origin's (nor a peer's bytes
+/// the origin's): the runtime asks the next source for the whole body,
+/// rewrites it afresh and checks that its first bytes are those stored
+/// before appending the rest (a mismatch is [`Lost`] with `changed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumeFacts {
+    /// The response has a validator a range request can be made on
+    /// ([`resume_validator`]); without one no source is known to continue
+    /// the same representation.
+    pub validator: bool,
+}
+
+/// The next step of a fill that lost its source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResumeStep {
+    /// Claim `key` (the object's resume key of this loss) with this proxy's
+    /// pointer; report with [`FetchPolicy::resume_claimed`].
+    Claim {
+        /// The resume key.
+        key: Key,
+        /// This proxy's pointer.
+        value: Value,
+        /// The claim's TTL.
+        ttl_secs: u32,
+    },
+    /// Continue from the peer at this address.
+    Peer(SocketAddr),
+    /// Continue from the origin.
+    Origin,
+    /// No source can continue the same representation: the fill is cut
+    /// (its readers see a truncation), for this reason.
+    Cut(&'static str),
+}
+
+/// One fill's resumption state, kept by the caller while the fill lasts.
+#[derive(Clone, Debug)]
+pub struct Resume {
+    key: Key,
+    /// Losses so far (the generation of the resume key claimed).
+    losses: u8,
+    /// Peers not asked again for this object (failed or lied).
+    bad: Vec<SocketAddr>,
+    /// The origin answered with another representation.
+    origin_changed: bool,
+}
+
+impl Resume {
+    /// A fill of `key`, nothing lost yet.
+    pub fn new(key: Key) -> Resume {
+        Resume {
+            key,
+            losses: 0,
+            bad: Vec::new(),
+            origin_changed: false,
+        }
+    }
+
+    /// Losses so far.
+    pub fn losses(&self) -> u8 {
+        self.losses
+    }
+
+    /// Whether the peer at `addr` is no longer asked for this object.
+    pub fn is_bad(&self, addr: &SocketAddr) -> bool {
+        self.bad.contains(addr)
+    }
+
+    fn mark_bad(&mut self, addr: SocketAddr) {
+        if !self.bad.contains(&addr) && self.bad.len() < crate::limits::RESUME.bad_peers_max {
+            self.bad.push(addr);
+        }
+    }
+}
+
+/// The DSHT key the nodes that lost the source of `key`'s fill claim, at
+/// their `generation`th loss: one claim wins per loss, network-wide (the
+/// object's own key holds every copy's pointer, so a claim there never
+/// lands).
+pub fn resume_key(key: &Key, generation: u8) -> Key {
+    let mut b = [0u8; 20 + 7 + 1];
+    b[..20].copy_from_slice(&key.0);
+    b[20..27].copy_from_slice(b"resume:");
+    b[27] = generation;
+    crate::dsht::id::Id::hash(&b)
+}
+
+impl FetchPolicy {
+    /// The fill of `r`'s object lost its source (`lost`) mid-body: the next
+    /// step. The object's source becomes the next one (what
+    /// [`FetchPolicy::fetching_from`] reports).
+    pub fn resume_lost(&mut self, r: &mut Resume, lost: Lost, facts: ResumeFacts) -> ResumeStep {
+        match lost {
+            Lost::Peer { addr, .. } => r.mark_bad(addr),
+            Lost::Origin { changed } => r.origin_changed |= changed,
+        }
+        if !facts.validator {
+            return ResumeStep::Cut("no_validator");
+        }
+        if usize::from(r.losses) >= crate::limits::RESUME.sources_max {
+            return ResumeStep::Cut("sources_exhausted");
+        }
+        r.losses += 1;
+        if self.config.claim_before_origin {
+            return ResumeStep::Claim {
+                key: resume_key(&r.key, r.losses),
+                value: self.pointer(),
+                ttl_secs: self.config.fetching_pointer_ttl_secs,
+            };
+        }
+        if r.origin_changed {
+            ResumeStep::Cut("representation_changed")
+        } else {
+            self.resume_from_origin(r.key)
+        }
+    }
+
+    /// The claim of [`ResumeStep::Claim`] finished: the winner (or a claim
+    /// without an answer) resumes from the origin, a loser from the proxy
+    /// that won (`values`), unless that proxy failed during this fill.
+    pub fn resume_claimed(
+        &mut self,
+        now: Time,
+        r: &mut Resume,
+        claimed: bool,
+        values: &[Value],
+    ) -> ResumeStep {
+        let peer = if claimed {
+            None
+        } else {
+            self.peers(now, values).into_iter().find(|a| !r.is_bad(a))
+        };
+        if let Some(addr) = peer {
+            self.set_source(&r.key, Served::ClaimedPeer);
+            return ResumeStep::Peer(addr);
+        }
+        if r.origin_changed {
+            return ResumeStep::Cut("representation_changed");
+        }
+        self.resume_from_origin(r.key)
+    }
+
+    fn resume_from_origin(&mut self, key: Key) -> ResumeStep {
+        self.stats.origin_fetches += 1;
+        self.set_source(&key, Served::Origin);
+        ResumeStep::Origin
+    }
+
+    fn set_source(&mut self, key: &Key, to: Served) {
+        if let Some(Object {
+            state: State::Fetching { source, .. },
+            ..
+        }) = self.objects.get_mut(key)
+        {
+            *source = to;
+        }
+    }
+}
+
+/// What a range request is made on: a strong entity tag, else a
+/// `Last-Modified` date that is strong (RFC 9110 §8.8.2.2: at least a
+/// second before the response's `Date`). The value goes into `If-Range`.
+pub fn resume_validator(head: &ResponseHead) -> Option<Vec<u8>> {
+    if head.status != 200 {
+        return None;
+    }
+    if let Some(tag) = head.headers.get("etag") {
+        let tag = super::http::trim_ows(tag);
+        return (tag.len() >= 2 && tag.starts_with(b"\"") && tag.ends_with(b"\""))
+            .then(|| tag.to_vec());
+    }
+    let lm = head.headers.get("last-modified")?;
+    let modified = super::date::parse_http_date(lm)?;
+    let date = super::date::parse_http_date(head.headers.get("date")?)?;
+    (modified < date).then(|| super::http::trim_ows(lm).to_vec())
+}
+
+/// How a source answered the range request that resumes a fill at
+/// `offset` of a body of `full_len` bytes (if known).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeAnswer {
+    /// The same representation: its body continues the fill once its first
+    /// `skip` bytes are dropped (0 for a 206 from `offset`; `offset` for a
+    /// 200 with the whole body, as a peer still writing the object answers).
+    Continue {
+        /// Body bytes to drop first.
+        skip: u64,
+    },
+    /// Another representation (its validator differs): it cannot continue.
+    Changed,
+    /// No usable answer (an error, no copy, a range that does not fit).
+    Failed,
+}
+
+/// Judges the answer `head` to `Range: bytes=<offset>-` with
+/// `If-Range: <validator>`: a 206 must start at `offset` and name the
+/// full length; a 200 must carry the whole body; either must carry the
+/// same validator (RFC 9110 §13.1.5, §15.3.7).
+pub fn resume_answer(
+    head: &ResponseHead,
+    validator: &[u8],
+    offset: u64,
+    full_len: Option<u64>,
+) -> ResumeAnswer {
+    let same = |h: &ResponseHead| {
+        let field = if validator.starts_with(b"\"") {
+            "etag"
+        } else {
+            "last-modified"
+        };
+        h.headers
+            .get(field)
+            .is_some_and(|v| super::http::trim_ows(v) == validator)
+    };
+    match head.status {
+        206 => {
+            let Some((first, last, len)) =
+                head.headers.get("content-range").and_then(content_range)
+            else {
+                return ResumeAnswer::Failed;
+            };
+            if !same(head) {
+                return ResumeAnswer::Changed;
+            }
+            let fits = first == offset
+                && last.checked_add(1) == Some(len)
+                && full_len.is_none_or(|n| n == len)
+                && head.framing == Framing::Length(len - first);
+            if fits {
+                ResumeAnswer::Continue { skip: 0 }
+            } else {
+                ResumeAnswer::Failed
+            }
+        }
+        200 => {
+            if !same(head) {
+                return ResumeAnswer::Changed;
+            }
+            match (head.framing, full_len) {
+                (Framing::Length(n), Some(len)) if n != len => ResumeAnswer::Failed,
+                (Framing::Length(n), _) if n < offset => ResumeAnswer::Failed,
+                (Framing::Empty, _) => ResumeAnswer::Failed,
+                _ => ResumeAnswer::Continue { skip: offset },
+            }
+        }
+        _ => ResumeAnswer::Failed,
+    }
+}
+
+/// `bytes first-last/len` (RFC 9110 §14.4), all three known.
+fn content_range(v: &[u8]) -> Option<(u64, u64, u64)> {
+    let v = super::http::trim_ows(v);
+    let rest = v
+        .get(..6)
+        .filter(|u| u.eq_ignore_ascii_case(b"bytes "))
+        .and(v.get(6..))?;
+    let dash = rest.iter().position(|&b| b == b'-')?;
+    let slash = rest.iter().position(|&b| b == b'/')?;
+    if slash < dash {
+        return None;
+    }
+    let num = super::http::parse_digits;
+    let first = num(&rest[..dash])?;
+    let last = num(&rest[dash + 1..slash])?;
+    let len = num(&rest[slash + 1..])?;
+    (first <= last && last < len).then_some((first, last, len))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1199,6 +1507,300 @@ mod tests {
                 judged(&h, false, Some(&old)),
                 Verdict::Stale(Fail::origin(503))
             );
+        }
+    }
+
+    /// Issue 24 item 1: which source continues a fill that lost its own
+    /// mid-body.
+    mod resume {
+        use super::super::*;
+        use super::{me, peer};
+        use crate::dsht::id::Id;
+        use crate::proxy::http::{parse_response_head, Limits};
+
+        fn head(text: &str) -> ResponseHead {
+            let text = format!("{text}\r\n\r\n");
+            parse_response_head(text.as_bytes(), false, &Limits::default())
+                .unwrap()
+                .unwrap()
+                .0
+        }
+
+        const PLAIN: ResumeFacts = ResumeFacts { validator: true };
+
+        /// A policy at `at` fetching `k` from the peer `from` (found by a get).
+        fn fetching_from_peer(at: SocketAddr, k: Key, from: SocketAddr) -> FetchPolicy {
+            let mut p = FetchPolicy::new(FetchConfig::default(), at);
+            let mut out = Vec::new();
+            p.request(Time::ZERO, k, &mut out);
+            p.on_get(Time::ZERO, k, &[Value::from_addr(from)], Some(0), &mut out);
+            assert_eq!(p.fetching_from(&k), Some(Served::Peer(0)));
+            p
+        }
+
+        /// The DSHT's claim, as its closest node answers it: the first
+        /// claimant wins, the later ones get its value.
+        struct ClaimNode(HashMap<Key, Value>);
+
+        impl ClaimNode {
+            fn claim(&mut self, key: Key, value: Value) -> (bool, Vec<Value>) {
+                match self.0.get(&key) {
+                    Some(v) => (false, vec![v.clone()]),
+                    None => {
+                        self.0.insert(key, value);
+                        (true, Vec::new())
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn nodes_that_lose_the_origin_fetcher_resume_through_one_origin_fetch() {
+            // Nodes 2, 3 and 4 fill from node 1, which dies mid-body: one of
+            // them resumes from the origin, the others from it.
+            let k = Id::from_url("http://x.com/big.bin");
+            let mut dsht = ClaimNode(HashMap::new());
+            let mut nodes: Vec<(SocketAddr, FetchPolicy, Resume)> = (2..=4)
+                .map(|n| {
+                    (
+                        peer(n),
+                        fetching_from_peer(peer(n), k, me()),
+                        Resume::new(k),
+                    )
+                })
+                .collect();
+            let lost = Lost::Peer {
+                addr: me(),
+                forged: false,
+            };
+            let mut steps = Vec::new();
+            for (at, p, r) in &mut nodes {
+                let before = p.stats().origin_fetches;
+                let ResumeStep::Claim {
+                    key,
+                    value,
+                    ttl_secs,
+                } = p.resume_lost(r, lost, PLAIN)
+                else {
+                    panic!("a node that lost its peer claims first")
+                };
+                assert_eq!(key, resume_key(&k, 1));
+                assert_eq!(ttl_secs, 20);
+                let (claimed, values) = dsht.claim(key, value);
+                let step = p.resume_claimed(Time::ZERO, r, claimed, &values);
+                steps.push((*at, step, p.stats().origin_fetches - before));
+            }
+            let origin: Vec<_> = steps
+                .iter()
+                .filter(|(_, s, _)| *s == ResumeStep::Origin)
+                .collect();
+            assert_eq!(origin.len(), 1, "{steps:?}");
+            assert_eq!(origin[0].2, 1, "counted as an origin fetch");
+            let winner = origin[0].0;
+            for (at, s, fetched) in &steps {
+                if *at != winner {
+                    assert_eq!(*s, ResumeStep::Peer(winner), "{steps:?}");
+                    assert_eq!(*fetched, 0);
+                }
+            }
+            // Each reports the source it reads from now.
+            for (at, p, _) in &nodes {
+                let want = if *at == winner {
+                    Served::Origin
+                } else {
+                    Served::ClaimedPeer
+                };
+                assert_eq!(p.fetching_from(&k), Some(want));
+            }
+        }
+
+        #[test]
+        fn a_peer_that_failed_or_lied_is_not_asked_again_and_losses_are_bounded() {
+            let k = Id::from_url("http://x.com/liar.bin");
+            let mut p = fetching_from_peer(me(), k, peer(5));
+            let mut r = Resume::new(k);
+            // Its bytes failed verification: dropped.
+            let lost = Lost::Peer {
+                addr: peer(5),
+                forged: true,
+            };
+            assert!(matches!(
+                p.resume_lost(&mut r, lost, PLAIN),
+                ResumeStep::Claim { .. }
+            ));
+            assert!(r.is_bad(&peer(5)));
+            // The claim names the liar: the origin, not the liar again.
+            let step = p.resume_claimed(Time::ZERO, &mut r, false, &[Value::from_addr(peer(5))]);
+            assert_eq!(step, ResumeStep::Origin);
+            // Losses are bounded: after `sources_max`, cut.
+            let mut last = ResumeStep::Origin;
+            for _ in 0..crate::limits::RESUME.sources_max {
+                last = p.resume_lost(&mut r, Lost::Origin { changed: false }, PLAIN);
+            }
+            assert_eq!(last, ResumeStep::Cut("sources_exhausted"));
+            assert_eq!(usize::from(r.losses()), crate::limits::RESUME.sources_max);
+        }
+
+        #[test]
+        fn only_the_same_representation_continues_a_fill() {
+            let k = Id::from_url("http://x.com/v.bin");
+            let mut p = fetching_from_peer(me(), k, peer(5));
+            let lost = Lost::Peer {
+                addr: peer(5),
+                forged: false,
+            };
+            // Without a validator nothing is known to continue it.
+            let no_validator = ResumeFacts { validator: false };
+            assert_eq!(
+                p.resume_lost(&mut Resume::new(k), lost, no_validator),
+                ResumeStep::Cut("no_validator")
+            );
+            // The origin changed the representation: a peer may continue
+            // the old one, the origin may not.
+            let mut r = Resume::new(k);
+            let _ = p.resume_lost(&mut r, Lost::Origin { changed: true }, PLAIN);
+            assert_eq!(
+                p.resume_claimed(Time::ZERO, &mut r, true, &[]),
+                ResumeStep::Cut("representation_changed")
+            );
+            let _ = p.resume_lost(&mut r, Lost::Origin { changed: false }, PLAIN);
+            assert_eq!(
+                p.resume_claimed(Time::ZERO, &mut r, false, &[Value::from_addr(peer(6))]),
+                ResumeStep::Peer(peer(6))
+            );
+        }
+
+        #[test]
+        fn without_claims_a_lost_fill_resumes_from_the_origin_unless_it_changed() {
+            let config = FetchConfig {
+                claim_before_origin: false,
+                ..FetchConfig::default()
+            };
+            let k = Id::from_url("http://x.com/noclaim.bin");
+            let mut p = FetchPolicy::new(config, me());
+            let mut out = Vec::new();
+            p.request(Time::ZERO, k, &mut out);
+            p.on_get(
+                Time::ZERO,
+                k,
+                &[Value::from_addr(peer(3))],
+                Some(1),
+                &mut out,
+            );
+            let mut r = Resume::new(k);
+            let lost = Lost::Peer {
+                addr: peer(3),
+                forged: false,
+            };
+            assert_eq!(p.resume_lost(&mut r, lost, PLAIN), ResumeStep::Origin);
+            assert_eq!(p.fetching_from(&k), Some(Served::Origin));
+            assert_eq!(
+                p.resume_lost(&mut r, Lost::Origin { changed: true }, PLAIN),
+                ResumeStep::Cut("representation_changed")
+            );
+        }
+
+        #[test]
+        fn resume_keys_differ_per_object_and_generation() {
+            let a = Id::from_url("http://x.com/a");
+            let b = Id::from_url("http://x.com/b");
+            assert_ne!(resume_key(&a, 1), resume_key(&a, 2));
+            assert_ne!(resume_key(&a, 1), resume_key(&b, 1));
+            assert_ne!(resume_key(&a, 1), a);
+            assert_ne!(resume_key(&a, 1), crate::proxy::stale::revalidation_key(&a));
+        }
+
+        #[test]
+        fn rfc9110_13_1_5_if_range_validators_are_strong() {
+            let etag = head("HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nContent-Length: 9");
+            assert_eq!(resume_validator(&etag), Some(b"\"abc\"".to_vec()));
+            let weak = head("HTTP/1.1 200 OK\r\nETag: W/\"abc\"\r\nContent-Length: 9");
+            assert_eq!(resume_validator(&weak), None);
+            let lm = "Last-Modified: Tue, 15 Nov 1994 08:12:31 GMT";
+            let strong_date = head(&format!(
+                "HTTP/1.1 200 OK\r\n{lm}\r\nDate: Tue, 15 Nov 1994 08:12:40 GMT"
+            ));
+            assert_eq!(
+                resume_validator(&strong_date),
+                Some(b"Tue, 15 Nov 1994 08:12:31 GMT".to_vec())
+            );
+            // Modified in the second it was sent: weak (§8.8.2.2).
+            let same_second = head(&format!(
+                "HTTP/1.1 200 OK\r\n{lm}\r\nDate: Tue, 15 Nov 1994 08:12:31 GMT"
+            ));
+            assert_eq!(resume_validator(&same_second), None);
+            assert_eq!(
+                resume_validator(&head(&format!("HTTP/1.1 200 OK\r\n{lm}"))),
+                None
+            );
+            assert_eq!(resume_validator(&head("HTTP/1.1 200 OK")), None);
+        }
+
+        #[test]
+        fn rfc9110_15_3_7_a_range_answer_splices_only_where_it_fits() {
+            let v = b"\"abc\"";
+            let ok = head(
+                "HTTP/1.1 206 Partial Content\r\nETag: \"abc\"\r\n\
+                 Content-Range: bytes 100-999/1000\r\nContent-Length: 900",
+            );
+            assert_eq!(
+                resume_answer(&ok, v, 100, Some(1000)),
+                ResumeAnswer::Continue { skip: 0 }
+            );
+            assert_eq!(resume_answer(&ok, v, 101, Some(1000)), ResumeAnswer::Failed);
+            assert_eq!(resume_answer(&ok, v, 100, Some(1001)), ResumeAnswer::Failed);
+            let other = head(
+                "HTTP/1.1 206 Partial Content\r\nETag: \"xyz\"\r\n\
+                 Content-Range: bytes 100-999/1000\r\nContent-Length: 900",
+            );
+            assert_eq!(
+                resume_answer(&other, v, 100, Some(1000)),
+                ResumeAnswer::Changed
+            );
+            let short = head(
+                "HTTP/1.1 206 Partial Content\r\nETag: \"abc\"\r\n\
+                 Content-Range: bytes 100-499/1000\r\nContent-Length: 400",
+            );
+            assert_eq!(
+                resume_answer(&short, v, 100, Some(1000)),
+                ResumeAnswer::Failed
+            );
+            // A whole body (a peer still writing the object, or an origin
+            // that ignores Range): its first bytes are dropped.
+            let whole = head("HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nContent-Length: 1000");
+            assert_eq!(
+                resume_answer(&whole, v, 100, Some(1000)),
+                ResumeAnswer::Continue { skip: 100 }
+            );
+            let chunked = head("HTTP/1.1 200 OK\r\nETag: \"abc\"\r\nTransfer-Encoding: chunked");
+            assert_eq!(
+                resume_answer(&chunked, v, 100, None),
+                ResumeAnswer::Continue { skip: 100 }
+            );
+            // If-Range failed: the origin's new representation.
+            let new = head("HTTP/1.1 200 OK\r\nETag: \"new\"\r\nContent-Length: 1000");
+            assert_eq!(
+                resume_answer(&new, v, 100, Some(1000)),
+                ResumeAnswer::Changed
+            );
+            let gone = head("HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0");
+            assert_eq!(
+                resume_answer(&gone, v, 100, Some(1000)),
+                ResumeAnswer::Failed
+            );
+            // Dated validators compare as sent.
+            let lm = b"Tue, 15 Nov 1994 08:12:31 GMT";
+            let dated = head(
+                "HTTP/1.1 206 Partial Content\r\nLast-Modified: Tue, 15 Nov 1994 08:12:31 GMT\r\n\
+                 Content-Range: bytes 5-9/10\r\nContent-Length: 5",
+            );
+            assert_eq!(
+                resume_answer(&dated, lm, 5, Some(10)),
+                ResumeAnswer::Continue { skip: 0 }
+            );
+            assert_eq!(content_range(b"bytes 5-4/10"), None);
+            assert_eq!(content_range(b"bytes */10"), None);
+            assert_eq!(content_range(b"bytes 0-9/*"), None);
         }
     }
 }

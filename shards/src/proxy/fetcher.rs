@@ -9,13 +9,13 @@
 //! begins to exist every waiter is answered and streams it from the cache
 //! as it arrives (cut-through), the cache being the one buffer they share.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
 use coral::dsht::node::Event;
-use coral::proxy::fetch::{self, Action, Fail, FetchPolicy, Verdict};
+use coral::proxy::fetch::{self, Action, Fail, FetchPolicy, Lost, ResumeStep, Verdict};
 use coral::proxy::http::{Framing, Headers, RequestHead, ResponseHead};
 use coral::proxy::keyed::{self, Upstream};
 use coral::proxy::policy::{self, Freshness};
@@ -52,6 +52,22 @@ struct JobState {
     /// the object's revalidation key (`coral::proxy::stale`), so that one
     /// node network-wide asks the origin and the others fetch from it.
     revalidation: bool,
+    /// What the fill reads now (the status page's objects in flight).
+    progress: Rc<Progress>,
+}
+
+/// Which source a fill reads from and how far it got (issue 24 item 4),
+/// updated by the fill as it reads.
+#[derive(Default)]
+struct Progress {
+    /// Body bytes stored so far.
+    bytes: Cell<u64>,
+    /// The body is arriving (else: still looking, claiming or asking).
+    reading: Cell<bool>,
+    /// The peer read from; `None` while reading: the origin.
+    from: Cell<Option<SocketAddr>>,
+    /// Sources the fill resumed from after losing one.
+    resumes: Cell<u32>,
 }
 
 /// The owning core's fetch state.
@@ -158,6 +174,7 @@ impl ProxyCore {
                 writing: false,
                 peer: None,
                 revalidation,
+                progress: Rc::default(),
             },
         );
         self.run(out);
@@ -871,16 +888,81 @@ impl ProxyCore {
         let mut chunk = Vec::with_capacity(64 << 10);
         let mut rewritten = Vec::new();
         let mut total: u64 = 0;
+        // Issue 24 item 1: a source lost mid-body is replaced by another
+        // that continues the same representation at the byte reached
+        // (`coral::proxy::fetch::Resume`); the writer stays open meanwhile,
+        // so every reader of the object keeps waiting, never cut.
+        let progress = self.progress(&key);
+        progress.from.set(peer);
+        progress.reading.set(true);
+        let mut fill = Fill {
+            resume: fetch::Resume::new(key),
+            validator: fetch::resume_validator(&resp.head),
+            // A rewritten body's lengths differ between sources (the
+            // origin's raw bytes, a peer's rewritten copy).
+            full_len: match resp.head.framing {
+                Framing::Length(n) if rewriter.is_none() => Some(n),
+                _ => None,
+            },
+            vary: vary_fields(&resp.head),
+        };
+        let mut source = peer;
+        let mut source_addr = addr;
+        // Body bytes of the current source to drop (a resumed source that
+        // sent the whole body).
+        let mut skip: u64 = 0;
+        // A rewritten body resumes from a source's byte 0, rewritten afresh:
+        // the first `verify_to` bytes it makes must be those stored
+        // (`verified` of them checked so far) before it continues the copy.
+        let mut verify_to: u64 = 0;
+        let mut verified: u64 = 0;
         loop {
             chunk.clear();
+            let mut dropped = 0;
+            let mut more = false;
+            // Why the source cannot go on: its error, and whether it sent
+            // another representation.
+            let mut failure = None;
             match resp.next(&mut chunk).await {
-                Ok(more) => {
-                    records.origin_bytes(&chunk);
-                    let data = super::rewritten(rewriter.as_mut(), &chunk, more, &mut rewritten);
+                Ok(m) => {
+                    more = m;
+                    dropped = skip.min(chunk.len() as u64);
+                    skip -= dropped;
+                    if !more && skip > 0 {
+                        // Its body ended before the byte the fill reached.
+                        failure = Some((upstream::UpstreamError::Truncated, false));
+                    }
+                }
+                Err(e) => failure = Some((e, false)),
+            }
+            if failure.is_none() {
+                let piece = &chunk[dropped as usize..];
+                // The origin's bytes, for its `Repr-Digest` (issue 22 item 5).
+                if source.is_none() {
+                    records.origin_bytes(piece);
+                }
+                let mut data = super::rewritten(rewriter.as_mut(), piece, more, &mut rewritten);
+                if verified < verify_to {
+                    let n = (verify_to - verified).min(data.len() as u64) as usize;
+                    if self.same_as_stored(&key, verified, &data[..n]).await {
+                        verified += n as u64;
+                        data = &data[n..];
+                        if !more && verified < verify_to {
+                            failure = Some((upstream::UpstreamError::Truncated, false));
+                        }
+                    } else {
+                        let differs = coral::proxy::http::HttpError {
+                            status: 502,
+                            reason: "the resumed body differs from the bytes stored",
+                        };
+                        failure = Some((upstream::UpstreamError::Malformed(differs), true));
+                    }
+                }
+                if failure.is_none() {
                     total += data.len() as u64;
                     if total > self.cfg.object_bytes_max {
                         tracing::info!(%key, "object larger than object_bytes_max: dropped");
-                        if peer.is_none() {
+                        if source.is_none() {
                             self.stats.origin_error("too_large");
                         }
                         writer.abort();
@@ -895,19 +977,85 @@ impl ProxyCore {
                             records.abort(self);
                             return Outcome::Failed;
                         }
+                        progress.bytes.set(total);
                     }
                     if !more {
                         break;
                     }
+                    continue;
                 }
-                Err(e) => {
-                    tracing::info!(%key, %addr, error = %e, "transfer failed: object dropped");
-                    if peer.is_none() {
-                        self.stats.origin_error(e.reason());
+            }
+            let Some((e, changed)) = failure else {
+                continue;
+            };
+            if source.is_none() {
+                self.stats.origin_error(e.reason());
+            }
+            let lost = match source {
+                // Issue 22 item 4: bytes that fail verification are a lying
+                // peer's: it is dropped like a dead one, never asked again
+                // for this object.
+                Some(addr) if e.reason() == "forged" => Lost::Peer { addr, forged: true },
+                Some(addr) => Lost::Peer {
+                    addr,
+                    forged: false,
+                },
+                None => Lost::Origin { changed },
+            };
+            if let Some(a) = source {
+                // A forgery caught mid-body is evidence (issue 22 item 5).
+                records.lost(self, a, &e);
+            }
+            tracing::info!(%key, addr = %source_addr, offset = total, error = %e, "source lost mid-body: resuming");
+            progress.reading.set(false);
+            // A rewritten body is asked for whole (its stored offsets are
+            // not the source's), any other from the byte reached.
+            let from_byte = if rewriter.is_some() { 0 } else { total };
+            match self.resume(job, &mut fill, lost, from_byte).await {
+                Ok(next) => {
+                    resp = next.resp;
+                    source = next.from;
+                    source_addr = next.addr;
+                    skip = next.skip;
+                    if rewriter.is_some() {
+                        rewriter = Some(rewrite::HtmlRewriter::new(
+                            &job.origin,
+                            &self.suffix,
+                            self.http.port(),
+                        ));
+                        verify_to = total;
+                        verified = 0;
                     }
+                    // The records go on only where the new source continues
+                    // the same signed stream (issue 22 item 4); otherwise
+                    // the copy serves clients only and downstream peers
+                    // resume elsewhere.
+                    records.resumed(
+                        self,
+                        next.signed.as_ref(),
+                        source.is_none(),
+                        rewriter.is_some(),
+                    );
+                    progress.from.set(source);
+                    progress.resumes.set(progress.resumes.get() + 1);
+                    progress.reading.set(true);
+                    crate::metrics::count_resume(source.is_some());
+                    tracing::info!(%key, from = %source_addr, offset = total, peer = source.is_some(), "fill resumed");
+                }
+                Err(reason) => {
+                    tracing::warn!(
+                        %key,
+                        url = %job_url(job),
+                        offset = total,
+                        reason,
+                        "fill cut: no source can continue the same representation; \
+                         its readers see a truncated body"
+                    );
+                    crate::metrics::count_fill_cut(reason);
                     writer.abort();
-                    records.failed(self, addr, &e);
-                    return self.stale_or_failed(&key, peer, old);
+                    records.abort(self);
+                    self.fetch_failed(&key, e.fail());
+                    return self.stale_or_failed(&key, source, old);
                 }
             }
         }
@@ -934,10 +1082,197 @@ impl ProxyCore {
         if key == job.url_key {
             self.note_first_variant(key, &resp.head, &label);
         }
-        if peer.is_none() {
+        if source.is_none() {
             resp.release(&self.pool);
         }
         Outcome::Ok
+    }
+
+    /// The fill of `job`'s object lost its source (`lost`) at `offset`: asks
+    /// the policy for the next source and asks that one for the rest,
+    /// until one answers with the same representation (`Ok`) or none can
+    /// (`Err`, the reason the fill is cut).
+    async fn resume(
+        &self,
+        job: &Job,
+        fill: &mut Fill,
+        mut lost: Lost,
+        offset: u64,
+    ) -> Result<Resumed, &'static str> {
+        loop {
+            let facts = fetch::ResumeFacts {
+                validator: fill.validator.is_some(),
+            };
+            let step = self
+                .fetch
+                .policy
+                .borrow_mut()
+                .resume_lost(&mut fill.resume, lost, facts);
+            let step = match step {
+                ResumeStep::Claim {
+                    key,
+                    value,
+                    ttl_secs,
+                } => {
+                    let ev = self
+                        .shard
+                        .dsht_op(|n, now| n.claim(now, key, value, ttl_secs))
+                        .await;
+                    let (claimed, values) = match ev {
+                        Some(Event::ClaimDone {
+                            claimed, values, ..
+                        }) => (claimed, values),
+                        // No answer: resumed from the origin.
+                        _ => (true, Vec::new()),
+                    };
+                    let now = self.shard.now();
+                    self.fetch.policy.borrow_mut().resume_claimed(
+                        now,
+                        &mut fill.resume,
+                        claimed,
+                        &values,
+                    )
+                }
+                step => step,
+            };
+            let from = match step {
+                ResumeStep::Peer(addr) => Some(addr),
+                ResumeStep::Origin => None,
+                ResumeStep::Cut(reason) => return Err(reason),
+                ResumeStep::Claim { .. } => return Err("claim_loop"),
+            };
+            let validator = fill.validator.as_deref().ok_or("no_validator")?;
+            match self.ask_rest(job, fill, from, validator, offset).await {
+                Ok(resumed) => return Ok(resumed),
+                Err(changed) => {
+                    lost = match from {
+                        Some(addr) => Lost::Peer {
+                            addr,
+                            forged: false,
+                        },
+                        None => Lost::Origin { changed },
+                    }
+                }
+            }
+        }
+    }
+
+    /// Asks the peer `from` (or the origin) for the body of `job`'s object
+    /// from `offset` on: `Range: bytes=<offset>-` with `If-Range` on its
+    /// validator. `Err(true)`: the origin's representation changed;
+    /// `Err(false)`: no usable answer.
+    async fn ask_rest(
+        &self,
+        job: &Job,
+        fill: &Fill,
+        from: Option<SocketAddr>,
+        validator: &[u8],
+        offset: u64,
+    ) -> Result<Resumed, bool> {
+        let addr = match from {
+            Some(a) => a,
+            None => self
+                .resolver
+                .resolve_for(job.client, &job.origin.host, job.origin.port)
+                .await
+                .map_err(|e| {
+                    tracing::info!(host = %job.origin.host, error = %e, "origin not asked to resume");
+                    self.stats.origin_error("resolve");
+                    false
+                })?,
+        };
+        if from.is_none() {
+            self.stats
+                .origin_fetches
+                .set(self.stats.origin_fetches.get() + 1);
+        }
+        let mut range = b"bytes=".to_vec();
+        coral::proxy::http::write_decimal(&mut range, offset);
+        range.push(b'-');
+        let mut extra = Headers::new();
+        extra.insert("Range", &range);
+        extra.insert("If-Range", validator);
+        let sent = keyed::upstream_view(
+            &job.request,
+            match from {
+                Some(_) => Upstream::Peer,
+                None => Upstream::Fill {
+                    vary: fill.vary.as_ref(),
+                },
+            },
+            &self.cfg.forward_request_fields,
+        );
+        let mut req = Vec::with_capacity(1024);
+        policy::upstream_request(&sent, &job.origin, from.is_some(), &extra, &mut req);
+        let no_pool = upstream::Pool::default();
+        let pool = if from.is_some() { &no_pool } else { &self.pool };
+        let resp = match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!(%addr, error = %e, peer = from.is_some(), "resume request failed");
+                if from.is_none() {
+                    self.stats.origin_error(e.reason());
+                }
+                return Err(false);
+            }
+        };
+        let mut resp = resp;
+        let answer = fetch::resume_answer(&resp.head, validator, offset, fill.full_len);
+        // A peer's answer is used only under a signed head that verifies,
+        // its chunks verified as they come (issue 22 item 4).
+        let signed = match (from, &answer) {
+            (Some(a), fetch::ResumeAnswer::Continue { .. }) => {
+                let label = keyed::label_view(&job.request, &sent);
+                let object = super::verified::object_key(&job.url_key, &resp.head, &label);
+                match self
+                    .check_peer_answer(&job.key, &object, a, &mut resp)
+                    .await
+                {
+                    Some(h) => Some(h),
+                    None => return Err(false),
+                }
+            }
+            _ => None,
+        };
+        match answer {
+            fetch::ResumeAnswer::Continue { skip } => Ok(Resumed {
+                resp,
+                from,
+                addr,
+                skip,
+                signed,
+            }),
+            answer => {
+                tracing::info!(%addr, status = resp.head.status, ?answer, "source cannot continue the fill");
+                Err(answer == fetch::ResumeAnswer::Changed)
+            }
+        }
+    }
+
+    /// Whether `bytes` are the body of the copy of `key` being written, from
+    /// byte `at` (a resumed rewritten body's check). Not when an older
+    /// complete copy is what the cache shows.
+    async fn same_as_stored(&self, key: &Id, at: u64, bytes: &[u8]) -> bool {
+        let Some(obj) = self.cache.lookup(key) else {
+            return false;
+        };
+        if !matches!(obj.state(), crate::cache::ObjectState::Writing { .. }) {
+            return false;
+        }
+        let end = at + bytes.len() as u64;
+        obj.ensure_resident(at, end).await;
+        obj.body(at, end) == bytes
+    }
+
+    /// The progress record of `key`'s fill (a fresh one if it has no job).
+    fn progress(&self, key: &Id) -> Rc<Progress> {
+        self.fetch
+            .jobs
+            .borrow()
+            .get(key)
+            .map(|j| j.progress.clone())
+            .unwrap_or_default()
     }
 
     /// The first variant of a URL is stored under the URL's key: a pointer
@@ -1090,4 +1425,92 @@ fn peer_level(source: coral::proxy::fetch::Served) -> Option<coral::dsht::node::
         coral::proxy::fetch::Served::ClaimedPeer => Some(0),
         _ => None,
     }
+}
+
+/// What a fill keeps to resume after losing its source (issue 24 item 1).
+struct Fill {
+    /// The policy's record of the losses.
+    resume: fetch::Resume,
+    /// The `If-Range` value (`coral::proxy::fetch::resume_validator`).
+    validator: Option<Vec<u8>>,
+    /// The body's length, if the first answer said it.
+    full_len: Option<u64>,
+    /// The answer's `Vary`, as the origin is asked for the same variant.
+    vary: Option<Headers>,
+}
+
+/// A source that continues a fill.
+struct Resumed {
+    resp: upstream::Response,
+    /// The peer, or `None`: the origin.
+    from: Option<SocketAddr>,
+    addr: SocketAddr,
+    /// Body bytes to drop first (`coral::proxy::fetch::ResumeAnswer`).
+    skip: u64,
+    /// A peer's signed head, verified (issue 22 item 4).
+    signed: Option<coral::verify::SignedHead>,
+}
+
+/// The `Vary` of `head` as header fields, if it has one.
+fn vary_fields(head: &ResponseHead) -> Option<Headers> {
+    let mut v = Headers::new();
+    for x in head.headers.get_all("vary") {
+        v.insert("vary", x);
+    }
+    head.headers.contains("vary").then_some(v)
+}
+
+/// The URL `job` fetches, for logs and the status page.
+fn job_url(job: &Job) -> String {
+    format!("http://{}{}", job.origin, job.request.path().unwrap_or("/"))
+}
+
+/// `url` cut to `STATUS.url_bytes_max` bytes (at a character boundary).
+fn cut_url(mut url: String) -> String {
+    let mut at = url.len().min(crate::limits::STATUS.url_bytes_max);
+    while !url.is_char_boundary(at) {
+        at -= 1;
+    }
+    url.truncate(at);
+    url
+}
+
+/// Objects in flight this core reports, at most.
+const IN_FLIGHT_REPORTED_MAX: usize = crate::limits::FILL.in_flight_reported_max;
+
+/// This core's objects in flight for the status page (issue 24 item 4):
+/// per object, the source its fill reads from now (`origin`, or the peer's
+/// address), the bytes stored so far and how often it resumed, at most
+/// `IN_FLIGHT_REPORTED_MAX` of them.
+pub fn in_flight_json() -> serde_json::Value {
+    let Some(pc) = super::CORE.with(|c| c.borrow().clone()) else {
+        return serde_json::Value::Array(Vec::new());
+    };
+    let jobs = pc.fetch.jobs.borrow();
+    let policy = pc.fetch.policy.borrow();
+    let mut out: Vec<serde_json::Value> = jobs
+        .iter()
+        .take(IN_FLIGHT_REPORTED_MAX)
+        .map(|(key, js)| {
+            let p = &js.progress;
+            let (source, from) = match (p.reading.get(), p.from.get()) {
+                (false, _) => ("waiting", serde_json::Value::Null),
+                (true, Some(a)) => ("peer", a.to_string().into()),
+                (true, None) => ("origin", serde_json::Value::Null),
+            };
+            let level = policy.fetching_from(key).and_then(peer_level);
+            serde_json::json!({
+                "key": key.to_string(),
+                "url": cut_url(job_url(&js.job)),
+                "source": source,
+                "from": from,
+                "level": level,
+                "bytes": p.bytes.get(),
+                "resumes": p.resumes.get(),
+                "waiters": js.waiters.len(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a["url"].as_str().cmp(&b["url"].as_str()));
+    serde_json::Value::Array(out)
 }

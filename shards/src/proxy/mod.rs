@@ -38,7 +38,7 @@ use crate::config::{NodeConfig, ProxyConfig};
 use crate::runtime::Shard;
 use crate::status::sink::ProxySnapshot;
 
-mod fetcher;
+pub(crate) mod fetcher;
 mod ready;
 pub mod resolve;
 mod server;
@@ -264,6 +264,7 @@ pub fn metrics_json() -> serde_json::Value {
         "access_log_dropped": crate::accesslog::dropped(),
         "pointers": pc.fetch.pointer_stats(),
         "verify": pc.verify.to_json(),
+        "fill": crate::metrics::fill_json(),
     });
     if let (Some(o), serde_json::Value::Object(e)) = (v.as_object_mut(), extra) {
         o.extend(e);

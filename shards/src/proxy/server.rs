@@ -792,6 +792,8 @@ impl<'a> Conn<'a> {
         let p = self.progress();
         let mut pos = start;
         let mut frame = Vec::new();
+        // The copy's fill was cut (no source could continue it, issue 24).
+        let mut cut = false;
         let result: Result<(), ()> = async {
             loop {
                 if pos >= end {
@@ -803,7 +805,11 @@ impl<'a> Conn<'a> {
                 if data.is_empty() {
                     match obj.state() {
                         ObjectState::Complete { len } if pos >= len => break,
-                        ObjectState::Complete { .. } | ObjectState::Failed => return Err(()),
+                        ObjectState::Complete { .. } => return Err(()),
+                        ObjectState::Failed => {
+                            cut = true;
+                            return Err(());
+                        }
                         ObjectState::Writing { .. } => {
                             // Send what we have (the head) before waiting.
                             if let Some(h) = head.take() {
@@ -847,6 +853,11 @@ impl<'a> Conn<'a> {
         }
         .await;
         self.resp.body_bytes = pos - start;
+        if cut {
+            // Counted as cut, never as a complete answer.
+            self.resp.cache = CacheResult::Cut;
+            crate::metrics::count_response_cut();
+        }
         match result {
             Ok(()) => next,
             // A transfer that failed mid-way: close, so the client sees it

@@ -169,6 +169,10 @@ pub(super) struct FillRecords {
     repr_check: Option<([u8; verify::DIGEST_BYTES], BodyDigest)>,
     /// Bytes received from a peer, verified.
     verified: u64,
+    /// The fill resumed from a source that does not continue the signed
+    /// stream (issue 24 item 1): the records are dropped and the copy
+    /// serves clients only.
+    dropped: bool,
 }
 
 impl FillRecords {
@@ -231,6 +235,9 @@ impl FillRecords {
     /// be kept.
     pub fn finish(self, pc: &ProxyCore, resp: &upstream::Response) -> Result<(), &'static str> {
         let records = pc.cache.records();
+        if self.dropped {
+            return Ok(());
+        }
         if let Some((want, got)) = self.repr_check {
             bump(&pc.verify.repr_digest_checked);
             if got.finish() != want {
@@ -264,18 +271,45 @@ impl FillRecords {
         Ok(())
     }
 
-    /// The copy was dropped: so are its records.
-    pub fn abort(&self, pc: &ProxyCore) {
-        pc.cache.records().abort(&self.key, self.generation);
-    }
-
-    /// The transfer from `addr` failed with `e`: the records are dropped,
-    /// and a forgery caught (`ProxyCore::caught`).
-    pub fn failed(&self, pc: &ProxyCore, addr: SocketAddr, e: &upstream::UpstreamError) {
-        self.abort(pc);
+    /// The source at `addr` was lost mid-body with `e`: a forgery is
+    /// caught (`ProxyCore::caught`); the fill itself goes on (issue 24).
+    pub fn lost(&self, pc: &ProxyCore, addr: SocketAddr, e: &upstream::UpstreamError) {
         if let (Mode::Relay(head), upstream::UpstreamError::Forged(why)) = (&self.mode, e) {
             pc.caught(&self.key, addr, head, why);
         }
+    }
+
+    /// The fill resumed (issue 24 item 1) from the origin (`origin`) or a
+    /// peer whose verified signed head is `signed`; `restart`: the body is
+    /// asked for from its first byte again (a rewritten body). The records
+    /// go on only where the bytes stored next continue the same signed
+    /// stream: the origin's own bytes after this node's signed ones, or a
+    /// peer relaying the same signed head. Otherwise they are dropped: the
+    /// copy serves clients, and peers reading it resume elsewhere.
+    pub fn resumed(
+        &mut self,
+        pc: &ProxyCore,
+        signed: Option<&SignedHead>,
+        origin: bool,
+        restart: bool,
+    ) {
+        if restart {
+            self.repr_check = None;
+        }
+        let goes_on = match &self.mode {
+            Mode::Sign(_) => origin && !restart,
+            Mode::Relay(head) => signed == Some(&**head) && !restart,
+        };
+        if !goes_on && !self.dropped {
+            self.dropped = true;
+            self.repr_check = None;
+            self.abort(pc);
+        }
+    }
+
+    /// The copy was dropped: so are its records.
+    pub fn abort(&self, pc: &ProxyCore) {
+        pc.cache.records().abort(&self.key, self.generation);
     }
 }
 
@@ -417,6 +451,7 @@ impl ProxyCore {
             mode: Mode::Sign(Box::new(signer)),
             repr_check: repr.map(|d| (d, BodyDigest::default())),
             verified: 0,
+            dropped: false,
         }
     }
 
@@ -499,6 +534,7 @@ impl ProxyCore {
             mode: Mode::Relay(Box::new(head)),
             repr_check: None,
             verified: 0,
+            dropped: false,
         }
     }
 }

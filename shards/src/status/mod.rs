@@ -78,6 +78,8 @@ pub fn core_json(shard: &Shard) -> Json {
         "top": top,
         "samples": samples,
         "hot_keys": hot,
+        // Issue 24 item 4: which source each fill reads from now.
+        "in_flight": crate::proxy::fetcher::in_flight_json(),
     })
 }
 
@@ -193,6 +195,14 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
             .then_with(|| a["key"].as_str().cmp(&b["key"].as_str()))
     });
     hot.truncate(HOT_KEYS_MAX);
+    // Objects in flight: each core's own (a key has one owning core).
+    let mut in_flight: Vec<Json> = cores
+        .iter()
+        .filter_map(|c| c["in_flight"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    in_flight.sort_by(|a, b| a["url"].as_str().cmp(&b["url"].as_str()));
     let served = sum(&["proxy", "served"]);
     let origin_fetches = sum(&["proxy", "origin_fetches"]);
     let dns: Option<u64> = cores
@@ -245,6 +255,7 @@ pub fn merge(cores: &[Json], levels: Json, cache_limit_bytes: u64, uptime_secs: 
             "url": url, "count": count, "error": error, "hits": hits, "bytes": bytes,
         })).collect::<Vec<_>>(),
         "hot_keys": hot,
+        "in_flight": in_flight,
     })
 }
 
@@ -281,5 +292,27 @@ mod tests {
         assert_eq!(m["samples"]["rows"][1], json!([20, 10, 6, 2, 2, 100]));
         assert_eq!(m["dns"]["queries"], 10);
         assert_eq!(m["cache"]["bytes"], 100);
+    }
+
+    #[test]
+    fn merge_lists_the_fills_in_flight_of_every_core_issue_24() {
+        let core = |url: &str, source: &str| {
+            json!({
+                "proxy": {}, "cache": {}, "dsht": {}, "top": [], "samples": [], "hot_keys": [],
+                "in_flight": [{"url": url, "source": source, "from": null, "level": null,
+                               "bytes": 5, "resumes": 1, "waiters": 0}],
+            })
+        };
+        let m = merge(
+            &[core("http://b/y", "origin"), core("http://a/x", "peer")],
+            json!({"node": "n", "addr": "a", "levels": []}),
+            1000,
+            1,
+        );
+        let f = m["in_flight"].as_array().unwrap();
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0]["url"], "http://a/x");
+        assert_eq!(f[1]["source"], "origin");
+        assert_eq!(f[1]["resumes"], 1);
     }
 }
