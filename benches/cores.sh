@@ -20,8 +20,8 @@
 #   LOADGEN_LIBS  a folder of .so files wrk and dnsperf need (set only for
 #             them; LD_LIBRARY_PATH, if set, is taken as this and unset for
 #             everything else, so system tools keep the system's libraries)
-#   CORES     the N to run                (default 1 2 4 8 16, those that leave
-#             at least one CPU for load)
+#   CORES     the N to run                (default 1 2 4 8 16, those the machine
+#             has CPUs for; an N with no CPU left over shares them with the load)
 #   SECS      seconds per run             (default 10)
 #   WORKLOADS any of hits dns dsht        (default all three)
 #   NO_NETNS=1  do not enter a network namespace (then the servers bind
@@ -85,6 +85,7 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
 
 [ -x "$CORAL" ] || { echo "no coral binary at $CORAL (set CORAL)" >&2; exit 1; }
 loadgen() { env LD_LIBRARY_PATH="$LOADGEN_LIBS" "$@"; }
@@ -155,13 +156,19 @@ printf '[dnssrv]\nrrl_responses_per_sec = 0\n[proxy]\nallow_private_origins = tr
 echo "cores.sh: $NCPU CPUs, $(uname -r), $SECS s per run; servers on CPUs 0..N-1, load on N..$((NCPU - 1))"
 
 for n in $CORES; do
-    if [ "$n" -ge "$NCPU" ]; then
-        echo "(cores $n skipped: $NCPU CPUs leave none for the load generators)"
+    if [ "$n" -gt "$NCPU" ]; then
+        echo "(cores $n skipped: $NCPU CPUs)"
         continue
     fi
     server_cpus="0-$((n - 1))"
     load_first=$n
     load_last=$((NCPU - 1))
+    if [ "$n" -eq "$NCPU" ]; then
+        # No CPU left over (a quick run on a small machine): the load shares
+        # the servers' CPUs, and only the per-CPU figures mean anything.
+        load_first=0
+        echo "(cores $n: no CPU left for the load; it shares the servers' $NCPU CPUs)"
+    fi
     load_n=$((load_last - load_first + 1))
     load_cpus="$load_first-$load_last"
     if [ "$load_n" -lt "$n" ]; then

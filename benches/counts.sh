@@ -49,6 +49,7 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
 
 abs() { if [ -n "$1" ] && [ -e "$1" ]; then realpath "$1"; else echo "$1"; fi; }
 CORAL=$(abs "$CORAL") FLOOR=$(abs "$FLOOR") DSHT_UDP=$(abs "$DSHT_UDP")

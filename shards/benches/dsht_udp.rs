@@ -293,21 +293,36 @@ fn load_only(args: &[String]) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("echo") {
-        echo_server(&args[2], args[3].parse().expect("echo ADDR CPU"));
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("key") {
-        key_for_core(&args[2..]);
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("load") {
-        load_only(&args[2..]);
+    if run_mode(&args) {
         return;
     }
     let nums: Vec<f64> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
     let secs = nums.first().copied().unwrap_or(5.0);
     let window = nums.get(1).copied().unwrap_or(32.0) as usize;
+    run(secs, window);
+}
+
+/// Runs the `echo`, `key` or `load` mode `args` (the process's arguments)
+/// name, if any; whether it did. The benchmark starts its echo server as
+/// `current_exe() echo ...`, so a binary that includes this file (the
+/// harness test, `shards/tests/bench_harness.rs`) calls this first.
+pub fn run_mode(args: &[String]) -> bool {
+    match args.get(1).map(String::as_str) {
+        Some("echo") => {
+            let usage = "usage: dsht_udp echo ADDR CPU";
+            let addr = args.get(2).expect(usage);
+            echo_server(addr, args.get(3).and_then(|c| c.parse().ok()).expect(usage));
+        }
+        Some("key") => key_for_core(&args[2..]),
+        Some("load") => load_only(&args[2..]),
+        _ => return false,
+    }
+    true
+}
+
+/// The benchmark: the echo server, then a node, `secs` seconds each with
+/// `window` gets in flight. Pins the calling thread to the load CPU.
+pub fn run(secs: f64, window: usize) {
     let cpus = allowed_cpus();
     let (server_cpu, load_cpu) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
     pin_to(load_cpu);

@@ -209,6 +209,12 @@ fn main() {
         nums.first().copied().unwrap_or(10_000) as usize
     };
     let wrk_secs = nums.get(1).copied().unwrap_or(3);
+    run(conns, if quick { None } else { Some(wrk_secs) });
+}
+
+/// The benchmark: `conns` idle connections; the busy few for `wrk_secs`
+/// seconds (none: no wrk). Returns the bytes of RSS per idle connection.
+pub fn run(conns: usize, wrk_secs: Option<u64>) -> f64 {
     let fd_limit = raise_fd_limit();
     assert!(
         fd_limit as usize > conns + 64,
@@ -266,8 +272,8 @@ fn main() {
             assert_eq!(get(&mut s).expect("warm-up request"), 200);
         }
     }
-    let wrk = !quick && Command::new("wrk").arg("--version").output().is_ok();
-    let busy_before = if wrk { wrk_p99(wrk_secs, 8) } else { None };
+    let wrk_secs = wrk_secs.filter(|_| Command::new("wrk").arg("--version").output().is_ok());
+    let busy_before = wrk_secs.and_then(|s| wrk_p99(s, 8));
     std::thread::sleep(Duration::from_millis(200));
     let rss0 = rss_bytes(pid);
     let mem0 = tcp_mem_pages();
@@ -286,7 +292,7 @@ fn main() {
     std::thread::sleep(Duration::from_millis(500));
     let rss1 = rss_bytes(pid);
     let mem1 = tcp_mem_pages();
-    let busy_with = if wrk { wrk_p99(wrk_secs, 8) } else { None };
+    let busy_with = wrk_secs.and_then(|s| wrk_p99(s, 8));
     // Every idle connection is still served.
     let mut alive = 0;
     for s in idle.iter_mut().step_by((conns / 100).max(1)) {
@@ -313,14 +319,20 @@ fn main() {
         "{alive} of {} sampled idle connections answered a second request",
         conns.div_ceil((conns / 100).max(1))
     );
-    match (busy_before, busy_with) {
-        (Some((p0, r0)), Some((p1, r1))) => println!(
+    match (busy_before, busy_with, wrk_secs) {
+        (Some((p0, r0)), Some((p1, r1)), Some(wrk_secs)) => println!(
             "busy few (wrk -c 8, {wrk_secs} s): p99 {p0:.2} ms alone, {p1:.2} ms beside the idle ones \
              ({r0:.0} and {r1:.0} requests/s; times, not judged)"
         ),
         _ => println!("(no busy-few row: wrk not run)"),
     }
+    assert_eq!(
+        alive,
+        conns.div_ceil((conns / 100).max(1)),
+        "every sampled idle connection is still served"
+    );
     drop(idle);
     drop(node);
     let _ = std::fs::remove_dir_all(&dir);
+    per
 }
