@@ -44,9 +44,15 @@ LOADGEN_LIBS=${LOADGEN_LIBS:-${LD_LIBRARY_PATH:-}}
 unset LD_LIBRARY_PATH
 export LOADGEN_LIBS
 
-# Into a network namespace of our own (once), loopback up.
+# Into a network namespace of our own (once), loopback up. Without a tool
+# to bring its loopback up (a bare machine may lack iproute2), or without
+# the right to make one, the servers bind 127.16.x addresses of the host's
+# loopback instead.
 if [ -z "${NO_NETNS:-}" ] && [ -z "${CORES_IN_NETNS:-}" ]; then
-    exec unshare -n env CORES_IN_NETNS=1 bash "$SELF" "$@"
+    if { command -v ip || command -v ifconfig; } >/dev/null 2>&1 && unshare -n true 2>/dev/null; then
+        exec unshare -n env CORES_IN_NETNS=1 bash "$SELF" "$@"
+    fi
+    echo "(no network namespace: no ip/ifconfig or no unshare -n here; using 127.16.x addresses of the host's loopback)"
 fi
 if [ -n "${CORES_IN_NETNS:-}" ]; then
     if command -v ip >/dev/null 2>&1; then

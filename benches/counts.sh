@@ -114,8 +114,8 @@ measure() {
     answers=$("$@" | tail -1)
     wait "$perf_pid" || true
     if [ -z "$answers" ] || [ "$answers" = 0 ]; then
-        echo "$name: no answers" >&2
-        return 1
+        echo "$name: no answers in $SECS s"
+        return 0
     fi
     counts "$name" "$answers"
 }

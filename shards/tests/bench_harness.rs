@@ -200,6 +200,10 @@ fn main() {
     }
     let want = |name: &str| names.is_empty() || names.iter().any(|n| name.contains(n));
     common::own_network();
+    // The nodes the benches start keep their state under the working
+    // directory: a scratch one, not the source tree.
+    let scratch = common::temp_dir("bench-harness");
+    std::env::set_current_dir(scratch.path()).expect("into the scratch directory");
     if want("idle_conns") {
         let per = idle_conns::run(100, None);
         println!("idle_conns: {per:.0} bytes of RSS per idle connection (100; not judged)");
