@@ -19,6 +19,10 @@
 //! [NAME...]` runs the named harnesses only (dsht_udp, proxy_hits,
 //! idle_conns, counts, cores, dns, proxy_ab).
 
+// Each bench compiled in below declares its own `mod common;` (the benches'
+// shared helpers): loaded once per bench here, as in the bench binaries.
+#![allow(clippy::duplicate_mod)]
+
 mod common;
 
 #[path = "../benches/dsht_udp.rs"]
