@@ -36,10 +36,10 @@ fn pin_to(cpu: usize) {
 }
 
 /// Closed-loop load: `window` requests in flight, each answer sends the next.
-/// Returns (answers, wall seconds, server CPU seconds).
+/// Returns (answers, wall seconds, server CPU seconds: 0 without its pid).
 fn load(
     server: SocketAddr,
-    server_pid: u32,
+    server_pid: Option<u32>,
     from: &str,
     secs: f64,
     window: usize,
@@ -70,7 +70,7 @@ fn load(
             }
         }
     }
-    let cpu0 = cpu_secs(server_pid);
+    let cpu0 = server_pid.map_or(0.0, cpu_secs);
     let start = Instant::now();
     let mut answers = 0u64;
     while start.elapsed().as_secs_f64() < secs {
@@ -92,12 +92,24 @@ fn load(
         }
     }
     let wall = start.elapsed().as_secs_f64();
-    (answers, wall, cpu_secs(server_pid) - cpu0)
+    (answers, wall, server_pid.map_or(0.0, cpu_secs) - cpu0)
 }
 
+/// `dsht_udp echo ADDR CPU`: the bare echo server, pinned to CPU. Its
+/// socket is in a reuseport group, so `benches/cores.sh` can run one per
+/// core on one address (the kernel spreads the clients by address hash).
 fn echo_server(addr: &str, cpu: usize) {
     pin_to(cpu);
-    let sock = UdpSocket::bind(addr).unwrap();
+    let addr: SocketAddr = addr.parse().expect("echo ADDR");
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .unwrap();
+    s.set_reuse_port(true).unwrap();
+    s.bind(&addr.into()).unwrap();
+    let sock: UdpSocket = s.into();
     let mut buf = [0u8; 4096];
     loop {
         if let Ok((n, from)) = sock.recv_from(&mut buf) {
@@ -154,15 +166,163 @@ impl Drop for Kill {
     }
 }
 
+/// A get for `key` from `sender`, with transaction id `txid`.
+fn get_request(key: Id, sender: Id, txid: u32) -> Vec<u8> {
+    Message {
+        header: Header {
+            route: coral::dsht::node::route_of(&key),
+            txid,
+            sender,
+            services: Services::NONE,
+            clusters: Default::default(),
+        },
+        body: Body::Get {
+            level: 0,
+            key,
+            target: key,
+        },
+    }
+    .to_bytes()
+}
+
+/// Whether `b` is a get reply.
+fn is_get_reply(b: &[u8]) -> bool {
+    b.len() > 1 && b[1] == 0x83
+}
+
+/// The key of `url` as `coral put url:URL` stores it (and the proxy names a
+/// cached object): SHA-1 of the canonical URL.
+fn url_key(url: &str) -> Id {
+    let canonical = coral::proxy::names::canonicalize(url).expect("a URL that canonicalizes");
+    coral::proxy::names::cache_key(&canonical)
+}
+
+/// The key every get asks for (`coral put url:http://www.x.com/y.jpg ...`
+/// stores a value under it first, so every get finds one).
+fn bench_key() -> Id {
+    url_key("http://www.x.com/y.jpg")
+}
+
+/// The core (of `cores`) that owns `key`: the node's steering program
+/// (`shards/src/steer.rs`, `shard_of_route`) maps the key's route, its first
+/// two bytes, to `route · cores / 65536`.
+fn owning_core(key: &Id, cores: usize) -> usize {
+    ((u32::from(coral::dsht::node::route_of(key)) * cores as u32) >> 16) as usize
+}
+
+/// `dsht_udp key CORE CORES`: prints a URL whose key core CORE of CORES owns
+/// (`benches/cores.sh` stores one per core and aims a load generator at each).
+fn key_for_core(args: &[String]) {
+    let usage = "usage: dsht_udp key CORE CORES";
+    let core: usize = args.first().and_then(|a| a.parse().ok()).expect(usage);
+    let cores: usize = args.get(1).and_then(|a| a.parse().ok()).expect(usage);
+    assert!(core < cores, "{usage}");
+    let url = (0u32..)
+        .map(|i| format!("http://www.x.com/core-{i}.jpg"))
+        .find(|u| owning_core(&url_key(u), cores) == core)
+        .expect("some URL's key belongs to every core");
+    println!("{url}");
+}
+
+/// `dsht_udp load get|echo SERVER FROM_IP SECONDS WINDOW [URL]`: the load
+/// generator alone, for harnesses that start the server themselves
+/// (`benches/counts.sh`, `benches/cores.sh`). `get` asks for URL's key
+/// (default `http://www.x.com/y.jpg`; stored beforehand with `coral put
+/// url:URL ...`) from FROM_IP (the node's own IP: a local client is not
+/// rate-limited); `echo` sends 64-byte datagrams. Prints the answers per
+/// wall second and, for gets, how many answers carried the stored value
+/// (only the key's owning core holds it: a get handled on another core is
+/// answered without it, so this counts the steering), then the answers
+/// counted on a last line of their own.
+fn load_only(args: &[String]) {
+    let usage = "usage: dsht_udp load get|echo SERVER FROM_IP SECONDS WINDOW [URL]";
+    let kind = args.first().map(String::as_str).expect(usage);
+    let server: SocketAddr = args.get(1).and_then(|a| a.parse().ok()).expect(usage);
+    let from_ip: std::net::IpAddr = args.get(2).and_then(|a| a.parse().ok()).expect(usage);
+    let secs: f64 = args.get(3).and_then(|a| a.parse().ok()).expect(usage);
+    let window: usize = args.get(4).and_then(|a| a.parse().ok()).expect(usage);
+    let key = args.get(5).map_or_else(bench_key, |u| url_key(u));
+    let from = SocketAddr::new(from_ip, 0).to_string();
+    let sender = Id::from_ip(from_ip);
+    let payload = vec![0u8; 64];
+    let with_value = std::cell::Cell::new(0u64);
+    let without_value = std::cell::Cell::new(0u64);
+    let (n, wall, _) = match kind {
+        "get" => load(
+            server,
+            None,
+            &from,
+            secs,
+            window,
+            &|txid| get_request(key, sender, txid),
+            &|b: &[u8]| {
+                let answer = is_get_reply(b);
+                if answer {
+                    match Message::decode(b).map(|m| m.body) {
+                        Ok(Body::GetReply { values, .. }) if !values.is_empty() => {
+                            with_value.set(with_value.get() + 1)
+                        }
+                        _ => without_value.set(without_value.get() + 1),
+                    }
+                }
+                answer
+            },
+        ),
+        "echo" => load(
+            server,
+            None,
+            &from,
+            secs,
+            window,
+            &|_| payload.clone(),
+            &|_| true,
+        ),
+        _ => panic!("{usage}"),
+    };
+    println!("{:.0} answers per wall second", n as f64 / wall.max(1e-9));
+    if kind == "get" {
+        // Counted over the warm-up too (the answer filter sees every reply).
+        println!(
+            "steering: {} answers with the value, {} without",
+            with_value.get(),
+            without_value.get()
+        );
+    }
+    println!("{n}");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("echo") {
-        echo_server(&args[2], args[3].parse().unwrap());
+    if run_mode(&args) {
         return;
     }
     let nums: Vec<f64> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
     let secs = nums.first().copied().unwrap_or(5.0);
     let window = nums.get(1).copied().unwrap_or(32.0) as usize;
+    run(secs, window);
+}
+
+/// Runs the `echo`, `key` or `load` mode `args` (the process's arguments)
+/// name, if any; whether it did. The benchmark starts its echo server as
+/// `current_exe() echo ...`, so a binary that includes this file (the
+/// harness test, `shards/tests/bench_harness.rs`) calls this first.
+pub fn run_mode(args: &[String]) -> bool {
+    match args.get(1).map(String::as_str) {
+        Some("echo") => {
+            let usage = "usage: dsht_udp echo ADDR CPU";
+            let addr = args.get(2).expect(usage);
+            echo_server(addr, args.get(3).and_then(|c| c.parse().ok()).expect(usage));
+        }
+        Some("key") => key_for_core(&args[2..]),
+        Some("load") => load_only(&args[2..]),
+        _ => return false,
+    }
+    true
+}
+
+/// The benchmark: the echo server, then a node, `secs` seconds each with
+/// `window` gets in flight. Pins the calling thread to the load CPU.
+pub fn run(secs: f64, window: usize) {
     let cpus = allowed_cpus();
     let (server_cpu, load_cpu) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
     pin_to(load_cpu);
@@ -183,7 +343,7 @@ fn main() {
     let payload = vec![0u8; 64];
     let (e_n, e_wall, e_cpu) = load(
         echo_addr,
-        echo.0.id(),
+        Some(echo.0.id()),
         "127.0.0.61:0",
         secs,
         window,
@@ -211,7 +371,7 @@ fn main() {
             .unwrap(),
     );
     wait_for_readyz("127.0.0.62:7080".parse().unwrap());
-    let key = Id::from_url("http://www.x.com/y.jpg");
+    let key = bench_key();
     let put = Command::new(coral())
         .args([
             "put",
@@ -234,27 +394,11 @@ fn main() {
     // (SECURITY.md); the node's own IP is not.
     let from = "127.0.0.62";
     let sender = Id::from_ip(from.parse().unwrap());
-    let request = move |txid: u32| {
-        Message {
-            header: Header {
-                route: coral::dsht::node::route_of(&key),
-                txid,
-                sender,
-                services: Services::NONE,
-                clusters: Default::default(),
-            },
-            body: Body::Get {
-                level: 0,
-                key,
-                target: key,
-            },
-        }
-        .to_bytes()
-    };
-    let is_answer = |b: &[u8]| b.len() > 1 && b[1] == 0x83;
+    let request = move |txid: u32| get_request(key, sender, txid);
+    let is_answer = is_get_reply;
     let (c_n, c_wall, c_cpu) = load(
         node_addr,
-        node.0.id(),
+        Some(node.0.id()),
         &format!("{from}:0"),
         secs,
         window,

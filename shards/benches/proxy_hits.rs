@@ -154,6 +154,12 @@ fn main() {
     let secs: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(5);
     let rounds: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(3);
     let conns: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(32);
+    run(secs, rounds, conns);
+}
+
+/// The benchmark: `rounds` rounds of `secs` seconds, `conns` connections
+/// (`shards/tests/bench_harness.rs` runs it for a second, once).
+pub fn run(secs: u64, rounds: usize, conns: usize) {
     let cpus = allowed_cpus();
     let (server_cpu, load_cpu) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
     let dir: PathBuf =

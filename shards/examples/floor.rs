@@ -13,6 +13,9 @@
 //!   pointer to the question, TTL 30, 127.0.0.1). No zone, no EDNS, no
 //!   rate limiting.
 //!
+//! Both bind in a reuseport group, so several floors (one per core, as
+//! `benches/cores.sh` runs them) can share one address.
+//!
 //! Neither is a server anyone should run: they bound what any server can
 //! reach here. `shards/benches/proxy_hits.rs` and `benches/dns.sh` run them
 //! beside coral, nginx, Knot and NSD when this example is built
@@ -42,6 +45,22 @@ fn main() {
         eprintln!("floor: {e}");
         std::process::exit(1);
     }
+}
+
+/// A socket bound to `addr` in a reuseport group (a listening one for
+/// `STREAM`): `benches/cores.sh` runs one floor per core on one address,
+/// and the kernel spreads connections and clients over them by address hash.
+fn reuseport_socket(addr: SocketAddr, ty: socket2::Type) -> io::Result<socket2::Socket> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), ty, None)?;
+    s.set_reuse_port(true)?;
+    if ty == socket2::Type::STREAM {
+        s.set_reuse_address(true)?;
+    }
+    s.bind(&addr.into())?;
+    if ty == socket2::Type::STREAM {
+        s.listen(4096)?;
+    }
+    Ok(s)
 }
 
 fn check(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -90,7 +109,7 @@ fn http(addr: SocketAddr, dir: &str, sendfile: bool) -> io::Result<()> {
     if files.is_empty() {
         return Err(io::Error::other(format!("no file in {dir}")));
     }
-    let listener = TcpListener::bind(addr)?;
+    let listener: TcpListener = reuseport_socket(addr, socket2::Type::STREAM)?.into();
     listener.set_nonblocking(true)?;
     let lfd = listener.as_raw_fd();
     // SAFETY: plain syscalls on descriptors this function owns; every
@@ -237,7 +256,7 @@ const BATCH: usize = 64;
 const DGRAM_BYTES: usize = 1232;
 
 fn dns(addr: SocketAddr) -> io::Result<()> {
-    let sock = UdpSocket::bind(addr)?;
+    let sock: UdpSocket = reuseport_socket(addr, socket2::Type::DGRAM)?.into();
     let fd = sock.as_raw_fd();
     let mut rx = vec![[0u8; DGRAM_BYTES]; BATCH];
     let mut tx = vec![[0u8; DGRAM_BYTES]; BATCH];

@@ -181,10 +181,14 @@ pub async fn run<T, S, F, Fut>(
         }
         tally.accepted();
         open.set(open.get() + 1);
-        let served = handle(stream);
+        // Boxed once per connection: moved into the task below, an unboxed
+        // future would be held twice (once as the block's capture, once
+        // where it is awaited), and a connection's task is most of what an
+        // idle keep-alive connection costs (issue 27, "Many connections").
+        let mut served = Box::pin(handle(stream));
         let (open, tally) = (open.clone(), tally.clone());
         let deadline = limits.deadline;
-        glommio::spawn_local(async move {
+        let task = async move {
             match deadline {
                 Some(deadline) => {
                     let timed_out = async {
@@ -192,7 +196,7 @@ pub async fn run<T, S, F, Fut>(
                         true
                     };
                     if async {
-                        served.await;
+                        served.as_mut().await;
                         false
                     }
                     .or(timed_out)
@@ -204,8 +208,8 @@ pub async fn run<T, S, F, Fut>(
                 None => served.await,
             }
             open.set(open.get() - 1);
-        })
-        .detach();
+        };
+        glommio::spawn_local(task).detach();
     }
 }
 

@@ -114,6 +114,11 @@ pub struct ProxyLimits {
     /// `Limits::head_bytes_max`) is decoded on each use, so the memo holds
     /// at most `decoded_heads_max` heads of a few KiB each.
     pub decoded_head_bytes_max: usize,
+    /// Free client input buffers a core keeps for its connections' next
+    /// requests (each `Limits::head_bytes_max` plus 16 KiB): an idle
+    /// keep-alive connection gives its buffer back, so this many at most
+    /// are held beyond those of connections reading (issue 27).
+    pub pooled_input_buffers_max: usize,
 }
 
 /// CoralProxy's runtime limits.
@@ -125,6 +130,7 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     variant_pointers_max: 1 << 16,
     decoded_heads_max: 4096,
     decoded_head_bytes_max: 4096,
+    pooled_input_buffers_max: 64,
 };
 
 /// What the proxy relays of an origin's answers that it does not store
@@ -303,6 +309,7 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::PROXY.variant_pointers_max" => n(PROXY.variant_pointers_max as u64),
         "limits::PROXY.decoded_heads_max" => n(PROXY.decoded_heads_max as u64),
         "limits::PROXY.decoded_head_bytes_max" => n(PROXY.decoded_head_bytes_max as u64),
+        "limits::PROXY.pooled_input_buffers_max" => n(PROXY.pooled_input_buffers_max as u64),
         "limits::RELAY.error_body_bytes_max" => n(RELAY.error_body_bytes_max as u64),
         "limits::RELAY.interim_responses_max" => n(RELAY.interim_responses_max as u64),
         "limits::RELAY.interim_bytes_max" => n(RELAY.interim_bytes_max as u64),

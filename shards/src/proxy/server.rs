@@ -272,7 +272,9 @@ impl<'a> Conn<'a> {
             watched,
             pc,
             inb: InBuf::new(pc.limits.head_bytes_max + READ_BYTES),
-            out: Vec::with_capacity(1024),
+            // Grows to the first answer's head and is reused after: an
+            // idle connection holds a head's bytes, not a kilobyte.
+            out: Vec::new(),
             nonblocking,
             stream,
             cold: false,
@@ -336,7 +338,13 @@ impl<'a> Conn<'a> {
                     self.pc.idle.borrow_mut().busy(self.idle_slot);
                     let started = Instant::now();
                     self.begin(Some(&req));
-                    let next = self.handle(req).await;
+                    // Boxed: the request path beyond the hot hit (a miss, a
+                    // revalidation, a peer fetch) is a large state machine,
+                    // and inline it would make every connection's task,
+                    // idle ones included, that large (issue 27, "Many
+                    // connections"). The box is made per such request,
+                    // which allocates in any case.
+                    let next = Box::pin(self.handle(req)).await;
                     self.end(started);
                     self.cold = false;
                     match next {

@@ -13,10 +13,15 @@ use super::{IOV_MAX, SENDFILE_BYTES_MIN, SEND_CHUNK_BYTES};
 use crate::cache::ObjectRef;
 use crate::proxy::ready::Readiness;
 
-/// A connection's input: one buffer, allocated (and zeroed) once, read into
-/// at `end` and parsed from `start`.
+/// A connection's input: one buffer, read into at `end` and parsed from
+/// `start`. While the connection waits, empty, for its next request (an
+/// idle keep-alive connection) the buffer goes back to the core's pool and
+/// the connection holds none: ten thousand idle connections hold no input
+/// buffers, not ten thousand (issue 27, "Many connections").
 pub(super) struct InBuf {
-    data: Box<[u8]>,
+    /// `None` while idle and empty.
+    data: Option<Box<[u8]>>,
+    size: usize,
     start: usize,
     end: usize,
     /// The last `recv` took less than it had room for: the socket was
@@ -25,10 +30,21 @@ pub(super) struct InBuf {
     drained: bool,
 }
 
+/// Input buffers a core keeps for its connections to take when their next
+/// request comes: at most this many (each `InBuf`'s size); more go back to
+/// the allocator.
+const POOLED_BUFFERS_MAX: usize = crate::limits::PROXY.pooled_input_buffers_max;
+
+thread_local! {
+    /// This core's free input buffers (one executor per thread: no lock).
+    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
 impl InBuf {
     pub(super) fn new(size: usize) -> InBuf {
         InBuf {
-            data: vec![0; size].into_boxed_slice(),
+            data: None,
+            size,
             start: 0,
             end: 0,
             drained: false,
@@ -36,7 +52,10 @@ impl InBuf {
     }
 
     pub(super) fn filled(&self) -> &[u8] {
-        &self.data[self.start..self.end]
+        match &self.data {
+            Some(d) => &d[self.start..self.end],
+            None => &[],
+        }
     }
 
     pub(super) fn consume(&mut self, n: usize) {
@@ -47,21 +66,49 @@ impl InBuf {
         }
     }
 
+    /// The buffer, taken from the core's pool (or made) if the connection
+    /// holds none.
+    fn data(&mut self) -> &mut [u8] {
+        let size = self.size;
+        self.data.get_or_insert_with(|| {
+            POOL.with(|p| p.borrow_mut().pop())
+                .filter(|b| b.len() == size)
+                .unwrap_or_else(|| vec![0; size].into_boxed_slice())
+        })
+    }
+
+    /// Gives the buffer back to the core's pool while it holds nothing.
+    fn release(&mut self) {
+        if self.start != self.end {
+            return;
+        }
+        if let Some(d) = self.data.take() {
+            POOL.with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < POOLED_BUFFERS_MAX {
+                    p.push(d);
+                }
+            });
+        }
+    }
+
     /// Reads more; false on EOF, error, idle timeout, or a full buffer.
     /// With `ready` (the core's readiness set watches the socket) by a
     /// plain `recv`, waiting for the socket's next edge only when it finds
     /// nothing (`ready.rs`); else through glommio's stream.
     pub(super) async fn fill(&mut self, stream: &mut TcpStream, ready: Option<&Readiness>) -> bool {
-        if self.end == self.data.len() {
+        if self.end == self.size {
             if self.start == 0 {
                 return false;
             }
-            self.data.copy_within(self.start..self.end, 0);
+            let (start, end) = (self.start, self.end);
+            self.data().copy_within(start..end, 0);
             self.end -= self.start;
             self.start = 0;
         }
         let Some(ready) = ready else {
-            return match stream.read(&mut self.data[self.end..]).await {
+            let end = self.end;
+            return match stream.read(&mut self.data()[end..]).await {
                 Ok(n) if n > 0 => {
                     self.end += n;
                     true
@@ -71,11 +118,13 @@ impl InBuf {
         };
         let fd = stream.as_raw_fd();
         if self.drained {
+            self.release();
             ready.readable(fd).await;
             self.drained = false;
         }
         loop {
-            let room = &mut self.data[self.end..];
+            let end = self.end;
+            let room = &mut self.data()[end..];
             // SAFETY: `room` is live and writable for its length; `fd` is
             // the open socket `stream` owns.
             let n =
@@ -89,7 +138,10 @@ impl InBuf {
                 return false;
             }
             match std::io::Error::last_os_error().kind() {
-                std::io::ErrorKind::WouldBlock => ready.readable(fd).await,
+                std::io::ErrorKind::WouldBlock => {
+                    self.release();
+                    ready.readable(fd).await
+                }
                 std::io::ErrorKind::Interrupted => {}
                 _ => return false,
             }
@@ -152,8 +204,9 @@ pub(super) fn is_nonblocking(fd: std::os::fd::RawFd) -> bool {
 /// `sendfile` from the cache's file (no copy through user space; the socket
 /// is non-blocking, so it never parks the executor) when the body is large
 /// enough to be worth a second syscall, else one `sendmsg` of head and body
-/// from the mapping. Whatever the socket does not take at once goes through
-/// the ring. Progress is stamped in `p` (the send stall timeout).
+/// from the mapping. When the socket is full, `sendfile` waits for it
+/// through the ring and goes on. Progress is stamped in `p` (the send stall
+/// timeout).
 pub(super) async fn send_complete(
     stream: &mut TcpStream,
     nonblocking: bool,
@@ -178,23 +231,42 @@ pub(super) async fn send_complete(
         let n = unsafe { libc::sendfile(fd, file, &mut off, (end - pos) as usize) };
         if n > 0 {
             pos += n as u64;
+            p.sending();
             continue;
         }
-        let e = std::io::Error::last_os_error();
-        if n == 0 || e.kind() != std::io::ErrorKind::WouldBlock {
-            if n < 0 {
-                return Err(e);
-            }
+        if n == 0 {
             break;
         }
-        // The socket is full: the rest from the mapping through the ring.
-        break;
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        // The socket is full: wait (one ring poll) until it takes more and
+        // go on from the file, so a large body is never copied through user
+        // space (a 50 MB hit took 196 sends of 256 KiB through the ring
+        // before; benches/counts.sh). The send stall timeout still holds:
+        // the sweep shuts a stalled socket down, which ends the wait.
+        glommio::io::PollableFd::new(Socket(fd))
+            .map_err(|e| std::io::Error::other(e.to_string()))?
+            .writable()
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
     if pos < end {
         write_through(stream, obj.body(pos, end), p).await?;
     }
     p.done();
     Ok(())
+}
+
+/// A client socket's descriptor, borrowed to wait for it through the ring
+/// (the connection's stream owns and closes it).
+struct Socket(std::os::fd::RawFd);
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
 }
 
 /// Sends `head` with `MSG_MORE` (the body follows at once).

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Counts per answer, not rates: what a server spends per cache hit, per DNS
+# answer and per DSHT get, in events a loaded machine does not change much —
+# system calls (all, and io_uring_enter, epoll_wait, recv*, send*, sendfile
+# each), io_uring submissions, context switches, reschedule IPIs, and the
+# server's CPU time per answer — for coral (`--cores 1`), the floor
+# (shards/examples/floor.rs) and, for hits, nginx static.
+#
+# Each server runs pinned to SERVER_CPU; the load generator (wrk -t1,
+# dnsperf, the dsht_udp bench's `load` mode) to CLIENT_CPU. `perf stat -p`
+# counts the server's events while the load runs; each figure is the count
+# divided by the answers the load generator saw.
+#
+# Usage: benches/counts.sh [SECONDS] [WORKLOADS...]
+#   WORKLOADS: any of hits4k hits41k hits2m hits50m dns dsht (default: all)
+#   QUICK=1: one second per run, one round (the CI check that the harness
+#   works; it judges nothing).
+# Binaries: CORAL (default target/release/coral), FLOOR (its examples/floor),
+#   DSHT_UDP (the dsht_udp bench binary, default: the newest in
+#   target/release/deps), WRK, DNSPERF, NGINX (default: from PATH or
+#   /usr/sbin). A server or load generator that is missing is skipped with a
+#   line saying so.
+# Run it in a network namespace of its own, as root (tracepoints):
+#   unshare -n sh -c 'ip link set lo up && bash benches/counts.sh 5'
+# The figures and their history: benches/README.md ("Counts per answer").
+set -euo pipefail
+
+SECS=${1:-5}
+shift || true
+WORKLOADS=("$@")
+if [ ${#WORKLOADS[@]} -eq 0 ]; then WORKLOADS=(hits4k hits41k hits2m hits50m dns dsht); fi
+if [ -n "${QUICK:-}" ]; then SECS=1; fi
+HERE=$(cd "$(dirname "$0")" && pwd)
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+IP=${IP:-127.14.200.1}
+CORAL=${CORAL:-$HERE/../target/release/coral}
+FLOOR=${FLOOR:-$(dirname "$CORAL")/examples/floor}
+DSHT_UDP=${DSHT_UDP:-$(ls -t "$(dirname "$CORAL")"/deps/dsht_udp-* 2>/dev/null | grep -v '\.d$' | head -1 || true)}
+WRK=${WRK:-$(command -v wrk || true)}
+DNSPERF=${DNSPERF:-$(command -v dnsperf || true)}
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+PERF=${PERF:-$(command -v perf || true)}
+TMP=$(mktemp -d /tmp/coral-counts.XXXXXX)
+PGIDS=()
+cleanup() {
+    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
+
+abs() { if [ -n "$1" ] && [ -e "$1" ]; then realpath "$1"; else echo "$1"; fi; }
+CORAL=$(abs "$CORAL") FLOOR=$(abs "$FLOOR") DSHT_UDP=$(abs "$DSHT_UDP")
+[ -x "$CORAL" ] || { echo "no coral binary at $CORAL (cargo build --release -p coral-shards)" >&2; exit 1; }
+[ -n "$PERF" ] || { echo "perf is required" >&2; exit 1; }
+
+# The events counted. Tracepoints a kernel lacks are dropped (checked once).
+EVENTS=()
+for e in raw_syscalls:sys_enter syscalls:sys_enter_io_uring_enter syscalls:sys_enter_epoll_wait \
+         syscalls:sys_enter_recvfrom syscalls:sys_enter_recvmmsg syscalls:sys_enter_sendto \
+         syscalls:sys_enter_sendmsg syscalls:sys_enter_sendmmsg syscalls:sys_enter_sendfile64 \
+         io_uring:io_uring_submit_req context-switches irq_vectors:reschedule_entry task-clock; do
+    if "$PERF" stat -e "$e" -- true >/dev/null 2>&1; then EVENTS+=("$e"); fi
+done
+EVLIST=$(IFS=,; echo "${EVENTS[*]}")
+
+# Starts "$@" pinned to SERVER_CPU in a process group of its own, in $TMP
+# (a node keeps its state under its working directory); sets PID.
+start() {
+    (cd "$TMP" && exec setsid taskset -c "$SERVER_CPU" "$@" >"$TMP/server.$RANDOM.log" 2>&1) &
+    PID=$!
+    PGIDS+=("$PID")
+}
+stop() { # pid
+    kill -TERM -- "-$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+wait_tcp() { # port
+    for _ in $(seq 1 600); do
+        if (exec 3<>"/dev/tcp/$IP/$1") 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    echo "nothing listens on $IP:$1" >&2
+    return 1
+}
+
+# counts NAME ANSWERS: prints one line from $TMP/perf.csv.
+counts() {
+    local name=$1 answers=$2
+    awk -F, -v n="$name" -v a="$answers" '
+        function short(e) { sub(/^syscalls:sys_enter_/, "", e); sub(/^raw_syscalls:sys_enter$/, "syscalls", e);
+                            sub(/^io_uring:io_uring_submit_req$/, "sqes", e); sub(/^irq_vectors:reschedule_entry$/, "resched-IPIs", e);
+                            sub(/^context-switches$/, "ctx-sw", e); return e }
+        $3 != "" && $1 ~ /^[0-9.]+$/ {
+            if ($3 == "task-clock") { line = line sprintf("  cpu-us %.2f", ($1 * 1000) / a) }
+            else if ($1 > 0) { line = line sprintf("  %s %.3f", short($3), $1 / a) }
+        }
+        END { printf "%-22s %9d answers%s\n", n, a, line }' "$TMP/perf.csv"
+}
+
+# measure NAME PID -- LOAD COMMAND...: runs the load while perf counts PID
+# and its child processes (nginx's worker); the load command prints the
+# number of answers on its last line.
+measure() {
+    local name=$1 pid=$2 pids=$2 c
+    shift 3
+    for c in $(pgrep -P "$pid" || true); do pids="$pids,$c"; done
+    "$PERF" stat -x, -e "$EVLIST" -p "$pids" -o "$TMP/perf.csv" -- sleep "$((SECS + 1))" &
+    local perf_pid=$!
+    sleep 0.5
+    local answers
+    answers=$("$@" | tail -1)
+    wait "$perf_pid" || true
+    if [ -z "$answers" ] || [ "$answers" = 0 ]; then
+        echo "$name: no answers in $SECS s"
+        return 0
+    fi
+    counts "$name" "$answers"
+}
+
+wrk_requests() { # url host conns: prints the requests wrk completed
+    taskset -c "$CLIENT_CPU" "$WRK" -t1 -c "$3" -d "${SECS}s" -H "Host: $2" "$1" \
+        | awk '/requests in/ {print $1}'
+}
+dnsperf_answers() { # port
+    taskset -c "$CLIENT_CPU" "$DNSPERF" -s "$IP" -p "$1" -d "$TMP/queries" -l "$SECS" -c 4 -q 200 2>&1 \
+        | awk '/Queries completed:/ {print $3}'
+}
+
+mkdir -p "$TMP/www"
+want() { local w; for w in "${WORKLOADS[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
+http_any=
+for w in hits4k hits41k hits2m hits50m; do want $w && http_any=1; done
+echo "counts per answer: server on CPU $SERVER_CPU, load on CPU $CLIENT_CPU, $SECS s per run, $(uname -r)"
+
+if [ -n "$http_any" ]; then
+    if [ -z "$WRK" ]; then
+        echo "(hits skipped: no wrk; set WRK)"
+    else
+        head -c 4096 /dev/zero | tr '\0' x >"$TMP/www/4k.bin"
+        head -c 41000 /dev/zero | tr '\0' y >"$TMP/www/41k.bin"
+        head -c 2000000 /dev/zero | tr '\0' z >"$TMP/www/2m.bin"
+        head -c 50000000 /dev/zero | tr '\0' w >"$TMP/www/50m.bin"
+        chmod 755 "$TMP" "$TMP/www"
+        chmod 644 "$TMP"/www/*.bin
+        mkdir -p "$TMP/nginx"
+        cat >"$TMP/nginx/nginx.conf" <<EOF
+worker_processes 1;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+events { worker_connections 4096; }
+http {
+    access_log off; sendfile on; tcp_nopush on; tcp_nodelay on;
+    keepalive_requests 10000000; keepalive_timeout 75s;
+    client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
+    fastcgi_temp_path $TMP/nginx/f; uwsgi_temp_path $TMP/nginx/u; scgi_temp_path $TMP/nginx/s;
+    default_type application/octet-stream;
+    server { listen $IP:8080; root $TMP/www; }
+}
+EOF
+        # The origin coral fetches from, and nginx static's row.
+        if [ -x "$NGINX" ]; then
+            start "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -g 'daemon off;'
+            NGINX_PID=$PID
+        else
+            # Without nginx the floor is the origin (and no nginx row).
+            start "$FLOOR" http "$IP:8080" "$TMP/www" sendfile
+            NGINX_PID=
+        fi
+        wait_tcp 8080
+        RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7000" --admin "$IP:7080" \
+            --http "$IP:8090" --cache-dir "$TMP/coral-cache" --cache-size 200000000 \
+            --allow-private-origins --resolve "origin.test=$IP"
+        CORAL_PID=$PID
+        wait_tcp 8090
+        FLOOR_PID=
+        if [ -x "$FLOOR" ]; then
+            start "$FLOOR" http "$IP:8070" "$TMP/www" sendfile
+            FLOOR_PID=$PID
+            wait_tcp 8070
+        fi
+        HOST=origin.test.8080.coral.test
+        for f in 4k 41k 2m 50m; do
+            # Twice: the first fetch stores the object, the second is a hit.
+            curl -sf -o /dev/null -H "Host: $HOST" "http://$IP:8090/$f.bin"
+            curl -sf -o /dev/null -H "Host: $HOST" "http://$IP:8090/$f.bin"
+        done
+        for w in hits4k hits41k hits2m hits50m; do
+            want $w || continue
+            f=${w#hits}
+            conns=32
+            case $f in 2m) conns=8 ;; 50m) conns=2 ;; esac
+            measure "coral $f" "$CORAL_PID" -- wrk_requests "http://$IP:8090/$f.bin" "$HOST" "$conns"
+            if [ -n "$FLOOR_PID" ]; then
+                measure "floor $f" "$FLOOR_PID" -- wrk_requests "http://$IP:8070/$f.bin" floor.test "$conns"
+            fi
+            if [ -n "$NGINX_PID" ]; then
+                measure "nginx $f" "$NGINX_PID" -- wrk_requests "http://$IP:8080/$f.bin" origin.test "$conns"
+            fi
+        done
+        stop "$CORAL_PID"
+        [ -n "$FLOOR_PID" ] && stop "$FLOOR_PID"
+        [ -n "$NGINX_PID" ] && stop "$NGINX_PID"
+    fi
+fi
+
+if want dns; then
+    if [ -z "$DNSPERF" ]; then
+        echo "(dns skipped: no dnsperf; set DNSPERF)"
+    else
+        for i in $(seq 1 10000); do echo "www.site$i.example.com.http.L2.L1.L0.coralcdn.test A"; done >"$TMP/queries"
+        printf 'http = "%s:8091"\n[dnssrv]\nrrl_responses_per_sec = 0\n' "$IP" >"$TMP/coral-dns.toml"
+        RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7001" --admin "$IP:7081" \
+            --dns "$IP:5400" --config "$TMP/coral-dns.toml"
+        CORAL_PID=$PID
+        wait_tcp 7081
+        measure "coral dns" "$CORAL_PID" -- dnsperf_answers 5400
+        stop "$CORAL_PID"
+        if [ -x "$FLOOR" ]; then
+            start "$FLOOR" dns "$IP:5403"
+            FLOOR_PID=$PID
+            sleep 0.2
+            measure "floor dns" "$FLOOR_PID" -- dnsperf_answers 5403
+            stop "$FLOOR_PID"
+        fi
+    fi
+fi
+
+if want dsht; then
+    if [ -z "$DSHT_UDP" ] || [ ! -x "$DSHT_UDP" ]; then
+        echo "(dsht skipped: no dsht_udp bench binary; cargo bench -p coral-shards --bench dsht_udp --no-run, set DSHT_UDP)"
+    else
+        RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7002" --admin "$IP:7082"
+        CORAL_PID=$PID
+        wait_tcp 7082
+        "$CORAL" put url:http://www.x.com/y.jpg 10.1.2.3:8090 --ttl 3600 --node "$IP:7082" >/dev/null
+        measure "coral dsht get" "$CORAL_PID" -- \
+            taskset -c "$CLIENT_CPU" "$DSHT_UDP" load get "$IP:7002" "$IP" "$SECS" 256
+        stop "$CORAL_PID"
+        start "$DSHT_UDP" echo "$IP:9000" "$SERVER_CPU"
+        ECHO_PID=$PID
+        sleep 0.2
+        measure "echo" "$ECHO_PID" -- \
+            taskset -c "$CLIENT_CPU" "$DSHT_UDP" load echo "$IP:9000" "$IP" "$SECS" 256
+        stop "$ECHO_PID"
+    fi
+fi
