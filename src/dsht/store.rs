@@ -596,6 +596,17 @@ impl Store {
         out
     }
 
+    /// Whether a live value from a source other than `source` is stored
+    /// under `key` (a claim's test-and-set: the claimer's own value does not
+    /// make it lose).
+    pub fn holds_other_than(&self, key: &Key, now: Time, source: Source) -> bool {
+        self.entries.get(key).is_some_and(|e| {
+            e.values
+                .iter()
+                .any(|v| v.expires > now && v.source != source)
+        })
+    }
+
     /// Whether any live value is stored under `key`.
     pub fn has_values(&self, key: &Key, now: Time) -> bool {
         self.entries

@@ -234,6 +234,15 @@ pub enum Action {
         value: Value,
         ttl_secs: u32,
     },
+    /// Run `pin(key, value, ttl)` and ignore its result: the proxy that
+    /// fetched from the origin keeps its pointer at the key's closest node
+    /// at the global level, where every later claim looks (issue 24 item
+    /// 2). Renewed with its pointer.
+    DshtPin {
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+    },
     /// Fetch the object from the proxy at `addr`; report with [`FetchPolicy::on_fetched`].
     FetchPeer { key: Key, addr: SocketAddr },
     /// Fetch the object from its origin; report with [`FetchPolicy::on_fetched`].
@@ -252,8 +261,10 @@ enum State {
         peers: Vec<SocketAddr>,
         renew_at: Time,
     },
-    /// Complete and cached; the pointer is renewed at `renew_at`.
-    Complete { renew_at: Time },
+    /// Complete and cached; the pointer is renewed at `renew_at`, and
+    /// pinned at the key's closest node too if `pin` (this proxy fetched it
+    /// from the origin).
+    Complete { renew_at: Time, pin: bool },
 }
 
 #[derive(Clone, Debug)]
@@ -393,7 +404,12 @@ impl FetchPolicy {
         self.objects.insert(
             key,
             Object {
-                state: State::Complete { renew_at },
+                // Whoever fetched it from the origin before the restart
+                // pins it; this proxy does not know that it did.
+                state: State::Complete {
+                    renew_at,
+                    pin: false,
+                },
                 waiters: 0,
                 fail: Fail::BAD_GATEWAY,
             },
@@ -587,16 +603,14 @@ impl FetchPolicy {
         if ok {
             let first = *source;
             let count = o.waiters;
+            let pin = first == Served::Origin && self.config.claim_before_origin;
             o.waiters = 0;
             o.state = State::Complete {
                 renew_at: now + renew,
+                pin,
             };
             out.push(Action::Serve { key, first, count });
-            out.push(Action::DshtPut {
-                key,
-                value: self.pointer(),
-                ttl_secs: self.config.complete_pointer_ttl_secs,
-            });
+            self.put_pointer(key, self.config.complete_pointer_ttl_secs, pin, out);
             return;
         }
         self.stats.failed_fetches += 1;
@@ -617,31 +631,47 @@ impl FetchPolicy {
         }
     }
 
+    /// Puts this proxy's pointer under `key` for `ttl_secs` on all levels,
+    /// and with `pin` also at the key's closest node.
+    fn put_pointer(&self, key: Key, ttl_secs: u32, pin: bool, out: &mut Vec<Action>) {
+        out.push(Action::DshtPut {
+            key,
+            value: self.pointer(),
+            ttl_secs,
+        });
+        if pin {
+            out.push(Action::DshtPin {
+                key,
+                value: self.pointer(),
+                ttl_secs,
+            });
+        }
+    }
+
     /// Renews pointers due at `now` (call at least every few seconds).
     pub fn tick(&mut self, now: Time, out: &mut Vec<Action>) {
         let fetching = self.renew_fetching();
         let complete = self.renew_complete();
-        let pointer = self.pointer();
+        let claims = self.config.claim_before_origin;
+        let mut due = Vec::new();
         for (key, o) in &mut self.objects {
             match &mut o.state {
-                State::Fetching { renew_at, .. } if *renew_at <= now => {
+                State::Fetching {
+                    renew_at, source, ..
+                } if *renew_at <= now => {
                     *renew_at = now + fetching;
-                    out.push(Action::DshtPut {
-                        key: *key,
-                        value: pointer.clone(),
-                        ttl_secs: self.config.fetching_pointer_ttl_secs,
-                    });
+                    let pin = *source == Served::Origin && claims;
+                    due.push((*key, self.config.fetching_pointer_ttl_secs, pin));
                 }
-                State::Complete { renew_at } if *renew_at <= now => {
+                State::Complete { renew_at, pin } if *renew_at <= now => {
                     *renew_at = now + complete;
-                    out.push(Action::DshtPut {
-                        key: *key,
-                        value: pointer.clone(),
-                        ttl_secs: self.config.complete_pointer_ttl_secs,
-                    });
+                    due.push((*key, self.config.complete_pointer_ttl_secs, *pin));
                 }
                 _ => {}
             }
+        }
+        for (key, ttl_secs, pin) in due {
+            self.put_pointer(key, ttl_secs, pin, out);
         }
     }
 }

@@ -240,6 +240,14 @@ impl<L: Links> World<L> {
                         .with_node(n, |node, now| node.claim(now, key, value, ttl_secs));
                     self.ops.insert((n, op), Pending::Claim);
                 }
+                Action::DshtPin {
+                    key,
+                    value,
+                    ttl_secs,
+                } => {
+                    self.sim
+                        .with_node(n, |node, now| node.pin(now, key, value, ttl_secs));
+                }
                 Action::DshtPut {
                     key,
                     value,
