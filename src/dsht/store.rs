@@ -957,6 +957,22 @@ mod tests {
     }
 
     #[test]
+    fn a_claims_test_and_set_is_against_other_sources_values_section_8() {
+        let mut s = Store::new(4, 12, 100);
+        let k = Id([7; 20]);
+        let (a, b) = (remote("10.0.1.1:0"), remote("10.0.2.1:0"));
+        let now = Time::ZERO;
+        assert!(!s.holds_other_than(&k, now, a));
+        s.store_from(&k, v(1), Duration::from_secs(20), now, a);
+        assert!(!s.holds_other_than(&k, now, a), "its own value");
+        assert!(s.holds_other_than(&k, now, b));
+        assert!(s.holds_other_than(&k, now, Source::Local));
+        // Expired values hold nothing.
+        let later = now + Duration::from_secs(21);
+        assert!(!s.holds_other_than(&k, later, b));
+    }
+
+    #[test]
     fn put_probes_for_unknown_keys_allocate_nothing() {
         let mut s = Store::new(4, 12, 10);
         for i in 0..10_000u32 {

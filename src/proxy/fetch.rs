@@ -1113,6 +1113,63 @@ mod tests {
         assert!(!p.is_cached(&k));
     }
 
+    #[test]
+    fn the_origin_fetcher_pins_its_pointer_and_renews_the_pin_issue_24() {
+        let k = Id::from_url("http://x.com/pinned");
+        let pin = |ttl_secs| Action::DshtPin {
+            key: k,
+            value: Value::from_addr(me()),
+            ttl_secs,
+        };
+        let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        let mut out = Vec::new();
+        p.request(Time::ZERO, k, &mut out);
+        p.on_get(Time::ZERO, k, &[], None, &mut out);
+        p.on_claim(Time::ZERO, k, true, &[], &mut out);
+        assert!(!out.contains(&pin(20)), "the claim stored it already");
+        out.clear();
+        // While fetching, the pin is renewed with the 20 s pointer.
+        p.tick(Time::ZERO + Duration::from_secs(15), &mut out);
+        assert!(out.contains(&pin(20)), "{out:?}");
+        out.clear();
+        p.on_fetched(Time::ZERO + Duration::from_secs(16), k, true, &mut out);
+        assert!(out.contains(&pin(3600)), "{out:?}");
+        out.clear();
+        p.tick(Time::ZERO + Duration::from_secs(16 + 2700), &mut out);
+        assert!(
+            out.contains(&pin(3600)),
+            "renewed with the 1 h pointer: {out:?}"
+        );
+
+        // A proxy that fetched from a peer puts its pointer, but pins nothing.
+        let mut q = FetchPolicy::new(FetchConfig::default(), peer(2));
+        out.clear();
+        q.request(Time::ZERO, k, &mut out);
+        q.on_get(Time::ZERO, k, &[Value::from_addr(me())], Some(1), &mut out);
+        q.on_fetched(Time::ZERO, k, true, &mut out);
+        q.tick(Time::ZERO + Duration::from_secs(7200), &mut out);
+        assert!(
+            !out.iter().any(|a| matches!(a, Action::DshtPin { .. })),
+            "{out:?}"
+        );
+
+        // Without claims (the paper's behaviour), nobody pins.
+        let config = FetchConfig {
+            claim_before_origin: false,
+            ..FetchConfig::default()
+        };
+        let mut r = FetchPolicy::new(config, me());
+        out.clear();
+        r.request(Time::ZERO, k, &mut out);
+        r.on_get(Time::ZERO, k, &[], None, &mut out);
+        r.on_fetched(Time::ZERO, k, true, &mut out);
+        r.tick(Time::ZERO + Duration::from_secs(7200), &mut out);
+        assert!(
+            !out.iter().any(|a| matches!(a, Action::DshtPin { .. })),
+            "{out:?}"
+        );
+    }
+
     /// Issue 26 item 1: what `judge` makes of an origin's error answers.
     mod relayed_errors {
         use super::super::*;
