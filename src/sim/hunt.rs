@@ -90,8 +90,8 @@ pub struct OriginFetch {
     pub get: Option<(usize, Option<Level>)>,
     /// Whether its claim won, and the values it returned, if it claimed.
     pub claim: Option<(bool, usize)>,
-    /// Nodes holding another proxy's pointer to the object at level 0, and
-    /// at any level, at the moment of the fetch.
+    /// Nodes holding another proxy's pointer to the object at level 0 at
+    /// the moment of the fetch.
     pub holders_level0: usize,
     /// Nodes holding a pointer at any level.
     pub holders_any: usize,
@@ -101,8 +101,14 @@ pub struct OriginFetch {
     /// Whether the network's closest joined node to the key (another than
     /// this one) held another proxy's pointer at level 0.
     pub closest_holds: bool,
-    /// Further findings, in words.
-    pub notes: String,
+    /// Where those level-0 holders rank among the joined nodes by distance
+    /// to the key (0: the closest).
+    pub holder_ranks: Vec<usize>,
+    /// Where the fetching node ranks.
+    pub fetcher_rank: Option<usize>,
+    /// Whether the closest node joined after the object's first origin
+    /// fetch (so it held nothing from then).
+    pub closest_joined_after_first: bool,
 }
 
 /// What the hunt measured.
@@ -184,6 +190,8 @@ enum Pending {
     Pin,
 }
 
+/// The hunt's state: the simulated network, each node's fetch policy, and
+/// the transfers under way.
 struct Hunt<L: Links> {
     sim: Sim<L>,
     policies: Vec<FetchPolicy>,
@@ -276,10 +284,7 @@ impl<L: Links> Hunt<L> {
             .and_then(|i| self.joined_at[i])
             .zip(first)
             .is_some_and(|(j, f)| j > f);
-        let node_rank = ranked.iter().position(|&i| i == node);
-        let notes = format!(
-            "level-0 holder ranks {holder_ranks:?}, fetcher rank {node_rank:?}, closest joined after first fetch {closest_joined_after_first}"
-        );
+        let fetcher_rank = ranked.iter().position(|&i| i == node);
         let (get, claim) = self
             .looked
             .get(&(node, obj))
@@ -297,7 +302,9 @@ impl<L: Links> Hunt<L> {
             holders_any,
             proxies_with_copy,
             closest_holds,
-            notes,
+            holder_ranks,
+            fetcher_rank,
+            closest_joined_after_first,
         }
     }
 
