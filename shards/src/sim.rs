@@ -118,6 +118,13 @@ pub struct OriginArgs {
     /// The seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Nodes that crash during the crowd (issue 24), at random times in the
+    /// first --failure-window-secs of client load.
+    #[arg(long, default_value_t = 0)]
+    failures: usize,
+    /// The span over which the failures fall, from the clients' start.
+    #[arg(long, default_value_t = 300)]
+    failure_window_secs: u64,
     /// Print machine-readable JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -619,13 +626,16 @@ fn origin_load(a: OriginArgs) -> ExitCode {
         formation_minutes: a.formation_minutes,
         claim: !a.no_claim,
         seed: a.seed,
+        failures: a.failures,
+        failure_window_secs: a.failure_window_secs,
         ..OriginParams::default()
     };
     let header = format!(
         "coral sim origin-load: seed {} nodes {} objects {} of {} bytes minutes {} levels {} formation {} minutes claim {} origin {} kbit/s \
-         peers {} kbit/s client rate {}/s start spread {} s links: PlanetLab-like world model (great-circle RTTs)",
+         peers {} kbit/s client rate {}/s start spread {} s failures {} in {} s links: PlanetLab-like world model (great-circle RTTs)",
         a.seed, a.nodes, a.objects, params.object_bytes, a.minutes, a.levels, a.formation_minutes, !a.no_claim,
-        params.origin_kbit_per_sec, params.peer_kbit_per_sec, params.client_rate, params.client_start_spread_secs
+        params.origin_kbit_per_sec, params.peer_kbit_per_sec, params.client_rate, params.client_start_spread_secs,
+        a.failures, a.failure_window_secs
     );
     if a.json {
         eprintln!("{header}");
@@ -678,6 +688,8 @@ fn origin_load(a: OriginArgs) -> ExitCode {
         let out = json!({
             "experiment": "origin-load",
             "origin_fetches": r.origin_fetches,
+            "origin_fetches_per_object": r.origin_fetches_per_object,
+            "failed_nodes": r.failed_nodes,
             "unique_objects": r.unique_objects,
             "requests": r.requests,
             "per_minute": minutes,
@@ -699,6 +711,14 @@ fn origin_load(a: OriginArgs) -> ExitCode {
         r.origin_fetches, r.unique_objects
     );
     println!("  requests: {}", r.requests);
+    if !r.failed_nodes.is_empty() {
+        println!(
+            "  nodes failed during the crowd: {} {:?}; origin fetches per file {:?}",
+            r.failed_nodes.len(),
+            r.failed_nodes,
+            r.origin_fetches_per_object
+        );
+    }
     println!();
     println!(
         "  {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7}",

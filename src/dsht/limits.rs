@@ -48,6 +48,15 @@ pub const AVOIDED_CLUSTERS_MAX: usize = 8;
 /// table after a switch.
 pub const PROBE_MEMBERS_MAX: usize = 16;
 
+/// Nodes closest to a key a claim asks about it at the global level before
+/// its test-and-set (issue 24 item 2): the claim loses to a pointer any of
+/// them holds, not only to one at the single closest node. Pointers are put
+/// sloppily (a put stops early at a loaded node) and the closest node changes
+/// as nodes join, so a pointer to a live copy often sits one or a few nodes
+/// from the closest; a bucket's worth (k = 8) covers that at the cost of a
+/// few more put probes, paid only by a miss that found no pointer.
+pub const CLAIM_BREADTH_NODES: usize = 8;
+
 /// The most "full and loaded" answers a putting node remembers (§4.2), for
 /// all keys and levels together; a new one replaces an expired or the
 /// oldest entry.

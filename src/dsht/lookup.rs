@@ -46,6 +46,8 @@ pub struct ProbeReply {
     pub full: bool,
     /// The write token it gave us.
     pub token: Token,
+    /// Whether it holds values under the key (a claim loses to them).
+    pub holds: bool,
 }
 
 /// A node the lookup knows of.

@@ -596,6 +596,17 @@ impl Store {
         out
     }
 
+    /// Whether a live value from a source other than `source` is stored
+    /// under `key` (a claim's test-and-set: the claimer's own value does not
+    /// make it lose).
+    pub fn holds_other_than(&self, key: &Key, now: Time, source: Source) -> bool {
+        self.entries.get(key).is_some_and(|e| {
+            e.values
+                .iter()
+                .any(|v| v.expires > now && v.source != source)
+        })
+    }
+
     /// Whether any live value is stored under `key`.
     pub fn has_values(&self, key: &Key, now: Time) -> bool {
         self.entries
@@ -943,6 +954,22 @@ mod tests {
             values_per_prefix: 5,
             bytes_max: usize::MAX,
         }
+    }
+
+    #[test]
+    fn a_claims_test_and_set_is_against_other_sources_values_section_8() {
+        let mut s = Store::new(4, 12, 100);
+        let k = Id([7; 20]);
+        let (a, b) = (remote("10.0.1.1:0"), remote("10.0.2.1:0"));
+        let now = Time::ZERO;
+        assert!(!s.holds_other_than(&k, now, a));
+        s.store_from(&k, v(1), Duration::from_secs(20), now, a);
+        assert!(!s.holds_other_than(&k, now, a), "its own value");
+        assert!(s.holds_other_than(&k, now, b));
+        assert!(s.holds_other_than(&k, now, Source::Local));
+        // Expired values hold nothing.
+        let later = now + Duration::from_secs(21);
+        assert!(!s.holds_other_than(&k, later, b));
     }
 
     #[test]

@@ -234,6 +234,15 @@ pub enum Action {
         value: Value,
         ttl_secs: u32,
     },
+    /// Run `pin(key, value, ttl)` and ignore its result: the proxy that
+    /// fetched from the origin keeps its pointer at the key's closest node
+    /// at the global level, where every later claim looks (issue 24 item
+    /// 2). Renewed with its pointer.
+    DshtPin {
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+    },
     /// Fetch the object from the proxy at `addr`; report with [`FetchPolicy::on_fetched`].
     FetchPeer { key: Key, addr: SocketAddr },
     /// Fetch the object from its origin; report with [`FetchPolicy::on_fetched`].
@@ -252,8 +261,10 @@ enum State {
         peers: Vec<SocketAddr>,
         renew_at: Time,
     },
-    /// Complete and cached; the pointer is renewed at `renew_at`.
-    Complete { renew_at: Time },
+    /// Complete and cached; the pointer is renewed at `renew_at`, and
+    /// pinned at the key's closest node too if `pin` (this proxy fetched it
+    /// from the origin).
+    Complete { renew_at: Time, pin: bool },
 }
 
 #[derive(Clone, Debug)]
@@ -393,7 +404,12 @@ impl FetchPolicy {
         self.objects.insert(
             key,
             Object {
-                state: State::Complete { renew_at },
+                // Whoever fetched it from the origin before the restart
+                // pins it; this proxy does not know that it did.
+                state: State::Complete {
+                    renew_at,
+                    pin: false,
+                },
                 waiters: 0,
                 fail: Fail::BAD_GATEWAY,
             },
@@ -587,16 +603,14 @@ impl FetchPolicy {
         if ok {
             let first = *source;
             let count = o.waiters;
+            let pin = first == Served::Origin && self.config.claim_before_origin;
             o.waiters = 0;
             o.state = State::Complete {
                 renew_at: now + renew,
+                pin,
             };
             out.push(Action::Serve { key, first, count });
-            out.push(Action::DshtPut {
-                key,
-                value: self.pointer(),
-                ttl_secs: self.config.complete_pointer_ttl_secs,
-            });
+            self.put_pointer(key, self.config.complete_pointer_ttl_secs, pin, out);
             return;
         }
         self.stats.failed_fetches += 1;
@@ -617,31 +631,47 @@ impl FetchPolicy {
         }
     }
 
+    /// Puts this proxy's pointer under `key` for `ttl_secs` on all levels,
+    /// and with `pin` also at the key's closest node.
+    fn put_pointer(&self, key: Key, ttl_secs: u32, pin: bool, out: &mut Vec<Action>) {
+        out.push(Action::DshtPut {
+            key,
+            value: self.pointer(),
+            ttl_secs,
+        });
+        if pin {
+            out.push(Action::DshtPin {
+                key,
+                value: self.pointer(),
+                ttl_secs,
+            });
+        }
+    }
+
     /// Renews pointers due at `now` (call at least every few seconds).
     pub fn tick(&mut self, now: Time, out: &mut Vec<Action>) {
         let fetching = self.renew_fetching();
         let complete = self.renew_complete();
-        let pointer = self.pointer();
+        let claims = self.config.claim_before_origin;
+        let mut due = Vec::new();
         for (key, o) in &mut self.objects {
             match &mut o.state {
-                State::Fetching { renew_at, .. } if *renew_at <= now => {
+                State::Fetching {
+                    renew_at, source, ..
+                } if *renew_at <= now => {
                     *renew_at = now + fetching;
-                    out.push(Action::DshtPut {
-                        key: *key,
-                        value: pointer.clone(),
-                        ttl_secs: self.config.fetching_pointer_ttl_secs,
-                    });
+                    let pin = *source == Served::Origin && claims;
+                    due.push((*key, self.config.fetching_pointer_ttl_secs, pin));
                 }
-                State::Complete { renew_at } if *renew_at <= now => {
+                State::Complete { renew_at, pin } if *renew_at <= now => {
                     *renew_at = now + complete;
-                    out.push(Action::DshtPut {
-                        key: *key,
-                        value: pointer.clone(),
-                        ttl_secs: self.config.complete_pointer_ttl_secs,
-                    });
+                    due.push((*key, self.config.complete_pointer_ttl_secs, *pin));
                 }
                 _ => {}
             }
+        }
+        for (key, ttl_secs, pin) in due {
+            self.put_pointer(key, ttl_secs, pin, out);
         }
     }
 }
@@ -1389,6 +1419,63 @@ mod tests {
             }]
         );
         assert!(!p.is_cached(&k));
+    }
+
+    #[test]
+    fn the_origin_fetcher_pins_its_pointer_and_renews_the_pin_issue_24() {
+        let k = Id::from_url("http://x.com/pinned");
+        let pin = |ttl_secs| Action::DshtPin {
+            key: k,
+            value: Value::from_addr(me()),
+            ttl_secs,
+        };
+        let mut p = FetchPolicy::new(FetchConfig::default(), me());
+        let mut out = Vec::new();
+        p.request(Time::ZERO, k, &mut out);
+        p.on_get(Time::ZERO, k, &[], None, &mut out);
+        p.on_claim(Time::ZERO, k, true, &[], &mut out);
+        assert!(!out.contains(&pin(20)), "the claim stored it already");
+        out.clear();
+        // While fetching, the pin is renewed with the 20 s pointer.
+        p.tick(Time::ZERO + Duration::from_secs(15), &mut out);
+        assert!(out.contains(&pin(20)), "{out:?}");
+        out.clear();
+        p.on_fetched(Time::ZERO + Duration::from_secs(16), k, true, &mut out);
+        assert!(out.contains(&pin(3600)), "{out:?}");
+        out.clear();
+        p.tick(Time::ZERO + Duration::from_secs(16 + 2700), &mut out);
+        assert!(
+            out.contains(&pin(3600)),
+            "renewed with the 1 h pointer: {out:?}"
+        );
+
+        // A proxy that fetched from a peer puts its pointer, but pins nothing.
+        let mut q = FetchPolicy::new(FetchConfig::default(), peer(2));
+        out.clear();
+        q.request(Time::ZERO, k, &mut out);
+        q.on_get(Time::ZERO, k, &[Value::from_addr(me())], Some(1), &mut out);
+        q.on_fetched(Time::ZERO, k, true, &mut out);
+        q.tick(Time::ZERO + Duration::from_secs(7200), &mut out);
+        assert!(
+            !out.iter().any(|a| matches!(a, Action::DshtPin { .. })),
+            "{out:?}"
+        );
+
+        // Without claims (the paper's behaviour), nobody pins.
+        let config = FetchConfig {
+            claim_before_origin: false,
+            ..FetchConfig::default()
+        };
+        let mut r = FetchPolicy::new(config, me());
+        out.clear();
+        r.request(Time::ZERO, k, &mut out);
+        r.on_get(Time::ZERO, k, &[], None, &mut out);
+        r.on_fetched(Time::ZERO, k, true, &mut out);
+        r.tick(Time::ZERO + Duration::from_secs(7200), &mut out);
+        assert!(
+            !out.iter().any(|a| matches!(a, Action::DshtPin { .. })),
+            "{out:?}"
+        );
     }
 
     /// Issue 26 item 1: what `judge` makes of an origin's error answers.

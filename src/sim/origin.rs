@@ -54,6 +54,14 @@ pub struct OriginParams {
     pub claim: bool,
     /// The seed.
     pub seed: u64,
+    /// Nodes that fail during the crowd (issue 24: the crowd survives node
+    /// failure), each crashing (no goodbye: its DSHT node, proxy and client
+    /// stop at once) at a random time in the first `failure_window_secs` of
+    /// client load. Their pointers stay in the DSHT until their TTLs run
+    /// out; a peer fetching from one is cut off and tries its next source.
+    pub failures: usize,
+    /// The span, from the clients' start, over which the failures fall.
+    pub failure_window_secs: u64,
 }
 
 impl Default for OriginParams {
@@ -71,6 +79,8 @@ impl Default for OriginParams {
             formation_minutes: 30,
             claim: true,
             seed: 1,
+            failures: 0,
+            failure_window_secs: 300,
         }
     }
 }
@@ -110,6 +120,10 @@ pub struct OriginReport {
     /// Nodes per cluster when the clients started, per non-global level,
     /// largest first: the clusters the nodes formed.
     pub cluster_sizes: Vec<Vec<usize>>,
+    /// Nodes that failed during the crowd, in the order they failed.
+    pub failed_nodes: Vec<usize>,
+    /// Origin fetches per object (index = object).
+    pub origin_fetches_per_object: Vec<u64>,
 }
 
 impl OriginReport {
@@ -120,7 +134,10 @@ impl OriginReport {
         if failures > 0 {
             failed.push(format!("{failures} requests failed on a healthy network"));
         }
-        if self.params.claim && self.origin_fetches != self.unique_objects as u64 {
+        if self.params.claim
+            && self.params.failures == 0
+            && self.origin_fetches != self.unique_objects as u64
+        {
             failed.push(format!(
                 "{} origin fetches for {} objects with claims on (test-and-set must make it one each)",
                 self.origin_fetches, self.unique_objects
@@ -146,6 +163,8 @@ enum AppEvent {
     },
     /// Renew pointers.
     Tick,
+    /// Node `node` fails.
+    Crash { node: usize },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,6 +188,7 @@ struct World<L: Links> {
     next_fetch: u64,
     origin_free_at: Time,
     origin_fetches: u64,
+    origin_fetches_per_object: Vec<u64>,
     per_minute: Vec<MinuteCounts>,
     start: Time,
     requested: Vec<bool>,
@@ -240,6 +260,14 @@ impl<L: Links> World<L> {
                         .with_node(n, |node, now| node.claim(now, key, value, ttl_secs));
                     self.ops.insert((n, op), Pending::Claim);
                 }
+                Action::DshtPin {
+                    key,
+                    value,
+                    ttl_secs,
+                } => {
+                    self.sim
+                        .with_node(n, |node, now| node.pin(now, key, value, ttl_secs));
+                }
                 Action::DshtPut {
                     key,
                     value,
@@ -251,6 +279,7 @@ impl<L: Links> World<L> {
                 Action::FetchOrigin { key } => {
                     let obj = self.object_of(&key);
                     self.origin_fetches += 1;
+                    self.origin_fetches_per_object[obj] += 1;
                     let link = Duration::from_micros(
                         self.params.object_bytes * 8 * 1000
                             / self.params.origin_kbit_per_sec.max(1),
@@ -333,6 +362,9 @@ impl<L: Links> World<L> {
     fn handle_dsht_events(&mut self) {
         let now = self.sim.now();
         for (n, e) in self.sim.take_events() {
+            if !self.sim.is_alive(n) {
+                continue;
+            }
             match e {
                 Event::GetDone {
                     op,
@@ -439,6 +471,7 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
         next_fetch: 0,
         origin_free_at: start,
         origin_fetches: 0,
+        origin_fetches_per_object: vec![0; params.objects],
         per_minute: Vec::new(),
         start,
         requested: vec![false; params.objects],
@@ -452,6 +485,17 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
         w.push(start + delay, AppEvent::Page { node });
     }
     w.push(start + Duration::from_secs(1), AppEvent::Tick);
+    // The failures draw from a generator of their own, so that a run
+    // without them is the run it always was.
+    let mut fail_rng = Rng::new(params.seed ^ 0x6661_696c);
+    let mut doomed: Vec<usize> = (0..n).collect();
+    fail_rng.shuffle(&mut doomed);
+    for &node in doomed.iter().take(params.failures.min(n.saturating_sub(1))) {
+        let at =
+            Duration::from_micros(fail_rng.below(params.failure_window_secs.max(1) * 1_000_000));
+        w.push(start + at, AppEvent::Crash { node });
+    }
+    let mut failed_nodes = Vec::new();
     let end = start + Duration::from_secs(60 * u64::from(params.minutes));
     let page_period = Duration::from_micros((3.0 / params.client_rate.max(1e-6) * 1e6) as u64);
     let pages = params.objects.div_ceil(3).max(1);
@@ -474,6 +518,7 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
             break;
         };
         match e {
+            AppEvent::Page { node } if !w.sim.is_alive(node) => {}
             AppEvent::Page { node } => {
                 let page = rng.below(pages as u64) as usize;
                 for obj in (page * 3)..((page * 3 + 3).min(params.objects)) {
@@ -493,8 +538,9 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
                 ok,
                 fetch,
             } => {
-                // Only the current fetch of this object at this node counts, once.
-                if w.fetches.get(&(node, obj)) != Some(&fetch) {
+                // Only the current fetch of this object at this node counts,
+                // once, and only while the node runs.
+                if w.fetches.get(&(node, obj)) != Some(&fetch) || !w.sim.is_alive(node) {
                     continue;
                 }
                 w.fetches.remove(&(node, obj));
@@ -520,8 +566,37 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
                     }
                 }
             }
+            AppEvent::Crash { node } => {
+                w.sim.crash(node);
+                failed_nodes.push(node);
+                // Peers streaming from its copies are cut off (a reset
+                // reaches them a one-way delay later).
+                let cut: Vec<(usize, usize)> = w
+                    .cut_through
+                    .keys()
+                    .filter(|k| k.0 == node)
+                    .copied()
+                    .collect();
+                for k in cut {
+                    for (m, fetch) in w.cut_through.remove(&k).unwrap_or_default() {
+                        let t = at + w.sim.links().one_way(node, m);
+                        w.push(
+                            t,
+                            AppEvent::Fetched {
+                                node: m,
+                                obj: k.1,
+                                ok: false,
+                                fetch,
+                            },
+                        );
+                    }
+                }
+            }
             AppEvent::Tick => {
                 for node in 0..n {
+                    if !w.sim.is_alive(node) {
+                        continue;
+                    }
                     let mut out = std::mem::take(&mut w.actions);
                     w.policies[node].tick(at, &mut out);
                     w.actions = out;
@@ -541,6 +616,8 @@ pub fn run<L: Links>(params: &OriginParams, links: L) -> OriginReport {
         get_latencies_ms: w.latencies,
         requests,
         cluster_sizes,
+        failed_nodes,
+        origin_fetches_per_object: w.origin_fetches_per_object,
     }
 }
 

@@ -359,6 +359,21 @@ impl ProxyCore {
                     })
                     .detach();
                 }
+                Action::DshtPin {
+                    key,
+                    value,
+                    ttl_secs,
+                } => {
+                    // Issue 24 item 2: the origin fetcher keeps its pointer
+                    // at the key's closest node, where claims look.
+                    let pc = self.clone();
+                    glommio::spawn_local(async move {
+                        pc.shard
+                            .dsht_start(|n, now| n.pin(now, key, value, ttl_secs))
+                            .await;
+                    })
+                    .detach();
+                }
                 Action::FetchPeer { key, addr } => {
                     self.stats
                         .peer_fetches
@@ -1352,6 +1367,12 @@ impl ProxyCore {
         let mut kept: Option<std::collections::HashSet<Id>> = None;
         let mut keep = Vec::with_capacity(out.len());
         for a in out {
+            // A pin follows its pointer's put: not for an object forgotten.
+            if let Action::DshtPin { key, .. } = &a {
+                if !self.fetch.policy.borrow().tracks(key) {
+                    continue;
+                }
+            }
             if let Action::DshtPut { key, ttl_secs, .. } = &a {
                 let pending = self.fetch.jobs.borrow().contains_key(key);
                 if !pending {

@@ -6,7 +6,7 @@ use std::cmp::Reverse;
 
 use crate::dsht::id::{Id, Key};
 use crate::dsht::lookup::{Lookup, ProbeReply, Step};
-use crate::dsht::store::StoreOutcome;
+use crate::dsht::store::{Source, StoreOutcome};
 use crate::dsht::wire::{Body, Contact, Values, TOKEN_BYTES};
 use crate::time::{Duration, Time};
 
@@ -142,6 +142,7 @@ impl Node {
                         loaded: true,
                         full: true,
                         token: [0; TOKEN_BYTES],
+                        holds: true,
                     },
                 );
                 Flow::Again
@@ -164,14 +165,18 @@ impl Node {
             }
             Step::Done { .. } => {
                 let stack = if o.kind == OpKind::Claim {
-                    claim_stack(lookup, self.id)
+                    let local_holds = self.levels[0].store.has_values(&o.key, now);
+                    claim_stack(lookup, self.id, Some(local_holds))
+                } else if o.kind == OpKind::Pin {
+                    claim_stack(lookup, self.id, None)
                 } else {
                     put_stack(lookup, std::mem::take(stack), stop)
                 };
                 o.phase = Phase::Reverse {
                     stack,
-                    stopped_at_loaded: o.kind != OpKind::Claim && stop,
+                    stopped_at_loaded: !o.kind.goes_to_closest() && stop,
                     waiting: None,
+                    at_holder: false,
                 };
                 Flow::Again
             }
@@ -182,14 +187,20 @@ impl Node {
     /// stack (the node closest to the key first), locally or by RPC, until
     /// a store succeeds or the stack is empty.
     fn step_reverse(&mut self, op: u64, now: Time, o: &mut Op) -> Flow {
-        let Phase::Reverse { stack, waiting, .. } = &mut o.phase else {
+        let Phase::Reverse {
+            stack,
+            waiting,
+            at_holder,
+            ..
+        } = &mut o.phase
+        else {
             unreachable!("drive steps a reverse phase only in Phase::Reverse");
         };
         if waiting.is_some() {
             return Flow::Wait;
         }
         let Some(top) = stack.pop() else {
-            if o.kind == OpKind::Claim {
+            if o.kind.goes_to_closest() {
                 return Flow::ClaimDone {
                     claimed: false,
                     values: Values::new(),
@@ -198,14 +209,33 @@ impl Node {
             return Flow::PutLevelDone(None);
         };
         match top.at {
+            StoredAt::Local if o.kind == OpKind::Pin => {
+                let ttl = Duration::from_secs(u64::from(o.ttl_secs));
+                let outcome =
+                    self.levels[o.level as usize]
+                        .store
+                        .store(&o.key, o.value.clone(), ttl, now);
+                if outcome.is_stored() || stack.is_empty() {
+                    return Flow::ClaimDone {
+                        claimed: outcome.is_stored(),
+                        values: Values::new(),
+                    };
+                }
+                // Full here: the next closest.
+                Flow::Again
+            }
             StoredAt::Local if o.kind == OpKind::Claim => {
                 let store = &mut self.levels[o.level as usize].store;
-                let (claimed, values) = if store.has_values(&o.key, now) {
+                let (claimed, values) = if store.holds_other_than(&o.key, now, Source::Local) {
                     let v = store.get(&o.key, now, self.hot.get_values_max, &mut self.rng);
                     (false, v)
                 } else {
                     let ttl = Duration::from_secs(u64::from(o.ttl_secs));
                     let outcome = store.store(&o.key, o.value.clone(), ttl, now);
+                    if top.holder && !stack.is_empty() {
+                        // It held only our own value: on to the closest.
+                        return Flow::Again;
+                    }
                     (outcome.is_stored(), Values::new())
                 };
                 Flow::ClaimDone { claimed, values }
@@ -234,6 +264,7 @@ impl Node {
                     token: top.token,
                     value: o.value.clone(),
                 };
+                *at_holder = top.holder && !stack.is_empty();
                 *waiting = self.send_request(
                     now,
                     c.addr,
@@ -328,7 +359,7 @@ impl Node {
                     },
                 );
             }
-            OpKind::Claim => self.finish_claim(op, o, now, false, Values::new()),
+            OpKind::Claim | OpKind::Pin => self.finish_claim(op, o, now, false, Values::new()),
             OpKind::Refresh => {}
         }
     }
@@ -412,8 +443,12 @@ enum Flow {
 
 /// A claim's reverse stack: a test-and-set goes to the closest node (the one
 /// every claimer agrees on), the local node `local` included; farther ones
-/// only if it does not answer. Popped closest first.
-fn claim_stack(lookup: &Lookup, local: Id) -> Vec<StackEntry> {
+/// only if it does not answer. Popped closest first, except that the
+/// closest node that said it holds values under the key (`holds`) is tried
+/// before all: it answers the test-and-set with them (issue 24 item 2).
+/// `local_holds`: whether the local node holds values, for a claim; `None`
+/// for a pin, which stores at the closest node whatever it holds.
+fn claim_stack(lookup: &Lookup, local: Id, local_holds: Option<bool>) -> Vec<StackEntry> {
     let key = lookup.key();
     let mut entries: Vec<StackEntry> = lookup
         .answered_by_distance()
@@ -422,12 +457,14 @@ fn claim_stack(lookup: &Lookup, local: Id) -> Vec<StackEntry> {
             Some(StackEntry {
                 at: StoredAt::Remote(c.contact),
                 token: c.probe?.token,
+                holder: false,
             })
         })
         .collect();
     entries.push(StackEntry {
         at: StoredAt::Local,
         token: [0; TOKEN_BYTES],
+        holder: false,
     });
     entries.sort_by_key(|e| {
         Reverse(match e.at {
@@ -435,6 +472,27 @@ fn claim_stack(lookup: &Lookup, local: Id) -> Vec<StackEntry> {
             StoredAt::Local => local.distance(&key),
         })
     });
+    let Some(local_holds) = local_holds else {
+        return entries;
+    };
+    let holder = lookup
+        .answered_by_distance()
+        .into_iter()
+        .filter(|c| c.probe.is_some_and(|p| p.holds))
+        .map(|c| c.contact.id.distance(&key))
+        .chain(local_holds.then(|| local.distance(&key)))
+        .min();
+    if let Some(d) = holder {
+        let at = entries.iter().position(|e| match e.at {
+            StoredAt::Remote(c) => c.id.distance(&key) == d,
+            StoredAt::Local => local.distance(&key) == d,
+        });
+        if let Some(at) = at.filter(|&at| at + 1 < entries.len()) {
+            let mut e = entries.remove(at);
+            e.holder = true;
+            entries.push(e);
+        }
+    }
     entries
 }
 
@@ -452,6 +510,7 @@ fn put_stack(lookup: &Lookup, mut stack: Vec<StackEntry>, stopped: bool) -> Vec<
             (!p.full_and_loaded && !p.full).then_some(StackEntry {
                 at: StoredAt::Remote(c.contact),
                 token: p.token,
+                holder: false,
             })
         })
         .collect();

@@ -5,6 +5,7 @@
 use smallvec::SmallVec;
 
 use crate::dsht::id::{Id, Key};
+use crate::dsht::limits::CLAIM_BREADTH_NODES;
 use crate::dsht::lookup::Lookup;
 use crate::dsht::wire::{Body, Contact, Token, Value, Values, TOKEN_BYTES};
 use crate::time::{Duration, Time};
@@ -18,6 +19,10 @@ use super::{Event, Level, Node, OpId, PutLevel, StoredAt};
 pub(super) struct StackEntry {
     pub(super) at: StoredAt,
     pub(super) token: Token,
+    /// A claim's first try at the closest node holding values, ahead of the
+    /// closest node: one holding only the claimer's own value refreshes it
+    /// and the claim goes on to the closest node.
+    pub(super) holder: bool,
 }
 
 pub(super) enum Phase {
@@ -35,6 +40,8 @@ pub(super) enum Phase {
         stack: Vec<StackEntry>,
         stopped_at_loaded: bool,
         waiting: Option<u32>,
+        /// The store `waiting` for went to a claim's holder entry.
+        at_holder: bool,
     },
 }
 
@@ -43,7 +50,17 @@ pub(super) enum OpKind {
     Get,
     Put,
     Claim,
+    /// A store at the key's closest node, whatever it holds ([`Node::pin`]).
+    Pin,
     Refresh,
+}
+
+impl OpKind {
+    /// Whether the operation walks to the key's closest node, ignoring
+    /// sloppiness, and stores there (a claim or a pin).
+    pub(super) fn goes_to_closest(self) -> bool {
+        matches!(self, OpKind::Claim | OpKind::Pin)
+    }
 }
 
 pub(super) struct Op {
@@ -147,11 +164,46 @@ impl Node {
 
     /// A test-and-set put at the global level (NSDI 2004 §8, "Multi-cast
     /// Tree Formation"): walks to the key's closest node, ignoring
-    /// sloppiness, and stores `value` there only if it holds no value yet;
-    /// otherwise returns the values it holds. Proxies use it before going to
-    /// the origin, so that a flash crowd's simultaneous first requests make
-    /// one origin fetch, not several.
+    /// sloppiness, and stores `value` there only if it holds no value from
+    /// another source yet; otherwise returns the values it holds. Proxies
+    /// use it before going to the origin, so that a flash crowd's
+    /// simultaneous first requests make one origin fetch, not several.
+    ///
+    /// The walk asks the [`CLAIM_BREADTH_NODES`] closest nodes it finds, not
+    /// only the closest (issue 24 item 2): a pointer put sloppily (stopped
+    /// at a loaded node short of the closest), or left behind when a node
+    /// closer to the key joined, sits among them, and the claim loses to it
+    /// (the test-and-set goes to the closest node holding values, which
+    /// answers with them). A claim by the source of the values there
+    /// refreshes its own: that is how a proxy keeps its pointer at the
+    /// closest node ([`Node::claim`] again, a *pin*).
+    ///
+    /// [`CLAIM_BREADTH_NODES`]: crate::dsht::limits::CLAIM_BREADTH_NODES
     pub fn claim(&mut self, now: Time, key: Key, value: Value, ttl_secs: u32) -> OpId {
+        self.closest_op(now, OpKind::Claim, key, value, ttl_secs)
+    }
+
+    /// Stores `value` under `key` at the key's closest node at the global
+    /// level (the node claims test), whatever values it holds, or at the
+    /// next closest if it is full: the proxy that fetched an object from
+    /// the origin keeps its pointer where every later claim looks (issue 24
+    /// item 2). Sloppy puts may stop short of that node (a loaded node on
+    /// the way, §4.2, or a loaded higher level, §4.3), and a claim's value
+    /// lasts only the fetching pointer's TTL. Reported as a
+    /// [`Event::ClaimDone`] whose `claimed` says whether it stored.
+    pub fn pin(&mut self, now: Time, key: Key, value: Value, ttl_secs: u32) -> OpId {
+        self.closest_op(now, OpKind::Pin, key, value, ttl_secs)
+    }
+
+    /// A claim or a pin: a walk to the key's closest node at level 0.
+    fn closest_op(
+        &mut self,
+        now: Time,
+        kind: OpKind,
+        key: Key,
+        value: Value,
+        ttl_secs: u32,
+    ) -> OpId {
         let ttl_secs = ttl_secs.min(self.hot.ttl_max_secs).max(1);
         let op = self.alloc_op(None);
         if value.0.len() > self.hot.value_bytes_max || self.ops.len() >= self.hot.operations_max {
@@ -169,10 +221,15 @@ impl Node {
             return OpId(op);
         }
         let lookup = self.new_lookup(key, 0, self.id);
+        let lookup = if kind == OpKind::Claim {
+            lookup.with_breadth(CLAIM_BREADTH_NODES)
+        } else {
+            lookup
+        };
         self.start_op(
             now,
             op,
-            OpKind::Claim,
+            kind,
             key,
             0,
             SmallVec::new(),
@@ -320,11 +377,13 @@ impl Node {
                 stack: Vec::new(),
                 stopped_at_loaded: true,
                 waiting: None,
+                at_holder: false,
             };
         }
         let stack = vec![StackEntry {
             at: StoredAt::Local,
             token: [0; TOKEN_BYTES],
+            holder: false,
         }];
         Phase::Forward {
             // One probe per node per walk (a claim, not a put, re-asks).

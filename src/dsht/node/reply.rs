@@ -219,7 +219,7 @@ impl Node {
         let ttl_secs = o.ttl_secs;
         let l_max = self.hot.values_per_key_max;
         // A claim walks to the closest node whatever the load on the way.
-        let claiming = o.kind == OpKind::Claim;
+        let claiming = o.kind.goes_to_closest();
         match (&mut o.phase, body) {
             (
                 Phase::Walk(lookup),
@@ -259,6 +259,7 @@ impl Node {
                     loaded: !claiming && loaded,
                     full: !claiming && full,
                     token,
+                    holds: value_count > 0,
                 };
                 if probe.full_and_loaded {
                     let jitter = self.rng.next_u64();
@@ -271,15 +272,25 @@ impl Node {
                 }
                 lookup.on_answer(&from.id, Some(probe), &contacts);
             }
-            (Phase::Reverse { waiting, .. }, Body::StoreReply { stored, values, .. })
-                if *waiting == Some(txid) =>
-            {
+            (
+                Phase::Reverse {
+                    waiting, at_holder, ..
+                },
+                Body::StoreReply { stored, values, .. },
+            ) if *waiting == Some(txid) => {
                 *waiting = None;
-                if o.kind == OpKind::Claim && (stored || !values.is_empty()) {
+                let holder = std::mem::take(at_holder);
+                if o.kind == OpKind::Claim && stored && holder {
+                    // The holder held only our own value (now refreshed):
+                    // on to the closest node.
+                } else if o.kind == OpKind::Claim && (stored || !values.is_empty()) {
                     self.finish_claim(op, o, now, stored, values);
                     return;
+                } else if o.kind == OpKind::Pin && stored {
+                    self.finish_claim(op, o, now, true, Values::new());
+                    return;
                 }
-                if stored {
+                if stored && !o.kind.goes_to_closest() {
                     self.ops.insert(op, o);
                     self.finish_put_level(op, now, Some(StoredAt::Remote(from)));
                     return;

@@ -195,8 +195,13 @@ impl Node {
                 stored: false,
                 values: Values::new(),
             }
-        } else if if_absent && self.levels[l].store.has_values(&key, now) {
-            // Test-and-set lost: here is who got there first.
+        } else if if_absent
+            && self.levels[l]
+                .store
+                .holds_other_than(&key, now, self.source_of(from))
+        {
+            // Test-and-set lost: here is who got there first. (The
+            // claimer's own value is no one else's: a claim refreshes it.)
             let values =
                 self.levels[l]
                     .store
@@ -208,11 +213,7 @@ impl Node {
             }
         } else {
             let ttl = Duration::from_secs(u64::from(ttl_secs.min(self.hot.ttl_max_secs)));
-            let source = if self.hot.id_includes_port {
-                Source::Remote(from)
-            } else {
-                Source::Remote(SocketAddr::new(from.ip(), 0))
-            };
+            let source = self.source_of(from);
             let outcome = self.levels[l]
                 .store
                 .store_from(&key, value, ttl, now, source);
@@ -223,6 +224,16 @@ impl Node {
                 stored: outcome.is_stored(),
                 values: Values::new(),
             }
+        }
+    }
+
+    /// Whose values a store from `from` makes: its address, or only its IP
+    /// where the IP names a node.
+    fn source_of(&self, from: SocketAddr) -> Source {
+        if self.hot.id_includes_port {
+            Source::Remote(from)
+        } else {
+            Source::Remote(SocketAddr::new(from.ip(), 0))
         }
     }
 
