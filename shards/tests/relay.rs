@@ -280,8 +280,19 @@ fn issue_22_6_reflected_client_fields_never_change_what_a_clean_client_receives(
         assert!(field(&h, "via").contains("coral"), "{h}");
     }
     // A field the response varies on reaches the origin once its Vary is
-    // known, and only then: each language its own stored variant.
+    // known (learned from the host's first answer, which was the client's
+    // alone and not stored), and only then: each language its own stored
+    // variant.
     let lang = coralized("www.origin.test", 8080, "/lang");
+    let first = node.curl(&lang, &["-H", "Accept-Language: fr"]);
+    assert!(
+        String::from_utf8_lossy(&first.body).contains("accept-language=\n"),
+        "{first:?}"
+    );
+    assert!(
+        !first.header("cache-status").contains("stored"),
+        "{first:?}"
+    );
     let fr = node.curl(&lang, &["-H", "Accept-Language: fr"]);
     assert!(
         String::from_utf8_lossy(&fr.body).contains("accept-language=fr\n"),

@@ -203,6 +203,8 @@ pub struct Lookup {
     found_stale: bool,
     /// The fill kept that stale copy: the origin failed.
     kept_stale: bool,
+    /// The owning core asked for a second fill ([`Lookup::refill`]).
+    refilled: bool,
 }
 
 impl Lookup {
@@ -216,6 +218,7 @@ impl Lookup {
             peer: None,
             found_stale: false,
             kept_stale: false,
+            refilled: false,
         }
     }
 
@@ -229,6 +232,19 @@ impl Lookup {
     /// the next look needs no call.)
     pub fn filled(&mut self, peer: Option<Level>) {
         self.peer = peer;
+    }
+
+    /// The owning core's fetch answered another request, whose fields its
+    /// key did not account for (`keyed::check_key`): this request may be
+    /// filled once more, as the host's learned fields now say. False when
+    /// it was refilled before (the request then passes).
+    pub fn refill(&mut self) -> bool {
+        if self.refilled {
+            return false;
+        }
+        self.refilled = true;
+        self.asked = false;
+        true
     }
 
     /// The owning core's fetch failed and kept the stale copy found on the

@@ -458,58 +458,42 @@ impl ProxyCore {
             extra = policy::revalidation_headers(&s.head);
         }
         // Issue 22 item 6: only allowlisted client fields go upstream, and
-        // to fill the cache only those the URL's known `Vary` keys.
-        let mut vary_of = self.known_vary(&key, &job.url_key, old.as_ref().map(|(_, s)| &s.head));
+        // to fill the cache only those the URL's known `Vary` keys (or, for
+        // a URL not stored yet, those its host's answers were seen to vary
+        // on: `keyed::LearnedVary`).
+        let origin_host = job.origin.to_string();
+        let vary_of = self
+            .known_vary(&key, &job.url_key, old.as_ref().map(|(_, s)| &s.head))
+            .or_else(|| {
+                self.learned_vary
+                    .borrow()
+                    .vary_of(&origin_host, &job.url_key)
+            });
         let no_pool = upstream::Pool::default();
         let pool = if peer.is_some() { &no_pool } else { &self.pool };
-        let mut attempts = 0;
-        let (sent, resp) = loop {
-            attempts += 1;
-            let sent = keyed::upstream_view(
-                &job.request,
-                match peer {
-                    Some(_) => Upstream::Peer,
-                    None => Upstream::Fill {
-                        vary: vary_of.as_ref(),
-                    },
+        let sent = keyed::upstream_view(
+            &job.request,
+            match peer {
+                Some(_) => Upstream::Peer,
+                None => Upstream::Fill {
+                    vary: vary_of.as_ref(),
                 },
-                &self.cfg.forward_request_fields,
-            );
-            let mut req = Vec::with_capacity(1024);
-            policy::upstream_request(&sent, &job.origin, peer.is_some(), &extra, &mut req);
-            let resp =
-                match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
-                        if peer.is_none() {
-                            self.stats.origin_error(e.reason());
-                        }
-                        self.fetch_failed(&key, e.fail());
-                        return self.stale_or_failed(&key, peer, old.as_ref());
-                    }
-                };
-            // The first request for a URL went without the keyed fields
-            // (its Vary unknown); an answer varying on one the client sent
-            // is not the client's variant: asked again, once, with it.
-            if attempts == 1
-                && peer.is_none()
-                && vary_of.is_none()
-                && keyed::refetch_with_vary(&resp.head.headers, &job.request, &sent)
-            {
-                let mut v = Headers::new();
-                for x in resp.head.headers.get_all("vary") {
-                    v.insert("vary", x);
+            },
+            &self.cfg.forward_request_fields,
+        );
+        let mut req = Vec::with_capacity(1024);
+        policy::upstream_request(&sent, &job.origin, peer.is_some(), &extra, &mut req);
+        let resp = match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
+                if peer.is_none() {
+                    self.stats.origin_error(e.reason());
                 }
-                vary_of = Some(v);
-                // Its body is not read: the connection closes.
-                drop(resp);
-                self.stats
-                    .origin_fetches
-                    .set(self.stats.origin_fetches.get() + 1);
-                continue;
+                self.fetch_failed(&key, e.fail());
+                return self.stale_or_failed(&key, peer, old.as_ref());
             }
-            break (sent, resp);
         };
         if let Some(fail) = fetch::origin_error(peer.is_some(), resp.head.status) {
             self.stats.origin_error("status_5xx");
@@ -527,6 +511,30 @@ impl ProxyCore {
         });
         let resp_head_of_304 = resp.head.clone();
         let fresh = match verdict {
+            Verdict::Store(fresh) if peer.is_none() => {
+                // Stored only when its key accounts for exactly the client
+                // fields the origin saw; otherwise relayed to the request
+                // that made it, and the host's learned fields corrected
+                // (`coral::proxy::keyed::check_key`).
+                let check = keyed::check_key(
+                    &resp.head.headers,
+                    &job.request,
+                    &sent,
+                    &self.cfg.forward_request_fields,
+                );
+                self.learned_vary.borrow_mut().apply(
+                    &origin_host,
+                    job.url_key,
+                    &resp.head.headers,
+                    &check,
+                );
+                if !check.storable() {
+                    tracing::debug!(%key, ?check, "answer not keyed as sent: relayed, not stored");
+                    self.pass_once(&key, resp);
+                    return Outcome::Failed;
+                }
+                fresh
+            }
             Verdict::Store(fresh) => fresh,
             Verdict::Revalidated { fresh_until_secs } => {
                 // The stored body stands, with new freshness and the 304's
@@ -733,6 +741,21 @@ impl ProxyCore {
         }
         for w in waiters {
             self.answer(w, MissAnswer::Uncacheable);
+        }
+    }
+
+    /// An answer whose key does not account for what reached the origin:
+    /// the request that made this fetch gets it, to relay on its own core
+    /// (not remembered as uncacheable: the next request, sent as the host's
+    /// learned fields now say, may store it); every other waiter looks up
+    /// and fills again (once).
+    fn pass_once(&self, key: &Id, resp: upstream::Response) {
+        let mut waiters = self.take_waiters(key).into_iter();
+        if let Some(first) = waiters.next() {
+            self.answer(first, MissAnswer::PassOnce(Box::new(resp.hand_over())));
+        }
+        for w in waiters {
+            self.answer(w, MissAnswer::Refill);
         }
     }
 

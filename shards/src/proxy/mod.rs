@@ -109,6 +109,13 @@ pub enum MissAnswer {
     /// the one that fetched it: here it is, its head read, to relay to this
     /// client alone (one client request, one origin request).
     Pass(Box<upstream::Handover>),
+    /// The origin's answer may not be stored under the key it makes (its
+    /// `Vary` does not account for what was sent: `keyed::check_key`), and
+    /// this client's request made it: relay it to this client alone, and
+    /// do not remember the object as uncacheable.
+    PassOnce(Box<upstream::Handover>),
+    /// That answer went to another request: look up and fill again.
+    Refill,
     /// Answer the client with this error.
     Error(Fail),
     /// The origin's own error answer, not stored: relay it as it is (issue
@@ -287,6 +294,9 @@ pub struct ProxyCore {
     variants: RefCell<coral::proxy::vary::VariantBudget>,
     /// Objects recently found uncacheable: fetched for their client alone.
     passes: RefCell<coral::proxy::pass::PassMemory>,
+    /// Per origin host, the request fields its answers vary on: sent with
+    /// a URL's first fill (`coral::proxy::keyed::LearnedVary`).
+    learned_vary: RefCell<coral::proxy::keyed::LearnedVary>,
     /// Client connections, each in a phase since a tick, or busy: the
     /// deadline sweep (`server::deadline_sweep`) closes those past their
     /// phase's deadline, the accept loop evicts from it at the cap.
@@ -361,6 +371,9 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         )),
         passes: RefCell::new(coral::proxy::pass::PassMemory::new(
             coral::dsht::id::keyed_hasher(&secret, "hit-for-pass"),
+        )),
+        learned_vary: RefCell::new(coral::proxy::keyed::LearnedVary::new(
+            coral::dsht::id::keyed_hasher(&secret, "learned vary"),
         )),
         idle: RefCell::new(coral::proxy::idle::ConnTable::new()),
         ready: match ready::Readiness::new() {

@@ -595,6 +595,18 @@ impl<'a> Conn<'a> {
                     let resp = answer.resume();
                     return self.relay(req, &route.origin, Forward::UriMiss, resp).await;
                 }
+                MissAnswer::PassOnce(answer) => {
+                    let resp = answer.resume();
+                    return self.relay(req, &route.origin, Forward::UriMiss, resp).await;
+                }
+                MissAnswer::Refill => {
+                    if !way.refill() {
+                        // Filled twice already: this client's answer alone.
+                        return self
+                            .pass_through(req, &route.origin, Forward::UriMiss)
+                            .await;
+                    }
+                }
                 MissAnswer::Error(fail) => {
                     return self.refuse(&Refusal::failed(fail, req.keep_alive)).await;
                 }
