@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{coralized, temp_dir, Answer, Node};
+use common::{coralized, curl, temp_dir, wait_until, Answer, Node};
 
 /// What the scripted origin answers: the response's bytes, or `None` to close
 /// the connection without answering.
@@ -517,4 +517,61 @@ fn issue_26_vary_learned_per_host_saves_origin_requests_and_cannot_poison() {
         assert_eq!(field(h, "x-forwarded-host"), "", "{h}");
         assert_eq!(field(h, "cookie"), "", "{h}");
     }
+}
+
+/// RFC 9211 §2.5: requests queued for a fill before its first byte joined
+/// another request's forward: `collapsed`; the request whose fill it was is
+/// not; the origin is asked once.
+#[test]
+fn rfc9211_2_5_requests_queued_before_the_first_byte_are_collapsed() {
+    let dir = temp_dir("caching-collapsed");
+    let gate = Arc::new(AtomicBool::new(false));
+    let open = gate.clone();
+    let origin = Origin::start("127.46.8.100:8080", move |_, _| {
+        // Holds the answer until the test has queued its requests.
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while !open.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        ok("Cache-Control: max-age=600\r\n", "slow")
+    });
+    let node = Node::on("127.46.8.1")
+        .proxy(&dir.path().join("cache"))
+        .origin("127.46.8.100")
+        .config_text("[proxy]\nfirst_byte_timeout_ms = 40000\n")
+        .start();
+    let u = url("/slow");
+    let ask = |u: String| std::thread::spawn(move || curl("127.46.8.1", &u, &[]));
+    let first = ask(u.clone());
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        (origin.requests("/slow") == 1)
+            .then_some(())
+            .ok_or_else(|| "no origin request".to_string())
+    });
+    let queued: Vec<_> = (0..4).map(|_| ask(u.clone())).collect();
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        let misses = node.status_json()["proxy"]["misses"].as_u64().unwrap_or(0);
+        (misses >= 5)
+            .then_some(())
+            .ok_or(format!("{misses} misses"))
+    });
+    gate.store(true, Ordering::SeqCst);
+    let first = first.join().unwrap();
+    assert_eq!(first.body, b"slow");
+    let cs = first.header("cache-status");
+    assert!(
+        cs.contains("fwd=uri-miss; stored") && !cs.contains("collapsed"),
+        "{cs}"
+    );
+    for q in queued {
+        let a = q.join().unwrap();
+        assert_eq!(a.body, b"slow", "{a:?}");
+        let cs = a.header("cache-status");
+        assert!(
+            cs.contains("fwd=uri-miss") && cs.contains("collapsed"),
+            "{cs}"
+        );
+        assert!(!cs.contains("hit"), "{cs}");
+    }
+    assert_eq!(origin.requests("/slow"), 1);
 }

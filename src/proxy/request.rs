@@ -205,6 +205,8 @@ pub struct Lookup {
     kept_stale: bool,
     /// The owning core asked for a second fill ([`Lookup::refill`]).
     refilled: bool,
+    /// The fill was another request's fetch, joined ([`Lookup::filled`]).
+    collapsed: bool,
 }
 
 impl Lookup {
@@ -219,6 +221,7 @@ impl Lookup {
             found_stale: false,
             kept_stale: false,
             refilled: false,
+            collapsed: false,
         }
     }
 
@@ -228,10 +231,12 @@ impl Lookup {
     }
 
     /// The owning core filled the cache; the object came (or comes) from a
-    /// peer found at `peer`, if any. (After it kept a stale copy instead,
-    /// the next look needs no call.)
-    pub fn filled(&mut self, peer: Option<Level>) {
+    /// peer found at `peer`, if any; `collapsed`: by a fetch another
+    /// request started, which this one joined (RFC 9211 §2.5). (After it
+    /// kept a stale copy instead, the next look needs no call.)
+    pub fn filled(&mut self, peer: Option<Level>, collapsed: bool) {
         self.peer = peer;
+        self.collapsed = collapsed;
     }
 
     /// The owning core's fetch answered another request, whose fields its
@@ -330,12 +335,12 @@ impl Lookup {
     }
 
     /// The status of a copy being written (RFC 9211): this request's own
-    /// fill (`fwd`, `stored`), or another request's fetch it joined on its
-    /// first look (`fwd=uri-miss; collapsed`: not a hit, the copy was not
-    /// stored when it came).
+    /// fill (`fwd`, `stored`), or another request's fetch it joined — on its
+    /// first look, or queued for the fill before its first byte
+    /// (`collapsed`: not a hit, the copy was not stored when it came).
     fn arriving(&self) -> CacheStatus {
         let mut cs = CacheStatus::forward(self.fwd(), true);
-        cs.collapsed = !self.asked;
+        cs.collapsed = !self.asked || self.collapsed;
         cs.detail = self.peer.map(peer_detail);
         cs
     }
@@ -354,6 +359,7 @@ impl Lookup {
             return Serve::Copy(cs);
         }
         let mut cs = CacheStatus::forward(self.fwd(), true);
+        cs.collapsed = self.collapsed;
         cs.detail = self.peer.map(peer_detail);
         Serve::Copy(cs)
     }

@@ -52,6 +52,9 @@ struct JobState {
     /// the object's revalidation key (`coral::proxy::stale`), so that one
     /// node network-wide asks the origin and the others fetch from it.
     revalidation: bool,
+    /// The request that started the job (the first waiter) was answered:
+    /// every waiter left joined it (RFC 9211 `collapsed`).
+    creator_answered: bool,
 }
 
 /// The owning core's fetch state.
@@ -110,7 +113,8 @@ impl ProxyCore {
                 if js.writing {
                     let peer = js.peer;
                     drop(jobs);
-                    self.answer(waiter, MissAnswer::Ready { peer });
+                    let collapsed = true;
+                    self.answer(waiter, MissAnswer::Ready { peer, collapsed });
                 } else {
                     js.waiters.push(waiter);
                 }
@@ -130,7 +134,15 @@ impl ProxyCore {
                 crate::cache::ObjectState::Failed => false,
             };
             if usable {
-                self.answer(waiter, MissAnswer::Ready { peer: None });
+                // Another request's fetch brought it.
+                let collapsed = true;
+                self.answer(
+                    waiter,
+                    MissAnswer::Ready {
+                        peer: None,
+                        collapsed,
+                    },
+                );
                 return;
             }
         }
@@ -158,6 +170,7 @@ impl ProxyCore {
                 writing: false,
                 peer: None,
                 revalidation,
+                creator_answered: false,
             },
         );
         self.run(out);
@@ -257,7 +270,10 @@ impl ProxyCore {
             match a {
                 Action::Serve { key, first, .. } => {
                     let peer = peer_level(first);
-                    self.finish_job(&key, || MissAnswer::Ready { peer });
+                    self.finish_job(&key, || MissAnswer::Ready {
+                        peer,
+                        collapsed: false,
+                    });
                 }
                 Action::Fail { key, fail, .. } => {
                     self.finish_job(&key, || MissAnswer::Error(fail));
@@ -392,22 +408,37 @@ impl ProxyCore {
         let Some(js) = self.fetch.jobs.borrow_mut().remove(key) else {
             return;
         };
-        for w in js.waiters {
-            self.answer(w, answer());
-        }
+        let creator = !js.creator_answered;
+        self.answer_all(js.waiters, creator, answer);
     }
 
     /// Answers the waiters so far without forgetting the job.
     fn answer_waiters(&self, key: &Id, answer: impl Fn() -> MissAnswer) {
-        for w in self.take_waiters(key) {
-            self.answer(w, answer());
+        let creator = self
+            .fetch
+            .jobs
+            .borrow()
+            .get(key)
+            .is_some_and(|js| !js.creator_answered);
+        self.answer_all(self.take_waiters(key), creator, answer);
+    }
+
+    /// Answers `waiters`, the first of them the job's creator if `creator`;
+    /// the others joined its fetch (RFC 9211 `collapsed`).
+    fn answer_all(&self, waiters: Vec<Waiter>, creator: bool, answer: impl Fn() -> MissAnswer) {
+        for (i, w) in waiters.into_iter().enumerate() {
+            let a = answer();
+            self.answer(w, if i == 0 && creator { a } else { a.joined() });
         }
     }
 
     /// The waiters so far, taken from the job.
     fn take_waiters(&self, key: &Id) -> Vec<Waiter> {
         match self.fetch.jobs.borrow_mut().get_mut(key) {
-            Some(js) => std::mem::take(&mut js.waiters),
+            Some(js) => {
+                js.creator_answered = true;
+                std::mem::take(&mut js.waiters)
+            }
             None => Vec::new(),
         }
     }
@@ -823,7 +854,10 @@ impl ProxyCore {
             js.peer = level;
         }
         if resp.interim.is_empty() {
-            self.answer_waiters(&key, || MissAnswer::Ready { peer: level });
+            self.answer_waiters(&key, || MissAnswer::Ready {
+                peer: level,
+                collapsed: false,
+            });
         } else {
             // Issue 26 item 9: forwarded to the clients waiting now, never
             // stored with the object.
@@ -831,6 +865,7 @@ impl ProxyCore {
             self.answer_waiters(&key, || MissAnswer::ReadyAfterInterim {
                 peer: level,
                 interim: interim.clone(),
+                collapsed: false,
             });
         }
         let mut chunk = Vec::with_capacity(64 << 10);

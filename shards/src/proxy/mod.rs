@@ -92,6 +92,9 @@ pub enum MissAnswer {
         /// Fetched from a peer, not the origin: the cluster level at which
         /// the DSHT named it (0 for a peer found by a lost claim).
         peer: Option<coral::dsht::node::Level>,
+        /// The request joined a fetch another request started (RFC 9211
+        /// `collapsed`).
+        collapsed: bool,
     },
     /// As `Ready`, from the origin: first forward these interim (1xx)
     /// responses to an HTTP/1.1 client (103 Early Hints; never stored).
@@ -100,6 +103,8 @@ pub enum MissAnswer {
         peer: Option<coral::dsht::node::Level>,
         /// The interim responses, as a client gets them.
         interim: std::sync::Arc<Vec<u8>>,
+        /// As `Ready`'s.
+        collapsed: bool,
     },
     /// The origin failed; the stale copy in the cache may be served.
     Stale,
@@ -121,6 +126,19 @@ pub enum MissAnswer {
     /// The origin's own error answer, not stored: relay it as it is (issue
     /// 26 item 1), to every request that waited for the fetch.
     Relayed(std::sync::Arc<Relayed>),
+}
+
+impl MissAnswer {
+    /// The answer as a request that joined another's fetch gets it: a
+    /// `Ready` one says so (RFC 9211 `collapsed`).
+    pub fn joined(mut self) -> MissAnswer {
+        if let MissAnswer::Ready { collapsed, .. }
+        | MissAnswer::ReadyAfterInterim { collapsed, .. } = &mut self
+        {
+            *collapsed = true;
+        }
+        self
+    }
 }
 
 /// An origin's answer relayed without being stored: its head (hop-by-hop

@@ -570,8 +570,12 @@ impl<'a> Conn<'a> {
                 client: self.client_ip(),
             };
             match pc.miss(job).await {
-                MissAnswer::Ready { peer } => way.filled(peer),
-                MissAnswer::ReadyAfterInterim { peer, interim } => {
+                MissAnswer::Ready { peer, collapsed } => way.filled(peer, collapsed),
+                MissAnswer::ReadyAfterInterim {
+                    peer,
+                    interim,
+                    collapsed,
+                } => {
                     // 1xx go to HTTP/1.1 clients only (RFC 9110 §15.2).
                     let p = self.progress();
                     if req.minor_version >= 1
@@ -579,7 +583,7 @@ impl<'a> Conn<'a> {
                     {
                         return Next::Close;
                     }
-                    way.filled(peer)
+                    way.filled(peer, collapsed)
                 }
                 MissAnswer::Stale => way.kept_stale(),
                 MissAnswer::Uncacheable => {

@@ -150,13 +150,40 @@ fn rfc9211_2_5_a_copy_being_written_is_collapsed_not_a_hit() {
 }
 
 #[test]
+fn rfc9211_2_5_a_request_queued_for_another_requests_fill_is_collapsed() {
+    let r = get("");
+    let head = resp("HTTP/1.1 200 OK", "Content-Length: 3\r\n");
+    let none = Headers::new();
+    for state in [CopyState::Writing, CopyState::Complete { fresh: true }] {
+        // Queued for the fill before its first byte: the owning core says
+        // the fetch was another request's.
+        let mut way = Lookup::new(&routed(&r));
+        assert_eq!(decide_once(&mut way, &r, Found::Nothing), Serve::Fill);
+        way.filled(None, true);
+        let Serve::Copy(cs) = decide_once(&mut way, &r, copy(&head, &none, state)) else {
+            panic!("not served")
+        };
+        assert!(!cs.hit && cs.collapsed, "{state:?}: {cs:?}");
+        assert_eq!(cs.fwd, Some(Forward::UriMiss));
+        // The request whose fill it was: not collapsed.
+        let mut way = Lookup::new(&routed(&r));
+        assert_eq!(decide_once(&mut way, &r, Found::Nothing), Serve::Fill);
+        way.filled(None, false);
+        let Serve::Copy(cs) = decide_once(&mut way, &r, copy(&head, &none, state)) else {
+            panic!("not served")
+        };
+        assert!(!cs.collapsed && cs.stored, "{state:?}: {cs:?}");
+    }
+}
+
+#[test]
 fn a_miss_fills_once_then_serves_the_fetched_copy_with_its_peer_level() {
     let r = get("");
     let head = resp("HTTP/1.1 200 OK", "Content-Length: 3\r\n");
     let none = Headers::new();
     let mut way = Lookup::new(&routed(&r));
     assert_eq!(decide_once(&mut way, &r, Found::Nothing), Serve::Fill);
-    way.filled(Some(1));
+    way.filled(Some(1), false);
     let found = copy(&head, &none, CopyState::Complete { fresh: true });
     let Serve::Copy(cs) = decide_once(&mut way, &r, found) else {
         panic!("not served")
