@@ -575,3 +575,48 @@ fn rfc9211_2_5_requests_queued_before_the_first_byte_are_collapsed() {
     }
     assert_eq!(origin.requests("/slow"), 1);
 }
+
+/// RFC 9211 §2.3: `fwd-status` says what the origin answered when the
+/// client got another status: a 304 that revalidated the copy served 200,
+/// a 503 over which a stale copy was served.
+#[test]
+fn rfc9211_2_3_fwd_status_says_what_the_origin_answered() {
+    let dir = temp_dir("caching-fwd-status");
+    let failing = Arc::new(AtomicBool::new(false));
+    let fail = failing.clone();
+    let origin = Origin::start_with_heads("127.46.9.100:8080", move |head, _, _| {
+        if fail.load(Ordering::SeqCst) {
+            return Some(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown".to_vec(),
+            );
+        }
+        if field(head, "if-none-match") == "\"v1\"" {
+            return Some(
+                b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\n\r\n"
+                    .to_vec(),
+            );
+        }
+        ok("ETag: \"v1\"\r\nCache-Control: max-age=1\r\n", "v")
+    });
+    let node = node(dir.path(), "127.46.9.1", "127.46.9.100", "");
+    let first = node.curl(&url("/v"), &[]);
+    let cs = first.header("cache-status");
+    assert!(cs.starts_with("coral; fwd=uri-miss; stored"), "{cs}");
+    assert!(!cs.contains("fwd-status"), "the client's status too: {cs}");
+    std::thread::sleep(Duration::from_millis(2100));
+    let revalidated = node.curl(&url("/v"), &[]);
+    assert_eq!(
+        (revalidated.status, revalidated.body.as_slice()),
+        (200, &b"v"[..])
+    );
+    let cs = revalidated.header("cache-status");
+    assert!(cs.starts_with("coral; fwd=stale; fwd-status=304"), "{cs}");
+    failing.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(2100));
+    let stale = node.curl(&url("/v"), &[]);
+    assert_eq!((stale.status, stale.body.as_slice()), (200, &b"v"[..]));
+    let cs = stale.header("cache-status");
+    assert!(cs.starts_with("coral; fwd=stale; fwd-status=503"), "{cs}");
+    assert!(cs.ends_with("detail=stale-on-error"), "{cs}");
+    assert_eq!(origin.requests("/v"), 3);
+}

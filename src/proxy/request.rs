@@ -207,6 +207,8 @@ pub struct Lookup {
     refilled: bool,
     /// The fill was another request's fetch, joined ([`Lookup::filled`]).
     collapsed: bool,
+    /// The status the fill's next hop answered ([`Lookup::next_hop_answered`]).
+    fwd_status: Option<u16>,
 }
 
 impl Lookup {
@@ -222,6 +224,7 @@ impl Lookup {
             kept_stale: false,
             refilled: false,
             collapsed: false,
+            fwd_status: None,
         }
     }
 
@@ -250,6 +253,13 @@ impl Lookup {
         self.refilled = true;
         self.asked = false;
         true
+    }
+
+    /// The status the fill's next hop (the origin or a peer) answered with,
+    /// if one answered: `fwd-status` when it is not the client's (RFC 9211
+    /// §2.3; [`copy_answer`] leaves it out when it is).
+    pub fn next_hop_answered(&mut self, status: Option<u16>) {
+        self.fwd_status = status;
     }
 
     /// The owning core's fetch failed and kept the stale copy found on the
@@ -341,6 +351,7 @@ impl Lookup {
     fn arriving(&self) -> CacheStatus {
         let mut cs = CacheStatus::forward(self.fwd(), true);
         cs.collapsed = !self.asked || self.collapsed;
+        cs.fwd_status = self.fwd_status.filter(|_| self.asked);
         cs.detail = self.peer.map(peer_detail);
         cs
     }
@@ -355,11 +366,13 @@ impl Lookup {
         }
         if self.kept_stale && !fresh {
             let mut cs = CacheStatus::forward(Forward::Stale, false);
+            cs.fwd_status = self.fwd_status;
             cs.detail = Some(policy::detail::STALE_ON_ERROR);
             return Serve::Copy(cs);
         }
         let mut cs = CacheStatus::forward(self.fwd(), true);
         cs.collapsed = self.collapsed;
+        cs.fwd_status = self.fwd_status;
         cs.detail = self.peer.map(peer_detail);
         Serve::Copy(cs)
     }
@@ -409,10 +422,24 @@ pub fn copy_answer<'a>(
         }
         _ => RangeAnswer::Full,
     };
+    let status = if not_modified {
+        304
+    } else {
+        match range {
+            RangeAnswer::Partial { .. } => 206,
+            RangeAnswer::Unsatisfiable => 416,
+            RangeAnswer::Full => copy.head.status,
+        }
+    };
+    let mut cache_status = copy.cache_status;
+    // RFC 9211 §2.3: `fwd-status` only when it is not the client's status.
+    cache_status.fwd_status = cache_status
+        .fwd_status
+        .filter(|s| *s != status && cache_status.fwd.is_some());
     ClientHeadInfo {
         node_name,
         age_secs: policy::age_secs(&copy.freshness, now_secs),
-        cache_status: copy.cache_status,
+        cache_status,
         range,
         body_len: copy.body_len,
         keep_alive: req.keep_alive,

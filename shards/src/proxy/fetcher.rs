@@ -55,6 +55,9 @@ struct JobState {
     /// The request that started the job (the first waiter) was answered:
     /// every waiter left joined it (RFC 9211 `collapsed`).
     creator_answered: bool,
+    /// The status the last source asked answered with (RFC 9211
+    /// `fwd-status`).
+    upstream_status: Option<u16>,
 }
 
 /// The owning core's fetch state.
@@ -112,9 +115,18 @@ impl ProxyCore {
             if let Some(js) = jobs.get_mut(&key) {
                 if js.writing {
                     let peer = js.peer;
+                    let js_status = js.upstream_status;
                     drop(jobs);
                     let collapsed = true;
-                    self.answer(waiter, MissAnswer::Ready { peer, collapsed });
+                    let fwd_status = js_status;
+                    self.answer(
+                        waiter,
+                        MissAnswer::Ready {
+                            peer,
+                            collapsed,
+                            fwd_status,
+                        },
+                    );
                 } else {
                     js.waiters.push(waiter);
                 }
@@ -141,6 +153,7 @@ impl ProxyCore {
                     MissAnswer::Ready {
                         peer: None,
                         collapsed,
+                        fwd_status: None,
                     },
                 );
                 return;
@@ -171,6 +184,7 @@ impl ProxyCore {
                 peer: None,
                 revalidation,
                 creator_answered: false,
+                upstream_status: None,
             },
         );
         self.run(out);
@@ -273,6 +287,7 @@ impl ProxyCore {
                     self.finish_job(&key, || MissAnswer::Ready {
                         peer,
                         collapsed: false,
+                        fwd_status: None,
                     });
                 }
                 Action::Fail { key, fail, .. } => {
@@ -409,25 +424,34 @@ impl ProxyCore {
             return;
         };
         let creator = !js.creator_answered;
-        self.answer_all(js.waiters, creator, answer);
+        self.answer_all(js.waiters, creator, js.upstream_status, answer);
     }
 
     /// Answers the waiters so far without forgetting the job.
     fn answer_waiters(&self, key: &Id, answer: impl Fn() -> MissAnswer) {
-        let creator = self
+        let (creator, status) = self
             .fetch
             .jobs
             .borrow()
             .get(key)
-            .is_some_and(|js| !js.creator_answered);
-        self.answer_all(self.take_waiters(key), creator, answer);
+            .map_or((false, None), |js| {
+                (!js.creator_answered, js.upstream_status)
+            });
+        self.answer_all(self.take_waiters(key), creator, status, answer);
     }
 
     /// Answers `waiters`, the first of them the job's creator if `creator`;
-    /// the others joined its fetch (RFC 9211 `collapsed`).
-    fn answer_all(&self, waiters: Vec<Waiter>, creator: bool, answer: impl Fn() -> MissAnswer) {
+    /// the others joined its fetch (RFC 9211 `collapsed`). `status`: what
+    /// the next hop answered (RFC 9211 `fwd-status`).
+    fn answer_all(
+        &self,
+        waiters: Vec<Waiter>,
+        creator: bool,
+        status: Option<u16>,
+        answer: impl Fn() -> MissAnswer,
+    ) {
         for (i, w) in waiters.into_iter().enumerate() {
-            let a = answer();
+            let a = answer().with_fwd_status(status);
             self.answer(w, if i == 0 && creator { a } else { a.joined() });
         }
     }
@@ -514,9 +538,17 @@ impl ProxyCore {
         );
         let mut req = Vec::with_capacity(1024);
         policy::upstream_request(&sent, &job.origin, peer.is_some(), &extra, &mut req);
+        if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(&key) {
+            js.upstream_status = None;
+        }
         let resp = match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await
         {
-            Ok(r) => r,
+            Ok(r) => {
+                if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(&key) {
+                    js.upstream_status = Some(r.head.status);
+                }
+                r
+            }
             Err(e) => {
                 tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
                 if peer.is_none() {
@@ -857,6 +889,7 @@ impl ProxyCore {
             self.answer_waiters(&key, || MissAnswer::Ready {
                 peer: level,
                 collapsed: false,
+                fwd_status: None,
             });
         } else {
             // Issue 26 item 9: forwarded to the clients waiting now, never
@@ -866,6 +899,7 @@ impl ProxyCore {
                 peer: level,
                 interim: interim.clone(),
                 collapsed: false,
+                fwd_status: None,
             });
         }
         let mut chunk = Vec::with_capacity(64 << 10);
@@ -962,7 +996,7 @@ impl ProxyCore {
         });
         let must_revalidate = old.map(|(_, s)| s.must_revalidate || policy::forbids_stale(&s.head));
         if within_stale_if_error && fetch::serve_stale(peer.is_some(), must_revalidate) {
-            self.answer_waiters(key, || MissAnswer::Stale);
+            self.answer_waiters(key, || MissAnswer::Stale { fwd_status: None });
             return Outcome::Ok;
         }
         Outcome::Failed

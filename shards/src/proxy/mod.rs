@@ -95,6 +95,9 @@ pub enum MissAnswer {
         /// The request joined a fetch another request started (RFC 9211
         /// `collapsed`).
         collapsed: bool,
+        /// The status the next hop (origin or peer) answered the fetch
+        /// with, if one answered (RFC 9211 `fwd-status`).
+        fwd_status: Option<u16>,
     },
     /// As `Ready`, from the origin: first forward these interim (1xx)
     /// responses to an HTTP/1.1 client (103 Early Hints; never stored).
@@ -105,9 +108,14 @@ pub enum MissAnswer {
         interim: std::sync::Arc<Vec<u8>>,
         /// As `Ready`'s.
         collapsed: bool,
+        /// As `Ready`'s.
+        fwd_status: Option<u16>,
     },
     /// The origin failed; the stale copy in the cache may be served.
-    Stale,
+    Stale {
+        /// The origin's status, if it answered (RFC 9211 `fwd-status`).
+        fwd_status: Option<u16>,
+    },
     /// The origin's answer may not be stored: fetch it for this client alone.
     Uncacheable,
     /// The origin's answer may not be stored, and this client's request is
@@ -129,6 +137,17 @@ pub enum MissAnswer {
 }
 
 impl MissAnswer {
+    /// The answer with the status the next hop answered the fetch with.
+    pub fn with_fwd_status(mut self, status: Option<u16>) -> MissAnswer {
+        if let MissAnswer::Ready { fwd_status, .. }
+        | MissAnswer::ReadyAfterInterim { fwd_status, .. }
+        | MissAnswer::Stale { fwd_status } = &mut self
+        {
+            *fwd_status = status;
+        }
+        self
+    }
+
     /// The answer as a request that joined another's fetch gets it: a
     /// `Ready` one says so (RFC 9211 `collapsed`).
     pub fn joined(mut self) -> MissAnswer {

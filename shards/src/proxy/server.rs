@@ -570,12 +570,21 @@ impl<'a> Conn<'a> {
                 client: self.client_ip(),
             };
             match pc.miss(job).await {
-                MissAnswer::Ready { peer, collapsed } => way.filled(peer, collapsed),
+                MissAnswer::Ready {
+                    peer,
+                    collapsed,
+                    fwd_status,
+                } => {
+                    way.filled(peer, collapsed);
+                    way.next_hop_answered(fwd_status);
+                }
                 MissAnswer::ReadyAfterInterim {
                     peer,
                     interim,
                     collapsed,
+                    fwd_status,
                 } => {
+                    way.next_hop_answered(fwd_status);
                     // 1xx go to HTTP/1.1 clients only (RFC 9110 §15.2).
                     let p = self.progress();
                     if req.minor_version >= 1
@@ -585,7 +594,10 @@ impl<'a> Conn<'a> {
                     }
                     way.filled(peer, collapsed)
                 }
-                MissAnswer::Stale => way.kept_stale(),
+                MissAnswer::Stale { fwd_status } => {
+                    way.kept_stale();
+                    way.next_hop_answered(fwd_status);
+                }
                 MissAnswer::Uncacheable => {
                     pc.passes.borrow_mut().mark(key, unix_now());
                     return self
