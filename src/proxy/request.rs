@@ -417,7 +417,13 @@ pub fn copy_answer<'a>(
     let not_modified =
         ok && policy::evaluate_conditional(req, copy.head) == Conditional::NotModified;
     let range = match copy.body_len {
-        Some(len) if copy.complete && req.method == Method::Get && ok => {
+        // A body kept in transfer codings is sent whole (`policy::client_head`).
+        Some(len)
+            if copy.complete
+                && req.method == Method::Get
+                && ok
+                && policy::stored_codings(copy.head).is_none() =>
+        {
             policy::range_for(req, copy.head, len)
         }
         _ => RangeAnswer::Full,

@@ -754,7 +754,7 @@ impl ProxyCore {
             self.cache.touch_meta(&key, meta);
             return;
         }
-        let head = policy::head_to_store(&policy::freshen(&old.head, not_modified));
+        let head = policy::head_to_store_with_codings(&policy::freshen(&old.head, not_modified));
         let fresh = Freshness {
             date_secs: meta.stored_secs,
             fresh_until_secs: meta.fresh_until_secs,
@@ -837,12 +837,14 @@ impl ProxyCore {
         old: Option<&(ObjectMeta, stored::Stored)>,
         now: u64,
     ) -> Outcome {
-        let mut head = policy::head_to_store(&resp.head);
+        let mut head = policy::head_to_store_with_codings(&resp.head);
         // §2.1: redirects and links to the origin stay Coralized (HTML that
-        // is content-coded is passed through untouched).
+        // is content-coded, or in a transfer coding, is passed through
+        // untouched).
         rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
-        let mut rewriter = rewrite::body_is_rewritable(&head)
-            .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
+        let mut rewriter = (rewrite::body_is_rewritable(&head)
+            && policy::stored_codings(&head).is_none())
+        .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         // Labelled with what could have changed the answer (the keyed
         // fields as sent, `keyed::label_view`).
         let label = keyed::label_view(&job.request, sent);

@@ -749,6 +749,21 @@ impl<'a> Conn<'a> {
             body_len.unwrap_or(0),
             cache_status.hit || cache_status.collapsed,
         );
+        if req.minor_version == 0
+            && req.method != Method::Head
+            && policy::stored_codings(&st.head).is_some()
+        {
+            // RFC 9112 §6.1: transfer codings never go to an HTTP/1.0 client.
+            self.error(
+                502,
+                "the stored answer has a transfer coding coral does not decode, \
+                 which an HTTP/1.0 client cannot receive",
+                false,
+                None,
+            )
+            .await;
+            return Next::Close;
+        }
         let copy = CopyServed {
             head: &st.head,
             freshness,

@@ -801,3 +801,52 @@ fn rfc5861_an_origin_refusing_or_failing_does_not_replace_a_good_copy() {
     assert!(!origin_failed(404, 403));
     assert!(origin_failed(404, 503));
 }
+
+#[test]
+fn rfc9112_6_1_a_stored_answer_in_a_transfer_coding_is_written_whole_with_it() {
+    let upstream = resp(
+        "HTTP/1.1 200 OK",
+        "Transfer-Encoding: x-odd, chunked\r\nCache-Control: max-age=60\r\n",
+    );
+    let stored = head_to_store_with_codings(&upstream);
+    assert_eq!(stored_codings(&stored), Some(&b"x-odd"[..]));
+    assert_eq!(stored_codings(&head_to_store(&upstream)), None);
+    assert_eq!(stored_codings(&head_to_store_with_codings(&ok(""))), None);
+    // The range asked for is not honoured: the body is sent whole.
+    let info = |minor| ClientHeadInfo {
+        node_name: "n",
+        age_secs: 0,
+        cache_status: CacheStatus::hit(),
+        range: RangeAnswer::Partial {
+            start: 0,
+            end_inclusive: 1,
+        },
+        body_len: Some(5),
+        keep_alive: true,
+        not_modified: false,
+        client_minor_version: minor,
+    };
+    let mut out = Vec::new();
+    assert_eq!(client_head(&stored, &info(1), &mut out), Framing::Chunked);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        text.contains("\r\nTransfer-Encoding: x-odd, chunked\r\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("Transfer-Encoding").count(), 1, "{text}");
+    assert!(
+        !text.contains("Content-Length") && !text.contains("Content-Range"),
+        "{text}"
+    );
+    assert!(!text.contains("Accept-Ranges"), "{text}");
+    // HTTP/1.0: no coding can be sent (the runtime refuses first).
+    let mut out = Vec::new();
+    assert_eq!(
+        client_head(&stored, &info(0), &mut out),
+        Framing::UntilClose
+    );
+    assert!(!String::from_utf8(out)
+        .unwrap()
+        .contains("Transfer-Encoding"));
+}
