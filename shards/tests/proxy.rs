@@ -986,6 +986,8 @@ fn redirects_stay_coralized_and_negative_answers_are_cached_briefly() {
     );
     assert_eq!(c.status, 200);
     assert_eq!(c.header("set-cookie"), "");
+    // And the answer says so (issue 26 item 13).
+    assert_eq!(c.header("coral-stripped"), "Set-Cookie");
     // A 404 is cached for negative_ttl_secs (2 s here), then asked again.
     let url = coralized("www.origin.test", 8080, "/missing");
     let before = origin.connections();

@@ -758,7 +758,27 @@ fn connection_names(h: &Headers) -> Vec<String> {
 pub fn head_to_store(resp: &ResponseHead) -> ResponseHead {
     let named = connection_names(&resp.headers);
     let mut headers = Headers::new();
+    // Issue 26 item 13: the cookies an origin set are refused by design, and the
+    // answer says so (`Coral-Stripped`), not only the README.
+    let stripped = ["set-cookie", "set-cookie2"]
+        .into_iter()
+        .filter(|n| resp.headers.contains(n))
+        .map(|n| {
+            if n == "set-cookie" {
+                "Set-Cookie"
+            } else {
+                "Set-Cookie2"
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if !stripped.is_empty() {
+        headers.insert(STRIPPED_FIELD, stripped.as_bytes());
+    }
     for (n, v) in resp.headers.iter() {
+        if n == STRIPPED_FIELD && !stripped.is_empty() {
+            continue;
+        }
         if is_hop_by_hop(n)
             || is_cookie(n)
             || n == "content-length"
@@ -778,6 +798,11 @@ pub fn head_to_store(resp: &ResponseHead) -> ResponseHead {
         keep_alive: resp.keep_alive,
     }
 }
+
+/// The response field that names the cookie fields coral removed from an origin's
+/// answer (`Coral-Stripped: Set-Cookie`): cookies are refused by design, every
+/// Coralized site sharing one domain (README, "What coral refuses").
+pub const STRIPPED_FIELD: &str = "coral-stripped";
 
 /// The head to store for a response whose body is stored as it came after the
 /// chunked framing is removed: [`head_to_store`]'s fields, and the transfer codings

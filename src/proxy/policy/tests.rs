@@ -511,7 +511,8 @@ fn rfc9110_7_6_1_head_to_store_drops_hop_by_hop_and_cookies() {
     let s = ok("Connection: close, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\nX-End: 2\r\nSet-Cookie: s=1\r\nTransfer-Encoding: chunked\r\nAge: 5\r\nContent-Type: text/plain\r\n");
     let st = head_to_store(&s);
     let names: Vec<&str> = st.headers.iter().map(|(n, _)| n).collect();
-    assert_eq!(names, vec!["x-end", "content-type"]);
+    // The cookie's removal is said (issue 26 item 13).
+    assert_eq!(names, vec!["coral-stripped", "x-end", "content-type"]);
 }
 
 fn client(stored: &ResponseHead, info: ClientHeadInfo<'_>) -> (String, Framing) {
@@ -542,8 +543,8 @@ fn rfc9211_client_head_of_a_hit() {
     assert_eq!(f, Framing::Length(100));
     assert_eq!(
         h,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nAge: 7\r\nVia: 1.0 up, 1.1 node1 (coral)\r\n\
-         Cache-Status: coral; hit\r\nContent-Length: 100\r\nAccept-Ranges: bytes\r\nConnection: keep-alive\r\n\r\n"
+        "HTTP/1.1 200 OK\r\ncoral-stripped: Set-Cookie\r\ncontent-type: text/html\r\nAge: 7\r\n\
+         Via: 1.0 up, 1.1 node1 (coral)\r\nCache-Status: coral; hit\r\nContent-Length: 100\r\nAccept-Ranges: bytes\r\nConnection: keep-alive\r\n\r\n"
     );
     // The head parses back (as a client would read it).
     let back = parse_response_head(h.as_bytes(), false, &Limits::default())
@@ -849,4 +850,23 @@ fn rfc9112_6_1_a_stored_answer_in_a_transfer_coding_is_written_whole_with_it() {
     assert!(!String::from_utf8(out)
         .unwrap()
         .contains("Transfer-Encoding"));
+}
+
+#[test]
+fn issue_26_13_stripped_cookies_are_said_in_the_answer() {
+    let with = resp(
+        "HTTP/1.1 200 OK",
+        "Set-Cookie: a=b\r\nSet-Cookie: c=d\r\nSet-Cookie2: e=f\r\nX-Other: 1\r\n",
+    );
+    let stored = head_to_store(&with);
+    assert!(!stored.headers.contains("set-cookie") && !stored.headers.contains("set-cookie2"));
+    assert_eq!(
+        stored.headers.get("coral-stripped"),
+        Some(&b"Set-Cookie, Set-Cookie2"[..])
+    );
+    assert_eq!(stored.headers.get("x-other"), Some(&b"1"[..]));
+    // Said once, however often the head is stored again (a 304's freshening).
+    assert_eq!(head_to_store(&stored).headers.count("coral-stripped"), 1);
+    // Nothing stripped, nothing said.
+    assert!(!head_to_store(&ok("")).headers.contains("coral-stripped"));
 }
