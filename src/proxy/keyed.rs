@@ -251,6 +251,15 @@ pub fn check_key(
     c
 }
 
+/// `fields` as the `Vary` of [`Upstream::Fill`].
+fn vary_list(fields: &[String]) -> Headers {
+    let mut v = Headers::new();
+    for f in fields {
+        v.insert("vary", f.as_bytes());
+    }
+    v
+}
+
 /// Whether a field named in an answer's `Vary` may be learned: a keyable
 /// token of at most [`LEARNED_FIELD_BYTES_MAX`] bytes.
 fn learnable(f: &str) -> bool {
@@ -295,12 +304,19 @@ impl LearnedVary {
     /// what the URL's last answer varied on, else what its host's answers
     /// did; `None` when nothing is learned.
     pub fn vary_of(&self, host: &str, url_key: &Id) -> Option<Headers> {
-        let fields = self.urls.get(url_key).or_else(|| self.hosts.get(host))?;
-        let mut v = Headers::new();
-        for f in fields {
-            v.insert("vary", f.as_bytes());
-        }
-        Some(v)
+        self.url_vary(url_key).or_else(|| self.host_vary(host))
+    }
+
+    /// What the URL's last answer varied on, when it was not stored: newer
+    /// than a stored copy's `Vary` (a stale copy being revalidated), so it
+    /// decides the URL's next fill first.
+    pub fn url_vary(&self, url_key: &Id) -> Option<Headers> {
+        self.urls.get(url_key).map(|f| vary_list(f))
+    }
+
+    /// What the host's answers were seen to vary on.
+    pub fn host_vary(&self, host: &str) -> Option<Headers> {
+        self.hosts.get(host).map(|f| vary_list(f))
     }
 
     /// The fields learned for `host`.
@@ -565,6 +581,39 @@ mod tests {
         let extra = vec!["req-num".to_string()];
         let sent = upstream_view(&r, Upstream::Fill { vary: None }, &extra);
         assert!(check_key(&Headers::new(), &r, &sent, &extra).storable());
+    }
+
+    #[test]
+    fn a_urls_unstored_answer_decides_its_next_fill_before_its_stale_copy() {
+        // A stale copy stored without Vary; its revalidation's answer now
+        // varies on a field the client sent: not stored, and the URL's next
+        // fill sends it (the stale copy's Vary would send nothing again).
+        let r = req("X-Variant: a\r\n");
+        let stale_copy = Headers::new();
+        let sent = upstream_view(
+            &r,
+            Upstream::Fill {
+                vary: Some(&stale_copy),
+            },
+            &[],
+        );
+        let mut now_varies = Headers::new();
+        now_varies.insert("vary", b"X-Variant");
+        let c = check_key(&now_varies, &r, &sent, &[]);
+        assert!(!c.storable());
+        let mut learned = LearnedVary::new(hasher());
+        learned.apply("x.com:80", url("/p"), &now_varies, &c);
+        let v = learned.url_vary(&url("/p")).or(Some(stale_copy));
+        let sent = upstream_view(&r, Upstream::Fill { vary: v.as_ref() }, &[]);
+        assert_eq!(sent.headers.get("x-variant"), Some(&b"a"[..]));
+        let c = check_key(&now_varies, &r, &sent, &[]);
+        assert!(c.storable());
+        learned.apply("x.com:80", url("/p"), &now_varies, &c);
+        assert!(
+            learned.url_vary(&url("/p")).is_none(),
+            "stored: its copy says"
+        );
+        assert!(learned.host_vary("x.com:80").is_some());
     }
 
     const HOSTILE_WITH_POISON: &str = "X-Poison: evil\r\nX-Forwarded-Host: evil.example\r\n\

@@ -517,13 +517,13 @@ impl ProxyCore {
         // a URL not stored yet, those its host's answers were seen to vary
         // on: `keyed::LearnedVary`).
         let origin_host = job.origin.to_string();
-        let vary_of = self
-            .known_vary(&key, &job.url_key, old.as_ref().map(|(_, s)| &s.head))
-            .or_else(|| {
-                self.learned_vary
-                    .borrow()
-                    .vary_of(&origin_host, &job.url_key)
-            });
+        let vary_of = {
+            let learned = self.learned_vary.borrow();
+            learned
+                .url_vary(&job.url_key)
+                .or_else(|| self.known_vary(&key, &job.url_key, old.as_ref().map(|(_, s)| &s.head)))
+                .or_else(|| learned.host_vary(&origin_host))
+        };
         let no_pool = upstream::Pool::default();
         let pool = if peer.is_some() { &no_pool } else { &self.pool };
         let sent = keyed::upstream_view(
