@@ -65,6 +65,18 @@ pub struct ProxyLimits {
     /// Bytes of a targeted cache-control field (RFC 9213), all its lines
     /// joined; a longer one is ignored as invalid.
     pub targeted_field_bytes_max: usize,
+    /// Origin hosts whose `Vary` fields one core has learned
+    /// (`keyed::LearnedVary`); beyond it an arbitrary one is forgotten.
+    pub learned_vary_hosts_max: usize,
+    /// Fields learned per origin host: the most a host's `Vary` makes
+    /// coral send when the URL's own `Vary` is not yet known.
+    pub learned_vary_fields_per_host_max: usize,
+    /// Bytes of a learned field's name; a longer name is not learned.
+    pub learned_vary_field_bytes_max: usize,
+    /// URLs whose last answer's `Vary` one core remembers (answers not
+    /// stored because their key did not match what was sent); beyond it an
+    /// arbitrary one is forgotten.
+    pub learned_vary_urls_max: usize,
 }
 
 /// The proxy's limits.
@@ -74,6 +86,10 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     range_bytes_max: 256,
     chunk_line_bytes_max: 4096,
     targeted_field_bytes_max: 4096,
+    learned_vary_hosts_max: 4096,
+    learned_vary_fields_per_host_max: 4,
+    learned_vary_field_bytes_max: 64,
+    learned_vary_urls_max: 4096,
 };
 
 /// The stub resolver's bounds (`resolve`): what resolving origin names for

@@ -419,7 +419,7 @@ fn rfc9211_a_fresh_answer_from_the_origin_is_not_labelled_stale_on_error() {
         way.decide(&r, Found::Nothing, NOW, &mut passes, || None),
         Serve::Fill
     );
-    way.filled(None);
+    way.filled(None, false);
     let Serve::Copy(cs) = way.decide(
         &r,
         found(CopyState::Complete { fresh: false }),
@@ -437,7 +437,7 @@ fn rfc9211_a_fresh_answer_from_the_origin_is_not_labelled_stale_on_error() {
         way.decide(&r, stale, NOW, &mut passes, || None),
         Serve::Fill
     );
-    way.filled(None);
+    way.filled(None, false);
     let Serve::Copy(cs) = way.decide(
         &r,
         found(CopyState::Complete { fresh: true }),

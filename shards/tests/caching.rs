@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{coralized, temp_dir, Answer, Node};
+use common::{coralized, curl, temp_dir, wait_until, Answer, Node};
 
 /// What the scripted origin answers: the response's bytes, or `None` to close
 /// the connection without answering.
-type Script = dyn Fn(&str, usize) -> Option<Vec<u8>> + Send + Sync;
+type Script = dyn Fn(&str, &str, usize) -> Option<Vec<u8>> + Send + Sync;
 
 /// An origin of our own: one request per connection; `script(path, mode)`
 /// gives the answer, `mode` is what the test set last. Counts requests per path.
@@ -32,6 +32,15 @@ impl Origin {
     fn start(
         addr: &str,
         script: impl Fn(&str, usize) -> Option<Vec<u8>> + Send + Sync + 'static,
+    ) -> Origin {
+        Origin::start_with_heads(addr, move |_, path, mode| script(path, mode))
+    }
+
+    /// As [`Origin::start`], the script also given the request's head
+    /// (`script(head, path, mode)`).
+    fn start_with_heads(
+        addr: &str,
+        script: impl Fn(&str, &str, usize) -> Option<Vec<u8>> + Send + Sync + 'static,
     ) -> Origin {
         let listener = TcpListener::bind(addr).expect("bind the origin");
         listener.set_nonblocking(true).unwrap();
@@ -57,7 +66,7 @@ impl Origin {
                     };
                     let path = head.split(' ').nth(1).unwrap_or("/").to_string();
                     *r.lock().unwrap().entry(path.clone()).or_insert(0) += 1;
-                    if let Some(answer) = script(&path, m.load(Ordering::SeqCst)) {
+                    if let Some(answer) = script(&head, &path, m.load(Ordering::SeqCst)) {
                         let _ = stream.write_all(&answer);
                     }
                 });
@@ -402,4 +411,212 @@ fn rfc9111_4_2_2_heuristic_freshness_coral_and_rfc() {
         (40..=50).contains(&t),
         "capped by heuristic_max_secs: {a:?}"
     );
+}
+
+/// The value of the request field `name` (lower case) in `head`, or "".
+fn field<'a>(head: &'a str, name: &str) -> &'a str {
+    head.split("\r\n")
+        .skip(1)
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then_some(v.trim())
+        })
+        .unwrap_or("")
+}
+
+/// Issue 22 item 6 with issue 26's `Vary` without re-asking: the fields an
+/// origin host's answers vary on are learned and sent with the first
+/// request for its other URLs, so each is one origin request (not two); a
+/// learned field an answer does not vary on makes that answer the asking
+/// client's alone, so a reflecting origin cannot be used to poison.
+#[test]
+fn issue_26_vary_learned_per_host_saves_origin_requests_and_cannot_poison() {
+    let dir = temp_dir("caching-learned-vary");
+    let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = heads.clone();
+    let origin = Origin::start_with_heads("127.46.7.100:8080", move |head, path, _| {
+        seen.lock().unwrap().push(head.to_string());
+        let body = format!("variant={}\n", field(head, "x-variant"));
+        if path.starts_with("/lang/") {
+            ok("Vary: X-Variant\r\nCache-Control: max-age=600\r\n", &body)
+        } else {
+            // Reflects the field, and says nothing of it.
+            ok("Cache-Control: max-age=600\r\n", &body)
+        }
+    });
+    let node = node(dir.path(), "127.46.7.1", "127.46.7.100", "");
+    let get = |path: &str, value: Option<&str>| {
+        let h;
+        let mut args = vec!["-H", "X-Forwarded-Host: evil.example", "-H", "Cookie: s=1"];
+        if let Some(v) = value {
+            h = format!("X-Variant: {v}");
+            args.extend(["-H", h.as_str()]);
+        }
+        let a = node.curl(&url(path), &args);
+        assert_eq!(a.status, 200, "{path}: {a:?}");
+        (
+            String::from_utf8_lossy(&a.body).to_string(),
+            a.header("cache-status").to_string(),
+        )
+    };
+    // The host's first answer varies on a field coral did not send: it is
+    // that client's, not stored, and the field is learned (no second
+    // request for it).
+    let (body, cs) = get("/lang/1", Some("a"));
+    assert_eq!(body, "variant=\n");
+    assert!(
+        cs.contains("fwd=uri-miss") && !cs.contains("stored"),
+        "{cs}"
+    );
+    assert_eq!(origin.requests("/lang/1"), 1, "not asked again");
+    let (body, cs) = get("/lang/1", Some("a"));
+    assert_eq!(body, "variant=a\n");
+    assert!(cs.contains("stored"), "{cs}");
+    assert!(get("/lang/1", Some("a")).1.contains("hit"));
+    // Every other URL of the host: one origin request, stored at once.
+    for i in 2..=4 {
+        let path = format!("/lang/{i}");
+        let (body, cs) = get(&path, Some("a"));
+        assert_eq!(body, "variant=a\n");
+        assert!(cs.contains("stored"), "{path}: {cs}");
+        let (body, cs) = get(&path, Some("a"));
+        assert_eq!(body, "variant=a\n");
+        assert!(cs.contains("hit"), "{path}: {cs}");
+        assert_eq!(origin.requests(&path), 1, "{path}");
+    }
+    // Four URLs, five origin requests (re-asking took eight).
+    let lang_requests: usize = (1..=4)
+        .map(|i| origin.requests(&format!("/lang/{i}")))
+        .sum();
+    assert_eq!(lang_requests, 5);
+    // Each value its own variant; a request without the field its own.
+    assert_eq!(get("/lang/1", Some("b")).0, "variant=b\n");
+    assert_eq!(get("/lang/1", None).0, "variant=\n");
+    assert_eq!(get("/lang/1", Some("a")).0, "variant=a\n");
+
+    // A hostile client sends the learned field to a URL whose answer
+    // reflects it without Vary: it gets its own reflection, nothing is
+    // stored, and the field is unlearned.
+    let (body, cs) = get("/reflect", Some("evil"));
+    assert_eq!(body, "variant=evil\n");
+    assert!(!cs.contains("stored") && !cs.contains("hit"), "{cs}");
+    // Clean clients, with the field or without, never get the reflection:
+    // the field no longer goes to the origin for that URL.
+    for value in [None, Some("good"), Some("evil"), None] {
+        let (body, _) = get("/reflect", value);
+        assert_eq!(body, "variant=\n", "{value:?}");
+    }
+    assert_eq!(origin.requests("/reflect"), 2, "the second fill was stored");
+    assert!(get("/reflect", Some("good")).1.contains("hit"));
+    // A varying URL keeps its variants apart, the hostile value included.
+    assert_eq!(get("/lang/2", Some("evil")).0, "variant=evil\n");
+    assert_eq!(get("/lang/2", Some("a")).0, "variant=a\n");
+    assert_eq!(get("/lang/2", None).0, "variant=\n");
+    // No other client field ever reached the origin.
+    for h in heads.lock().unwrap().iter() {
+        assert_eq!(field(h, "x-forwarded-host"), "", "{h}");
+        assert_eq!(field(h, "cookie"), "", "{h}");
+    }
+}
+
+/// RFC 9211 §2.5: requests queued for a fill before its first byte joined
+/// another request's forward: `collapsed`; the request whose fill it was is
+/// not; the origin is asked once.
+#[test]
+fn rfc9211_2_5_requests_queued_before_the_first_byte_are_collapsed() {
+    let dir = temp_dir("caching-collapsed");
+    let gate = Arc::new(AtomicBool::new(false));
+    let open = gate.clone();
+    let origin = Origin::start("127.46.8.100:8080", move |_, _| {
+        // Holds the answer until the test has queued its requests.
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while !open.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        ok("Cache-Control: max-age=600\r\n", "slow")
+    });
+    let node = Node::on("127.46.8.1")
+        .proxy(&dir.path().join("cache"))
+        .origin("127.46.8.100")
+        .config_text("[proxy]\nfirst_byte_timeout_ms = 40000\n")
+        .start();
+    let u = url("/slow");
+    let ask = |u: String| std::thread::spawn(move || curl("127.46.8.1", &u, &[]));
+    let first = ask(u.clone());
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        (origin.requests("/slow") == 1)
+            .then_some(())
+            .ok_or_else(|| "no origin request".to_string())
+    });
+    let queued: Vec<_> = (0..4).map(|_| ask(u.clone())).collect();
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        let misses = node.status_json()["proxy"]["misses"].as_u64().unwrap_or(0);
+        (misses >= 5)
+            .then_some(())
+            .ok_or(format!("{misses} misses"))
+    });
+    gate.store(true, Ordering::SeqCst);
+    let first = first.join().unwrap();
+    assert_eq!(first.body, b"slow");
+    let cs = first.header("cache-status");
+    assert!(
+        cs.contains("fwd=uri-miss; stored") && !cs.contains("collapsed"),
+        "{cs}"
+    );
+    for q in queued {
+        let a = q.join().unwrap();
+        assert_eq!(a.body, b"slow", "{a:?}");
+        let cs = a.header("cache-status");
+        assert!(
+            cs.contains("fwd=uri-miss") && cs.contains("collapsed"),
+            "{cs}"
+        );
+        assert!(!cs.contains("hit"), "{cs}");
+    }
+    assert_eq!(origin.requests("/slow"), 1);
+}
+
+/// RFC 9211 §2.3: `fwd-status` says what the origin answered when the
+/// client got another status: a 304 that revalidated the copy served 200,
+/// a 503 over which a stale copy was served.
+#[test]
+fn rfc9211_2_3_fwd_status_says_what_the_origin_answered() {
+    let dir = temp_dir("caching-fwd-status");
+    let failing = Arc::new(AtomicBool::new(false));
+    let fail = failing.clone();
+    let origin = Origin::start_with_heads("127.46.9.100:8080", move |head, _, _| {
+        if fail.load(Ordering::SeqCst) {
+            return Some(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\ndown".to_vec(),
+            );
+        }
+        if field(head, "if-none-match") == "\"v1\"" {
+            return Some(
+                b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=1\r\n\r\n"
+                    .to_vec(),
+            );
+        }
+        ok("ETag: \"v1\"\r\nCache-Control: max-age=1\r\n", "v")
+    });
+    let node = node(dir.path(), "127.46.9.1", "127.46.9.100", "");
+    let first = node.curl(&url("/v"), &[]);
+    let cs = first.header("cache-status");
+    assert!(cs.starts_with("coral; fwd=uri-miss; stored"), "{cs}");
+    assert!(!cs.contains("fwd-status"), "the client's status too: {cs}");
+    std::thread::sleep(Duration::from_millis(2100));
+    let revalidated = node.curl(&url("/v"), &[]);
+    assert_eq!(
+        (revalidated.status, revalidated.body.as_slice()),
+        (200, &b"v"[..])
+    );
+    let cs = revalidated.header("cache-status");
+    assert!(cs.starts_with("coral; fwd=stale; fwd-status=304"), "{cs}");
+    failing.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(2100));
+    let stale = node.curl(&url("/v"), &[]);
+    assert_eq!((stale.status, stale.body.as_slice()), (200, &b"v"[..]));
+    let cs = stale.header("cache-status");
+    assert!(cs.starts_with("coral; fwd=stale; fwd-status=503"), "{cs}");
+    assert!(cs.ends_with("detail=stale-on-error"), "{cs}");
+    assert_eq!(origin.requests("/v"), 3);
 }

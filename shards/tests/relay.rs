@@ -280,8 +280,19 @@ fn issue_22_6_reflected_client_fields_never_change_what_a_clean_client_receives(
         assert!(field(&h, "via").contains("coral"), "{h}");
     }
     // A field the response varies on reaches the origin once its Vary is
-    // known, and only then: each language its own stored variant.
+    // known (learned from the host's first answer, which was the client's
+    // alone and not stored), and only then: each language its own stored
+    // variant.
     let lang = coralized("www.origin.test", 8080, "/lang");
+    let first = node.curl(&lang, &["-H", "Accept-Language: fr"]);
+    assert!(
+        String::from_utf8_lossy(&first.body).contains("accept-language=\n"),
+        "{first:?}"
+    );
+    assert!(
+        !first.header("cache-status").contains("stored"),
+        "{first:?}"
+    );
     let fr = node.curl(&lang, &["-H", "Accept-Language: fr"]);
     assert!(
         String::from_utf8_lossy(&fr.body).contains("accept-language=fr\n"),
@@ -627,23 +638,38 @@ fn rfc9112_6_1_transfer_codings_coral_does_not_know_are_relayed_not_refused() {
     });
     let node = proxy_node(dir.path(), "127.26.11.1", "127.26.11.100").start();
     let host = format!("www.origin.test.8080.{ALIAS}");
-    for _ in 0..2 {
+    let get = |version: &str, fields: &str| {
         let mut s = TcpStream::connect(node.http()).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         s.write_all(
-            format!("GET /te HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET /te HTTP/{version}\r\nHost: {host}\r\n{fields}Connection: close\r\n\r\n")
+                .as_bytes(),
         )
         .unwrap();
         let mut out = Vec::new();
         let _ = s.read_to_end(&mut out);
-        let text = String::from_utf8_lossy(&out).to_string();
+        String::from_utf8_lossy(&out).to_string()
+    };
+    // Relayed with its codings, and stored by the ordinary rules (issue 26
+    // item 6): the second answer is a hit, the codings written again. A
+    // range of it is the whole body (coral cannot cut inside a coding).
+    for (i, fields) in ["", "", "Range: bytes=0-1\r\n"].into_iter().enumerate() {
+        let text = get("1.1", fields);
         assert!(text.starts_with("HTTP/1.1 200"), "{text}");
         assert!(
             text.contains("Transfer-Encoding: x-odd, chunked\r\n"),
             "{text}"
         );
+        assert!(!text.contains("Content-Length"), "{text}");
         assert!(text.ends_with("5\r\nodd!!\r\n0\r\n\r\n"), "{text}");
+        if i > 0 {
+            assert!(text.contains("Cache-Status: coral; hit"), "{text}");
+        }
     }
+    // An HTTP/1.0 client cannot receive a transfer coding: refused.
+    let text = get("1.0", "");
+    assert!(text.starts_with("HTTP/1.1 502"), "{text}");
+    assert!(text.contains("HTTP/1.0 client"), "{text}");
 }
 
 #[test]

@@ -756,14 +756,10 @@ pub fn judge(r: &Response<'_>) -> Verdict {
             return Verdict::Stale(Fail::origin(status));
         }
     }
-    // Issue 26 item 6: transfer codings coral does not decode are relayed
-    // with the answer (RFC 9112 §6.1), never stored.
-    if super::http::transfer_codings(&r.head.headers).is_some() {
-        return Verdict::NotStored {
-            why: "transfer coding",
-            relay: !r.from_peer,
-        };
-    }
+    // Issue 26 item 6: transfer codings coral does not decode are stored
+    // with the body as it came (the chunked framing removed) and relayed
+    // with it (RFC 9112 §6.1; `policy::head_to_store_with_codings`), by the
+    // ordinary rules.
     let mut fresh = match policy::storable_with(r.request, r.head, r.now_secs, &r.heuristic) {
         Storable::Yes(f) => f,
         // Issue 26 item 1: an origin's 5xx that says how long it is fresh

@@ -758,7 +758,27 @@ fn connection_names(h: &Headers) -> Vec<String> {
 pub fn head_to_store(resp: &ResponseHead) -> ResponseHead {
     let named = connection_names(&resp.headers);
     let mut headers = Headers::new();
+    // Issue 26 item 13: the cookies an origin set are refused by design, and the
+    // answer says so (`Coral-Stripped`), not only the README.
+    let stripped = ["set-cookie", "set-cookie2"]
+        .into_iter()
+        .filter(|n| resp.headers.contains(n))
+        .map(|n| {
+            if n == "set-cookie" {
+                "Set-Cookie"
+            } else {
+                "Set-Cookie2"
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    if !stripped.is_empty() {
+        headers.insert(STRIPPED_FIELD, stripped.as_bytes());
+    }
     for (n, v) in resp.headers.iter() {
+        if n == STRIPPED_FIELD && !stripped.is_empty() {
+            continue;
+        }
         if is_hop_by_hop(n)
             || is_cookie(n)
             || n == "content-length"
@@ -777,6 +797,33 @@ pub fn head_to_store(resp: &ResponseHead) -> ResponseHead {
         framing: resp.framing,
         keep_alive: resp.keep_alive,
     }
+}
+
+/// The response field that names the cookie fields coral removed from an origin's
+/// answer (`Coral-Stripped: Set-Cookie`): cookies are refused by design, every
+/// Coralized site sharing one domain (README, "What coral refuses").
+pub const STRIPPED_FIELD: &str = "coral-stripped";
+
+/// The head to store for a response whose body is stored as it came after the
+/// chunked framing is removed: [`head_to_store`]'s fields, and the transfer codings
+/// coral does not decode (RFC 9112 §6.1: a proxy relays them) kept in a
+/// `Transfer-Encoding` field of the stored head, which [`client_head`] writes again
+/// before the `chunked` it frames the body with. Issue 26 item 6: such an answer is
+/// stored by the ordinary rules instead of only relayed.
+pub fn head_to_store_with_codings(resp: &ResponseHead) -> ResponseHead {
+    let mut head = head_to_store(resp);
+    if let Some(codings) = super::http::transfer_codings(&resp.headers) {
+        head.headers.insert("transfer-encoding", &codings);
+    }
+    head
+}
+
+/// The transfer codings a stored head keeps ([`head_to_store_with_codings`]), if any.
+pub fn stored_codings(stored: &ResponseHead) -> Option<&[u8]> {
+    stored
+        .headers
+        .get("transfer-encoding")
+        .filter(|c| !c.is_empty())
 }
 
 /// Why a request went forward, for `Cache-Status`: the values of RFC 9211 §2.2.1, and
@@ -948,9 +995,12 @@ fn allowed_in_304(name: &str) -> bool {
 /// HEAD whatever this says).
 pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut Vec<u8>) -> Framing {
     let len = info.body_len;
+    // A body kept in transfer codings coral does not decode: whole, chunked after them.
+    let codings = stored_codings(stored);
     // Ranges apply to complete 200 responses only (RFC 9110 §14.2), and only when they
     // lie within the body.
     let range = match (info.not_modified, stored.status, info.range, len) {
+        _ if codings.is_some() => RangeAnswer::Full,
         (
             false,
             200,
@@ -1037,6 +1087,18 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
             buf.extend_from_slice(b"\r\n");
             Framing::Length(end_inclusive - start + 1)
         }
+        (_, _, _) if codings.is_some() && info.client_minor_version >= 1 => {
+            buf.extend_from_slice(b"Transfer-Encoding: ");
+            buf.extend_from_slice(codings.unwrap_or_default());
+            buf.extend_from_slice(b", chunked\r\n");
+            Framing::Chunked
+        }
+        (_, _, _) if codings.is_some() => {
+            // An HTTP/1.0 client cannot receive them (RFC 9112 §6.1); the runtime
+            // refuses it before (`stored_codings`).
+            keep_alive = false;
+            Framing::UntilClose
+        }
         (RangeAnswer::Unsatisfiable, _, Some(total)) => {
             buf.extend_from_slice(b"Content-Range: bytes */");
             write_decimal(buf, total);
@@ -1062,7 +1124,7 @@ pub fn client_head(stored: &ResponseHead, info: &ClientHeadInfo<'_>, buf: &mut V
             Framing::UntilClose
         }
     };
-    if (len.is_some() && status == 200) || status == 206 {
+    if ((len.is_some() && status == 200) || status == 206) && codings.is_none() {
         buf.extend_from_slice(b"Accept-Ranges: bytes\r\n");
     }
     if keep_alive {

@@ -203,6 +203,12 @@ pub struct Lookup {
     found_stale: bool,
     /// The fill kept that stale copy: the origin failed.
     kept_stale: bool,
+    /// The owning core asked for a second fill ([`Lookup::refill`]).
+    refilled: bool,
+    /// The fill was another request's fetch, joined ([`Lookup::filled`]).
+    collapsed: bool,
+    /// The status the fill's next hop answered ([`Lookup::next_hop_answered`]).
+    fwd_status: Option<u16>,
 }
 
 impl Lookup {
@@ -216,6 +222,9 @@ impl Lookup {
             peer: None,
             found_stale: false,
             kept_stale: false,
+            refilled: false,
+            collapsed: false,
+            fwd_status: None,
         }
     }
 
@@ -225,10 +234,32 @@ impl Lookup {
     }
 
     /// The owning core filled the cache; the object came (or comes) from a
-    /// peer found at `peer`, if any. (After it kept a stale copy instead,
-    /// the next look needs no call.)
-    pub fn filled(&mut self, peer: Option<Level>) {
+    /// peer found at `peer`, if any; `collapsed`: by a fetch another
+    /// request started, which this one joined (RFC 9211 §2.5). (After it
+    /// kept a stale copy instead, the next look needs no call.)
+    pub fn filled(&mut self, peer: Option<Level>, collapsed: bool) {
         self.peer = peer;
+        self.collapsed = collapsed;
+    }
+
+    /// The owning core's fetch answered another request, whose fields its
+    /// key did not account for (`keyed::check_key`): this request may be
+    /// filled once more, as the host's learned fields now say. False when
+    /// it was refilled before (the request then passes).
+    pub fn refill(&mut self) -> bool {
+        if self.refilled {
+            return false;
+        }
+        self.refilled = true;
+        self.asked = false;
+        true
+    }
+
+    /// The status the fill's next hop (the origin or a peer) answered with,
+    /// if one answered: `fwd-status` when it is not the client's (RFC 9211
+    /// §2.3; [`copy_answer`] leaves it out when it is).
+    pub fn next_hop_answered(&mut self, status: Option<u16>) {
+        self.fwd_status = status;
     }
 
     /// The owning core's fetch failed and kept the stale copy found on the
@@ -314,12 +345,13 @@ impl Lookup {
     }
 
     /// The status of a copy being written (RFC 9211): this request's own
-    /// fill (`fwd`, `stored`), or another request's fetch it joined on its
-    /// first look (`fwd=uri-miss; collapsed`: not a hit, the copy was not
-    /// stored when it came).
+    /// fill (`fwd`, `stored`), or another request's fetch it joined — on its
+    /// first look, or queued for the fill before its first byte
+    /// (`collapsed`: not a hit, the copy was not stored when it came).
     fn arriving(&self) -> CacheStatus {
         let mut cs = CacheStatus::forward(self.fwd(), true);
-        cs.collapsed = !self.asked;
+        cs.collapsed = !self.asked || self.collapsed;
+        cs.fwd_status = self.fwd_status.filter(|_| self.asked);
         cs.detail = self.peer.map(peer_detail);
         cs
     }
@@ -334,10 +366,13 @@ impl Lookup {
         }
         if self.kept_stale && !fresh {
             let mut cs = CacheStatus::forward(Forward::Stale, false);
+            cs.fwd_status = self.fwd_status;
             cs.detail = Some(policy::detail::STALE_ON_ERROR);
             return Serve::Copy(cs);
         }
         let mut cs = CacheStatus::forward(self.fwd(), true);
+        cs.collapsed = self.collapsed;
+        cs.fwd_status = self.fwd_status;
         cs.detail = self.peer.map(peer_detail);
         Serve::Copy(cs)
     }
@@ -382,15 +417,35 @@ pub fn copy_answer<'a>(
     let not_modified =
         ok && policy::evaluate_conditional(req, copy.head) == Conditional::NotModified;
     let range = match copy.body_len {
-        Some(len) if copy.complete && req.method == Method::Get && ok => {
+        // A body kept in transfer codings is sent whole (`policy::client_head`).
+        Some(len)
+            if copy.complete
+                && req.method == Method::Get
+                && ok
+                && policy::stored_codings(copy.head).is_none() =>
+        {
             policy::range_for(req, copy.head, len)
         }
         _ => RangeAnswer::Full,
     };
+    let status = if not_modified {
+        304
+    } else {
+        match range {
+            RangeAnswer::Partial { .. } => 206,
+            RangeAnswer::Unsatisfiable => 416,
+            RangeAnswer::Full => copy.head.status,
+        }
+    };
+    let mut cache_status = copy.cache_status;
+    // RFC 9211 §2.3: `fwd-status` only when it is not the client's status.
+    cache_status.fwd_status = cache_status
+        .fwd_status
+        .filter(|s| *s != status && cache_status.fwd.is_some());
     ClientHeadInfo {
         node_name,
         age_secs: policy::age_secs(&copy.freshness, now_secs),
-        cache_status: copy.cache_status,
+        cache_status,
         range,
         body_len: copy.body_len,
         keep_alive: req.keep_alive,

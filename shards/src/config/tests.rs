@@ -200,6 +200,14 @@ fn security_md_limits_are_true() {
                 "coral::limits::PROXY.range_bytes_max" => p.range_bytes_max,
                 "coral::limits::PROXY.chunk_line_bytes_max" => p.chunk_line_bytes_max,
                 "coral::limits::PROXY.targeted_field_bytes_max" => p.targeted_field_bytes_max,
+                "coral::limits::PROXY.learned_vary_hosts_max" => p.learned_vary_hosts_max,
+                "coral::limits::PROXY.learned_vary_fields_per_host_max" => {
+                    p.learned_vary_fields_per_host_max
+                }
+                "coral::limits::PROXY.learned_vary_field_bytes_max" => {
+                    p.learned_vary_field_bytes_max
+                }
+                "coral::limits::PROXY.learned_vary_urls_max" => p.learned_vary_urls_max,
                 // The origin stub resolver's bounds (`coral::resolve`).
                 "coral::limits::RESOLVE.servers_max" => r.servers_max,
                 "coral::limits::RESOLVE.lookups_inflight_max" => r.lookups_inflight_max,

@@ -54,6 +54,12 @@ struct JobState {
     revalidation: bool,
     /// What the fill reads now (the status page's objects in flight).
     progress: Rc<Progress>,
+    /// The request that started the job (the first waiter) was answered:
+    /// every waiter left joined it (RFC 9211 `collapsed`).
+    creator_answered: bool,
+    /// The status the last source asked answered with (RFC 9211
+    /// `fwd-status`).
+    upstream_status: Option<u16>,
 }
 
 /// Which source a fill reads from and how far it got (issue 24 item 4),
@@ -125,8 +131,18 @@ impl ProxyCore {
             if let Some(js) = jobs.get_mut(&key) {
                 if js.writing {
                     let peer = js.peer;
+                    let js_status = js.upstream_status;
                     drop(jobs);
-                    self.answer(waiter, MissAnswer::Ready { peer });
+                    let collapsed = true;
+                    let fwd_status = js_status;
+                    self.answer(
+                        waiter,
+                        MissAnswer::Ready {
+                            peer,
+                            collapsed,
+                            fwd_status,
+                        },
+                    );
                 } else {
                     js.waiters.push(waiter);
                 }
@@ -146,7 +162,16 @@ impl ProxyCore {
                 crate::cache::ObjectState::Failed => false,
             };
             if usable {
-                self.answer(waiter, MissAnswer::Ready { peer: None });
+                // Another request's fetch brought it.
+                let collapsed = true;
+                self.answer(
+                    waiter,
+                    MissAnswer::Ready {
+                        peer: None,
+                        collapsed,
+                        fwd_status: None,
+                    },
+                );
                 return;
             }
         }
@@ -175,6 +200,8 @@ impl ProxyCore {
                 peer: None,
                 revalidation,
                 progress: Rc::default(),
+                creator_answered: false,
+                upstream_status: None,
             },
         );
         self.run(out);
@@ -274,7 +301,11 @@ impl ProxyCore {
             match a {
                 Action::Serve { key, first, .. } => {
                     let peer = peer_level(first);
-                    self.finish_job(&key, || MissAnswer::Ready { peer });
+                    self.finish_job(&key, || MissAnswer::Ready {
+                        peer,
+                        collapsed: false,
+                        fwd_status: None,
+                    });
                 }
                 Action::Fail { key, fail, .. } => {
                     self.finish_job(&key, || MissAnswer::Error(fail));
@@ -424,22 +455,46 @@ impl ProxyCore {
         let Some(js) = self.fetch.jobs.borrow_mut().remove(key) else {
             return;
         };
-        for w in js.waiters {
-            self.answer(w, answer());
-        }
+        let creator = !js.creator_answered;
+        self.answer_all(js.waiters, creator, js.upstream_status, answer);
     }
 
     /// Answers the waiters so far without forgetting the job.
     fn answer_waiters(&self, key: &Id, answer: impl Fn() -> MissAnswer) {
-        for w in self.take_waiters(key) {
-            self.answer(w, answer());
+        let (creator, status) = self
+            .fetch
+            .jobs
+            .borrow()
+            .get(key)
+            .map_or((false, None), |js| {
+                (!js.creator_answered, js.upstream_status)
+            });
+        self.answer_all(self.take_waiters(key), creator, status, answer);
+    }
+
+    /// Answers `waiters`, the first of them the job's creator if `creator`;
+    /// the others joined its fetch (RFC 9211 `collapsed`). `status`: what
+    /// the next hop answered (RFC 9211 `fwd-status`).
+    fn answer_all(
+        &self,
+        waiters: Vec<Waiter>,
+        creator: bool,
+        status: Option<u16>,
+        answer: impl Fn() -> MissAnswer,
+    ) {
+        for (i, w) in waiters.into_iter().enumerate() {
+            let a = answer().with_fwd_status(status);
+            self.answer(w, if i == 0 && creator { a } else { a.joined() });
         }
     }
 
     /// The waiters so far, taken from the job.
     fn take_waiters(&self, key: &Id) -> Vec<Waiter> {
         match self.fetch.jobs.borrow_mut().get_mut(key) {
-            Some(js) => std::mem::take(&mut js.waiters),
+            Some(js) => {
+                js.creator_answered = true;
+                std::mem::take(&mut js.waiters)
+            }
             None => Vec::new(),
         }
     }
@@ -499,58 +554,50 @@ impl ProxyCore {
             super::verified::want_repr_digest(&mut extra);
         }
         // Issue 22 item 6: only allowlisted client fields go upstream, and
-        // to fill the cache only those the URL's known `Vary` keys.
-        let mut vary_of = self.known_vary(&key, &job.url_key, old.as_ref().map(|(_, s)| &s.head));
+        // to fill the cache only those the URL's known `Vary` keys (or, for
+        // a URL not stored yet, those its host's answers were seen to vary
+        // on: `keyed::LearnedVary`).
+        let origin_host = job.origin.to_string();
+        let vary_of = {
+            let learned = self.learned_vary.borrow();
+            learned
+                .url_vary(&job.url_key)
+                .or_else(|| self.known_vary(&key, &job.url_key, old.as_ref().map(|(_, s)| &s.head)))
+                .or_else(|| learned.host_vary(&origin_host))
+        };
         let no_pool = upstream::Pool::default();
         let pool = if peer.is_some() { &no_pool } else { &self.pool };
-        let mut attempts = 0;
-        let (sent, resp) = loop {
-            attempts += 1;
-            let sent = keyed::upstream_view(
-                &job.request,
-                match peer {
-                    Some(_) => Upstream::Peer,
-                    None => Upstream::Fill {
-                        vary: vary_of.as_ref(),
-                    },
+        let sent = keyed::upstream_view(
+            &job.request,
+            match peer {
+                Some(_) => Upstream::Peer,
+                None => Upstream::Fill {
+                    vary: vary_of.as_ref(),
                 },
-                &self.cfg.forward_request_fields,
-            );
-            let mut req = Vec::with_capacity(1024);
-            policy::upstream_request(&sent, &job.origin, peer.is_some(), &extra, &mut req);
-            let resp =
-                match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
-                        if peer.is_none() {
-                            self.stats.origin_error(e.reason());
-                        }
-                        self.fetch_failed(&key, e.fail());
-                        return self.stale_or_failed(&key, peer, old.as_ref());
-                    }
-                };
-            // The first request for a URL went without the keyed fields
-            // (its Vary unknown); an answer varying on one the client sent
-            // is not the client's variant: asked again, once, with it.
-            if attempts == 1
-                && peer.is_none()
-                && vary_of.is_none()
-                && keyed::refetch_with_vary(&resp.head.headers, &job.request, &sent)
-            {
-                let mut v = Headers::new();
-                for x in resp.head.headers.get_all("vary") {
-                    v.insert("vary", x);
+            },
+            &self.cfg.forward_request_fields,
+        );
+        let mut req = Vec::with_capacity(1024);
+        policy::upstream_request(&sent, &job.origin, peer.is_some(), &extra, &mut req);
+        if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(&key) {
+            js.upstream_status = None;
+        }
+        let resp = match upstream::send(pool, addr, &req, false, self.timeouts, &self.limits).await
+        {
+            Ok(r) => {
+                if let Some(js) = self.fetch.jobs.borrow_mut().get_mut(&key) {
+                    js.upstream_status = Some(r.head.status);
                 }
-                vary_of = Some(v);
-                // Its body is not read: the connection closes.
-                drop(resp);
-                self.stats
-                    .origin_fetches
-                    .set(self.stats.origin_fetches.get() + 1);
-                continue;
+                r
             }
-            break (sent, resp);
+            Err(e) => {
+                tracing::info!(%addr, error = %e, peer = peer.is_some(), "fetch failed");
+                if peer.is_none() {
+                    self.stats.origin_error(e.reason());
+                }
+                self.fetch_failed(&key, e.fail());
+                return self.stale_or_failed(&key, peer, old.as_ref());
+            }
         };
         // Issue 22 item 4: a peer's answer is used only under a signed head
         // that verifies, its first chunk verified before any waiter is
@@ -586,6 +633,30 @@ impl ProxyCore {
         });
         let resp_head_of_304 = resp.head.clone();
         let fresh = match verdict {
+            Verdict::Store(fresh) if peer.is_none() => {
+                // Stored only when its key accounts for exactly the client
+                // fields the origin saw; otherwise relayed to the request
+                // that made it, and the host's learned fields corrected
+                // (`coral::proxy::keyed::check_key`).
+                let check = keyed::check_key(
+                    &resp.head.headers,
+                    &job.request,
+                    &sent,
+                    &self.cfg.forward_request_fields,
+                );
+                self.learned_vary.borrow_mut().apply(
+                    &origin_host,
+                    job.url_key,
+                    &resp.head.headers,
+                    &check,
+                );
+                if !check.storable() {
+                    tracing::debug!(%key, ?check, "answer not keyed as sent: relayed, not stored");
+                    self.pass_once(&key, resp);
+                    return Outcome::Failed;
+                }
+                fresh
+            }
             // A peer's copy is fresh no longer than the origin-fetcher
             // signed (issue 22 item 4).
             Verdict::Store(mut fresh) => {
@@ -750,7 +821,7 @@ impl ProxyCore {
             self.cache.touch_meta(&key, meta);
             return;
         }
-        let head = policy::head_to_store(&policy::freshen(&old.head, not_modified));
+        let head = policy::head_to_store_with_codings(&policy::freshen(&old.head, not_modified));
         let fresh = Freshness {
             date_secs: meta.stored_secs,
             fresh_until_secs: meta.fresh_until_secs,
@@ -803,6 +874,21 @@ impl ProxyCore {
         }
     }
 
+    /// An answer whose key does not account for what reached the origin:
+    /// the request that made this fetch gets it, to relay on its own core
+    /// (not remembered as uncacheable: the next request, sent as the host's
+    /// learned fields now say, may store it); every other waiter looks up
+    /// and fills again (once).
+    fn pass_once(&self, key: &Id, resp: upstream::Response) {
+        let mut waiters = self.take_waiters(key).into_iter();
+        if let Some(first) = waiters.next() {
+            self.answer(first, MissAnswer::PassOnce(Box::new(resp.hand_over())));
+        }
+        for w in waiters {
+            self.answer(w, MissAnswer::Refill);
+        }
+    }
+
     /// Stores the response `resp` to the fetch of `key` in the cache as it
     /// arrives; its waiters are answered as soon as the object exists.
     #[allow(clippy::too_many_arguments)]
@@ -819,15 +905,18 @@ impl ProxyCore {
         now: u64,
         signed: Option<coral::verify::SignedHead>,
     ) -> Outcome {
-        let mut head = policy::head_to_store(&resp.head);
+        let mut head = policy::head_to_store_with_codings(&resp.head);
         super::verified::strip_records(&mut head);
         // §2.1: redirects and links to the origin stay Coralized (HTML that
-        // is content-coded is passed through untouched).
+        // is content-coded, or in a transfer coding, is passed through
+        // untouched).
         rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
         // A peer's signed bytes are stored as signed (the origin-fetcher
-        // rewrote them).
-        let mut rewriter = (signed.is_none() && rewrite::body_is_rewritable(&head))
-            .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
+        // rewrote them); a body in a transfer coding is not rewritten.
+        let mut rewriter = (signed.is_none()
+            && rewrite::body_is_rewritable(&head)
+            && policy::stored_codings(&head).is_none())
+        .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         // Labelled with what could have changed the answer (the keyed
         // fields as sent, `keyed::label_view`).
         let label = keyed::label_view(&job.request, sent);
@@ -877,7 +966,11 @@ impl ProxyCore {
             js.peer = level;
         }
         if resp.interim.is_empty() {
-            self.answer_waiters(&key, || MissAnswer::Ready { peer: level });
+            self.answer_waiters(&key, || MissAnswer::Ready {
+                peer: level,
+                collapsed: false,
+                fwd_status: None,
+            });
         } else {
             // Issue 26 item 9: forwarded to the clients waiting now, never
             // stored with the object.
@@ -885,6 +978,8 @@ impl ProxyCore {
             self.answer_waiters(&key, || MissAnswer::ReadyAfterInterim {
                 peer: level,
                 interim: interim.clone(),
+                collapsed: false,
+                fwd_status: None,
             });
         }
         // Issue 22 item 4: the signed records, kept beside the copy.
@@ -1332,7 +1427,7 @@ impl ProxyCore {
         });
         let must_revalidate = old.map(|(_, s)| s.must_revalidate || policy::forbids_stale(&s.head));
         if within_stale_if_error && fetch::serve_stale(peer.is_some(), must_revalidate) {
-            self.answer_waiters(key, || MissAnswer::Stale);
+            self.answer_waiters(key, || MissAnswer::Stale { fwd_status: None });
             return Outcome::Ok;
         }
         Outcome::Failed

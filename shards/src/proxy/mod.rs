@@ -93,6 +93,12 @@ pub enum MissAnswer {
         /// Fetched from a peer, not the origin: the cluster level at which
         /// the DSHT named it (0 for a peer found by a lost claim).
         peer: Option<coral::dsht::node::Level>,
+        /// The request joined a fetch another request started (RFC 9211
+        /// `collapsed`).
+        collapsed: bool,
+        /// The status the next hop (origin or peer) answered the fetch
+        /// with, if one answered (RFC 9211 `fwd-status`).
+        fwd_status: Option<u16>,
     },
     /// As `Ready`, from the origin: first forward these interim (1xx)
     /// responses to an HTTP/1.1 client (103 Early Hints; never stored).
@@ -101,20 +107,58 @@ pub enum MissAnswer {
         peer: Option<coral::dsht::node::Level>,
         /// The interim responses, as a client gets them.
         interim: std::sync::Arc<Vec<u8>>,
+        /// As `Ready`'s.
+        collapsed: bool,
+        /// As `Ready`'s.
+        fwd_status: Option<u16>,
     },
     /// The origin failed; the stale copy in the cache may be served.
-    Stale,
+    Stale {
+        /// The origin's status, if it answered (RFC 9211 `fwd-status`).
+        fwd_status: Option<u16>,
+    },
     /// The origin's answer may not be stored: fetch it for this client alone.
     Uncacheable,
     /// The origin's answer may not be stored, and this client's request is
     /// the one that fetched it: here it is, its head read, to relay to this
     /// client alone (one client request, one origin request).
     Pass(Box<upstream::Handover>),
+    /// The origin's answer may not be stored under the key it makes (its
+    /// `Vary` does not account for what was sent: `keyed::check_key`), and
+    /// this client's request made it: relay it to this client alone, and
+    /// do not remember the object as uncacheable.
+    PassOnce(Box<upstream::Handover>),
+    /// That answer went to another request: look up and fill again.
+    Refill,
     /// Answer the client with this error.
     Error(Fail),
     /// The origin's own error answer, not stored: relay it as it is (issue
     /// 26 item 1), to every request that waited for the fetch.
     Relayed(std::sync::Arc<Relayed>),
+}
+
+impl MissAnswer {
+    /// The answer with the status the next hop answered the fetch with.
+    pub fn with_fwd_status(mut self, status: Option<u16>) -> MissAnswer {
+        if let MissAnswer::Ready { fwd_status, .. }
+        | MissAnswer::ReadyAfterInterim { fwd_status, .. }
+        | MissAnswer::Stale { fwd_status } = &mut self
+        {
+            *fwd_status = status;
+        }
+        self
+    }
+
+    /// The answer as a request that joined another's fetch gets it: a
+    /// `Ready` one says so (RFC 9211 `collapsed`).
+    pub fn joined(mut self) -> MissAnswer {
+        if let MissAnswer::Ready { collapsed, .. }
+        | MissAnswer::ReadyAfterInterim { collapsed, .. } = &mut self
+        {
+            *collapsed = true;
+        }
+        self
+    }
 }
 
 /// An origin's answer relayed without being stored: its head (hop-by-hop
@@ -305,6 +349,9 @@ pub struct ProxyCore {
     variants: RefCell<coral::proxy::vary::VariantBudget>,
     /// Objects recently found uncacheable: fetched for their client alone.
     passes: RefCell<coral::proxy::pass::PassMemory>,
+    /// Per origin host, the request fields its answers vary on: sent with
+    /// a URL's first fill (`coral::proxy::keyed::LearnedVary`).
+    learned_vary: RefCell<coral::proxy::keyed::LearnedVary>,
     /// Client connections, each in a phase since a tick, or busy: the
     /// deadline sweep (`server::deadline_sweep`) closes those past their
     /// phase's deadline, the accept loop evicts from it at the cap.
@@ -381,6 +428,9 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         )),
         passes: RefCell::new(coral::proxy::pass::PassMemory::new(
             coral::dsht::id::keyed_hasher(&secret, "hit-for-pass"),
+        )),
+        learned_vary: RefCell::new(coral::proxy::keyed::LearnedVary::new(
+            coral::dsht::id::keyed_hasher(&secret, "learned vary"),
         )),
         idle: RefCell::new(coral::proxy::idle::ConnTable::new()),
         ready: match ready::Readiness::new() {

@@ -588,8 +588,21 @@ impl<'a> Conn<'a> {
                 client: self.client_ip(),
             };
             match pc.miss(job).await {
-                MissAnswer::Ready { peer } => way.filled(peer),
-                MissAnswer::ReadyAfterInterim { peer, interim } => {
+                MissAnswer::Ready {
+                    peer,
+                    collapsed,
+                    fwd_status,
+                } => {
+                    way.filled(peer, collapsed);
+                    way.next_hop_answered(fwd_status);
+                }
+                MissAnswer::ReadyAfterInterim {
+                    peer,
+                    interim,
+                    collapsed,
+                    fwd_status,
+                } => {
+                    way.next_hop_answered(fwd_status);
                     // 1xx go to HTTP/1.1 clients only (RFC 9110 §15.2).
                     let p = self.progress();
                     if req.minor_version >= 1
@@ -597,9 +610,12 @@ impl<'a> Conn<'a> {
                     {
                         return Next::Close;
                     }
-                    way.filled(peer)
+                    way.filled(peer, collapsed)
                 }
-                MissAnswer::Stale => way.kept_stale(),
+                MissAnswer::Stale { fwd_status } => {
+                    way.kept_stale();
+                    way.next_hop_answered(fwd_status);
+                }
                 MissAnswer::Uncacheable => {
                     pc.passes.borrow_mut().mark(key, unix_now());
                     return self
@@ -612,6 +628,18 @@ impl<'a> Conn<'a> {
                     pc.passes.borrow_mut().mark(key, unix_now());
                     let resp = answer.resume();
                     return self.relay(req, &route.origin, Forward::UriMiss, resp).await;
+                }
+                MissAnswer::PassOnce(answer) => {
+                    let resp = answer.resume();
+                    return self.relay(req, &route.origin, Forward::UriMiss, resp).await;
+                }
+                MissAnswer::Refill => {
+                    if !way.refill() {
+                        // Filled twice already: this client's answer alone.
+                        return self
+                            .pass_through(req, &route.origin, Forward::UriMiss)
+                            .await;
+                    }
                 }
                 MissAnswer::Error(fail) => {
                     return self.refuse(&Refusal::failed(fail, req.keep_alive)).await;
@@ -739,6 +767,21 @@ impl<'a> Conn<'a> {
             body_len.unwrap_or(0),
             cache_status.hit || cache_status.collapsed,
         );
+        if req.minor_version == 0
+            && req.method != Method::Head
+            && policy::stored_codings(&st.head).is_some()
+        {
+            // RFC 9112 §6.1: transfer codings never go to an HTTP/1.0 client.
+            self.error(
+                502,
+                "the stored answer has a transfer coding coral does not decode, \
+                 which an HTTP/1.0 client cannot receive",
+                false,
+                None,
+            )
+            .await;
+            return Next::Close;
+        }
         let copy = CopyServed {
             head: &st.head,
             freshness,

@@ -511,7 +511,8 @@ fn rfc9110_7_6_1_head_to_store_drops_hop_by_hop_and_cookies() {
     let s = ok("Connection: close, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\nX-End: 2\r\nSet-Cookie: s=1\r\nTransfer-Encoding: chunked\r\nAge: 5\r\nContent-Type: text/plain\r\n");
     let st = head_to_store(&s);
     let names: Vec<&str> = st.headers.iter().map(|(n, _)| n).collect();
-    assert_eq!(names, vec!["x-end", "content-type"]);
+    // The cookie's removal is said (issue 26 item 13).
+    assert_eq!(names, vec!["coral-stripped", "x-end", "content-type"]);
 }
 
 fn client(stored: &ResponseHead, info: ClientHeadInfo<'_>) -> (String, Framing) {
@@ -542,8 +543,8 @@ fn rfc9211_client_head_of_a_hit() {
     assert_eq!(f, Framing::Length(100));
     assert_eq!(
         h,
-        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nAge: 7\r\nVia: 1.0 up, 1.1 node1 (coral)\r\n\
-         Cache-Status: coral; hit\r\nContent-Length: 100\r\nAccept-Ranges: bytes\r\nConnection: keep-alive\r\n\r\n"
+        "HTTP/1.1 200 OK\r\ncoral-stripped: Set-Cookie\r\ncontent-type: text/html\r\nAge: 7\r\n\
+         Via: 1.0 up, 1.1 node1 (coral)\r\nCache-Status: coral; hit\r\nContent-Length: 100\r\nAccept-Ranges: bytes\r\nConnection: keep-alive\r\n\r\n"
     );
     // The head parses back (as a client would read it).
     let back = parse_response_head(h.as_bytes(), false, &Limits::default())
@@ -800,4 +801,72 @@ fn rfc5861_an_origin_refusing_or_failing_does_not_replace_a_good_copy() {
     assert!(!origin_failed(200, 200));
     assert!(!origin_failed(404, 403));
     assert!(origin_failed(404, 503));
+}
+
+#[test]
+fn rfc9112_6_1_a_stored_answer_in_a_transfer_coding_is_written_whole_with_it() {
+    let upstream = resp(
+        "HTTP/1.1 200 OK",
+        "Transfer-Encoding: x-odd, chunked\r\nCache-Control: max-age=60\r\n",
+    );
+    let stored = head_to_store_with_codings(&upstream);
+    assert_eq!(stored_codings(&stored), Some(&b"x-odd"[..]));
+    assert_eq!(stored_codings(&head_to_store(&upstream)), None);
+    assert_eq!(stored_codings(&head_to_store_with_codings(&ok(""))), None);
+    // The range asked for is not honoured: the body is sent whole.
+    let info = |minor| ClientHeadInfo {
+        node_name: "n",
+        age_secs: 0,
+        cache_status: CacheStatus::hit(),
+        range: RangeAnswer::Partial {
+            start: 0,
+            end_inclusive: 1,
+        },
+        body_len: Some(5),
+        keep_alive: true,
+        not_modified: false,
+        client_minor_version: minor,
+    };
+    let mut out = Vec::new();
+    assert_eq!(client_head(&stored, &info(1), &mut out), Framing::Chunked);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(
+        text.contains("\r\nTransfer-Encoding: x-odd, chunked\r\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("Transfer-Encoding").count(), 1, "{text}");
+    assert!(
+        !text.contains("Content-Length") && !text.contains("Content-Range"),
+        "{text}"
+    );
+    assert!(!text.contains("Accept-Ranges"), "{text}");
+    // HTTP/1.0: no coding can be sent (the runtime refuses first).
+    let mut out = Vec::new();
+    assert_eq!(
+        client_head(&stored, &info(0), &mut out),
+        Framing::UntilClose
+    );
+    assert!(!String::from_utf8(out)
+        .unwrap()
+        .contains("Transfer-Encoding"));
+}
+
+#[test]
+fn issue_26_13_stripped_cookies_are_said_in_the_answer() {
+    let with = resp(
+        "HTTP/1.1 200 OK",
+        "Set-Cookie: a=b\r\nSet-Cookie: c=d\r\nSet-Cookie2: e=f\r\nX-Other: 1\r\n",
+    );
+    let stored = head_to_store(&with);
+    assert!(!stored.headers.contains("set-cookie") && !stored.headers.contains("set-cookie2"));
+    assert_eq!(
+        stored.headers.get("coral-stripped"),
+        Some(&b"Set-Cookie, Set-Cookie2"[..])
+    );
+    assert_eq!(stored.headers.get("x-other"), Some(&b"1"[..]));
+    // Said once, however often the head is stored again (a 304's freshening).
+    assert_eq!(head_to_store(&stored).headers.count("coral-stripped"), 1);
+    // Nothing stripped, nothing said.
+    assert!(!head_to_store(&ok("")).headers.contains("coral-stripped"));
 }

@@ -150,13 +150,40 @@ fn rfc9211_2_5_a_copy_being_written_is_collapsed_not_a_hit() {
 }
 
 #[test]
+fn rfc9211_2_5_a_request_queued_for_another_requests_fill_is_collapsed() {
+    let r = get("");
+    let head = resp("HTTP/1.1 200 OK", "Content-Length: 3\r\n");
+    let none = Headers::new();
+    for state in [CopyState::Writing, CopyState::Complete { fresh: true }] {
+        // Queued for the fill before its first byte: the owning core says
+        // the fetch was another request's.
+        let mut way = Lookup::new(&routed(&r));
+        assert_eq!(decide_once(&mut way, &r, Found::Nothing), Serve::Fill);
+        way.filled(None, true);
+        let Serve::Copy(cs) = decide_once(&mut way, &r, copy(&head, &none, state)) else {
+            panic!("not served")
+        };
+        assert!(!cs.hit && cs.collapsed, "{state:?}: {cs:?}");
+        assert_eq!(cs.fwd, Some(Forward::UriMiss));
+        // The request whose fill it was: not collapsed.
+        let mut way = Lookup::new(&routed(&r));
+        assert_eq!(decide_once(&mut way, &r, Found::Nothing), Serve::Fill);
+        way.filled(None, false);
+        let Serve::Copy(cs) = decide_once(&mut way, &r, copy(&head, &none, state)) else {
+            panic!("not served")
+        };
+        assert!(!cs.collapsed && cs.stored, "{state:?}: {cs:?}");
+    }
+}
+
+#[test]
 fn a_miss_fills_once_then_serves_the_fetched_copy_with_its_peer_level() {
     let r = get("");
     let head = resp("HTTP/1.1 200 OK", "Content-Length: 3\r\n");
     let none = Headers::new();
     let mut way = Lookup::new(&routed(&r));
     assert_eq!(decide_once(&mut way, &r, Found::Nothing), Serve::Fill);
-    way.filled(Some(1));
+    way.filled(Some(1), false);
     let found = copy(&head, &none, CopyState::Complete { fresh: true });
     let Serve::Copy(cs) = decide_once(&mut way, &r, found) else {
         panic!("not served")
@@ -406,4 +433,61 @@ fn a_failed_fetch_answers_its_status_and_reason() {
         )
     );
     assert_eq!(Fail::NO_NAME.reason(), "the origin's name does not resolve");
+}
+
+#[test]
+fn rfc9211_2_3_fwd_status_is_the_next_hops_status_when_it_is_not_the_clients() {
+    let head = resp("HTTP/1.1 200 OK", "Content-Length: 10\r\nETag: \"v1\"\r\n");
+    let none = Headers::new();
+    let stale = copy(&head, &none, CopyState::Complete { fresh: false });
+    let fresh = copy(&head, &none, CopyState::Complete { fresh: true });
+    let status_of = |cs: CacheStatus, r: &RequestHead| {
+        let mut s = served(&head, true);
+        s.cache_status = cs;
+        copy_answer(r, &s, NOW, "node").cache_status.fwd_status
+    };
+    // A stale copy revalidated: the origin answered 304, the client 200.
+    let r = get("");
+    let mut way = Lookup::new(&routed(&r));
+    assert_eq!(decide_once(&mut way, &r, stale), Serve::Fill);
+    way.filled(None, false);
+    way.next_hop_answered(Some(304));
+    let Serve::Copy(cs) = decide_once(&mut way, &r, fresh) else {
+        panic!("not served")
+    };
+    assert_eq!(cs.fwd, Some(Forward::Stale));
+    assert_eq!(status_of(cs, &r), Some(304));
+    let mut out = Vec::new();
+    cs.write(&mut out);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "coral; fwd=stale; fwd-status=304; stored"
+    );
+    // The client's conditional is answered 304 itself: no fwd-status.
+    assert_eq!(status_of(cs, &get("If-None-Match: \"v1\"\r\n")), None);
+    // Served stale on the origin's 503.
+    let mut way = Lookup::new(&routed(&r));
+    assert_eq!(decide_once(&mut way, &r, stale), Serve::Fill);
+    way.kept_stale();
+    way.next_hop_answered(Some(503));
+    let Serve::Copy(cs) = decide_once(&mut way, &r, stale) else {
+        panic!("not served")
+    };
+    assert_eq!(cs.detail, Some(policy::detail::STALE_ON_ERROR));
+    assert_eq!(status_of(cs, &r), Some(503));
+    // A fill answered 200, the client's range 206.
+    let mut way = Lookup::new(&routed(&r));
+    assert_eq!(decide_once(&mut way, &r, Found::Nothing), Serve::Fill);
+    way.filled(None, false);
+    way.next_hop_answered(Some(200));
+    let Serve::Copy(cs) = decide_once(&mut way, &r, fresh) else {
+        panic!("not served")
+    };
+    assert_eq!(status_of(cs, &r), None, "the same status");
+    assert_eq!(status_of(cs, &get("Range: bytes=0-3\r\n")), Some(200));
+    // A hit never has one.
+    assert_eq!(
+        status_of(CacheStatus::hit(), &get("Range: bytes=0-3\r\n")),
+        None
+    );
 }

@@ -34,9 +34,16 @@ pub(in crate::proxy) struct HotEntry {
 /// Whether a stored response's hits may take the fast path: a 200 that
 /// does not vary (a varying one needs the request's fields compared), with
 /// a head short enough to keep.
+/// A body kept in transfer codings is framed by the full path (issue 26
+/// item 6, `coral::proxy::policy::client_head`).
+fn policy_codings_none(st: &Stored) -> bool {
+    coral::proxy::policy::stored_codings(&st.head).is_none()
+}
+
 fn hot_eligible(st: &Stored, raw_head: &[u8]) -> bool {
     st.head.status == 200
         && !st.head.headers.contains("vary")
+        && policy_codings_none(st)
         && raw_head.len() <= HOT_HEAD_BYTES_MAX
 }
 
