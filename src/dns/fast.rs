@@ -295,12 +295,11 @@ impl Dnssrv {
             .take()
             .unwrap_or_else(|| Box::new((Best::new(0), Best::new(0))));
         let pick = self.pick(&ctx, &mut scratch.0);
-        let Pick::Proxies { level, scope } = pick else {
+        let Pick::Proxies { level, scope, ttl } = pick else {
             self.picked = Some((pick, scratch.0));
             self.scratch = Some(scratch);
             return self.fall_back(now, msg, client, transport, view, buf);
         };
-        let ttl = a_ttl_secs(level);
         // The lock (§3.1), as `delegation` writes it.
         let apex = Apex::for_level(level);
         let ns_level = apex.level().min(view.levels.len().saturating_sub(1));

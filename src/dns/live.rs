@@ -47,6 +47,11 @@ pub const FRESH: Duration = Duration::from_millis(1000);
 pub const CHECK_TIMEOUT: Duration = Duration::from_millis(1000);
 /// One proxy is checked at most this often.
 pub const CHECK_INTERVAL: Duration = Duration::from_millis(1000);
+/// A proxy named that has not answered for this long is unconfirmed: the
+/// answer's TTL is `A_TTL_SECS_UNCONFIRMED` (a node that died in a quiet
+/// spell is named once, briefly). Under steady queries the proxies named
+/// are checked every second or so and never reach it.
+pub const UNCONFIRMED: Duration = Duration::from_secs(10);
 /// A proxy's checks are forgotten this long after the last one (a table
 /// full of them keeps only those younger).
 const CHECK_FORGET: Duration = Duration::from_secs(600);

@@ -64,7 +64,7 @@ use domain::rdata::{Aaaa, Cname, Dname, Ns, Soa, A};
 
 pub use counters::{AnswerCounts, Counters, LEVEL_NAMES, QTYPE_NAMES, RCODE_NAMES};
 pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
-pub use live::{Check, Liveness, Verdict, CHECK_INTERVAL, CHECK_TIMEOUT, FRESH};
+pub use live::{Check, Liveness, Verdict, CHECK_INTERVAL, CHECK_TIMEOUT, FRESH, UNCONFIRMED};
 pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
 pub use view::{LevelView, Peer, View};
 
@@ -101,6 +101,10 @@ pub const A_TTL_SECS_NEAR: u32 = 20;
 /// but every second of it is a second of failover (issue 24: 60 s meant
 /// clients failing for over a minute after a proxy died).
 pub const A_TTL_SECS_LEVEL2: u32 = 30;
+/// Time-to-live of A records when a proxy named has not been confirmed
+/// alive for [`UNCONFIRMED`] (the first answers after a quiet spell): if it
+/// died meanwhile, resolvers ask again this soon, after its check.
+pub const A_TTL_SECS_UNCONFIRMED: u32 = 5;
 /// Time-to-live of NS records and their glue: resolvers lock onto a cluster's
 /// name servers for an hour (§3.1).
 pub const NS_TTL_SECS: u32 = 3600;

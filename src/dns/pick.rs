@@ -100,8 +100,9 @@ pub(super) enum Pick {
     Held(u8),
     /// No proxy live: NODATA (with the scope).
     NoProxy(u8),
-    /// The proxies picked, for a client at `level`.
-    Proxies { level: usize, scope: u8 },
+    /// The proxies picked, for a client at `level`, named for `ttl`
+    /// seconds.
+    Proxies { level: usize, scope: u8, ttl: u32 },
 }
 
 impl Dnssrv {
@@ -388,6 +389,18 @@ impl Dnssrv {
         }
         self.counters.answers_proxied += 1;
         self.answer_level = Some(level as Level);
-        Pick::Proxies { level, scope }
+        // A proxy no answer has confirmed for long (a quiet spell) is named
+        // briefly: if it died meanwhile, its check says so within seconds
+        // and resolvers ask again soon after (`live.rs`).
+        let unconfirmed = (0..best.len).any(|i| {
+            let v = best.verified[i];
+            v != Time::MAX && ctx.now.saturating_since(v) > UNCONFIRMED
+        });
+        let ttl = if unconfirmed {
+            a_ttl_secs(level).min(A_TTL_SECS_UNCONFIRMED)
+        } else {
+            a_ttl_secs(level)
+        };
+        Pick::Proxies { level, scope, ttl }
     }
 }

@@ -468,7 +468,7 @@ impl Dnssrv {
                 (self.pick(ctx, &mut best), best)
             }
         };
-        let (level, scope) = match pick {
+        let (level, scope, ttl) = match pick {
             Pick::NoAddress => {
                 let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
                 return (add, 0, r);
@@ -478,9 +478,9 @@ impl Dnssrv {
                 let (add, r) = self.negative(ctx, Apex::L2, Rcode::NOERROR, ans);
                 return (add, scope, r);
             }
-            Pick::Proxies { level, scope } => (level, scope),
+            Pick::Proxies { level, scope, ttl } => (level, scope, ttl),
         };
-        let ttl = Ttl::from_secs(a_ttl_secs(level));
+        let ttl = Ttl::from_secs(ttl);
         for ip in best.addrs() {
             let r = match (ip, owner.clone()) {
                 (IpAddr::V4(a), Some(o)) => ans.push((o, ttl, a4(a))),

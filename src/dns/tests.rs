@@ -1326,3 +1326,26 @@ fn issue24_a_withdrawn_proxy_is_not_named() {
     let r = ask(&mut s, &v, &q);
     assert!(r.answer().is_empty(), "{:?}", names(&r));
 }
+
+/// Issue 24: after a quiet spell (no answer from a proxy for
+/// `UNCONFIRMED`), an answer naming it is kept briefly by resolvers
+/// (`A_TTL_SECS_UNCONFIRMED`): had it died meanwhile, they ask again soon
+/// after its check. Once it answered the check, the full TTL again.
+#[test]
+fn issue24_after_a_quiet_spell_an_unconfirmed_proxy_is_named_briefly() {
+    let mut v = alone();
+    v.levels[0].proxies.push(peer("127.13.0.10", NOW));
+    let q = query("www.http.L2.L1.L0.coralcdn.test", Rtype::A, None);
+    let mut s = srv();
+    let (_, r) = ask_at(&mut s, NOW, &v, &q, client(), Hold::Never);
+    assert!(r.answer().iter().all(|a| a.2 == A_TTL_SECS_NEAR));
+    let quiet = Time(NOW.0 + UNCONFIRMED.as_micros() + 1_000_000);
+    let (_, r) = ask_at(&mut s, quiet, &v, &q, client(), Hold::Never);
+    assert_eq!(r.answer().len(), 2);
+    assert!(r.answer().iter().all(|a| a.2 == A_TTL_SECS_UNCONFIRMED));
+    assert!(followups(&mut s).contains(&FollowUp::Check("127.13.0.10".parse().unwrap())));
+    // It answered the check.
+    v.levels[0].proxies[0].verified = quiet;
+    let (_, r) = ask_at(&mut s, quiet, &v, &q, client(), Hold::Never);
+    assert!(r.answer().iter().all(|a| a.2 == A_TTL_SECS_NEAR));
+}
