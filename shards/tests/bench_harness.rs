@@ -2,7 +2,7 @@
 //! or two and must finish with answers counted. Nothing here judges speed
 //! (one memory bound is checked: RSS per idle keep-alive connection):
 //! a harness that runs is what is proved, so `benches/README.md`'s
-//! commands keep working. Run by `cargo test --release --workspace` (and
+//! commands keep working. Run by `cargo test --release --workspace --all-features` (and
 //! so by `.ci/run`).
 //!
 //! - `shards/benches/dsht_udp.rs`, `proxy_hits.rs` and `idle_conns.rs` are

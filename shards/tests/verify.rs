@@ -10,8 +10,10 @@
 //! cargo test --release -p coral-shards --features forge-peer-bytes,forge-origin --test verify
 //! ```
 //!
-//! Without the features those tests are ignored (listed as such, never
-//! passed silently); the honest ones run either way.
+//! The README's test command (`cargo test --release --workspace
+//! --all-features`, what CI runs) builds them. Without the features those
+//! tests are ignored (listed as such, never passed silently); the honest
+//! ones run either way.
 
 mod common;
 
