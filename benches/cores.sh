@@ -197,6 +197,7 @@ for n in $CORES; do
         done
     fi
     wait_tcp 7080
+    wait_tcp 8090
     for w in $WORKLOADS; do
         case $w in
         hits)
