@@ -316,6 +316,7 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::RELAY.revalidated_copy_bytes_max" => n(RELAY.revalidated_copy_bytes_max),
         "limits::RELAY.forward_request_fields_max" => n(RELAY.forward_request_fields_max as u64),
         "limits::CHUNK_RECORDS.bytes_max" => n(CHUNK_RECORDS.bytes_max as u64),
+        "limits::FILL.in_flight_reported_max" => n(FILL.in_flight_reported_max as u64),
         "limits::CACHE.object_bytes_max" => n(CACHE.object_bytes_max),
         "limits::CACHE.head_bytes_max" => n(CACHE.head_bytes_max as u64),
         "limits::CACHE.segments_per_core_max" => n(u64::from(CACHE.segments_per_core_max)),

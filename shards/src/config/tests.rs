@@ -233,6 +233,8 @@ fn security_md_limits_are_true() {
                 "coral::limits::VERIFY.distrusted_signers_max" => {
                     coral::limits::VERIFY.distrusted_signers_max
                 }
+                "coral::limits::RESUME.sources_max" => coral::limits::RESUME.sources_max,
+                "coral::limits::RESUME.bad_peers_max" => coral::limits::RESUME.bad_peers_max,
                 _ => panic!("SECURITY.md: no {name}"),
             };
             assert_eq!(v.to_string(), value, "SECURITY.md: {name}");

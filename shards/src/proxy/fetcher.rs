@@ -354,17 +354,8 @@ impl ProxyCore {
                         key
                     };
                     glommio::spawn_local(async move {
-                        let ev = pc
-                            .shard
-                            .dsht_op(|n, now| n.claim(now, claimed_key, value, ttl_secs))
-                            .await;
-                        let (claimed, values) = match ev {
-                            Some(Event::ClaimDone {
-                                claimed, values, ..
-                            }) => (claimed, values),
-                            // No answer: go to the origin (as without claims).
-                            _ => (true, Vec::new()),
-                        };
+                        // No answer: go to the origin (as without claims).
+                        let (claimed, values) = pc.claim(claimed_key, value, ttl_secs).await;
                         let mut out = Vec::new();
                         let now = pc.shard.now();
                         pc.fetch
@@ -1224,17 +1215,8 @@ impl ProxyCore {
                     value,
                     ttl_secs,
                 } => {
-                    let ev = self
-                        .shard
-                        .dsht_op(|n, now| n.claim(now, key, value, ttl_secs))
-                        .await;
-                    let (claimed, values) = match ev {
-                        Some(Event::ClaimDone {
-                            claimed, values, ..
-                        }) => (claimed, values),
-                        // No answer: resumed from the origin.
-                        _ => (true, Vec::new()),
-                    };
+                    // No answer: resumed from the origin.
+                    let (claimed, values) = self.claim(key, value, ttl_secs).await;
                     let now = self.shard.now();
                     self.fetch.policy.borrow_mut().resume_claimed(
                         now,
@@ -1264,6 +1246,27 @@ impl ProxyCore {
                     }
                 }
             }
+        }
+    }
+
+    /// The DSHT claim of `key` (§8's test-and-set): whether this node won,
+    /// and the values found instead. No answer counts as won: the node goes
+    /// to the origin, as it would without claims.
+    async fn claim(
+        &self,
+        key: Id,
+        value: coral::dsht::wire::Value,
+        ttl_secs: u32,
+    ) -> (bool, Vec<coral::dsht::wire::Value>) {
+        let ev = self
+            .shard
+            .dsht_op(|n, now| n.claim(now, key, value, ttl_secs))
+            .await;
+        match ev {
+            Some(Event::ClaimDone {
+                claimed, values, ..
+            }) => (claimed, values),
+            _ => (true, Vec::new()),
         }
     }
 
