@@ -133,6 +133,8 @@ fn hotspot_bound_holds_across_seeds_sizes_and_b_section_6_4() {
     // with one token instead of β (store.rs); (12.0, 41, 25) before a
     // sender stayed away longer from a node loaded over consecutive
     // windows (recall.rs); (6.0, 41, 24) before that stay was spread by a
-    // random jitter, (6.0, 41, 22) with a jitter over one window, not two.
-    assert_eq!(pinned, Some((6.0, 41, 19)), "pinned figures changed");
+    // random jitter, (6.0, 41, 22) with a jitter over one window, not two;
+    // (6.0, 41, 19) before a loaded node asked its senders to stay away
+    // longer when over half the bound for its estimate of n (issue 27).
+    assert_eq!(pinned, Some((5.0, 41, 19)), "pinned figures changed");
 }
