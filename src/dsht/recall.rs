@@ -165,6 +165,29 @@ impl Recall {
         }
     }
 
+    /// Remembers that `node` answered loaded, but not full, for `key` at
+    /// `level` at `now` (the walk stores there): it counts as full and
+    /// loaded for the stay, whatever its TTLs, so that the sender's next
+    /// walks stop a step before it.
+    pub fn remember_loaded(
+        &mut self,
+        key: Key,
+        level: u8,
+        node: Id,
+        now: Time,
+        jitter: u64,
+        stay_mins: u8,
+    ) {
+        self.remember(key, level, node, 0, now, jitter, stay_mins);
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|x| x.key == key && x.level == level && x.node == node)
+        {
+            e.advised = true;
+        }
+    }
+
     /// Forgets `node` for `key` at `level`: it answered a probe and was not
     /// full and loaded, so the next full-and-loaded answer starts over at
     /// [`RECALL_LOADED`].
@@ -356,5 +379,18 @@ mod tests {
         // back-off: the fullness rule still applies.
         r.remember(id(1), 0, id(4), 40, t0, 0, 1);
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(4), 3600, t0));
+    }
+
+    #[test]
+    fn issue_27_a_loaded_node_that_can_take_the_value_is_not_probed_again_for_its_stay() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO + Duration::from_secs(10);
+        r.remember_loaded(id(1), 0, id(2), t0, 0, 1);
+        // A minute (jitter 0), though it holds no value that would keep it full.
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, t0 + Duration::from_secs(59)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, t0 + Duration::from_secs(60)));
+        // The stay it asks, when longer.
+        r.remember_loaded(id(1), 0, id(3), t0, 0, 5);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(3), 3600, t0 + Duration::from_secs(299)));
     }
 }

@@ -273,6 +273,16 @@ impl Node {
                         jitter,
                         stay_mins,
                     );
+                } else if probe.loaded {
+                    // Loaded but able to take the value: the walk stores
+                    // there (rule 4), and the next ones stop before it for
+                    // the stay it asks (at least the paper's minute). A node
+                    // held under l values by the per-source quota is never
+                    // full: at 100,000 nodes three senders stored at one
+                    // such node every second, 360 put RPCs a minute.
+                    let jitter = self.rng.next_u64();
+                    self.recall
+                        .remember_loaded(o.key, o.level, from.id, now, jitter, stay_mins);
                 } else if !claiming && !self.recall.is_empty() {
                     // No longer full and loaded: a later answer that is
                     // starts its recall over at a minute.
