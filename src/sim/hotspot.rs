@@ -507,35 +507,3 @@ fn busiest_node<L: Links>(
         in_tables_median: in_degree[in_degree.len() / 2],
     })
 }
-
-#[cfg(test)]
-mod why {
-    use super::*;
-
-    #[test]
-    #[ignore]
-    fn busiest_node_at_scale() {
-        let n: usize = std::env::var("N")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(10_000);
-        let seed: u64 = std::env::var("SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
-        let p = HotspotParams {
-            nodes: n,
-            rate: 1.0,
-            seed,
-            baseline: false,
-            ..Default::default()
-        };
-        let links = crate::sim::world::World::planetlab(n, &mut crate::rng::Rng::new(seed));
-        println!("size of a node {} bytes", std::mem::size_of::<Node>());
-        let r = run(&p, links);
-        println!(
-            "bound {} closest {:?} busiest {:?}",
-            r.bound_rpcs_per_min, r.dsht.per_minute[0], r.dsht.busiest
-        );
-    }
-}
