@@ -128,6 +128,7 @@ fn messages() -> Vec<(&'static str, Message)> {
             Body::PutProbeReply {
                 level: 0,
                 loaded: true,
+                stay_mins: 2,
                 value_count: 3,
                 min_ttl_secs: 60,
                 token,

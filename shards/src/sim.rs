@@ -861,6 +861,14 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
             "gets_found": x.gets_found,
             "datagrams": x.datagrams,
             "events": x.events,
+            "busiest_node": x.busiest.as_ref().map(|b| json!({
+                "index": b.index, "rank": b.rank, "prefix_bits": b.prefix_bits,
+                "put_rpcs": b.put_rpcs, "probes": b.probes, "senders": b.senders,
+                "senders_knowing_it": b.senders_knowing_it,
+                "in_tables": b.in_tables, "in_tables_median": b.in_tables_median,
+                "probes_by_target_bits": b.by_target_bits,
+                "probes_by_sender_bits": b.by_sender_bits,
+            })),
         })
     };
     json!({
@@ -949,6 +957,20 @@ fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
         "  nodes that received no put RPC in the last minute: {silent} of {}",
         last.len()
     );
+    if let Some(b) = &r.dsht.busiest {
+        println!(
+            "  busiest node in the last minute: node {} (joined {}th), rank {} by distance, {} bits shared with the key;",
+            b.index, b.index + 1, b.rank, b.prefix_bits
+        );
+        println!(
+            "    {} put RPCs, {} of them probes from {} senders ({} of whom hold it in their routing table);",
+            b.put_rpcs, b.probes, b.senders, b.senders_knowing_it
+        );
+        println!(
+            "    it is in {} routing tables (the median node: {})",
+            b.in_tables, b.in_tables_median
+        );
+    }
     println!(
         "  gets that found a value: {} of {}",
         r.dsht.gets_found, r.dsht.gets

@@ -48,7 +48,14 @@ pub struct RateLimiter {
     window: Duration,
     block: Duration,
     last_purge: Time,
+    /// The table's size that sets off the next purge of records that hold
+    /// nothing (see [`RateLimiter::request`]): twice what the last purge
+    /// left, at least [`PURGE_AT_LEAST`].
+    purge_at: usize,
 }
+
+/// Records below which the table is never purged before `sources_max`.
+const PURGE_AT_LEAST: usize = 64;
 
 impl RateLimiter {
     /// A limiter at `per_sec` (unverified) and `verified_per_sec` requests a
@@ -72,6 +79,7 @@ impl RateLimiter {
             window: Duration::from_secs(u64::from(window_secs)),
             block: Duration::from_secs(u64::from(block_secs)),
             last_purge: Time::ZERO,
+            purge_at: PURGE_AT_LEAST,
         }
     }
 
@@ -88,7 +96,18 @@ impl RateLimiter {
     /// Counts one request from `ip`; `verified`: the source has answered
     /// our ping at this address.
     pub fn request(&mut self, now: Time, ip: IpAddr, verified: bool) -> Verdict {
-        if !self.sources.contains_key(&ip) && self.sources.len() >= self.sources_max {
+        // A record whose credit is full and that is not blocked holds
+        // nothing a missing one does not (`tat` at or before now acts as
+        // now), so forgetting it changes no verdict. The table is purged
+        // when full, and also whenever it has doubled since the last purge:
+        // a node that hears from many sources, each now and then (every
+        // node of a large network, in time), then keeps a record per source
+        // heard from within about a second, not one per source ever heard
+        // (16,384 records, 1.3 MB a node: 11 KB a node at 5,000 simulated
+        // nodes, and growing with n). Amortized O(1) per request.
+        if !self.sources.contains_key(&ip)
+            && (self.sources.len() >= self.sources_max || self.sources.len() >= self.purge_at)
+        {
             self.purge(now);
         }
         let (interval, window, block) = (
@@ -132,6 +151,7 @@ impl RateLimiter {
         if self.sources.capacity() > 4 * self.sources.len() + 64 {
             self.sources.shrink_to_fit();
         }
+        self.purge_at = (2 * self.sources.len()).max(PURGE_AT_LEAST);
     }
 }
 
@@ -205,5 +225,40 @@ mod tests {
         let later = t0 + Duration::from_secs(30);
         r.request(later, IpAddr::from([198, 51, 100, 1]), false);
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn many_sources_now_and_then_keep_a_small_table() {
+        // A node of a large network hears from thousands of sources, each
+        // once in a while: it keeps records only for those with credit
+        // still owed, not one per source ever heard.
+        let mut r = RateLimiter::new(
+            5,
+            1000,
+            10,
+            300,
+            16_384,
+            KeyedBuildHasher::with_seeds(1, 2, 3, 4),
+        );
+        let t0 = Time::ZERO + Duration::from_secs(1);
+        for i in 0..100_000u32 {
+            let now = t0 + Duration::from_millis(u64::from(i));
+            let ip = IpAddr::from(i.to_be_bytes());
+            assert_eq!(r.request(now, ip, i % 2 == 0), Verdict::Allow);
+        }
+        assert!(
+            r.len() <= 2 * (PURGE_AT_LEAST + 1000),
+            "{} records",
+            r.len()
+        );
+        // What the limiter decides is unchanged: one source over its rate is
+        // still limited, then blocked.
+        let ip = IpAddr::from([192, 0, 2, 1]);
+        let now = t0 + Duration::from_secs(200);
+        for _ in 0..50 {
+            assert_eq!(r.request(now, ip, false), Verdict::Allow);
+        }
+        assert_eq!(r.request(now, ip, false), Verdict::Limited);
+        assert_eq!(r.request(now, ip, false), Verdict::Blocked);
     }
 }

@@ -61,6 +61,19 @@ struct Entry {
     /// minimum TTL): it counts as full for a value of TTL T while at least
     /// T/2 of that remains.
     min_expires: Time,
+    /// Whether `stay` is the node's own (longer than the back-off): it
+    /// then holds whatever the node's values' TTLs.
+    advised: bool,
+}
+
+impl Entry {
+    /// Takes the node's asked-for stay if it is longer than the sender's own.
+    fn take_advice(&mut self, asked: Option<Duration>) {
+        if let Some(asked) = asked.filter(|&a| a > self.stay) {
+            self.stay = asked;
+            self.advised = true;
+        }
+    }
 }
 
 /// Remembered "full and loaded" answers.
@@ -96,7 +109,9 @@ impl Recall {
     /// `jitter` (a random number from the node's seeded RNG) spreads the
     /// stay over [w, 3w) for a window w, so that the senders of a start-up
     /// wave, all answered within seconds, do not come back in the same
-    /// minute (at most [`RECALL_LOADED_MAX`]).
+    /// minute (at most [`RECALL_LOADED_MAX`]). `stay_mins` is the stay
+    /// the node asked for (1: the paper's window, nothing more).
+    #[allow(clippy::too_many_arguments)] // one answer's fields
     pub fn remember(
         &mut self,
         key: Key,
@@ -105,6 +120,7 @@ impl Recall {
         min_ttl_secs: u32,
         now: Time,
         jitter: u64,
+        stay_mins: u8,
     ) {
         let mut e = Entry {
             key,
@@ -113,7 +129,13 @@ impl Recall {
             heard: now,
             stay: RECALL_LOADED,
             min_expires: now + Duration::from_secs(u64::from(min_ttl_secs)),
+            advised: false,
         };
+        let asked = Duration::from_secs(60 * u64::from(stay_mins));
+        let asked = (stay_mins > 1).then(|| {
+            let w = asked.as_micros();
+            Duration::from_micros(w + jitter % w)
+        });
         if let Some(old) = self
             .entries
             .iter_mut()
@@ -127,10 +149,12 @@ impl Recall {
                 );
             }
             e.stay = with_jitter(e.stay, jitter);
+            e.take_advice(asked);
             *old = e;
             return;
         }
         e.stay = with_jitter(e.stay, jitter);
+        e.take_advice(asked);
         if self.entries.len() < RECALL_ENTRIES_MAX {
             self.entries.push(e);
             return;
@@ -138,6 +162,29 @@ impl Recall {
         // Replace an expired entry if there is one, else the oldest.
         if let Some(slot) = self.entries.iter_mut().min_by_key(|x| x.heard + x.stay) {
             *slot = e;
+        }
+    }
+
+    /// Remembers that `node` answered loaded, but not full, for `key` at
+    /// `level` at `now` (the walk stores there): it counts as full and
+    /// loaded for the stay, whatever its TTLs, so that the sender's next
+    /// walks stop a step before it.
+    pub fn remember_loaded(
+        &mut self,
+        key: Key,
+        level: u8,
+        node: Id,
+        now: Time,
+        jitter: u64,
+        stay_mins: u8,
+    ) {
+        self.remember(key, level, node, 0, now, jitter, stay_mins);
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|x| x.key == key && x.level == level && x.node == node)
+        {
+            e.advised = true;
         }
     }
 
@@ -169,8 +216,9 @@ impl Recall {
                 && x.key == *key
                 && x.level == level
                 && now < x.heard + x.stay
-                && x.min_expires.saturating_since(now).as_micros() * 2
-                    >= u64::from(ttl_secs) * 1_000_000
+                && (x.advised
+                    || x.min_expires.saturating_since(now).as_micros() * 2
+                        >= u64::from(ttl_secs) * 1_000_000)
         })
     }
 
@@ -195,7 +243,7 @@ mod tests {
     fn section_4_2_answer_is_remembered_for_at_most_a_minute() {
         let mut r = Recall::new();
         let t0 = Time::ZERO + Duration::from_secs(10);
-        r.remember(id(1), 0, id(2), 3600, t0, 0);
+        r.remember(id(1), 0, id(2), 3600, t0, 0, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, t0));
         let later = t0 + Duration::from_secs(59);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, later));
@@ -213,7 +261,7 @@ mod tests {
         let t0 = Time::ZERO;
         // Shortest value has 40 s left: full for a 60 s value for 10 s more
         // (40 - 60/2), and never full for a value of 100 s.
-        r.remember(id(1), 0, id(2), 40, t0, 0);
+        r.remember(id(1), 0, id(2), 40, t0, 0, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0));
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(10)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 60, t0 + Duration::from_secs(11)));
@@ -225,24 +273,24 @@ mod tests {
         let mut r = Recall::new();
         let t0 = Time::ZERO + Duration::from_secs(5);
         let at = |s: u64| t0 + Duration::from_secs(s);
-        r.remember(id(1), 0, id(2), 3600, t0, 0);
+        r.remember(id(1), 0, id(2), 3600, t0, 0, 1);
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(60)));
         // Heard loaded again as soon as the first minute ran out: two
         // minutes now.
-        r.remember(id(1), 0, id(2), 3600, at(60), 0);
+        r.remember(id(1), 0, id(2), 3600, at(60), 0, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(179)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(180)));
         // Then four minutes, and no more than RECALL_LOADED_MAX after that.
-        r.remember(id(1), 0, id(2), 3600, at(200), 0);
+        r.remember(id(1), 0, id(2), 3600, at(200), 0, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(439)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440)));
-        r.remember(id(1), 0, id(2), 3600, at(440), 0);
+        r.remember(id(1), 0, id(2), 3600, at(440), 0, 1);
         let cap = RECALL_LOADED_MAX.as_micros() / 1_000_000;
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440 + cap - 1)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(440 + cap)));
         // Still bounded by how long the node stays full for the value: its
         // shortest value has 100 s left, full for a 60 s value for 70 s.
-        r.remember(id(1), 0, id(2), 100, at(440 + cap), 0);
+        r.remember(id(1), 0, id(2), 100, at(440 + cap), 0, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 60, at(440 + cap + 70)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 60, at(440 + cap + 71)));
     }
@@ -252,17 +300,17 @@ mod tests {
         let mut r = Recall::new();
         let t0 = Time::ZERO;
         let at = |s: u64| t0 + Duration::from_secs(s);
-        r.remember(id(1), 0, id(2), 3600, t0, 0);
-        r.remember(id(1), 0, id(2), 3600, at(60), 0);
+        r.remember(id(1), 0, id(2), 3600, t0, 0, 1);
+        r.remember(id(1), 0, id(2), 3600, at(60), 0, 1);
         // A gap of more than a minute after the recall ran out: one minute.
-        r.remember(id(1), 0, id(2), 3600, at(60 + 120 + 61), 0);
+        r.remember(id(1), 0, id(2), 3600, at(60 + 120 + 61), 0, 1);
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(60 + 120 + 61 + 60)));
         // Answered, not full and loaded: forgotten, and the next answer
         // starts over at a minute.
-        r.remember(id(1), 0, id(2), 3600, at(400), 0);
+        r.remember(id(1), 0, id(2), 3600, at(400), 0, 1);
         r.forget(&id(1), 0, &id(2));
         assert!(!r.knows(&id(1), 0));
-        r.remember(id(1), 0, id(2), 3600, at(460), 0);
+        r.remember(id(1), 0, id(2), 3600, at(460), 0, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(519)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(520)));
     }
@@ -273,17 +321,17 @@ mod tests {
         let t0 = Time::ZERO;
         let at = |s: u64| t0 + Duration::from_secs(s);
         // 30 s of jitter: a stay of 90 s.
-        r.remember(id(1), 0, id(2), 3600, t0, 30_000_000);
+        r.remember(id(1), 0, id(2), 3600, t0, 30_000_000, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(89)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(90)));
         // Any jitter stays under three windows.
-        r.remember(id(1), 0, id(3), 3600, t0, 119_999_999);
+        r.remember(id(1), 0, id(3), 3600, t0, 119_999_999, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(3), 3600, at(179)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(3), 3600, at(180)));
         // The cap holds with jitter: 240 s, not up to 480 s.
-        r.remember(id(1), 0, id(4), 3600, t0, 0);
-        r.remember(id(1), 0, id(4), 3600, at(60), 0);
-        r.remember(id(1), 0, id(4), 3600, at(180), 239_999_999);
+        r.remember(id(1), 0, id(4), 3600, t0, 0, 1);
+        r.remember(id(1), 0, id(4), 3600, at(60), 0, 1);
+        r.remember(id(1), 0, id(4), 3600, at(180), 239_999_999, 1);
         assert!(r.is_full_and_loaded(&id(1), 0, &id(4), 3600, at(180 + 239)));
         assert!(!r.is_full_and_loaded(&id(1), 0, &id(4), 3600, at(180 + 240)));
     }
@@ -301,6 +349,7 @@ mod tests {
                 3600,
                 Time::ZERO + Duration::from_secs(i as u64),
                 0,
+                1,
             );
         }
         assert_eq!(r.len(), RECALL_ENTRIES_MAX);
@@ -309,5 +358,39 @@ mod tests {
         let at = Time::ZERO + Duration::from_secs((RECALL_ENTRIES_MAX + 9) as u64);
         assert!(r.is_full_and_loaded(&newest, 0, &id(2), 3600, at));
         assert!(!r.knows(&Id::ZERO, 0), "the oldest was replaced");
+    }
+
+    #[test]
+    fn issue_27_a_node_that_asks_for_a_longer_stay_gets_it_whatever_its_ttls() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO + Duration::from_secs(10);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Asked for 10 minutes: held for [10, 20) minutes by the jitter,
+        // here exactly 10 (jitter 0), even though its shortest value (40 s
+        // left) would not keep it full for a 3600 s value.
+        r.remember(id(1), 0, id(2), 40, t0, 0, 10);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(599)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, at(600)));
+        // The jitter spreads it up to twice the stay, never more.
+        r.remember(id(1), 0, id(3), 3600, t0, 600_000_000 - 1, 10);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(3), 3600, at(1199)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(3), 3600, at(1200)));
+        // A stay of one minute is the paper's window and the sender's own
+        // back-off: the fullness rule still applies.
+        r.remember(id(1), 0, id(4), 40, t0, 0, 1);
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(4), 3600, t0));
+    }
+
+    #[test]
+    fn issue_27_a_loaded_node_that_can_take_the_value_is_not_probed_again_for_its_stay() {
+        let mut r = Recall::new();
+        let t0 = Time::ZERO + Duration::from_secs(10);
+        r.remember_loaded(id(1), 0, id(2), t0, 0, 1);
+        // A minute (jitter 0), though it holds no value that would keep it full.
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(2), 3600, t0 + Duration::from_secs(59)));
+        assert!(!r.is_full_and_loaded(&id(1), 0, &id(2), 3600, t0 + Duration::from_secs(60)));
+        // The stay it asks, when longer.
+        r.remember_loaded(id(1), 0, id(3), t0, 0, 5);
+        assert!(r.is_full_and_loaded(&id(1), 0, &id(3), 3600, t0 + Duration::from_secs(299)));
     }
 }

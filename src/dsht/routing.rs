@@ -8,7 +8,7 @@
 //! (Kademlia's preference for long-lived nodes). No clock is read here: every
 //! method that needs the time takes `now`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use smallvec::SmallVec;
 
@@ -48,31 +48,87 @@ struct Bucket {
     replacement: Option<Box<Entry>>,
 }
 
-/// Where a contact can be reached: the rest of its [`Contact`].
+/// Where a contact can be reached: the rest of its [`Contact`], packed
+/// into 20 bytes (a `SocketAddr` alone is 32). Only the IP address and port
+/// are kept, which is all the wire carries of a contact (no IPv6 flow label
+/// or scope id). A simulated node holds about 8·log2 n of these for life.
 #[derive(Clone, Copy, Debug)]
 struct Reach {
-    addr: SocketAddr,
+    /// An IPv4 address in its first four bytes, or an IPv6 address.
+    ip: [u8; 16],
+    port: u16,
+    v6: bool,
     services: Services,
 }
 
-/// What we know of a contact beyond how to reach it.
+impl Reach {
+    fn new(addr: SocketAddr, services: Services) -> Reach {
+        let mut ip = [0u8; 16];
+        let v6 = match addr.ip() {
+            IpAddr::V4(a) => {
+                ip[..4].copy_from_slice(&a.octets());
+                false
+            }
+            IpAddr::V6(a) => {
+                ip = a.octets();
+                true
+            }
+        };
+        Reach {
+            ip,
+            port: addr.port(),
+            v6,
+            services,
+        }
+    }
+
+    fn ip(&self) -> IpAddr {
+        if self.v6 {
+            IpAddr::from(self.ip)
+        } else {
+            IpAddr::from([self.ip[0], self.ip[1], self.ip[2], self.ip[3]])
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip(), self.port)
+    }
+}
+
+/// What we know of a contact beyond how to reach it, in 16 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Seen {
     last_seen: Time,
-    rtt_min: Option<Duration>,
+    /// The minimum RTT in microseconds, [`RTT_UNKNOWN`] if none was
+    /// measured (longer RTTs, over 71 minutes, are held as the longest).
+    rtt_min_us: u32,
     failures: u8,
 }
 
+/// `Seen::rtt_min_us` when no RTT was measured.
+const RTT_UNKNOWN: u32 = u32::MAX;
+
+impl Seen {
+    fn rtt_min(&self) -> Option<Duration> {
+        (self.rtt_min_us != RTT_UNKNOWN).then(|| Duration::from_micros(u64::from(self.rtt_min_us)))
+    }
+
+    fn pack_rtt(rtt: Option<Duration>) -> u32 {
+        rtt.map_or(RTT_UNKNOWN, |d| {
+            d.as_micros().min(u64::from(RTT_UNKNOWN - 1)) as u32
+        })
+    }
+}
+
 const NO_REACH: Reach = Reach {
-    addr: SocketAddr::V4(std::net::SocketAddrV4::new(
-        std::net::Ipv4Addr::UNSPECIFIED,
-        0,
-    )),
+    ip: [0; 16],
+    port: 0,
+    v6: false,
     services: Services::NONE,
 };
 const NOT_SEEN: Seen = Seen {
     last_seen: Time::ZERO,
-    rtt_min: None,
+    rtt_min_us: RTT_UNKNOWN,
     failures: 0,
 };
 
@@ -172,8 +228,8 @@ impl RoutingTable {
         let prefix = crate::dsht::store::prefix_of(addr.ip());
         let (mut ip, mut net) = (0, 0);
         for r in &self.reach[base..base + len] {
-            ip += usize::from(r.addr.ip() == addr.ip());
-            net += usize::from(crate::dsht::store::prefix_of(r.addr.ip()) == prefix);
+            ip += usize::from(r.ip() == addr.ip());
+            net += usize::from(crate::dsht::store::prefix_of(r.ip()) == prefix);
         }
         ip < self.per_ip_max && net < self.per_prefix_max
     }
@@ -200,6 +256,14 @@ impl RoutingTable {
         if self.buckets.len() <= j {
             self.buckets.resize_with(j + 1, Bucket::default);
             let slots = (j + 1) * self.bucket_size;
+            // Exactly: a table grows a bucket at a time, about log2 n
+            // times in all, and a node holds its table for life (amortized
+            // doubling left up to half of every simulated node's slots
+            // unused).
+            let more = slots - self.ids.len();
+            self.ids.reserve_exact(more);
+            self.reach.reserve_exact(more);
+            self.seen.reserve_exact(more);
             self.ids.resize(slots, Id::ZERO);
             self.reach.resize(slots, NO_REACH);
             self.seen.resize(slots, NOT_SEEN);
@@ -219,7 +283,7 @@ impl RoutingTable {
     fn contact_at(&self, i: usize) -> Contact {
         Contact {
             id: self.ids[i],
-            addr: self.reach[i].addr,
+            addr: self.reach[i].addr(),
             services: self.reach[i].services,
         }
     }
@@ -229,20 +293,17 @@ impl RoutingTable {
         Entry {
             contact: self.contact_at(i),
             last_seen: s.last_seen,
-            rtt_min: s.rtt_min,
+            rtt_min: s.rtt_min(),
             failures: s.failures,
         }
     }
 
     fn put_at(&mut self, i: usize, e: &Entry) {
         self.ids[i] = e.contact.id;
-        self.reach[i] = Reach {
-            addr: e.contact.addr,
-            services: e.contact.services,
-        };
+        self.reach[i] = Reach::new(e.contact.addr, e.contact.services);
         self.seen[i] = Seen {
             last_seen: e.last_seen,
-            rtt_min: e.rtt_min,
+            rtt_min_us: Seen::pack_rtt(e.rtt_min),
             failures: e.failures,
         };
     }
@@ -339,7 +400,7 @@ impl RoutingTable {
             let e = Entry {
                 contact,
                 last_seen: now,
-                rtt_min: min_rtt(s.rtt_min, rtt),
+                rtt_min: min_rtt(s.rtt_min(), rtt),
                 failures: 0,
             };
             self.rotate_to_end(i, base + len);
@@ -475,7 +536,7 @@ impl RoutingTable {
     pub fn contains(&self, id: &Id, addr: SocketAddr) -> bool {
         self.bucket_index(id)
             .and_then(|bi| self.position(bi, id))
-            .is_some_and(|i| self.reach[i].addr == addr)
+            .is_some_and(|i| self.reach[i].addr() == addr)
     }
 
     /// Up to `count` contacts closest to `target` by XOR, closest first.
@@ -804,5 +865,39 @@ mod tests {
                 prop_assert!(closer < got.len());
             }
         }
+    }
+
+    #[test]
+    fn a_slot_keeps_what_the_wire_carries_in_36_bytes() {
+        assert_eq!(std::mem::size_of::<Reach>(), 20);
+        assert_eq!(std::mem::size_of::<Seen>(), 16);
+        let mut t = RoutingTable::new(Id([0; 20]), 8);
+        let now = Time::ZERO + Duration::from_secs(5);
+        let v4: SocketAddr = "192.0.2.7:4000".parse().unwrap();
+        let v6: SocketAddr = "[2001:db8::7]:4001".parse().unwrap();
+        let (a, b) = (Id([0x80; 20]), Id([0x40; 20]));
+        for (id, addr, rtt) in [(a, v4, Some(Duration::from_micros(1234))), (b, v6, None)] {
+            let c = Contact {
+                id,
+                addr,
+                services: Services(1),
+            };
+            t.insert(c, now, rtt);
+            let e = t.get(&id).expect("inserted");
+            assert_eq!(e.contact, c);
+            assert_eq!(e.rtt_min, rtt);
+            assert!(t.contains(&id, addr));
+        }
+        // An RTT beyond what 32 bits of microseconds hold is kept as the longest.
+        let far = Contact {
+            id: Id([0x20; 20]),
+            addr: v4,
+            services: Services::NONE,
+        };
+        t.insert(far, now, Some(Duration::from_secs(10_000)));
+        assert_eq!(
+            t.get(&far.id).and_then(|e| e.rtt_min),
+            Some(Duration::from_micros(u64::from(u32::MAX - 1)))
+        );
     }
 }

@@ -248,8 +248,12 @@ const VALUES_INLINE: usize = 1;
 struct Entry {
     values: SmallVec<[StoredValue; VALUES_INLINE]>,
     leak: Option<Leak>,
-    /// Forward-phase requests, per minute (for the status page).
+    /// Forward-phase requests, per minute (for the status page, and for
+    /// the stay this node asks of the senders it turns away).
     requests: MinuteCount,
+    /// The stay, in minutes, this node asks of a sender that finds it
+    /// loaded for the key: see [`Store::set_probes_per_min_target`].
+    stay_mins: u8,
 }
 
 impl Entry {
@@ -258,6 +262,7 @@ impl Entry {
             values: SmallVec::new(),
             leak: None,
             requests: MinuteCount::default(),
+            stay_mins: 1,
         }
     }
 }
@@ -273,9 +278,12 @@ struct MinuteCount {
 }
 
 impl MinuteCount {
-    fn count(&mut self, now: Time) {
+    /// Counts a request at `now`; returns whether a new minute began (the
+    /// previous minute's count is then `previous`).
+    fn count(&mut self, now: Time) -> bool {
         let m = (now.0 / MINUTE_US) as u32;
-        if m != self.minute {
+        let rolled = m != self.minute;
+        if rolled {
             self.previous = if m == self.minute.wrapping_add(1) {
                 self.current
             } else {
@@ -285,6 +293,7 @@ impl MinuteCount {
             self.minute = m;
         }
         self.current = self.current.saturating_add(1);
+        rolled
     }
 
     fn past_minute(&self, now: Time) -> u32 {
@@ -321,6 +330,10 @@ pub struct ProbeState {
     pub value_count: u16,
     /// The smallest remaining TTL of those values, in seconds (0 if none).
     pub min_ttl_secs: u32,
+    /// When loaded: how many minutes the node asks a sender to count it
+    /// loaded without probing it again (1: the paper's window; see
+    /// [`Store::set_probes_per_min_target`]).
+    pub stay_mins: u8,
 }
 
 impl ProbeState {
@@ -375,7 +388,14 @@ pub struct Store {
     unknown: Vec<Leak>,
     /// Picks a key's bucket in `unknown` (keyed: keys come from the network).
     unknown_hasher: KeyedBuildHasher,
+    /// The forward-phase requests a minute per key this node aims to stay
+    /// under by the stay it asks of senders (`u32::MAX`: it asks none).
+    probes_per_min_target: u32,
 }
+
+/// The longest stay, in minutes, a node asks of a sender that finds it
+/// loaded (four hours; the wire carries a byte).
+pub const STAY_MINS_MAX: u8 = 240;
 
 /// Shared load buckets for keys a node holds no values for (16 bytes each).
 pub const UNKNOWN_LOAD_SLOTS: usize = 64;
@@ -393,7 +413,31 @@ impl Store {
             ledger: Ledger::new(&hasher),
             unknown: Vec::new(),
             unknown_hasher: hasher,
+            probes_per_min_target: u32::MAX,
         }
+    }
+
+    /// Makes the node ask senders that find it loaded for a key to stay
+    /// away long enough that it receives about `target` forward-phase
+    /// requests a minute for the key (issue 27: no hot spot for any node).
+    ///
+    /// Why: the paper's bound β·(2^b−1)·⌈log n / b⌉ counts the nodes that
+    /// route to the closest node, each leaking β a minute. A node that sits
+    /// in many routing tables (an early joiner, kept there by Kademlia's
+    /// preference for old contacts: 25 times the median node's tables at
+    /// 10,000 nodes) is the first loaded node of many more walks than that,
+    /// near the key or not, and each sender probes it once per stay: at
+    /// 100,000 nodes 741 a minute against a bound of 204. Only the node
+    /// knows its load. So each key's stay starts at a minute (the paper's
+    /// window) and, at the end of each minute, is multiplied by the ratio
+    /// of that minute's requests to `target` when over it (at most
+    /// [`STAY_MINS_MAX`]), and halved when under a quarter of it. Within a
+    /// minute, a sender is asked at least that minute's requests so far
+    /// over `target` minutes. A node never asks more than
+    /// [`STAY_MINS_MAX`], and a stay only keeps a sender from probing; its
+    /// gets are unaffected.
+    pub fn set_probes_per_min_target(&mut self, target: u32) {
+        self.probes_per_min_target = target.max(1);
     }
 
     /// The same store with `quotas` on remote storers, its maps hashed with
@@ -432,15 +476,26 @@ impl Store {
                 loaded: self.unknown[slot].request(now, beta),
                 value_count: 0,
                 min_ttl_secs: 0,
+                stay_mins: 1,
             };
         };
         let loaded = entry
             .leak
             .get_or_insert_with(|| Leak::new(now, beta))
             .request(now, beta);
-        entry.requests.count(now);
+        let target = self.probes_per_min_target;
+        if entry.requests.count(now) && target != u32::MAX {
+            entry.stay_mins = next_stay(entry.stay_mins, entry.requests.previous, target);
+        }
         expire(&mut entry.values, now, &mut self.ledger);
-        state(entry, now, loaded)
+        let mut state = state(entry, now, loaded);
+        if target != u32::MAX {
+            let surge = entry.requests.current.div_ceil(target);
+            state.stay_mins = entry
+                .stay_mins
+                .max(surge.min(u32::from(STAY_MINS_MAX)) as u8);
+        }
+        state
     }
 
     /// Starts loading the first key's entry (a cache hint for a driver
@@ -456,6 +511,7 @@ impl Store {
                 loaded: false,
                 value_count: 0,
                 min_ttl_secs: 0,
+                stay_mins: 1,
             },
             Some(e) => {
                 let mut live = e.clone();
@@ -741,7 +797,22 @@ fn state(entry: &Entry, now: Time, loaded: bool) -> ProbeState {
         loaded,
         value_count: entry.values.len().min(usize::from(u16::MAX)) as u16,
         min_ttl_secs: min_ttl_secs.min(u64::from(u32::MAX)) as u32,
+        stay_mins: entry.stay_mins,
     }
+}
+
+/// A key's stay for the next minute, from the last one's and the requests
+/// the last minute received (see [`Store::set_probes_per_min_target`]).
+fn next_stay(stay_mins: u8, last_minute: u32, target: u32) -> u8 {
+    let stay = u32::from(stay_mins.max(1));
+    let next = if last_minute > target {
+        stay.saturating_mul(last_minute.div_ceil(target))
+    } else if last_minute.saturating_mul(4) < target {
+        stay / 2
+    } else {
+        stay
+    };
+    next.clamp(1, u32::from(STAY_MINS_MAX)) as u8
 }
 
 #[cfg(test)]
@@ -1289,5 +1360,60 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn issue_27_a_loaded_node_asks_senders_to_stay_until_its_load_is_under_target() {
+        let mut s = Store::new(4, 12, 100);
+        s.set_probes_per_min_target(100);
+        let k = Id([7; 20]);
+        let v = Value::new(b"v").unwrap();
+        assert_eq!(
+            s.store(&k, v.clone(), Duration::from_secs(3600), Time::ZERO),
+            StoreOutcome::Added
+        );
+        let minute = |m: u64, i: u64, of: u64| Time(m * MINUTE_US + i * MINUTE_US / of);
+        // Minute 0: 1,000 requests (ten times the target). Within the
+        // minute the stay asked grows with the requests so far.
+        let mut last = ProbeState {
+            loaded: false,
+            value_count: 0,
+            min_ttl_secs: 0,
+            stay_mins: 0,
+        };
+        for i in 0..1000 {
+            last = s.probe(&k, minute(0, i, 1000));
+            if i < 100 {
+                assert_eq!(last.stay_mins, 1, "request {i}");
+            }
+        }
+        assert!(last.loaded);
+        assert_eq!(last.stay_mins, 10);
+        // Minute 1 starts with the stay times ten; 50 requests leave it.
+        for i in 0..50 {
+            last = s.probe(&k, minute(1, i, 50));
+        }
+        assert_eq!(last.stay_mins, 10);
+        // Quiet minutes (under a quarter of the target) halve it.
+        last = s.probe(&k, minute(2, 0, 1));
+        assert_eq!(last.stay_mins, 10);
+        last = s.probe(&k, minute(3, 0, 1));
+        assert_eq!(last.stay_mins, 5);
+        last = s.probe(&k, minute(5, 0, 1));
+        assert_eq!(last.stay_mins, 2);
+        last = s.probe(&k, minute(6, 0, 1));
+        assert_eq!(last.stay_mins, 1);
+        // Never over the wire's cap, however many requests.
+        for i in 0..100_000 {
+            last = s.probe(&k, minute(7, i, 100_000));
+        }
+        assert_eq!(last.stay_mins, STAY_MINS_MAX);
+        // A node that sets no target asks for nothing more than a minute.
+        let mut plain = Store::new(4, 12, 100);
+        plain.store(&k, v, Duration::from_secs(3600), Time::ZERO);
+        for i in 0..1000 {
+            last = plain.probe(&k, minute(0, i, 1000));
+        }
+        assert_eq!(last.stay_mins, 1);
     }
 }

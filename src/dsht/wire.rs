@@ -207,11 +207,14 @@ pub enum Body {
     /// Forward phase of a put (§4.2): storage state for `key`, and contacts
     /// near `target` (0x04). Counts as a request for the key.
     PutProbe { level: u8, key: Id, target: Id },
-    /// Reply to PutProbe (0x84): loaded?, value count, minimum remaining TTL
-    /// of the stored values, a write token, and contacts.
+    /// Reply to PutProbe (0x84): loaded?, the stay asked of a sender that
+    /// finds the node loaded (minutes, see `Store::set_probes_per_min_target`),
+    /// value count, minimum remaining TTL of the stored values, a write
+    /// token, and contacts.
     PutProbeReply {
         level: u8,
         loaded: bool,
+        stay_mins: u8,
         value_count: u16,
         min_ttl_secs: u32,
         token: Token,
@@ -403,6 +406,7 @@ impl Message {
             Body::PutProbeReply {
                 level,
                 loaded,
+                stay_mins,
                 value_count,
                 min_ttl_secs,
                 token,
@@ -410,6 +414,7 @@ impl Message {
             } => {
                 buf.push(*level);
                 buf.push(u8::from(*loaded));
+                buf.push(*stay_mins);
                 buf.extend_from_slice(&value_count.to_be_bytes());
                 buf.extend_from_slice(&min_ttl_secs.to_be_bytes());
                 buf.extend_from_slice(token);
@@ -520,6 +525,7 @@ impl Message {
             k if k == kind::PUT_PROBE | kind::REPLY => Body::PutProbeReply {
                 level: r.level()?,
                 loaded: r.bool()?,
+                stay_mins: r.u8()?,
                 value_count: r.u16()?,
                 min_ttl_secs: r.u32()?,
                 token: r.token()?,
@@ -954,16 +960,18 @@ mod tests {
             (
                 level.clone(),
                 any::<bool>(),
+                any::<u8>(),
                 any::<u16>(),
                 any::<u32>(),
                 any::<Token>(),
                 arb_contacts()
             )
                 .prop_map(
-                    |(level, loaded, value_count, min_ttl_secs, token, contacts)| {
+                    |(level, loaded, stay_mins, value_count, min_ttl_secs, token, contacts)| {
                         Body::PutProbeReply {
                             level,
                             loaded,
+                            stay_mins,
                             value_count,
                             min_ttl_secs,
                             token,

@@ -95,6 +95,8 @@ pub struct HotspotRun {
     pub max_steady_per_min: u64,
     /// The most put RPCs any node received in the first minute.
     pub max_first_minute: u64,
+    /// Who the busiest node of the last minute is and who probed it.
+    pub busiest: Option<Busiest>,
     /// Puts and gets issued.
     pub puts: u64,
     /// Gets issued.
@@ -194,6 +196,23 @@ pub fn run_with_progress<L: Links + Clone>(
     }
 }
 
+/// The time between one node's join and the next's.
+pub const JOIN_GAP_MAX: Duration = Duration::from_millis(20);
+
+/// The whole join takes at most this long: beyond 10,000 nodes they join
+/// closer together. At 20 ms apart, a million nodes would take five and a
+/// half simulated hours to join (every node waking for its maintenance
+/// every 10 s all the while), for a 30-minute experiment; 10,000 or fewer
+/// join exactly as before.
+pub const JOIN_WINDOW: Duration = Duration::from_secs(200);
+
+/// The gap between joins for `n` nodes: [`JOIN_GAP_MAX`], or less so that
+/// all join within [`JOIN_WINDOW`].
+pub fn join_gap(n: usize) -> Duration {
+    let spread = JOIN_WINDOW.as_micros() / (n.max(1) as u64);
+    Duration::from_micros(spread.clamp(1, JOIN_GAP_MAX.as_micros()))
+}
+
 fn put_rpcs(node: &Node) -> u64 {
     node.stats().put_probes_received + node.stats().stores_received
 }
@@ -237,6 +256,7 @@ fn run_one<L: Links>(
         sim.add(node);
     }
     // Join one at a time, then let the network settle for a minute.
+    let join_gap = join_gap(n);
     let mut join_rng = crate::rng::Rng::new(params.seed ^ 0x101);
     for i in 1..n {
         let via = match params.bootstrap {
@@ -244,7 +264,7 @@ fn run_one<L: Links>(
             Bootstrap::Random => join_rng.below(i as u64) as usize,
         };
         sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(via)]));
-        sim.run_for(Duration::from_millis(20));
+        sim.run_for(join_gap);
     }
     sim.run_for(Duration::from_secs(60));
     let key = Id::hash(&params.seed.to_be_bytes());
@@ -270,7 +290,25 @@ fn run_one<L: Links>(
     let mut value_seq = 0u64;
     // Operations of the hot key under way, per node.
     let mut busy = vec![0u8; n];
+    let probes: std::rc::Rc<std::cell::RefCell<Vec<ProbeSeen>>> = Default::default();
     for minute in 0..params.minutes {
+        if minute + 1 == params.minutes {
+            let seen = probes.clone();
+            sim.set_tap(Some(Box::new(move |_at, from, to, bytes: &[u8]| {
+                if bytes.get(1) != Some(&crate::dsht::wire::kind::PUT_PROBE) {
+                    return;
+                }
+                if let Ok(m) = crate::dsht::wire::Message::decode(bytes) {
+                    if let crate::dsht::wire::Body::PutProbe { key, target, .. } = m.body {
+                        seen.borrow_mut().push(ProbeSeen {
+                            from: from as u32,
+                            to: to as u32,
+                            target_bits: key.distance(&target).leading_zeros() as u8,
+                        });
+                    }
+                }
+            })));
+        }
         let minute_end = start + Duration::from_secs(60 * (u64::from(minute) + 1));
         let mut tick = start + Duration::from_secs(60 * u64::from(minute));
         while tick < minute_end {
@@ -331,8 +369,10 @@ fn run_one<L: Links>(
             events: sim.stats().events,
         });
     }
+    sim.set_tap(None);
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| sim.node(i).id().distance(&key));
+    let busiest = busiest_node(&sim, &key, &order, &per_node, &probes.borrow());
     let per_minute: Vec<Vec<u64>> = order.iter().map(|&i| per_node[i].clone()).collect();
     let closest = &per_minute[0];
     let steady: Vec<u64> = closest.iter().skip(1).copied().collect();
@@ -359,6 +399,7 @@ fn run_one<L: Links>(
         closest_steady_per_min,
         max_steady_per_min,
         per_minute,
+        busiest,
         puts,
         gets,
         gets_found,
@@ -371,4 +412,98 @@ fn run_one<L: Links>(
             .max()
             .unwrap_or(0),
     }
+}
+
+/// A put probe seen on the wire in the last minute.
+#[derive(Clone, Copy, Debug)]
+struct ProbeSeen {
+    from: u32,
+    to: u32,
+    /// Leading bits the probe's target shares with the key.
+    target_bits: u8,
+}
+
+/// The busiest node of the last minute, and who sent it put probes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Busiest {
+    /// Its index, which is its place in the join order (0 joined first).
+    pub index: usize,
+    /// Its rank by XOR distance to the key (0: the closest).
+    pub rank: usize,
+    /// Leading bits its id shares with the key.
+    pub prefix_bits: u32,
+    /// Put RPCs it received in the last minute.
+    pub put_rpcs: u64,
+    /// Put probes it received in the last minute.
+    pub probes: u64,
+    /// Distinct senders of those probes.
+    pub senders: usize,
+    /// Probes by the number of leading bits their target shared with the key.
+    pub by_target_bits: Vec<(u8, u64)>,
+    /// Probes by the number of leading bits their sender shared with the key.
+    pub by_sender_bits: Vec<(u32, u64)>,
+    /// Senders that hold it in their routing table.
+    pub senders_knowing_it: usize,
+    /// Routing tables (of all nodes) that hold it.
+    pub in_tables: usize,
+    /// The median node's count of routing tables that hold it.
+    pub in_tables_median: usize,
+}
+
+fn busiest_node<L: Links>(
+    sim: &Sim<L>,
+    key: &Id,
+    order: &[usize],
+    per_node: &[Vec<u64>],
+    probes: &[ProbeSeen],
+) -> Option<Busiest> {
+    let (rank, &i) = order
+        .iter()
+        .enumerate()
+        .max_by_key(|&(_, &i)| per_node[i].last().copied().unwrap_or(0))?;
+    let id = sim.node(i).id();
+    let mine: Vec<&ProbeSeen> = probes.iter().filter(|p| p.to as usize == i).collect();
+    let mut senders: Vec<u32> = mine.iter().map(|p| p.from).collect();
+    senders.sort_unstable();
+    senders.dedup();
+    let mut by_target: std::collections::BTreeMap<u8, u64> = Default::default();
+    let mut by_sender: std::collections::BTreeMap<u32, u64> = Default::default();
+    for p in &mine {
+        *by_target.entry(p.target_bits).or_default() += 1;
+        let s = sim.node(p.from as usize).id();
+        *by_sender
+            .entry(s.distance(key).leading_zeros())
+            .or_default() += 1;
+    }
+    let knows = |t: usize, who: &Id| {
+        sim.node(t)
+            .routing_table(0)
+            .is_some_and(|rt| rt.get(who).is_some())
+    };
+    let senders_knowing_it = senders.iter().filter(|&&s| knows(s as usize, &id)).count();
+    let mut in_degree = vec![0usize; sim.len()];
+    for t in 0..sim.len() {
+        if let Some(rt) = sim.node(t).routing_table(0) {
+            for e in rt.entries() {
+                if let Some(j) = crate::sim::net::sim_index(e.contact.addr) {
+                    in_degree[j] += 1;
+                }
+            }
+        }
+    }
+    let in_tables = in_degree[i];
+    in_degree.sort_unstable();
+    Some(Busiest {
+        index: i,
+        rank,
+        prefix_bits: id.distance(key).leading_zeros(),
+        put_rpcs: per_node[i].last().copied().unwrap_or(0),
+        probes: mine.len() as u64,
+        senders: senders.len(),
+        by_target_bits: by_target.into_iter().collect(),
+        by_sender_bits: by_sender.into_iter().collect(),
+        senders_knowing_it,
+        in_tables,
+        in_tables_median: in_degree[in_degree.len() / 2],
+    })
 }

@@ -155,7 +155,14 @@ pub struct Sim<L: Links> {
     events: Vec<(usize, Event)>,
     buf: Vec<u8>,
     stats: NetStats,
+    /// Sees every datagram delivered (see [`Sim::set_tap`]).
+    tap: Option<Tap>,
 }
+
+/// A callback that sees every delivered datagram: (time, sender index,
+/// receiver index, bytes). For experiments that ask who sends what to whom
+/// (the hot-spot experiment's busiest node); results never depend on it.
+pub type Tap = Box<dyn FnMut(Time, usize, usize, &[u8])>;
 
 impl<L: Links> Sim<L> {
     /// An empty network at time zero; `seed` drives link loss.
@@ -175,6 +182,7 @@ impl<L: Links> Sim<L> {
             events: Vec::new(),
             buf: Vec::with_capacity(2048),
             stats: NetStats::default(),
+            tap: None,
         }
     }
 
@@ -196,6 +204,11 @@ impl<L: Links> Sim<L> {
     /// Network-wide counters.
     pub fn stats(&self) -> NetStats {
         self.stats
+    }
+
+    /// Calls `tap` with every datagram delivered from now on (None: stop).
+    pub fn set_tap(&mut self, tap: Option<Tap>) {
+        self.tap = tap;
     }
 
     /// Adds a node; returns its index.
@@ -313,6 +326,12 @@ impl<L: Links> Sim<L> {
                     if !self.alive[to] {
                         self.stats.lost += 1;
                         continue;
+                    }
+                    if self.tap.is_some() {
+                        let from = self.index_of(d.from).unwrap_or(usize::MAX);
+                        if let Some(tap) = self.tap.as_mut() {
+                            tap(at, from, to, &d.bytes);
+                        }
                     }
                     let _ = self.nodes[to].handle(at, d.from, &d.bytes);
                     self.flush(to);

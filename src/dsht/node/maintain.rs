@@ -17,6 +17,13 @@ impl Node {
             if l.estimated_at != Some(generation) {
                 l.size_estimate = l.table.size_estimate();
                 l.estimated_at = Some(generation);
+                // Each node holds itself to half the paper's bound for
+                // its own estimate of n (`Store::set_probes_per_min_target`).
+                let bound = self
+                    .config
+                    .hotspot_bound_per_min(u64::from(l.size_estimate));
+                l.store
+                    .set_probes_per_min_target((bound / 2).min(u64::from(u32::MAX)) as u32);
             }
         }
         if now.saturating_since(self.last_sweep) >= SWEEP_INTERVAL {

@@ -241,6 +241,7 @@ impl Node {
                 Phase::Forward { lookup, .. },
                 Body::PutProbeReply {
                     loaded,
+                    stay_mins,
                     value_count,
                     min_ttl_secs,
                     token,
@@ -252,6 +253,7 @@ impl Node {
                     loaded,
                     value_count,
                     min_ttl_secs,
+                    stay_mins,
                 };
                 let full = state.is_full(l_max, ttl_secs);
                 let probe = ProbeReply {
@@ -263,8 +265,25 @@ impl Node {
                 };
                 if probe.full_and_loaded {
                     let jitter = self.rng.next_u64();
+                    self.recall.remember(
+                        o.key,
+                        o.level,
+                        from.id,
+                        min_ttl_secs,
+                        now,
+                        jitter,
+                        stay_mins,
+                    );
+                } else if probe.loaded {
+                    // Loaded but able to take the value: the walk stores
+                    // there (rule 4), and the next ones stop before it for
+                    // the stay it asks (at least the paper's minute). A node
+                    // held under l values by the per-source quota is never
+                    // full: at 100,000 nodes three senders stored at one
+                    // such node every second, 360 put RPCs a minute.
+                    let jitter = self.rng.next_u64();
                     self.recall
-                        .remember(o.key, o.level, from.id, min_ttl_secs, now, jitter);
+                        .remember_loaded(o.key, o.level, from.id, now, jitter, stay_mins);
                 } else if !claiming && !self.recall.is_empty() {
                     // No longer full and loaded: a later answer that is
                     // starts its recall over at a minute.

@@ -103,10 +103,12 @@ impl Node {
                         loaded,
                         value_count,
                         min_ttl_secs,
+                        stay_mins,
                     } = self.levels[l].store.probe(&key, now);
                     Body::PutProbeReply {
                         level,
                         loaded,
+                        stay_mins,
                         value_count,
                         min_ttl_secs,
                         token: self.token_for(now, from),
