@@ -948,6 +948,11 @@ pub struct Resume {
     bad: Vec<SocketAddr>,
     /// The origin answered with another representation.
     origin_changed: bool,
+    /// Peers asked again once after they cut this fill: a peer that
+    /// resumed from the origin signs its copy afresh (issue 22 item 4) and
+    /// so ends the streams it was serving; asked again, it serves the rest
+    /// under its own signed head (at most `RESUME.bad_peers_max`).
+    retried: Vec<SocketAddr>,
 }
 
 impl Resume {
@@ -958,6 +963,7 @@ impl Resume {
             losses: 0,
             bad: Vec::new(),
             origin_changed: false,
+            retried: Vec::new(),
         }
     }
 
@@ -995,6 +1001,25 @@ impl FetchPolicy {
     /// step. The object's source becomes the next one (what
     /// [`FetchPolicy::fetching_from`] reports).
     pub fn resume_lost(&mut self, r: &mut Resume, lost: Lost, facts: ResumeFacts) -> ResumeStep {
+        // The peer this fill read from cut it: asked once more before
+        // anything else (a dead one refuses at once and is then dropped),
+        // without counting a loss, so that this node's next claim is the
+        // same generation as the other losers'. A live one cut it because it
+        // signed its copy afresh (it resumed from the origin); asked again,
+        // it serves the rest under its own signed head.
+        if let Lost::Peer {
+            addr,
+            forged: false,
+        } = lost
+        {
+            if facts.validator
+                && !r.retried.contains(&addr)
+                && r.retried.len() < crate::limits::RESUME.bad_peers_max
+            {
+                r.retried.push(addr);
+                return ResumeStep::Peer(addr);
+            }
+        }
         match lost {
             Lost::Peer { addr, .. } => r.mark_bad(addr),
             Lost::Origin { changed } => r.origin_changed |= changed,
@@ -1659,6 +1684,8 @@ mod tests {
             let mut steps = Vec::new();
             for (at, p, r) in &mut nodes {
                 let before = p.stats().origin_fetches;
+                // The lost peer is asked once more (it is dead: cut again).
+                assert_eq!(p.resume_lost(r, lost, PLAIN), ResumeStep::Peer(me()));
                 let ResumeStep::Claim {
                     key,
                     value,
@@ -1725,6 +1752,60 @@ mod tests {
         }
 
         #[test]
+        fn a_peer_that_cut_the_fill_is_asked_once_more_then_dropped() {
+            let k = Id::from_url("http://x.com/resigned.bin");
+            let mut p = fetching_from_peer(me(), k, peer(5));
+            let mut r = Resume::new(k);
+            // Lost the first source: asked once more, then (cut again) the
+            // claim names peer 6, the winner.
+            let first = Lost::Peer {
+                addr: peer(5),
+                forged: false,
+            };
+            assert_eq!(
+                p.resume_lost(&mut r, first, PLAIN),
+                ResumeStep::Peer(peer(5))
+            );
+            assert_eq!(r.losses(), 0);
+            assert!(matches!(
+                p.resume_lost(&mut r, first, PLAIN),
+                ResumeStep::Claim { .. }
+            ));
+            let step = p.resume_claimed(Time::ZERO, &mut r, false, &[Value::from_addr(peer(6))]);
+            assert_eq!(step, ResumeStep::Peer(peer(6)));
+            assert_eq!(r.losses(), 1);
+            // The winner cut it (it signed its copy afresh after resuming
+            // from the origin): asked again, no loss counted.
+            let cut = Lost::Peer {
+                addr: peer(6),
+                forged: false,
+            };
+            assert_eq!(p.resume_lost(&mut r, cut, PLAIN), ResumeStep::Peer(peer(6)));
+            assert_eq!(r.losses(), 1);
+            assert!(!r.is_bad(&peer(6)));
+            // Cut again (it is dead): dropped, and the next claim is made.
+            assert!(matches!(
+                p.resume_lost(&mut r, cut, PLAIN),
+                ResumeStep::Claim { .. }
+            ));
+            assert!(r.is_bad(&peer(6)));
+            assert_eq!(r.losses(), 2);
+            // A winner whose bytes failed verification is never asked again.
+            let mut r = Resume::new(k);
+            let _ = p.resume_lost(&mut r, first, PLAIN);
+            let _ = p.resume_lost(&mut r, first, PLAIN);
+            let _ = p.resume_claimed(Time::ZERO, &mut r, false, &[Value::from_addr(peer(6))]);
+            let forged = Lost::Peer {
+                addr: peer(6),
+                forged: true,
+            };
+            assert!(matches!(
+                p.resume_lost(&mut r, forged, PLAIN),
+                ResumeStep::Claim { .. }
+            ));
+        }
+
+        #[test]
         fn only_the_same_representation_continues_a_fill() {
             let k = Id::from_url("http://x.com/v.bin");
             let mut p = fetching_from_peer(me(), k, peer(5));
@@ -1775,6 +1856,10 @@ mod tests {
                 addr: peer(3),
                 forged: false,
             };
+            assert_eq!(
+                p.resume_lost(&mut r, lost, PLAIN),
+                ResumeStep::Peer(peer(3))
+            );
             assert_eq!(p.resume_lost(&mut r, lost, PLAIN), ResumeStep::Origin);
             assert_eq!(p.fetching_from(&k), Some(Served::Origin));
             assert_eq!(

@@ -904,10 +904,14 @@ impl ProxyCore {
         rewrite::head(&mut head, &job.origin, &self.suffix, self.http.port());
         // A peer's signed bytes are stored as signed (the origin-fetcher
         // rewrote them); a body in a transfer coding is not rewritten.
-        let mut rewriter = (signed.is_none()
-            && rewrite::body_is_rewritable(&head)
-            && policy::stored_codings(&head).is_none())
-        .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
+        // Coralized HTML: rewritten here when it comes from the origin; a
+        // peer's copy arrives rewritten. Either way its stored offsets are
+        // not a source's raw ones, so a resumed fill of it starts again from
+        // byte 0 and continues only where the bytes match the copy.
+        let rewritable =
+            rewrite::body_is_rewritable(&head) && policy::stored_codings(&head).is_none();
+        let mut rewriter = (signed.is_none() && rewritable)
+            .then(|| rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port()));
         // Labelled with what could have changed the answer (the keyed
         // fields as sent, `keyed::label_view`).
         let label = keyed::label_view(&job.request, sent);
@@ -974,11 +978,12 @@ impl ProxyCore {
             });
         }
         // Issue 22 item 4: the signed records, kept beside the copy.
+        let object = super::verified::object_key(&job.url_key, &resp.head, &label);
         let mut records = match signed {
             Some(h) => self.relay_fill(key, h),
             None => self.sign_fill(
                 key,
-                super::verified::object_key(&job.url_key, &resp.head, &label),
+                object,
                 &head,
                 &resp.head,
                 expected_len,
@@ -1002,7 +1007,7 @@ impl ProxyCore {
             // A rewritten body's lengths differ between sources (the
             // origin's raw bytes, a peer's rewritten copy).
             full_len: match resp.head.framing {
-                Framing::Length(n) if rewriter.is_none() => Some(n),
+                Framing::Length(n) if !rewritable => Some(n),
                 _ => None,
             },
             vary: vary_fields(&resp.head),
@@ -1111,32 +1116,40 @@ impl ProxyCore {
             progress.reading.set(false);
             // A rewritten body is asked for whole (its stored offsets are
             // not the source's), any other from the byte reached.
-            let from_byte = if rewriter.is_some() { 0 } else { total };
+            let from_byte = if rewritable { 0 } else { total };
             match self.resume(job, &mut fill, lost, from_byte).await {
                 Ok(next) => {
                     resp = next.resp;
                     source = next.from;
                     source_addr = next.addr;
                     skip = next.skip;
-                    if rewriter.is_some() {
-                        rewriter = Some(rewrite::HtmlRewriter::new(
-                            &job.origin,
-                            &self.suffix,
-                            self.http.port(),
-                        ));
+                    if rewritable {
+                        // The origin's bytes are rewritten here; a peer's
+                        // come rewritten.
+                        rewriter = source.is_none().then(|| {
+                            rewrite::HtmlRewriter::new(&job.origin, &self.suffix, self.http.port())
+                        });
                         verify_to = total;
                         verified = 0;
                     }
                     // The records go on only where the new source continues
                     // the same signed stream (issue 22 item 4); otherwise
-                    // the copy serves clients only and downstream peers
-                    // resume elsewhere.
-                    records.resumed(
-                        self,
-                        next.signed.as_ref(),
-                        source.is_none(),
-                        rewriter.is_some(),
-                    );
+                    // this node signs the copy afresh, its stored bytes
+                    // first, and peers reading the old records ask again.
+                    let goes_on =
+                        records.resumed(self, next.signed.as_ref(), source.is_none(), rewritable);
+                    if !goes_on {
+                        let fresh_records = self.sign_fill(
+                            key,
+                            object,
+                            &head,
+                            &head,
+                            expected_len,
+                            fresh.fresh_until_secs,
+                            !rewritable,
+                        );
+                        records = self.sign_from_prefix(fresh_records, key, total).await;
+                    }
                     progress.from.set(source);
                     progress.resumes.set(progress.resumes.get() + 1);
                     progress.reading.set(true);

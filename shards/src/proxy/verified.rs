@@ -284,15 +284,17 @@ impl FillRecords {
     /// asked for from its first byte again (a rewritten body). The records
     /// go on only where the bytes stored next continue the same signed
     /// stream: the origin's own bytes after this node's signed ones, or a
-    /// peer relaying the same signed head. Otherwise they are dropped: the
-    /// copy serves clients, and peers reading it resume elsewhere.
+    /// peer relaying the same signed head (`true`). Otherwise they are
+    /// dropped (`false`): the caller signs the copy afresh
+    /// ([`ProxyCore::sign_from_prefix`]), and peers reading the old records
+    /// ask again.
     pub fn resumed(
         &mut self,
         pc: &ProxyCore,
         signed: Option<&SignedHead>,
         origin: bool,
         restart: bool,
-    ) {
+    ) -> bool {
         if restart {
             self.repr_check = None;
         }
@@ -305,6 +307,7 @@ impl FillRecords {
             self.repr_check = None;
             self.abort(pc);
         }
+        goes_on
     }
 
     /// The copy was dropped: so are its records.
@@ -453,6 +456,57 @@ impl ProxyCore {
             verified: 0,
             dropped: false,
         }
+    }
+
+    /// A fill of `key` whose records could not go on after a resume (issue
+    /// 24): `records`, fresh from [`ProxyCore::sign_fill`], are given the
+    /// copy's first `len` bytes, read back from the cache, so that this node
+    /// signs the whole copy from here on — it vouches for bytes it stored,
+    /// verified when they came from a peer. The origin's `Repr-Digest` is
+    /// not checked for such a copy (its first bytes were hashed before).
+    pub(super) async fn sign_from_prefix(
+        &self,
+        mut records: FillRecords,
+        key: Id,
+        len: u64,
+    ) -> FillRecords {
+        records.repr_check = None;
+        let store = self.cache.records();
+        let obj = self
+            .cache
+            .lookup(&key)
+            .filter(|o| matches!(o.state(), ObjectState::Writing { .. }));
+        let Mode::Sign(signer) = &mut records.mode else {
+            return records;
+        };
+        let Some(obj) = obj else {
+            store.abort(&key, records.generation);
+            records.dropped = true;
+            return records;
+        };
+        let mut pos = 0;
+        while pos < len {
+            let end = (pos + u64::from(CHUNK_BYTES)).min(len);
+            obj.ensure_resident(pos, end).await;
+            let data = obj.body(pos, end);
+            if data.len() as u64 != end - pos {
+                store.abort(&key, records.generation);
+                records.dropped = true;
+                return records;
+            }
+            let mut rest = data;
+            while !rest.is_empty() {
+                let n = signer.room().min(rest.len());
+                if let Some(sig) = signer.update(&rest[..n]) {
+                    store.push(&key, records.generation, sig);
+                }
+                rest = &rest[n..];
+            }
+            pos = end;
+            glommio::yield_if_needed().await;
+        }
+        bump(&self.verify.resigned);
+        records
     }
 
     /// Records for the complete copy `obj` of `key` (the object `object`)
