@@ -89,7 +89,8 @@ def main():
         kind, body = rpc(to, PUT_PROBE, b"\x00" + key + key)
         if kind != PUT_PROBE | REPLY:
             continue
-        token = body[8:16]
+        # level, loaded, stay (minutes), value count (2), min TTL (4), token (8)
+        token = body[9:17]
         store = b"\x00" + key + struct.pack(">I", 86400) + b"\x00" + token + bytes([len(value)]) + value
         kind, body = rpc(to, STORE, store)
         if kind == STORE | REPLY and body[1] == 1:
