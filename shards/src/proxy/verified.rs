@@ -484,26 +484,10 @@ impl ProxyCore {
             records.dropped = true;
             return records;
         };
-        let mut pos = 0;
-        while pos < len {
-            let end = (pos + u64::from(CHUNK_BYTES)).min(len);
-            obj.ensure_resident(pos, end).await;
-            let data = obj.body(pos, end);
-            if data.len() as u64 != end - pos {
-                store.abort(&key, records.generation);
-                records.dropped = true;
-                return records;
-            }
-            let mut rest = data;
-            while !rest.is_empty() {
-                let n = signer.room().min(rest.len());
-                if let Some(sig) = signer.update(&rest[..n]) {
-                    store.push(&key, records.generation, sig);
-                }
-                rest = &rest[n..];
-            }
-            pos = end;
-            glommio::yield_if_needed().await;
+        if !sign_stored(signer, &obj, &key, records.generation, store, len).await {
+            store.abort(&key, records.generation);
+            records.dropped = true;
+            return records;
         }
         bump(&self.verify.resigned);
         records
@@ -554,20 +538,9 @@ impl ProxyCore {
             // Another request (on another core) makes them: its records.
             return records.head(&key).filter(|(_, g)| *g == generation);
         }
-        let mut pos = 0;
-        while pos < len {
-            let end = (pos + u64::from(CHUNK_BYTES)).min(len);
-            obj.ensure_resident(pos, end).await;
-            let data = obj.body(pos, end);
-            if data.len() as u64 != end - pos {
-                records.abort(&key, generation);
-                return None;
-            }
-            if let Some(sig) = signer.update(data) {
-                records.push(&key, generation, sig);
-            }
-            pos = end;
-            glommio::yield_if_needed().await;
+        if !sign_stored(&mut signer, obj, &key, generation, records, len).await {
+            records.abort(&key, generation);
+            return None;
         }
         let (last, end) = signer.finish();
         if let Some(sig) = last {
@@ -759,4 +732,37 @@ impl ProxyCore {
             AuditVerdict::Failed
         }
     }
+}
+
+/// Feeds the first `len` stored bytes of `obj` (the copy of `key`) to
+/// `signer`, chunk by chunk, each finished chunk's signature kept in
+/// generation `generation` of the records; yields between chunks. `false`:
+/// the copy holds fewer bytes.
+async fn sign_stored(
+    signer: &mut Signer,
+    obj: &ObjectRef,
+    key: &Id,
+    generation: u64,
+    records: &crate::cache::chunks::ChunkRecords,
+    len: u64,
+) -> bool {
+    let mut pos = 0;
+    while pos < len {
+        let end = (pos + u64::from(CHUNK_BYTES)).min(len);
+        obj.ensure_resident(pos, end).await;
+        let mut rest = obj.body(pos, end);
+        if rest.len() as u64 != end - pos {
+            return false;
+        }
+        while !rest.is_empty() {
+            let n = signer.room().min(rest.len());
+            if let Some(sig) = signer.update(&rest[..n]) {
+                records.push(key, generation, sig);
+            }
+            rest = &rest[n..];
+        }
+        pos = end;
+        glommio::yield_if_needed().await;
+    }
+    true
 }
