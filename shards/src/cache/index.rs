@@ -190,6 +190,19 @@ impl Partition {
         (objects * 4 / 3 + 1) * WORDS * 8 + objects + std::mem::size_of::<Self>()
     }
 
+    /// Where its tables lie (address, bytes): the slots, then the hit
+    /// counters (a test measures the memory they hold).
+    #[cfg(test)]
+    pub fn tables(&self) -> [(usize, usize); 2] {
+        [
+            (
+                self.slots.as_ptr() as usize,
+                std::mem::size_of_val(&*self.slots),
+            ),
+            (self.hits.as_ptr() as usize, self.hits.len()),
+        ]
+    }
+
     /// Entries the partition may hold (3/4 of its slots).
     pub fn capacity(&self) -> usize {
         self.capacity
