@@ -891,40 +891,18 @@ fn after_a_restart_restored_segments_are_cleaned_and_evicted_like_new_ones() {
 
 /// This process's resident anonymous memory, in bytes (`RssAnon`: the
 /// heap, not the segment files other tests map).
-/// Resident bytes of the mappings that overlap `[at, at + len)`
-/// (`/proc/self/smaps`): a large zeroed allocation has a mapping of its own.
+/// Resident bytes of the pages of `[at, at + len)` (`mincore`): exactly
+/// this memory's, whatever other tests running at once allocate.
 fn rss_of(at: usize, len: usize) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let (mut inside, mut kb) = (false, 0u64);
-    for line in smaps.lines() {
-        let range = line
-            .split_whitespace()
-            .next()
-            .and_then(|r| r.split_once('-'))
-            .and_then(|(a, b)| {
-                Some((
-                    usize::from_str_radix(a, 16).ok()?,
-                    usize::from_str_radix(b, 16).ok()?,
-                ))
-            });
-        if let Some((start, end)) = range.filter(|_| !line.ends_with(':') && line.contains(' ')) {
-            if !line.starts_with(|c: char| c.is_ascii_uppercase()) {
-                inside = start < at + len && at < end;
-                continue;
-            }
-        }
-        if inside {
-            if let Some(v) = line.strip_prefix("Rss:") {
-                kb += v
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .unwrap_or(0);
-            }
-        }
-    }
-    kb * 1024
+    let page = 4096usize;
+    let start = at & !(page - 1);
+    let pages = (at + len - start).div_ceil(page);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: the range lies in memory this process holds (a live
+    // allocation, rounded out to its pages), and `vec` has a byte per page.
+    let rc = unsafe { libc::mincore(start as *mut libc::c_void, pages * page, vec.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    (vec.iter().filter(|&&b| b & 1 == 1).count() * page) as u64
 }
 
 fn rss_bytes() -> u64 {
@@ -1005,8 +983,8 @@ fn an_empty_index_for_millions_of_objects_costs_under_1mb_per_gb() {
     let size: u64 = 64 << 30;
     let p = plan(size, None, 1, None);
     let parts: Vec<index::Partition> = vec![index::Partition::new(p.objects_max as usize)];
-    // The resident memory of the mappings that hold its tables (not the
-    // process's RSS, which other tests running at once move).
+    // The resident memory of its tables' pages (not the process's RSS,
+    // which other tests running at once move).
     let grown: u64 = parts[0]
         .tables()
         .iter()
