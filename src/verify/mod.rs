@@ -692,7 +692,13 @@ impl SignedBody {
                         return Ok((used, Step::Done(end)));
                     }
                     let sig = self.verify_chunk()?;
-                    out.extend_from_slice(&self.pending);
+                    if out.is_empty() {
+                        // The verified chunk changes hands without a copy
+                        // (the caller's buffer becomes the next chunk's).
+                        std::mem::swap(out, &mut self.pending);
+                    } else {
+                        out.extend_from_slice(&self.pending);
+                    }
                     self.pending.clear();
                     self.state = BodyState::Line;
                     return Ok((used, Step::Chunk(sig)));
