@@ -182,7 +182,7 @@ for n in $CORES; do
     fi
     # coral on N cores: hits, DNS and the DSHT at once (one node).
     RUST_LOG=warn start "$server_cpus" "$CORAL" node --cores "$n" --dsht "$IP:7000" --admin "$IP:7080" \
-        --http "$IP:8090" --dns "$IP:5400" --cache-dir "$TMP/cache-$n" --config "$TMP/coral.toml"
+        --http "$IP:8090" --dns "$IP:5400" --cache-dir "$TMP/cache-$n" --state-dir "$TMP/state-$n" --config "$TMP/coral.toml"
     coral_pid=$PID
     # The origin (and the floor's HTTP row): N floors in one group.
     floor_pids=

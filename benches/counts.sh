@@ -171,7 +171,7 @@ EOF
         fi
         wait_tcp 8080
         RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7000" --admin "$IP:7080" \
-            --http "$IP:8090" --cache-dir "$TMP/coral-cache" --cache-size 200000000 \
+            --http "$IP:8090" --cache-dir "$TMP/coral-cache" --state-dir "$TMP/state-hits" --cache-size 200000000 \
             --allow-private-origins --resolve "origin.test=$IP"
         CORAL_PID=$PID
         wait_tcp 8090
@@ -213,7 +213,7 @@ if want dns; then
         for i in $(seq 1 10000); do echo "www.site$i.example.com.http.L2.L1.L0.coralcdn.test A"; done >"$TMP/queries"
         printf 'http = "%s:8091"\n[dnssrv]\nrrl_responses_per_sec = 0\n' "$IP" >"$TMP/coral-dns.toml"
         RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7001" --admin "$IP:7081" \
-            --dns "$IP:5400" --config "$TMP/coral-dns.toml"
+            --dns "$IP:5400" --state-dir "$TMP/state-dns" --config "$TMP/coral-dns.toml"
         CORAL_PID=$PID
         wait_tcp 7081
         measure "coral dns" "$CORAL_PID" -- dnsperf_answers 5400
@@ -232,7 +232,7 @@ if want dsht; then
     if [ -z "$DSHT_UDP" ] || [ ! -x "$DSHT_UDP" ]; then
         echo "(dsht skipped: no dsht_udp bench binary; cargo bench -p coral-shards --bench dsht_udp --no-run, set DSHT_UDP)"
     else
-        RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7002" --admin "$IP:7082"
+        RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7002" --admin "$IP:7082" --state-dir "$TMP/state-dsht"
         CORAL_PID=$PID
         wait_tcp 7082
         "$CORAL" put url:http://www.x.com/y.jpg 10.1.2.3:8090 --ttl 3600 --node "$IP:7082" >/dev/null

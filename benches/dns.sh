@@ -101,7 +101,7 @@ http = "$IP:8080"
 rrl_responses_per_sec = 0
 EOF
 RUST_LOG=warn taskset -c "$SERVER_CPU" "$CORAL" node --cores 1 --dsht "$IP:7000" --admin "$IP:7080" \
-    --dns "$IP:5400" --config "$TMP/coral.toml" >/dev/null 2>&1 &
+    --dns "$IP:5400" --state-dir "$TMP/state" --config "$TMP/coral.toml" >/dev/null 2>&1 &
 CORAL_PID=$!
 PIDS+=("$CORAL_PID")
 

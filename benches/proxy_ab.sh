@@ -55,7 +55,7 @@ NGINX_MASTER=$!
 
 start_node() { # binary n -> pid
     RUST_LOG=warn taskset -c "$SERVER_CPU" "$1" node --cores 1 --dsht "$IP:$((7000 + $2))" \
-        --admin "$IP:$((7080 + $2))" --http "$IP:$((8090 + $2))" --cache-dir "$TMP/cache$2" \
+        --admin "$IP:$((7080 + $2))" --http "$IP:$((8090 + $2))" --cache-dir "$TMP/cache$2" --state-dir "$TMP/state$2" \
         --allow-private-origins --resolve "origin.test=$IP" >/dev/null 2>&1 &
     echo $!
 }

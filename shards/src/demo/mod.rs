@@ -86,6 +86,12 @@ pub struct DemoArgs {
     /// Seed of the clients' random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Random audits (issue 22 item 5 (b)): each node re-fetches a
+    /// verified peer copy from the origin with this probability in
+    /// millionths (`[proxy] audit_per_million`; 0, the default, is off).
+    /// The report's origin fetches then include the audits.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    audit_per_million: u32,
     /// Print the report as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
@@ -390,7 +396,17 @@ fn start_nodes(
         let log = std::fs::File::create(temp.join(format!("node{i}.log")))
             .map_err(|e| format!("node log: {e}"))?;
         let mut cmd = Command::new(&exe);
-        cmd.arg("node")
+        cmd.arg("node");
+        if a.audit_per_million > 0 {
+            let config = dir.join("coral.toml");
+            std::fs::write(
+                &config,
+                format!("[proxy]\naudit_per_million = {}\n", a.audit_per_million),
+            )
+            .map_err(|e| format!("{}: {e}", config.display()))?;
+            cmd.arg("--config").arg(&config);
+        }
+        cmd
             .args(["--dsht", &format!("{me}:{DSHT_PORT}")])
             .args(["--admin", &format!("{me}:{ADMIN_PORT}")])
             .args(["--http", &format!("{me}:{HTTP_PORT}")])
