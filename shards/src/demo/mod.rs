@@ -406,8 +406,7 @@ fn start_nodes(
             .map_err(|e| format!("{}: {e}", config.display()))?;
             cmd.arg("--config").arg(&config);
         }
-        cmd
-            .args(["--dsht", &format!("{me}:{DSHT_PORT}")])
+        cmd.args(["--dsht", &format!("{me}:{DSHT_PORT}")])
             .args(["--admin", &format!("{me}:{ADMIN_PORT}")])
             .args(["--http", &format!("{me}:{HTTP_PORT}")])
             .args(["--dns", &format!("{me}:{DNS_PORT}")])
