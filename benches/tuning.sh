@@ -30,6 +30,9 @@
 #   memlock  LimitMEMLOCK 8 MiB -> 64 MiB for coral --cores 2 as user
 #            65534 (prlimit, setpriv): glommio's "Skipping" lines for
 #            registered buffers, hits per server-CPU second
+#   nofile   LimitNOFILE 1024 (a common default soft limit) -> 1048576
+#            (capped at this process's hard limit): NOFILE_CONNS (default
+#            2000) keep-alive clients at once: socket errors, requests
 #   thp      transparent_hugepage always -> madvise: p99 of cache hits
 #   cpufreq  scaling_governor (this host's) -> performance: p99 of hits at
 #            low load (only where the host has cpufreq)
@@ -52,12 +55,13 @@
 #   WRK       wrk                         (default from PATH; HTTP loads skipped without it)
 #   DNSPERF   dnsperf                     (default from PATH; DNS skipped without it)
 #   LOADGEN_LIBS  a folder of .so files wrk and dnsperf need (only for them)
-#   EXPERIMENTS   any of bufs backlog accept ports twreuse memlock thp cpufreq
+#   EXPERIMENTS   any of bufs backlog accept ports twreuse memlock nofile thp cpufreq
 #   OUT       where each run's `tuning/check` output and logs are kept
 #             (default a new /tmp/coral-tuning.XXXXXX, printed at the end)
 #   SERVER_CPU, LOAD_CPU   (default 0 and 1)
 #   WINDOW    DSHT gets in flight (default 256, as `dsht_udp -- 5 256`)
 #   CONNS     connections of the accept burst (default 512)
+#   NOFILE_CONNS  keep-alive connections of the nofile runs (default 2000)
 #   RUN_AS    the unprivileged user of the memlock runs (default 65534)
 # Loopback in the namespace is brought up with ip, ifconfig, python3 or
 # perl, the first there is; with none (or no unshare -n) it runs on the
@@ -91,8 +95,9 @@ if [ -z "${LOAD_CPU:-}" ]; then
 fi
 WINDOW=${WINDOW:-256}
 CONNS=${CONNS:-512}
+NOFILE_CONNS=${NOFILE_CONNS:-2000}
 RUN_AS=${RUN_AS:-65534}
-export SERVER_CPU LOAD_CPU WINDOW CONNS RUN_AS
+export SERVER_CPU LOAD_CPU WINDOW CONNS NOFILE_CONNS RUN_AS
 IP=127.16.210.1
 HZ=$(getconf CLK_TCK)
 
@@ -147,6 +152,13 @@ netns_settings() { # experiment value
     twreuse.after) echo "net.ipv4.tcp_tw_reuse=1" ;;
     esac
 }
+# nofile_after: LimitNOFILE's 1048576, or this process's hard limit if lower
+# (raising it needs CAP_SYS_RESOURCE).
+nofile_after() {
+    local hard
+    hard=$(ulimit -Hn)
+    if [ "$hard" = unlimited ] || [ "$hard" -ge 1048576 ]; then echo 1048576; else echo "$hard"; fi
+}
 # What "before" and "after" are, for the table.
 describe() { # experiment value
     case "$1.$2" in
@@ -160,6 +172,8 @@ describe() { # experiment value
     ports.after) echo "ports 10240-65535 (tw_reuse 0)" ;;
     twreuse.before) echo "tcp_tw_reuse 0" ;;
     twreuse.after) echo "tcp_tw_reuse 1" ;;
+    nofile.before) echo "nofile 1024" ;;
+    nofile.after) echo "nofile $(nofile_after)" ;;
     memlock.before) echo "memlock 8M, uid $RUN_AS" ;;
     memlock.after)
         local hard
@@ -189,6 +203,7 @@ if [ "${1:-}" = --case ]; then
     trap cleanup EXIT
     trap 'exit 143' TERM INT HUP
     if [ "$IN_NETNS" = 1 ]; then lo_up; fi
+    : >"$CASE_OUT.log"
     for kv in $(netns_settings "$EXP" "$VAL"); do
         set_sysctl "${kv%%=*}" "$(echo "${kv#*=}" | tr _ ' ')"
     done
@@ -256,7 +271,9 @@ if [ "${1:-}" = --case ]; then
     cores=1 cpus=$SERVER_CPU wrap=()
     if [ "$EXP" = memlock ]; then
         cores=2
-        cpus=$SERVER_CPU,$(((SERVER_CPU + 1) % NCPU))
+        second=$(((SERVER_CPU + 1) % NCPU))
+        [ "$second" = "$LOAD_CPU" ] && [ "$NCPU" -gt 2 ] && second=$(((LOAD_CPU + 1) % NCPU))
+        cpus=$SERVER_CPU,$second
         mem=$((8 << 20))
         [ "$VAL" = after ] && mem=$((64 << 20))
         hard=$(ulimit -Hl)
@@ -269,6 +286,11 @@ if [ "${1:-}" = --case ]; then
         else
             wrap=(prlimit --memlock="$mem:$mem" setpriv --reuid="$RUN_AS" --regid="$RUN_AS" --clear-groups)
         fi
+    fi
+    if [ "$EXP" = nofile ]; then
+        files=1024
+        [ "$VAL" = after ] && files=$(nofile_after)
+        wrap=(prlimit --nofile="$files:$files")
     fi
     RUST_LOG=warn start "$cpus" "${wrap[@]}" "$CORAL" node --cores "$cores" --dsht "$IP:7000" \
         --admin "$IP:7080" --http "$IP:8090" --dns "$IP:5400" --cache-dir "$TMP/cache" --config "$TMP/coral.toml"
@@ -395,6 +417,23 @@ EOF
         result "Skipping lines" "$(grep -c 'Skipping' "$CASE_OUT.log" || true)"
         hits_p99 32
         ;;
+    nofile)
+        have_wrk || { echo "(nofile skipped: set WRK and FLOOR)" >&2; exit 0; }
+        warm
+        # wrk counts no error for a connection that waits unaccepted (it is
+        # established in the listen queue): the node's descriptors half-way
+        # through and its "Too many open files" lines show who was served.
+        t0=$(ticks "$coral_pid")
+        wrk_run -t1 -c"$NOFILE_CONNS" -d"${SECS}s" --latency -H "Host: $host" "http://$IP:8090/4k.bin" >"$TMP/wrk.out" &
+        w=$!
+        sleep "$(awk -v s="$SECS" 'BEGIN {print s / 2}')"
+        fds=$(find "/proc/$coral_pid/fd" -mindepth 1 -maxdepth 1 | wc -l)
+        wait "$w"
+        t1=$(ticks "$coral_pid")
+        wrk_results "$(cat "$TMP/wrk.out")" "$t0" "$t1"
+        result "coral's descriptors mid-run" "$fds"
+        result "accept EMFILE log lines" "$(grep -c 'Too many open files' "$CASE_OUT.log" || true)"
+        ;;
     thp)
         hits_p99 32
         ;;
@@ -419,7 +458,7 @@ ROUNDS=${ARGS[1]:-3}
 # lasts 60 s; at a few thousand misses a second, 28,232 ports last ~10 s).
 PORT_SECS=${PORT_SECS:-20}
 if [ -n "$QUICK" ]; then SECS=1 ROUNDS=1 PORT_SECS=1; fi
-EXPERIMENTS=${EXPERIMENTS:-bufs backlog accept ports twreuse memlock thp cpufreq}
+EXPERIMENTS=${EXPERIMENTS:-bufs backlog accept ports twreuse memlock nofile thp cpufreq}
 
 [ "$(id -u)" = 0 ] || { echo "benches/tuning.sh: run it as root (it sets kernel settings)" >&2; exit 1; }
 [ -x "$CORAL" ] || { echo "no coral binary at $CORAL (set CORAL)" >&2; exit 1; }
@@ -431,6 +470,7 @@ OUT=${OUT:-$(mktemp -d /tmp/coral-tuning.XXXXXX)}
 mkdir -p "$OUT"
 RESULTS="$OUT/results"
 : >"$RESULTS"
+: >"$OUT/notes"
 
 # The host's values, put back on exit (whatever happened).
 HOST_KEYS="net.core.rmem_max net.core.wmem_max net.core.netdev_max_backlog"
@@ -497,7 +537,11 @@ run_case() {
         tail -20 "$case_out.out" >&2
         exit 1
     fi
-    grep '^(' "$case_out.out" | sort -u >&2 || true
+    # Each note (a skipped load, a stand-in) once.
+    grep '^(' "$case_out.out" | sort -u | while IFS= read -r note; do
+        grep -qxF -- "$note" "$OUT/notes" 2>/dev/null && continue
+        echo "$note" | tee -a "$OUT/notes" >&2
+    done || true
     awk -v e="$e" -v v="$v" '/^RESULT / { $1 = ""; sub(/^ /, ""); n = $NF; $NF = ""; sub(/ $/, "");
         printf "%s\t%s\t%s\t%s\n", e, v, $0, n }' "$case_out.out" >>"$RESULTS"
 }
@@ -511,7 +555,14 @@ for e in $EXPERIMENTS; do
     case $e in
     thp) [ -n "$ORIG_THP" ] || { echo "(thp: this host has no writable $THP: not measured)"; continue; } ;;
     cpufreq) [ -n "$ORIG_GOV" ] || { echo "(cpufreq: this host has no cpufreq ($GOV): not measured)"; continue; } ;;
-    memlock) [ "$NCPU" -ge 2 ] || { echo "(memlock: needs 2 CPUs)"; continue; } ;;
+    memlock)
+        [ "$NCPU" -ge 2 ] || { echo "(memlock: needs 2 CPUs: not measured)"; continue; }
+        command -v prlimit >/dev/null && command -v setpriv >/dev/null ||
+            { echo "(memlock: needs prlimit and setpriv (util-linux): not measured)"; continue; } ;;
+    nofile)
+        [ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -gt $((NOFILE_CONNS + 64)) ] ||
+            { echo "(nofile: wrk needs $NOFILE_CONNS descriptors and ulimit -n here is $(ulimit -n): not measured)"; continue; }
+        command -v prlimit >/dev/null || { echo "(nofile: needs prlimit (util-linux): not measured)"; continue; } ;;
     bufs | backlog | accept | ports | twreuse) ;;
     *) echo "benches/tuning.sh: no experiment $e" >&2; exit 2 ;;
     esac
