@@ -63,10 +63,11 @@
 #   CONNS     connections of the accept burst (default 512)
 #   NOFILE_CONNS  keep-alive connections of the nofile runs (default 2000)
 #   RUN_AS    the unprivileged user of the memlock runs (default 65534)
+#   NO_NETNS=1    run on the host's loopback (127.16.210.1), no namespace
 # Loopback in the namespace is brought up with ip, ifconfig, python3 or
-# perl, the first there is; with none (or no unshare -n) it runs on the
-# host's loopback and sets the per-namespace settings on the host, putting
-# them back as the others.
+# perl, the first there is; with none (or no unshare -n, or NO_NETNS) it
+# runs on the host's loopback and sets the per-namespace settings on the
+# host, putting them back as the others.
 # Quick mode (--quick): 1 s runs, one round; it proves the harness works
 # (shards/tests/deploy.rs runs it) and judges nothing.
 # The figures: tuning/README.md and benches/README.md ("Host tuning").
@@ -249,6 +250,13 @@ if [ "${1:-}" = --case ]; then
         echo "$d"
     }
     result() { echo "RESULT $1 $2"; }
+    # time_wait: TIME_WAIT sockets (state 06) toward the origin, $IP:8080
+    # (/proc/net/tcp's remote address: the IPv4 address little-endian).
+    time_wait() {
+        local hex
+        hex=$(echo "$IP" | awk -F. '{printf "%02X%02X%02X%02X:1F90", $4, $3, $2, $1}')
+        awk -v r="$hex" '$4 == "06" && $3 == r' /proc/net/tcp | wc -l
+    }
     # udp_drops PORT: datagrams dropped at this namespace's UDP sockets
     # bound to PORT (the "drops" column of /proc/net/udp), and "other":
     # at every other socket (the load generators').
@@ -403,12 +411,16 @@ request = function()
   return wrk.format(nil, "/4k.bin?t" .. tag .. "n" .. n)
 end
 EOF
+        if [ "$IN_NETNS" = 0 ]; then
+            # On the host's loopback the runs before left their TIME_WAIT
+            # sockets (60 s): wait until they are gone.
+            for _ in $(seq 1 150); do [ "$(time_wait)" = 0 ] && break; sleep 0.5; done
+        fi
         t0=$(ticks "$coral_pid")
         out=$(wrk_run -t1 -c64 -d"${PORT_SECS}s" -s "$TMP/miss.lua" -H "Host: $host" "http://$IP:8090/")
         t1=$(ticks "$coral_pid")
         wrk_results "$out" "$t0" "$t1"
-        # TIME_WAIT sockets (state 06) toward the origin's port (1F90 = 8080).
-        tw=$(awk '$4 == "06" && $3 ~ /:1F90$/' /proc/net/tcp | wc -l)
+        tw=$(time_wait)
         result "TIME_WAIT to origin" "$tw"
         result "fetch connect failures (log)" "$(grep -ci 'cannot assign\|address not available\|AddrNotAvailable' "$CASE_OUT.log" || true)"
         ;;
@@ -464,7 +476,13 @@ EXPERIMENTS=${EXPERIMENTS:-bufs backlog accept ports twreuse memlock nofile thp 
 [ -x "$CORAL" ] || { echo "no coral binary at $CORAL (set CORAL)" >&2; exit 1; }
 
 NETNS=0
-if unshare -n true 2>/dev/null && can_lo_up; then NETNS=1; fi
+if [ -z "${NO_NETNS:-}" ] && unshare -n true 2>/dev/null && can_lo_up; then NETNS=1; fi
+
+# One run at a time on a host: two would each put back what the other set.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>/tmp/coral-tuning.lock
+    flock -n 9 || { echo "benches/tuning.sh: another run holds /tmp/coral-tuning.lock; waiting" >&2; flock 9; }
+fi
 
 OUT=${OUT:-$(mktemp -d /tmp/coral-tuning.XXXXXX)}
 mkdir -p "$OUT"
@@ -523,9 +541,9 @@ run_case() {
     local e=$1 v=$2 r=$3 case_out="$OUT/$1-$2-$3"
     host_set "$e" "$v"
     if [ "$NETNS" = 1 ]; then
-        unshare -n bash "$SELF" --case "$e" "$v" "$r" "$SECS" "$case_out" 1 "$PORT_SECS" >"$case_out.out" 2>&1 &
+        unshare -n bash "$SELF" --case "$e" "$v" "$r" "$SECS" "$case_out" 1 "$PORT_SECS" >"$case_out.out" 2>&1 9>&- &
     else
-        bash "$SELF" --case "$e" "$v" "$r" "$SECS" "$case_out" 0 "$PORT_SECS" >"$case_out.out" 2>&1 &
+        bash "$SELF" --case "$e" "$v" "$r" "$SECS" "$case_out" 0 "$PORT_SECS" >"$case_out.out" 2>&1 9>&- &
     fi
     CHILD=$!
     local rc=0
