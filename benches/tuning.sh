@@ -10,7 +10,7 @@
 # The experiments (EXPERIMENTS picks; default all of them):
 #   bufs     net.core.rmem_max and wmem_max 212992 (the kernel's default,
 #            208 KiB) -> 8388608: DSHT gets (the dsht_udp bench's load
-#            generator, WINDOW gets in flight) and DNS (dnsperf as
+#            generator, WINDOW, then DEEP_WINDOW gets in flight) and DNS (dnsperf as
 #            benches/dns.sh runs it, and a heavier burst) at saturation
 #            against coral --cores 1: Udp RcvbufErrors, answers per
 #            server-CPU second
@@ -60,6 +60,7 @@
 #             (default a new /tmp/coral-tuning.XXXXXX, printed at the end)
 #   SERVER_CPU, LOAD_CPU   (default 0 and 1)
 #   WINDOW    DSHT gets in flight (default 256, as `dsht_udp -- 5 256`)
+#   DEEP_WINDOW   and then a deeper burst (default 4096)
 #   CONNS     connections of the accept burst (default 512)
 #   NOFILE_CONNS  keep-alive connections of the nofile runs (default 2000)
 #   RUN_AS    the unprivileged user of the memlock runs (default 65534)
@@ -95,10 +96,11 @@ if [ -z "${LOAD_CPU:-}" ]; then
     if [ "$NCPU" -gt 1 ]; then LOAD_CPU=1; else LOAD_CPU=0; fi
 fi
 WINDOW=${WINDOW:-256}
+DEEP_WINDOW=${DEEP_WINDOW:-4096}
 CONNS=${CONNS:-512}
 NOFILE_CONNS=${NOFILE_CONNS:-2000}
 RUN_AS=${RUN_AS:-65534}
-export SERVER_CPU LOAD_CPU WINDOW CONNS NOFILE_CONNS RUN_AS
+export SERVER_CPU LOAD_CPU WINDOW DEEP_WINDOW CONNS NOFILE_CONNS RUN_AS
 IP=127.16.210.1
 HZ=$(getconf CLK_TCK)
 
@@ -346,18 +348,21 @@ if [ "${1:-}" = --case ]; then
         if [ -x "$DSHT_UDP" ]; then
             url=$("$DSHT_UDP" key 0 1)
             "$CORAL" put "url:$url" 10.1.2.3:8090 --ttl 3600 --node "$IP:7080" >/dev/null
-            read -r m0 o0 < <(udp_drops 7000)
-            r0=$(snmp /proc/net/snmp Udp RcvbufErrors) s0=$(softnet_drops) t0=$(ticks "$coral_pid")
-            out=$(taskset -c "$LOAD_CPU" "$DSHT_UDP" load get "$IP:7000" "$IP" "$SECS" "$WINDOW" "$url" 2>&1)
-            t1=$(ticks "$coral_pid") r1=$(snmp /proc/net/snmp Udp RcvbufErrors) s1=$(softnet_drops)
-            read -r m1 _ < <(udp_drops 7000)
-            n=$(echo "$out" | tail -1)
-            echo "$out" >>"$CASE_OUT.log"
-            result "dsht gets" "$n"
-            result "dsht gets/server-CPU-s" "$(per "$n" "$(cpu_s $((t1 - t0)))")"
-            result "dsht RcvbufErrors (all)" $((r1 - r0))
-            result "dsht drops at coral's socket" $((m1 - m0))
-            result "dsht softnet drops" $((s1 - s0))
+            # The bench's window, then one that overfills a 208 KiB buffer.
+            for w in "$WINDOW" "$DEEP_WINDOW"; do
+                read -r m0 _ < <(udp_drops 7000)
+                r0=$(snmp /proc/net/snmp Udp RcvbufErrors) s0=$(softnet_drops) t0=$(ticks "$coral_pid")
+                out=$(taskset -c "$LOAD_CPU" "$DSHT_UDP" load get "$IP:7000" "$IP" "$SECS" "$w" "$url" 2>&1)
+                t1=$(ticks "$coral_pid") r1=$(snmp /proc/net/snmp Udp RcvbufErrors) s1=$(softnet_drops)
+                read -r m1 _ < <(udp_drops 7000)
+                n=$(echo "$out" | tail -1)
+                echo "$out" >>"$CASE_OUT.log"
+                result "dsht w$w gets" "$n"
+                result "dsht w$w gets/server-CPU-s" "$(per "$n" "$(cpu_s $((t1 - t0)))")"
+                result "dsht w$w RcvbufErrors (all)" $((r1 - r0))
+                result "dsht w$w drops at coral's socket" $((m1 - m0))
+                result "dsht w$w softnet drops" $((s1 - s0))
+            done
         else
             echo "(dsht skipped: set DSHT_UDP)" >&2
         fi
