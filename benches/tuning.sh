@@ -430,9 +430,9 @@ EOF
         result "fetch connect failures (log)" "$(grep -ci 'cannot assign\|address not available\|AddrNotAvailable' "$CASE_OUT.log" || true)"
         ;;
     memlock)
-        sleep 0.5
-        result "Skipping lines" "$(grep -c 'Skipping' "$CASE_OUT.log" || true)"
         hits_p99 32
+        # Counted after the load: by then both cores' executors have started.
+        result "Skipping lines" "$(grep -c 'Skipping' "$CASE_OUT.log" || true)"
         ;;
     nofile)
         have_wrk || { echo "(nofile skipped: set WRK and FLOOR)" >&2; exit 0; }
@@ -558,7 +558,7 @@ run_case() {
     if [ "$rc" != 0 ]; then
         echo "benches/tuning.sh: $e $v round $r failed ($rc):" >&2
         tail -20 "$case_out.out" >&2
-        exit 1
+        return 1
     fi
     # Each note (a skipped load, a stand-in) once.
     grep '^(' "$case_out.out" | sort -u | while IFS= read -r note; do
@@ -574,6 +574,7 @@ echo "  coral on CPU $SERVER_CPU (memlock: --cores 2), load on CPU $LOAD_CPU; $(
 echo "  host before: $(for k in $HOST_KEYS; do printf '%s=%s ' "$k" "${ORIG[$k]}"; done)thp=${ORIG_THP:-none} governor=${ORIG_GOV:-none}"
 "$REPO/tuning/check" >"$OUT/host.check" 2>&1 || true
 
+FAILED=()
 for e in $EXPERIMENTS; do
     case $e in
     thp) [ -n "$ORIG_THP" ] || { echo "(thp: this host has no writable $THP: not measured)"; continue; } ;;
@@ -581,7 +582,9 @@ for e in $EXPERIMENTS; do
     memlock)
         [ "$NCPU" -ge 2 ] || { echo "(memlock: needs 2 CPUs: not measured)"; continue; }
         command -v prlimit >/dev/null && command -v setpriv >/dev/null ||
-            { echo "(memlock: needs prlimit and setpriv (util-linux): not measured)"; continue; } ;;
+            { echo "(memlock: needs prlimit and setpriv (util-linux): not measured)"; continue; }
+        setpriv --reuid="$RUN_AS" --regid="$RUN_AS" --clear-groups test -x "$CORAL" ||
+            { echo "(memlock: user $RUN_AS cannot run $CORAL (a directory above it closed to others?): not measured)"; continue; } ;;
     nofile)
         [ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -gt $((NOFILE_CONNS + 64)) ] ||
             { echo "(nofile: wrk needs $NOFILE_CONNS descriptors and ulimit -n here is $(ulimit -n): not measured)"; continue; }
@@ -589,8 +592,12 @@ for e in $EXPERIMENTS; do
     bufs | backlog | accept | ports | twreuse) ;;
     *) echo "benches/tuning.sh: no experiment $e" >&2; exit 2 ;;
     esac
+    # A failed run ends its experiment (the others still run) and the
+    # script's status.
     for r in $(seq 1 "$ROUNDS"); do
-        for v in before after; do run_case "$e" "$v" "$r"; done
+        ok=1
+        for v in before after; do run_case "$e" "$v" "$r" || { ok=0; break; }; done
+        [ "$ok" = 1 ] || { FAILED+=("$e"); break; }
     done
 done
 
@@ -614,3 +621,7 @@ for e in $EXPERIMENTS; do
 done
 echo
 echo "benches/tuning.sh: each run's tuning/check output and logs: $OUT (host.check: the host before the runs)"
+if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "benches/tuning.sh: failed: ${FAILED[*]} (their tables hold the rounds before the failure)" >&2
+    exit 1
+fi
