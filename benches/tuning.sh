@@ -19,7 +19,9 @@
 #   accept   net.core.somaxconn + net.ipv4.tcp_max_syn_backlog 128/128 ->
 #            4096/8192: cache hits by CONNS connections without keep-alive
 #            (wrk, "Connection: close"): failed connects, ListenOverflows,
-#            p99
+#            SYN cookies sent, p99
+#   somaxconn    the same with net.core.somaxconn alone 128 -> 4096
+#   synbacklog   the same with net.ipv4.tcp_max_syn_backlog alone 128 -> 8192
 #   ports    net.ipv4.ip_local_port_range 32768-60999 -> 10240-65535, with
 #            tcp_tw_reuse = 0 (what the default 2 means toward an origin
 #            that is not on loopback): a miss-heavy load (every request a
@@ -55,7 +57,8 @@
 #   WRK       wrk                         (default from PATH; HTTP loads skipped without it)
 #   DNSPERF   dnsperf                     (default from PATH; DNS skipped without it)
 #   LOADGEN_LIBS  a folder of .so files wrk and dnsperf need (only for them)
-#   EXPERIMENTS   any of bufs backlog accept ports twreuse memlock nofile thp cpufreq
+#   EXPERIMENTS   any of bufs backlog accept somaxconn synbacklog ports twreuse
+#             memlock nofile thp cpufreq
 #   OUT       where each run's `tuning/check` output and logs are kept
 #             (default a new /tmp/coral-tuning.XXXXXX, printed at the end)
 #   SERVER_CPU, LOAD_CPU   (default 0 and 1)
@@ -149,6 +152,10 @@ netns_settings() { # experiment value
     case "$1.$2" in
     accept.before) echo "net.core.somaxconn=128 net.ipv4.tcp_max_syn_backlog=128" ;;
     accept.after) echo "net.core.somaxconn=4096 net.ipv4.tcp_max_syn_backlog=8192" ;;
+    somaxconn.before) echo "net.core.somaxconn=128" ;;
+    somaxconn.after) echo "net.core.somaxconn=4096" ;;
+    synbacklog.before) echo "net.ipv4.tcp_max_syn_backlog=128" ;;
+    synbacklog.after) echo "net.ipv4.tcp_max_syn_backlog=8192" ;;
     ports.before) echo "net.ipv4.ip_local_port_range=32768_60999 net.ipv4.tcp_tw_reuse=0" ;;
     ports.after) echo "net.ipv4.ip_local_port_range=10240_65535 net.ipv4.tcp_tw_reuse=0" ;;
     twreuse.before) echo "net.ipv4.tcp_tw_reuse=0" ;;
@@ -171,6 +178,10 @@ describe() { # experiment value
     backlog.after) echo "netdev_max_backlog 16384" ;;
     accept.before) echo "somaxconn 128, syn_backlog 128" ;;
     accept.after) echo "somaxconn 4096, syn_backlog 8192" ;;
+    somaxconn.before) echo "somaxconn 128" ;;
+    somaxconn.after) echo "somaxconn 4096" ;;
+    synbacklog.before) echo "syn_backlog 128" ;;
+    synbacklog.after) echo "syn_backlog 8192" ;;
     ports.before) echo "ports 32768-60999 (tw_reuse 0)" ;;
     ports.after) echo "ports 10240-65535 (tw_reuse 0)" ;;
     twreuse.before) echo "tcp_tw_reuse 0" ;;
@@ -390,19 +401,22 @@ if [ "${1:-}" = --case ]; then
             echo "(dns skipped: set DNSPERF)" >&2
         fi
         ;;
-    accept)
-        have_wrk || { echo "(accept skipped: set WRK and FLOOR)" >&2; exit 0; }
+    accept | somaxconn | synbacklog)
+        have_wrk || { echo "($EXP skipped: set WRK and FLOOR)" >&2; exit 0; }
         warm
         o0=$(snmp /proc/net/netstat TcpExt ListenOverflows) d0=$(snmp /proc/net/netstat TcpExt ListenDrops)
+        c0=$(snmp /proc/net/netstat TcpExt SyncookiesSent)
         t0=$(ticks "$coral_pid")
         out=$(wrk_run -t1 -c"$CONNS" -d"${SECS}s" --latency -H "Host: $host" -H "Connection: close" \
             "http://$IP:8090/4k.bin")
         t1=$(ticks "$coral_pid")
         o1=$(snmp /proc/net/netstat TcpExt ListenOverflows) d1=$(snmp /proc/net/netstat TcpExt ListenDrops)
+        c1=$(snmp /proc/net/netstat TcpExt SyncookiesSent)
         wrk_results "$out" "$t0" "$t1"
         result "connect errors" "$(echo "$out" | awk '/Socket errors:/ {gsub(",", ""); print $4}' | grep . || echo 0)"
         result ListenOverflows $((o1 - o0))
         result ListenDrops $((d1 - d0))
+        result SyncookiesSent $((c1 - c0))
         ;;
     ports | twreuse)
         have_wrk || { echo "($EXP skipped: set WRK and FLOOR)" >&2; exit 0; }
@@ -475,7 +489,7 @@ ROUNDS=${ARGS[1]:-3}
 # lasts 60 s; at a few thousand misses a second, 28,232 ports last ~10 s).
 PORT_SECS=${PORT_SECS:-20}
 if [ -n "$QUICK" ]; then SECS=1 ROUNDS=1 PORT_SECS=1; fi
-EXPERIMENTS=${EXPERIMENTS:-bufs backlog accept ports twreuse memlock nofile thp cpufreq}
+EXPERIMENTS=${EXPERIMENTS:-bufs backlog accept somaxconn synbacklog ports twreuse memlock nofile thp cpufreq}
 
 [ "$(id -u)" = 0 ] || { echo "benches/tuning.sh: run it as root (it sets kernel settings)" >&2; exit 1; }
 [ -x "$CORAL" ] || { echo "no coral binary at $CORAL (set CORAL)" >&2; exit 1; }
@@ -589,7 +603,7 @@ for e in $EXPERIMENTS; do
         [ "$(ulimit -n)" = unlimited ] || [ "$(ulimit -n)" -gt $((NOFILE_CONNS + 64)) ] ||
             { echo "(nofile: wrk needs $NOFILE_CONNS descriptors and ulimit -n here is $(ulimit -n): not measured)"; continue; }
         command -v prlimit >/dev/null || { echo "(nofile: needs prlimit (util-linux): not measured)"; continue; } ;;
-    bufs | backlog | accept | ports | twreuse) ;;
+    bufs | backlog | accept | somaxconn | synbacklog | ports | twreuse) ;;
     *) echo "benches/tuning.sh: no experiment $e" >&2; exit 2 ;;
     esac
     # A failed run ends its experiment (the others still run) and the
