@@ -874,6 +874,113 @@ fn tuning_drop_in_verifies_with_the_unit_and_every_file_is_explained() {
     );
 }
 
+/// The host-wide settings `benches/tuning.sh` changes for a run and must
+/// put back: rmem_max, wmem_max, netdev_max_backlog, transparent huge pages.
+fn tuning_host_settings() -> Vec<(String, String)> {
+    [
+        "/proc/sys/net/core/rmem_max",
+        "/proc/sys/net/core/wmem_max",
+        "/proc/sys/net/core/netdev_max_backlog",
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+    ]
+    .iter()
+    .filter_map(|p| Some((p.to_string(), std::fs::read_to_string(p).ok()?)))
+    .collect()
+}
+
+/// Runs `benches/tuning.sh --quick` with `env`: its exit status and output.
+fn tuning_bench(env: &[(&str, &str)]) -> (Option<std::process::ExitStatus>, String) {
+    let out = temp_dir("tuning-bench");
+    let mut cmd = Command::new("bash");
+    cmd.arg(format!("{}/benches/tuning.sh", repo()))
+        .arg("--quick")
+        .env("CORAL", CORAL)
+        .env("OUT", out.path())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(out.path().join("stdout")).unwrap())
+        .stderr(std::fs::File::create(out.path().join("stderr")).unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut p = Proc::spawn(&mut cmd, "bash benches/tuning.sh");
+    // Generous: a loaded 2-core machine; its EXIT trap stops what it started.
+    let status = p.exit_within(Duration::from_secs(300));
+    if status.is_none() {
+        p.signal(libc::SIGTERM);
+        let _ = p.exit_within(Duration::from_secs(30));
+    }
+    let text = ["stdout", "stderr"]
+        .iter()
+        .map(|f| std::fs::read_to_string(out.path().join(f)).unwrap_or_default())
+        .collect::<String>();
+    (status, text)
+}
+
+/// `benches/tuning.sh --quick` (the experiments that change nothing of the
+/// host's: each runs in a network namespace of its own) prints its table
+/// with before and after for every metric; a run that fails (a node that
+/// exits at once) ends the script with status 1 and the host-wide
+/// settings it had changed put back. Needs root.
+#[test]
+fn tuning_bench_runs_quick_and_puts_the_hosts_settings_back() {
+    // SAFETY: geteuid(2) reads this process's effective user id.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: benches/tuning.sh sets kernel settings: run as root");
+        return;
+    }
+    let host = tuning_host_settings();
+    let have_wrk = Command::new("sh")
+        .args(["-c", "command -v wrk"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let (status, text) = tuning_bench(&[("EXPERIMENTS", "accept ports twreuse memlock")]);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{text}");
+    assert!(text.contains("after/before"), "no table:\n{text}");
+    let floor = Path::new(CORAL).parent().unwrap().join("examples/floor");
+    if have_wrk && floor.exists() {
+        for (exp, metric) in [
+            ("accept", "ListenOverflows"),
+            ("accept", "p99 ms"),
+            ("ports", "TIME_WAIT to origin"),
+            ("twreuse", "non-2xx"),
+            ("memlock", "Skipping lines"),
+            ("memlock", "requests/server-CPU-s"),
+        ] {
+            let row = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{exp} ")) && l.contains(metric))
+                .unwrap_or_else(|| panic!("no {exp} {metric} row:\n{text}"));
+            // Before and after each have min/median/max.
+            assert_eq!(
+                row.split_whitespace()
+                    .filter(|w| w.split('/').count() == 3
+                        && w.split('/').all(|n| n.parse::<f64>().is_ok()))
+                    .count(),
+                2,
+                "{row}"
+            );
+        }
+        // Hits were served in both memlock runs.
+        let hits = text
+            .lines()
+            .find(|l| l.starts_with("memlock ") && l.contains(" requests "))
+            .unwrap();
+        assert!(!hits.contains(" 0/0/0 "), "{hits}");
+    } else {
+        eprintln!("note: no wrk or no floor example: the HTTP experiments were skipped");
+    }
+    assert_eq!(tuning_host_settings(), host, "the host's settings changed");
+
+    let (status, text) = tuning_bench(&[("EXPERIMENTS", "bufs backlog"), ("CORAL", "/bin/false")]);
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{text}");
+    assert!(text.contains("bufs before round 1 failed"), "{text}");
+    assert_eq!(
+        tuning_host_settings(),
+        host,
+        "a failed run left the host's settings changed"
+    );
+}
+
 /// `.ci/run` stops no service (it never kills by name, never stops a unit):
 /// the packages it installs are kept from starting by a policy-rc.d that it
 /// removes again, and only if the machine had none.
