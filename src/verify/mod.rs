@@ -38,6 +38,8 @@
 
 use sha2::{Digest, Sha256};
 
+pub mod evidence;
+
 use crate::dsht::id::Id;
 use crate::identity::{self, Certificate, LocalIdentity, Membership, PublicKey};
 use crate::identity::{PUBLIC_KEY_BYTES, SIGNATURE_BYTES};
