@@ -441,3 +441,186 @@ fn issue22_item4_a_restarted_node_serves_peers_verified_copies() {
     assert_eq!(event(&b, "verified_fills"), 1.0);
     assert_eq!(nginx.requests("/page.bin"), 1);
 }
+
+/// Three nodes on `net`: `f` (first, with `f_env`), `b` (with `b_config`)
+/// and `c`, both bootstrapped through `f`; the origin on `net.100`.
+fn trio(
+    dir: &Path,
+    net: &str,
+    f_env: Option<(&str, &str)>,
+    b_env: Option<(&str, &str)>,
+    b_config: &str,
+) -> (Node, Node, Node) {
+    let origin_ip = format!("{net}.100");
+    let mut f = proxy_node(dir, &format!("{net}.1"), &origin_ip);
+    if let Some((k, v)) = f_env {
+        f = f.env(k, v);
+    }
+    let f = f.start();
+    let mut b = proxy_node(dir, &format!("{net}.2"), &origin_ip)
+        .bootstrap(&format!("{net}.1"))
+        .config_text(b_config);
+    if let Some((k, v)) = b_env {
+        b = b.env(k, v);
+    }
+    let b = b.start();
+    let c = proxy_node(dir, &format!("{net}.3"), &origin_ip)
+        .bootstrap(&format!("{net}.1"))
+        .start();
+    for n in [&f, &b, &c] {
+        n.wait_joined(2);
+    }
+    (f, b, c)
+}
+
+/// Waits until `event` on `node` reaches `n`.
+fn wait_event(node: &Node, name: &str, n: f64) {
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let got = event(node, name);
+        (got >= n)
+            .then_some(())
+            .ok_or_else(|| format!("{name} on {}: {got}", node.ip))
+    });
+}
+
+/// Item 5 (c): a forging origin-fetcher `f` caught by `b`'s audit is
+/// proven a forger to `c` by the evidence `b` stored in the DSHT: `c`,
+/// which never fetched from `f`, is asked for an object whose only pointer
+/// names `f` and whose copy `f` signed; it looks `f`'s evidence key up,
+/// fetches `b`'s record, checks it with the origin itself, refuses `f`'s
+/// copy and serves the origin's bytes.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_evidence_in_the_dsht_makes_other_nodes_refuse_a_forger() {
+    let dir = temp_dir("verify-evidence");
+    let page = body(100_000);
+    let other = body(50_000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.10.100",
+        &[("page.bin", &page, false), ("other.bin", &other, false)],
+    );
+    let (f, b, c) = trio(
+        dir.path(),
+        "127.31.10",
+        Some(("CORAL_FORGE", "origin")),
+        None,
+        AUDIT_ALL,
+    );
+    let url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(f.curl(&url, &[]).body != page, "f forges");
+    wait_pointer(&b, &f, "/page.bin");
+    let _ = b.curl(&url, &[]);
+    wait_event(&b, "audit_failed", 1.0);
+    wait_event(&b, "evidence_stored", 1.0);
+    // f signs another forgery; c has never heard of f's lie.
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(f.curl(&url, &[]).body != other);
+    wait_pointer(&c, &f, "/other.bin");
+    assert_eq!(event(&c, "evidence_lookups"), 0.0);
+    let got = c.curl(&url, &[]);
+    assert_eq!(got.status, 200, "{got:?}");
+    assert!(got.body == other, "c served the forgery");
+    wait_event(&c, "evidence_true", 1.0);
+    assert_eq!(event(&c, "evidence_fetched"), 1.0);
+    assert_eq!(event(&c, "evidence_origin_checks"), 1.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 1.0);
+    assert_eq!(event(&c, "evidence_false"), 0.0);
+    assert_eq!(
+        event(&c, "evidence_refused") + event(&c, "evidence_pending"),
+        1.0,
+        "f's copy refused because of the evidence"
+    );
+    assert_eq!(event(&c, "verified_fills"), 0.0, "nothing of f's used");
+    assert_eq!(event(&b, "evidence_served"), 1.0);
+    assert_eq!(
+        c.metric("coral_verify_evidence_origin_bytes_total"),
+        page.len() as f64
+    );
+    assert_eq!(nginx.requests("/other.bin"), 2, "f's fill and c's");
+    assert_eq!(
+        nginx.requests("/page.bin"),
+        3,
+        "f's fill, b's audit, c's check of the evidence"
+    );
+    // c keeps the origin's copy; f is not asked again.
+    let again = c.curl(&url, &[]);
+    assert!(again.body == other);
+    assert!(again.header("cache-status").contains("hit"), "{again:?}");
+}
+
+/// Item 5 (c): a false accusation — `l` announces evidence against the
+/// honest `h` whose copy its audit found true — makes no node distrust
+/// `h`: `c` checks the record with the origin, finds the claim true, uses
+/// `h`'s copy, and ignores `l` from then on.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_a_false_accusation_costs_the_accuser_not_the_accused() {
+    let dir = temp_dir("verify-false-evidence");
+    let page = body(100_000);
+    let other = body(50_000);
+    let third = body(7000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.11.100",
+        &[
+            ("page.bin", &page, false),
+            ("other.bin", &other, false),
+            ("third.txt", &third, false),
+        ],
+    );
+    let (h, l, c) = trio(
+        dir.path(),
+        "127.31.11",
+        None,
+        Some(("CORAL_FORGE", "accuse")),
+        AUDIT_ALL,
+    );
+    let url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(h.curl(&url, &[]).body == page);
+    wait_pointer(&l, &h, "/page.bin");
+    assert!(l.curl(&url, &[]).body == page);
+    wait_event(&l, "evidence_stored", 1.0);
+    assert_eq!(event(&l, "audit_failed"), 0.0, "the audit passed");
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(h.curl(&url, &[]).body == other);
+    wait_pointer(&c, &h, "/other.bin");
+    let got = c.curl(&url, &[]);
+    assert!(got.body == other);
+    wait_event(&c, "evidence_false", 1.0);
+    assert_eq!(event(&c, "evidence_fetched"), 1.0);
+    assert_eq!(event(&c, "evidence_true"), 0.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 0.0);
+    assert_eq!(event(&c, "evidence_refused"), 0.0);
+    assert_eq!(event(&c, "distrusted"), 0.0);
+    if event(&c, "evidence_pending") == 0.0 {
+        // The check ended within the fill's wait: h's copy was used.
+        assert!(
+            got.header("cache-status").contains("detail=peer-l"),
+            "{got:?}"
+        );
+        assert_eq!(nginx.requests("/other.bin"), 1);
+        assert_eq!(event(&c, "verified_fills"), 1.0);
+    }
+    // h stays trusted: another object of h's is fetched from it, with no
+    // new lookup nor check (its verdict is cached).
+    let url = coralized("www.origin.test", 8080, "/third.txt");
+    assert!(h.curl(&url, &[]).body == third);
+    wait_pointer(&c, &h, "/third.txt");
+    let got = c.curl(&url, &[]);
+    assert!(got.body == third);
+    assert!(
+        got.header("cache-status").contains("detail=peer-l"),
+        "{got:?}"
+    );
+    assert_eq!(nginx.requests("/third.txt"), 1);
+    assert_eq!(event(&c, "evidence_lookups"), 1.0);
+    assert_eq!(event(&c, "evidence_fetched"), 1.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 0.0);
+}

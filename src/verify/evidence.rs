@@ -84,7 +84,7 @@ pub enum Proof {
         url: String,
     },
     /// Two claims of the forger that conflict ([`Claim::conflicts`]).
-    Conflict(Claim, Claim),
+    Conflict(Box<(Claim, Claim)>),
 }
 
 impl Proof {
@@ -92,7 +92,7 @@ impl Proof {
     pub fn claim(&self) -> &Claim {
         match self {
             Proof::Contradicted { claim, .. } => claim,
-            Proof::Conflict(a, _) => a,
+            Proof::Conflict(pair) => &pair.0,
         }
     }
 
@@ -197,12 +197,12 @@ impl Evidence {
                 b.extend_from_slice(&(url.len() as u16).to_be_bytes());
                 b.extend_from_slice(url.as_bytes());
             }
-            Proof::Conflict(x, y) => {
+            Proof::Conflict(pair) => {
                 b.push(KIND_CONFLICT);
                 b.extend_from_slice(&identity.public().0);
                 b.extend_from_slice(&identity.certificate().0);
-                put_claim(&mut b, x);
-                put_claim(&mut b, y);
+                put_claim(&mut b, &pair.0);
+                put_claim(&mut b, &pair.1);
             }
         }
         let sig = identity.sign_parts(&[EVIDENCE_CONTEXT, &b]);
@@ -244,10 +244,10 @@ impl Evidence {
                 if body.len() != 2 * CLAIM_BYTES {
                     return None;
                 }
-                Proof::Conflict(
+                Proof::Conflict(Box::new((
                     read_claim(&body[..CLAIM_BYTES])?,
                     read_claim(&body[CLAIM_BYTES..])?,
-                )
+                )))
             }
             _ => return None,
         };
@@ -288,8 +288,8 @@ impl Evidence {
             return Offline::False("the accused is not admitted");
         }
         match &self.proof {
-            Proof::Conflict(a, b) => {
-                if a.conflicts(b) {
+            Proof::Conflict(pair) => {
+                if pair.0.conflicts(&pair.1) {
                     Offline::Proven
                 } else {
                     Offline::False("the claims do not conflict")
@@ -418,9 +418,12 @@ pub enum Verdict {
     Clean,
     /// Proven a forger: its copies are not used.
     Proven,
-    /// Its lookup or the check of evidence against it is under way (the
-    /// caller waits, at most `EVIDENCE.lookup_wait_ms`).
+    /// Its lookup is under way, nothing found yet (the caller waits, at
+    /// most `EVIDENCE.lookup_wait_ms`).
     Pending,
+    /// Evidence against it was found and is being checked (the caller
+    /// waits, at most `EVIDENCE.lookup_wait_ms`).
+    Checking,
     /// Not known (or known too long ago): the caller looks its evidence key
     /// up now, and reports with [`Book::found`].
     LookUp,
@@ -500,7 +503,7 @@ impl Book {
                 return Verdict::Pending
             }
             Some(State::Checking { since, .. }) if now < since.saturating_add(check) => {
-                return Verdict::Pending
+                return Verdict::Checking
             }
             _ => {}
         }

@@ -38,6 +38,7 @@ use crate::config::{NodeConfig, ProxyConfig};
 use crate::runtime::Shard;
 use crate::status::sink::ProxySnapshot;
 
+mod evidence;
 pub(crate) mod fetcher;
 mod ready;
 pub mod resolve;
@@ -465,8 +466,13 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         // node has had a moment to join.
         glommio::timer::sleep(ADOPT_AFTER).await;
         pc.adopt_cached();
+        let mut round = 0u64;
         while !pc.shard.stopping() {
             pc.tick();
+            // Issue 22 item 5 (c): forgers' copies removed, signers in use
+            // looked up again.
+            pc.evidence_tick(round);
+            round += 1;
             glommio::timer::sleep(TICK).await;
         }
     })

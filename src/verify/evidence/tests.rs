@@ -107,7 +107,7 @@ fn evidence_round_trips_and_its_key_is_the_forgers() {
     assert_eq!(back.forger(), f.public());
     assert_eq!(back.accuser, b.public());
     let other = claim(&f, URL, "\"v1\"", &body(10_000, 1));
-    let ev2 = Evidence::sign(&b, Proof::Conflict(c, other)).unwrap();
+    let ev2 = Evidence::sign(&b, Proof::Conflict(Box::new((c, other)))).unwrap();
     assert_eq!(ev2.as_bytes().len(), PREFIX_BYTES + 2 * CLAIM_BYTES + 64);
     assert_eq!(Evidence::parse(ev2.as_bytes()).unwrap(), ev2);
     assert_eq!(evidence_key(&f.public()), evidence_key(&f.public()));
@@ -170,18 +170,18 @@ fn conflicting_claims_are_proven_offline_and_others_are_false() {
     let (f, b) = (node(1), node(2));
     let one = claim(&f, URL, "\"v1\"", &body(9000, 0));
     let two = claim(&f, URL, "\"v1\"", &body(9000, 7));
-    let ev = Evidence::sign(&b, Proof::Conflict(one, two)).unwrap();
+    let ev = Evidence::sign(&b, Proof::Conflict(Box::new((one, two)))).unwrap();
     assert_eq!(ev.check(&network()), Offline::Proven);
     // The same body twice proves nothing.
-    let same = Evidence::sign(&b, Proof::Conflict(one, one)).unwrap();
+    let same = Evidence::sign(&b, Proof::Conflict(Box::new((one, one)))).unwrap();
     assert!(matches!(same.check(&network()), Offline::False(_)));
     // Another validator: the origin may have changed the object.
     let later = claim(&f, URL, "\"v2\"", &body(9000, 7));
-    let ev = Evidence::sign(&b, Proof::Conflict(one, later)).unwrap();
+    let ev = Evidence::sign(&b, Proof::Conflict(Box::new((one, later)))).unwrap();
     assert!(matches!(ev.check(&network()), Offline::False(_)));
     // Two signers: nobody's lie.
     let other = claim(&node(3), URL, "\"v1\"", &body(9000, 7));
-    let ev = Evidence::sign(&b, Proof::Conflict(one, other)).unwrap();
+    let ev = Evidence::sign(&b, Proof::Conflict(Box::new((one, other)))).unwrap();
     assert!(matches!(ev.check(&network()), Offline::False(_)));
 }
 
@@ -344,7 +344,11 @@ fn the_book_believes_proof_and_ignores_a_false_accuser() {
     // Evidence against h from a liar: checked once, found false.
     assert_eq!(book.verdict(0, &h), Verdict::LookUp);
     book.found(1, &h, 1);
-    assert_eq!(book.verdict(2, &h), Verdict::Pending, "while it is checked");
+    assert_eq!(
+        book.verdict(2, &h),
+        Verdict::Checking,
+        "while it is checked"
+    );
     assert!(book.may_check(&h, &liar));
     assert!(!book.checked(3, &h, &liar, Outcome::False));
     assert_eq!(book.verdict(4, &h), Verdict::Clean);
@@ -359,7 +363,7 @@ fn the_book_believes_proof_and_ignores_a_false_accuser() {
     assert!(book.may_check(&f, &honest));
     assert!(!book.may_check(&f, &honest), "each pair once");
     assert!(!book.checked(7, &f, &key(9), Outcome::Inconclusive));
-    assert_eq!(book.verdict(8, &f), Verdict::Pending, "one check left");
+    assert_eq!(book.verdict(8, &f), Verdict::Checking, "one check left");
     assert!(book.checked(9, &f, &honest, Outcome::Proven));
     assert!(!book.checked(9, &f, &honest, Outcome::Proven), "once");
     assert_eq!(book.verdict(10, &f), Verdict::Proven);
