@@ -624,3 +624,50 @@ fn issue22_item5c_a_false_accusation_costs_the_accuser_not_the_accused() {
     assert_eq!(event(&c, "evidence_fetched"), 1.0);
     assert_eq!(event(&c, "evidence_distrusted"), 0.0);
 }
+
+/// Item 5 (c): a lie caught by the origin's `Repr-Digest` (item 5 a) is
+/// evidence too: the catching node publishes the signer's claim, and a
+/// third node refuses the forger's copy of another object (no
+/// `Repr-Digest` there) after checking that claim with the origin.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_a_repr_digest_catch_is_evidence_for_every_node() {
+    let dir = temp_dir("verify-repr-evidence");
+    let page = body(2000);
+    let other = body(30_000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.12.100",
+        &[("page.txt", &page, true), ("other.bin", &other, false)],
+    );
+    let (f, b, c) = trio(
+        dir.path(),
+        "127.31.12",
+        Some(("CORAL_FORGE", "origin")),
+        None,
+        "",
+    );
+    let url = coralized("www.origin.test", 8080, "/page.txt");
+    assert!(f.curl(&url, &[]).body != page);
+    wait_pointer(&b, &f, "/page.txt");
+    assert!(b.curl(&url, &[]).body == page, "b served the forgery");
+    assert_eq!(event(&b, "forged"), 1.0);
+    wait_event(&b, "evidence_stored", 1.0);
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(f.curl(&url, &[]).body != other);
+    wait_pointer(&c, &f, "/other.bin");
+    let got = c.curl(&url, &[]);
+    assert!(got.body == other, "c served the forgery");
+    wait_event(&c, "evidence_true", 1.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 1.0);
+    assert_eq!(event(&c, "verified_fills"), 0.0);
+    assert_eq!(nginx.requests("/other.bin"), 2, "f's fill and c's");
+    assert_eq!(
+        nginx.requests("/page.txt"),
+        3,
+        "f's fill, b's fill, c's check"
+    );
+}

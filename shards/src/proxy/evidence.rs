@@ -112,11 +112,6 @@ pub(super) fn answer(pc: &ProxyCore, req: &RequestHead) -> Option<Vec<u8>> {
 }
 
 impl ProxyCore {
-    /// This core's proxy, shared (for work spawned from a `&self` path).
-    fn this_core() -> Option<Rc<ProxyCore>> {
-        super::CORE.with(|c| c.borrow().clone())
-    }
-
     /// Whether a peer's copy signed by `signer` may be used: no evidence
     /// proves it a forger (looked up if not known, waiting at most
     /// `EVIDENCE.lookup_wait_ms`). After that wait, a lookup still in
@@ -145,7 +140,7 @@ impl ProxyCore {
                 }
                 Verdict::LookUp => {
                     bump(&self.verify.evidence_lookups);
-                    if let Some(pc) = ProxyCore::this_core() {
+                    if let Some(pc) = super::this_core() {
                         let signer = *signer;
                         glommio::spawn_local(async move { pc.look_up_evidence(signer).await })
                             .detach();

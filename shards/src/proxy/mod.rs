@@ -65,6 +65,11 @@ thread_local! {
     static CORE: RefCell<Option<Rc<ProxyCore>>> = const { RefCell::new(None) };
 }
 
+/// This core's proxy, shared (for work spawned from a `&self` path).
+fn this_core() -> Option<Rc<ProxyCore>> {
+    CORE.with(|c| c.borrow().clone())
+}
+
 /// A miss handed to the key's owning core.
 #[derive(Clone)]
 pub struct Job {

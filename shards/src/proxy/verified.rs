@@ -322,9 +322,16 @@ impl FillRecords {
 
     /// The source at `addr` was lost mid-body with `e`: a forgery is
     /// caught (`ProxyCore::caught`); the fill itself goes on (issue 24).
-    pub fn lost(&self, pc: &ProxyCore, addr: SocketAddr, e: &upstream::UpstreamError) {
+    /// `claimed`: the signer's signed end, if it was read.
+    pub fn lost(
+        &self,
+        pc: &ProxyCore,
+        addr: SocketAddr,
+        e: &upstream::UpstreamError,
+        claimed: Option<verify::EndRecord>,
+    ) {
         if let (Mode::Relay(head), upstream::UpstreamError::Forged(why)) = (&self.mode, e) {
-            pc.caught(&self.key, addr, head, why);
+            pc.caught(&self.key, addr, head, why, claimed);
         }
     }
 
@@ -430,7 +437,7 @@ impl ProxyCore {
         match resp.prime().await {
             Ok(()) => Some(head),
             Err(upstream::UpstreamError::Forged(why)) => {
-                self.caught(key, addr, &head, why);
+                self.caught(key, addr, &head, why, resp.claimed_end());
                 None
             }
             Err(e) => {
@@ -442,8 +449,16 @@ impl ProxyCore {
 
     /// A peer's signed body failed mid-way (`UpstreamError::Forged`):
     /// counted, and the peer (or the signer, for what only it could have
-    /// signed) distrusted.
-    pub(super) fn caught(&self, key: &Id, addr: SocketAddr, head: &SignedHead, why: &str) {
+    /// signed) distrusted. A signer's lie whose signed end (`claimed`) was
+    /// read is evidence others can check (item 5 c): published.
+    pub(super) fn caught(
+        &self,
+        key: &Id,
+        addr: SocketAddr,
+        head: &SignedHead,
+        why: &str,
+        claimed: Option<verify::EndRecord>,
+    ) {
         // A failing chunk or end signature may be a relay's doing; a
         // signed length or Repr-Digest that the signer's own valid chunk
         // signatures contradict is the signer's.
@@ -456,6 +471,13 @@ impl ProxyCore {
                 why,
                 "origin-fetcher caught forging: its copies are no longer used"
             );
+            let job = self.job_of(key);
+            let url = job.as_ref().map(|j| {
+                coral::proxy::names::canonical_url(&j.origin, j.request.path().unwrap_or("/"))
+            });
+            if let (Some(end), Some(Ok(url)), Some(pc)) = (claimed, url, super::this_core()) {
+                pc.publish_evidence(verify::Claim { head: *head, end }, url);
+            }
         }
         self.peer_forged(key, addr, why);
     }
