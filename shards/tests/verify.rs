@@ -671,3 +671,65 @@ fn issue22_item5c_a_repr_digest_catch_is_evidence_for_every_node() {
         "f's fill, b's fill, c's check"
     );
 }
+
+/// Item 5 (c): a node that already uses a forger's copy (looked up before
+/// any evidence existed) stops within minutes of the evidence: the signers
+/// of the copies it keeps are looked up again when their clean verdict
+/// runs out (here shortened to 2 s, `CORAL_EVIDENCE_VERDICT_TTL_SECS`, a
+/// test-only override; `EVIDENCE.verdict_ttl_secs` is 120), and the
+/// forger's copies are removed once the evidence is checked.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_a_node_already_using_a_forger_stops_when_its_verdict_is_rechecked() {
+    let dir = temp_dir("verify-recheck");
+    let page = body(100_000);
+    let other = body(50_000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.13.100",
+        &[("page.bin", &page, false), ("other.bin", &other, false)],
+    );
+    let origin_ip = "127.31.13.100";
+    let f = proxy_node(dir.path(), "127.31.13.1", origin_ip)
+        .env("CORAL_FORGE", "origin")
+        .start();
+    let b = proxy_node(dir.path(), "127.31.13.2", origin_ip)
+        .bootstrap("127.31.13.1")
+        .config_text(AUDIT_ALL)
+        .start();
+    let c = proxy_node(dir.path(), "127.31.13.3", origin_ip)
+        .bootstrap("127.31.13.1")
+        .env("CORAL_EVIDENCE_VERDICT_TTL_SECS", "2")
+        .start();
+    for n in [&f, &b, &c] {
+        n.wait_joined(2);
+    }
+    // c takes f's forged copy: nothing is known against f yet.
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(f.curl(&url, &[]).body != other);
+    wait_pointer(&c, &f, "/other.bin");
+    let used = c.curl(&url, &[]);
+    assert!(used.body != other, "the forgery passes every signature");
+    assert_eq!(event(&c, "verified_fills"), 1.0);
+    assert_eq!(event(&c, "evidence_lookups"), 1.0);
+    // b's audit catches f on another object.
+    let page_url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(f.curl(&page_url, &[]).body != page);
+    wait_pointer(&b, &f, "/page.bin");
+    let _ = b.curl(&page_url, &[]);
+    wait_event(&b, "evidence_stored", 1.0);
+    // c looks f up again, checks b's evidence, drops f's copy.
+    wait_event(&c, "evidence_true", 1.0);
+    assert!(event(&c, "evidence_lookups") >= 2.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 1.0);
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let got = c.curl(&url, &[]);
+        (got.body == other)
+            .then_some(())
+            .ok_or_else(|| format!("c still serves f's copy: {got:?}"))
+    });
+    assert_eq!(nginx.requests("/other.bin"), 2, "f's fill and c's");
+}

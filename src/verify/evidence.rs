@@ -477,6 +477,8 @@ pub struct Book {
     minute: Option<u64>,
     checks_left: u32,
     stats: BookStats,
+    /// Milliseconds a clean verdict stands (0: `EVIDENCE.verdict_ttl_secs`).
+    verdict_ttl_ms: u64,
 }
 
 impl Book {
@@ -488,6 +490,20 @@ impl Book {
     /// Counters.
     pub fn stats(&self) -> BookStats {
         self.stats
+    }
+
+    /// Sets how long a clean verdict stands, in seconds (the default is
+    /// `EVIDENCE.verdict_ttl_secs`; tests shorten it).
+    pub fn set_verdict_ttl_secs(&mut self, secs: u32) {
+        self.verdict_ttl_ms = u64::from(secs.max(1)) * 1000;
+    }
+
+    fn verdict_ttl(&self) -> u64 {
+        if self.verdict_ttl_ms == 0 {
+            u64::from(EVIDENCE.verdict_ttl_secs) * 1000
+        } else {
+            self.verdict_ttl_ms
+        }
     }
 
     /// What is known of `signer` at `now`. [`Verdict::LookUp`] marks it
@@ -519,7 +535,7 @@ impl Book {
             return;
         }
         let state = if accusers == 0 {
-            State::Clean(now + u64::from(EVIDENCE.verdict_ttl_secs) * 1000)
+            State::Clean(now + self.verdict_ttl())
         } else {
             State::Checking {
                 since: now,
@@ -593,7 +609,7 @@ impl Book {
             Outcome::False => self.ignore(*accuser),
             Outcome::Inconclusive => {}
         }
-        let ttl = u64::from(EVIDENCE.verdict_ttl_secs) * 1000;
+        let ttl = self.verdict_ttl();
         match self.states.get_mut(forger) {
             Some(State::Checking { pending, .. }) if *pending > 1 => *pending -= 1,
             Some(State::Proven) => {}

@@ -112,6 +112,27 @@ pub(super) fn answer(pc: &ProxyCore, req: &RequestHead) -> Option<Vec<u8>> {
 }
 
 impl ProxyCore {
+    /// The evidence state every core shares (`cache::chunks`).
+    fn evidence(&self) -> std::sync::MutexGuard<'_, crate::cache::chunks::EvidenceState> {
+        #[allow(unused_mut)]
+        let mut st = self.cache.records().evidence();
+        #[cfg(feature = "forge-origin")]
+        {
+            // Tests only (`shards/tests/verify.rs`): a shorter clean
+            // verdict, so that a recheck is seen within a test's time.
+            static TTL: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+            let ttl = TTL.get_or_init(|| {
+                std::env::var("CORAL_EVIDENCE_VERDICT_TTL_SECS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+            });
+            if let Some(secs) = ttl {
+                st.book.set_verdict_ttl_secs(*secs);
+            }
+        }
+        st
+    }
+
     /// Whether a peer's copy signed by `signer` may be used: no evidence
     /// proves it a forger (looked up if not known, waiting at most
     /// `EVIDENCE.lookup_wait_ms`). After that wait, a lookup still in
@@ -126,7 +147,7 @@ impl ProxyCore {
         let mut checking = false;
         loop {
             let now = now_ms();
-            let verdict = self.cache.records().evidence().book.verdict(now, signer);
+            let verdict = self.evidence().book.verdict(now, signer);
             match verdict {
                 Verdict::Clean => return true,
                 Verdict::Proven => {
@@ -178,7 +199,7 @@ impl ProxyCore {
         let me = self.shard.trust.identity.public();
         let mut accusers: Vec<(SocketAddr, PublicKey)> = Vec::new();
         {
-            let mut st = self.cache.records().evidence();
+            let mut st = self.evidence();
             for v in &values {
                 if accusers.len() >= EVIDENCE.accusers_per_lookup_max {
                     break;
@@ -211,7 +232,7 @@ impl ProxyCore {
     /// Records what one accusation came to.
     fn checked(&self, forger: PublicKey, accuser: PublicKey, outcome: Outcome) {
         let newly = {
-            let mut st = self.cache.records().evidence();
+            let mut st = self.evidence();
             let newly = st.book.checked(now_ms(), &forger, &accuser, outcome);
             if newly {
                 st.purge.push_back(forger);
@@ -397,7 +418,7 @@ impl ProxyCore {
             return;
         };
         {
-            let mut st = self.cache.records().evidence();
+            let mut st = self.evidence();
             st.book.proven(&forger);
             st.purge.push_back(forger);
             if st.purge.len() > PURGE_MAX {
@@ -434,7 +455,7 @@ impl ProxyCore {
     pub(super) fn evidence_tick(self: &Rc<Self>, round: u64) {
         let records = self.cache.records();
         let purge: Vec<PublicKey> = {
-            let st = records.evidence();
+            let st = self.evidence();
             if st.purge_epoch == self.verify.evidence_epoch.get() {
                 Vec::new()
             } else {
