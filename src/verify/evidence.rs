@@ -79,7 +79,7 @@ pub enum Proof {
     /// key the claim's head names), which the origin contradicts.
     Contradicted {
         /// The forger's claim.
-        claim: Claim,
+        claim: Box<Claim>,
         /// The object's canonical URL.
         url: String,
     },
@@ -238,7 +238,10 @@ impl Evidence {
                     return None;
                 }
                 let url = core::str::from_utf8(&rest[2..]).ok()?.to_string();
-                Proof::Contradicted { claim, url }
+                Proof::Contradicted {
+                    claim: Box::new(claim),
+                    url,
+                }
             }
             KIND_CONFLICT => {
                 if body.len() != 2 * CLAIM_BYTES {

@@ -413,7 +413,10 @@ impl ProxyCore {
         }
         let Some(ev) = Evidence::sign(
             &self.shard.trust.identity,
-            Proof::Contradicted { claim, url },
+            Proof::Contradicted {
+                claim: Box::new(claim),
+                url,
+            },
         ) else {
             return;
         };

@@ -93,7 +93,7 @@ fn evidence_round_trips_and_its_key_is_the_forgers() {
     let ev = Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: URL.into(),
         },
     )
@@ -126,7 +126,7 @@ fn malformed_evidence_is_refused_without_a_panic() {
     let ev = Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: URL.into(),
         },
     )
@@ -150,7 +150,7 @@ fn malformed_evidence_is_refused_without_a_panic() {
     assert!(Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: long
         }
     )
@@ -158,7 +158,7 @@ fn malformed_evidence_is_refused_without_a_panic() {
     assert!(Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: String::new()
         }
     )
@@ -192,7 +192,7 @@ fn a_contradicted_claim_asks_the_origin_and_a_forged_one_is_false() {
     let ev = Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: URL.into(),
         },
     )
@@ -202,7 +202,7 @@ fn a_contradicted_claim_asks_the_origin_and_a_forged_one_is_false() {
     let ev = Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: "http://www.origin.test:8080/other".into(),
         },
     )
@@ -214,7 +214,7 @@ fn a_contradicted_claim_asks_the_origin_and_a_forged_one_is_false() {
     let ev = Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: forged,
+            claim: Box::new(forged),
             url: URL.into(),
         },
     )
@@ -225,7 +225,7 @@ fn a_contradicted_claim_asks_the_origin_and_a_forged_one_is_false() {
     let ev = Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: weak,
+            claim: Box::new(weak),
             url: URL.into(),
         },
     )
@@ -240,7 +240,7 @@ fn the_accusers_signature_and_admission_are_checked_first() {
     let ev = Evidence::sign(
         &b,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: URL.into(),
         },
     )
@@ -258,7 +258,7 @@ fn the_accusers_signature_and_admission_are_checked_first() {
     let ev = Evidence::sign(
         &stranger,
         Proof::Contradicted {
-            claim: c,
+            claim: Box::new(c),
             url: URL.into(),
         },
     )
