@@ -452,7 +452,8 @@ fn trio(
     b_config: &str,
 ) -> (Node, Node, Node) {
     let origin_ip = format!("{net}.100");
-    let mut f = proxy_node(dir, &format!("{net}.1"), &origin_ip);
+    let mut f = proxy_node(dir, &format!("{net}.1"), &origin_ip)
+        .args(&["--state-dir", state_of(dir, "f").to_str().unwrap()]);
     if let Some((k, v)) = f_env {
         f = f.env(k, v);
     }
@@ -471,6 +472,40 @@ fn trio(
         n.wait_joined(2);
     }
     (f, b, c)
+}
+
+/// The state directory of the node `name` of a test in `dir`.
+fn state_of(dir: &Path, name: &str) -> std::path::PathBuf {
+    let d = dir.join(format!("state-{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The public key of the node whose state directory is `state` (its
+/// `node.key`: one line of hex, `#` comments).
+fn node_key(state: &Path) -> coral::identity::PublicKey {
+    let text = std::fs::read_to_string(state.join("node.key")).unwrap();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap();
+    let mut secret = [0u8; 32];
+    coral::identity::from_hex(line, &mut secret).unwrap();
+    coral::identity::KeyPair::from_secret(&secret).public()
+}
+
+/// Waits until `node`'s DSHT holds evidence against the node whose state
+/// directory is `state` (an accuser's pointer under its evidence key):
+/// the accuser's put has landed.
+fn wait_evidence(node: &Node, state: &Path) {
+    let key = coral::verify::evidence::evidence_key(&node_key(state));
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let got = node.client(&["get", &key.to_string()]);
+        (got["values"].as_array().is_some_and(|v| !v.is_empty()))
+            .then_some(())
+            .ok_or_else(|| format!("no evidence under {key}: {got}"))
+    });
 }
 
 /// Waits until `event` on `node` reaches `n`.
@@ -516,6 +551,7 @@ fn issue22_item5c_evidence_in_the_dsht_makes_other_nodes_refuse_a_forger() {
     let _ = b.curl(&url, &[]);
     wait_event(&b, "audit_failed", 1.0);
     wait_event(&b, "evidence_stored", 1.0);
+    wait_evidence(&c, &state_of(dir.path(), "f"));
     // f signs another forgery; c has never heard of f's lie.
     let url = coralized("www.origin.test", 8080, "/other.bin");
     assert!(f.curl(&url, &[]).body != other);
@@ -587,6 +623,7 @@ fn issue22_item5c_a_false_accusation_costs_the_accuser_not_the_accused() {
     wait_pointer(&l, &h, "/page.bin");
     assert!(l.curl(&url, &[]).body == page);
     wait_event(&l, "evidence_stored", 1.0);
+    wait_evidence(&c, &state_of(dir.path(), "f"));
     assert_eq!(event(&l, "audit_failed"), 0.0, "the audit passed");
     let url = coralized("www.origin.test", 8080, "/other.bin");
     assert!(h.curl(&url, &[]).body == other);
@@ -656,6 +693,7 @@ fn issue22_item5c_a_repr_digest_catch_is_evidence_for_every_node() {
     assert!(b.curl(&url, &[]).body == page, "b served the forgery");
     assert_eq!(event(&b, "forged"), 1.0);
     wait_event(&b, "evidence_stored", 1.0);
+    wait_evidence(&c, &state_of(dir.path(), "f"));
     let url = coralized("www.origin.test", 8080, "/other.bin");
     assert!(f.curl(&url, &[]).body != other);
     wait_pointer(&c, &f, "/other.bin");

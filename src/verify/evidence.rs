@@ -316,9 +316,15 @@ impl Evidence {
 
 /// What the origin's answer under the claim's URL says of `claim`: its
 /// `head` (status, validators, representation fields) and the
-/// [`ChunkedDigest`] of its body at the claim's chunk size. A body the
-/// signer would have rewritten (HTML, `crate::proxy::rewrite`) cannot be
-/// compared.
+/// [`ObjectDigest`] of its body at the claim's chunk size. Only a strong
+/// `ETag` promises one body (RFC 9110 §8.8.1): a weak one, or none, cannot
+/// be compared; nor can a body the signer would have rewritten (HTML,
+/// `crate::proxy::rewrite`). Under the same status, strong validator and
+/// fields, the claim lies if its object digest or length differs from the
+/// origin's body, or if it signed a `Repr-Digest` the origin's body does
+/// not have (an honest origin-fetcher drops a body that contradicts the
+/// origin's `Repr-Digest`, and signs the digest only of a body stored as
+/// sent).
 pub fn origin_check(claim: &Claim, head: &ResponseHead, body: &ObjectDigest) -> OriginCheck {
     if claim
         .head
@@ -327,14 +333,23 @@ pub fn origin_check(claim: &Claim, head: &ResponseHead, body: &ObjectDigest) -> 
     {
         return OriginCheck::Inconclusive("another status, validator or representation");
     }
+    let strong = head
+        .headers
+        .get("etag")
+        .is_some_and(|e| e.starts_with(b"\"") && e.len() >= 2);
+    if !strong {
+        return OriginCheck::Inconclusive("no strong validator");
+    }
     if crate::proxy::rewrite::body_is_rewritable(head) {
         return OriginCheck::Inconclusive("a body the signer stored rewritten");
     }
     let e = &claim.end;
-    if (body.object_digest, body.total, body.chunks) == (e.object_digest, e.total, e.chunks) {
-        OriginCheck::False
-    } else {
-        OriginCheck::Proven
+    if (body.object_digest, body.total, body.chunks) != (e.object_digest, e.total, e.chunks) {
+        return OriginCheck::Proven;
+    }
+    match claim.head.repr_digest() {
+        Some(d) if d != body.body_sha256 => OriginCheck::Proven,
+        _ => OriginCheck::False,
     }
 }
 
@@ -348,6 +363,8 @@ pub struct ObjectDigest {
     pub total: u64,
     /// Chunks.
     pub chunks: u64,
+    /// SHA-256 of the whole body (what a `Repr-Digest` names).
+    pub body_sha256: [u8; DIGEST_BYTES],
 }
 
 /// Computes an [`ObjectDigest`] incrementally (an audit, an evidence
@@ -358,6 +375,7 @@ pub struct ChunkedDigest {
     in_chunk: u64,
     chunk: Sha256,
     list: Sha256,
+    whole: Sha256,
     total: u64,
     chunks: u64,
 }
@@ -370,6 +388,7 @@ impl ChunkedDigest {
             in_chunk: 0,
             chunk: Sha256::new(),
             list: Sha256::new(),
+            whole: Sha256::new(),
             total: 0,
             chunks: 0,
         }
@@ -378,6 +397,7 @@ impl ChunkedDigest {
     /// Hashes more of the body.
     pub fn update(&mut self, mut data: &[u8]) {
         self.total += data.len() as u64;
+        self.whole.update(data);
         while !data.is_empty() {
             let n = ((self.chunk_bytes - self.in_chunk) as usize).min(data.len());
             self.chunk.update(&data[..n]);
@@ -410,6 +430,7 @@ impl ChunkedDigest {
             object_digest: self.list.finalize().into(),
             total: self.total,
             chunks: self.chunks,
+            body_sha256: self.whole.finalize().into(),
         }
     }
 }
@@ -631,6 +652,14 @@ impl Book {
     /// Whether `signer` is proven a forger.
     pub fn is_proven(&self, signer: &PublicKey) -> bool {
         self.states.get(signer) == Some(&State::Proven)
+    }
+
+    /// Whether some signer's clean verdict ran out at `now` (a cheap look
+    /// before [`Book::due`]).
+    pub fn any_due(&self, now: u64) -> bool {
+        self.states
+            .values()
+            .any(|s| matches!(s, State::Clean(until) if now >= *until))
     }
 
     /// Signers whose clean verdict ran out at `now` and that `in_use` says

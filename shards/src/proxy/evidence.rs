@@ -475,8 +475,12 @@ impl ProxyCore {
         if round % RECHECK_EVERY_SECS != 0 || self.core != 0 {
             return;
         }
+        if !self.evidence().book.any_due(now_ms()) {
+            return;
+        }
+        // The signers of the copies kept (one pass over the records).
         let in_use = records.signers();
-        let due = records
+        let due = self
             .evidence()
             .book
             .due(now_ms(), RECHECKS_PER_ROUND, |k| in_use.contains(k));

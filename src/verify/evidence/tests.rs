@@ -36,6 +36,17 @@ fn origin_head(etag: &str) -> ResponseHead {
 
 /// `signer`'s claim that `body` is the object at `url` under `etag`.
 fn claim(signer: &LocalIdentity, url: &str, etag: &str, body: &[u8]) -> Claim {
+    claim_with_repr(signer, url, etag, body, None)
+}
+
+/// As [`claim`], with a signed `Repr-Digest`.
+fn claim_with_repr(
+    signer: &LocalIdentity,
+    url: &str,
+    etag: &str,
+    body: &[u8],
+    repr: Option<[u8; 32]>,
+) -> Claim {
     let head = origin_head(etag);
     let facts = HeadFacts {
         key: crate::proxy::names::cache_key(url),
@@ -44,7 +55,7 @@ fn claim(signer: &LocalIdentity, url: &str, etag: &str, body: &[u8]) -> Claim {
         fields: fields_digest(&head.headers),
         length: Some(body.len() as u64),
         expires_secs: 2_000_000_000,
-        repr_digest: None,
+        repr_digest: repr,
         chunk_bytes: 4096,
     };
     let mut s = Signer::new(signer, &facts);
@@ -290,6 +301,30 @@ fn the_origin_decides_a_contradicted_claim() {
         origin_check(&c, &origin_head("\"v2\""), &digest(&other, 4096)),
         OriginCheck::Inconclusive(_)
     ));
+    // A weak validator promises no bytes: nobody is blamed.
+    let weak = claim(&f, URL, "W/\"v1\"", &honest);
+    assert!(matches!(
+        origin_check(&weak, &origin_head("W/\"v1\""), &digest(&other, 4096)),
+        OriginCheck::Inconclusive(_)
+    ));
+    // The origin's bytes signed with a Repr-Digest the origin's body does
+    // not have: a lie too (an honest accuser who caught it is not blamed).
+    let bogus = claim_with_repr(&f, URL, "\"v1\"", &honest, Some([9; 32]));
+    assert_eq!(
+        origin_check(&bogus, &head, &digest(&honest, 4096)),
+        OriginCheck::Proven
+    );
+    let true_repr = claim_with_repr(
+        &f,
+        URL,
+        "\"v1\"",
+        &honest,
+        Some(crate::verify::sha256(&honest)),
+    );
+    assert_eq!(
+        origin_check(&true_repr, &head, &digest(&honest, 4096)),
+        OriginCheck::False
+    );
     let mut html = origin_head("\"v1\"");
     html.headers.set("content-type", b"text/html");
     let ch = {
@@ -392,6 +427,8 @@ fn the_book_rechecks_signers_in_use_and_forgets_others() {
     }
     let ttl = u64::from(EVIDENCE.verdict_ttl_secs) * 1000;
     assert!(book.due(ttl - 1, 10, |_| true).is_empty());
+    assert!(!book.any_due(ttl - 1));
+    assert!(book.any_due(ttl));
     let in_use = |k: &PublicKey| *k != key(3);
     let mut due = book.due(ttl, 10, in_use);
     due.sort_by_key(|k| k.0);
