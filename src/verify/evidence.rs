@@ -460,8 +460,13 @@ pub enum Outcome {
     Proven,
     /// The accusation was false: the accuser is ignored from then on.
     False,
-    /// Nothing was learnt (the accuser unreachable, the origin changed).
+    /// Nothing was learnt from this evidence (the origin changed the
+    /// object, or promises no bytes): the pair is not checked again.
     Inconclusive,
+    /// Nothing was learnt for now (the accuser or the origin unreachable,
+    /// the minute's origin checks spent): the pair may be checked again at
+    /// the signer's next lookup.
+    Retry,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -632,6 +637,12 @@ impl Book {
             }
             Outcome::False => self.ignore(*accuser),
             Outcome::Inconclusive => {}
+            Outcome::Retry => {
+                let pair = (*forger, *accuser);
+                if self.pairs.remove(&pair) {
+                    self.pairs_order.retain(|p| *p != pair);
+                }
+            }
         }
         let ttl = self.verdict_ttl();
         match self.states.get_mut(forger) {

@@ -264,7 +264,7 @@ impl ProxyCore {
                     "evidence checked: the accusation is false; the accuser is ignored"
                 );
             }
-            Outcome::Inconclusive => {
+            Outcome::Inconclusive | Outcome::Retry => {
                 bump(&self.verify.evidence_inconclusive);
             }
         }
@@ -288,7 +288,7 @@ impl ProxyCore {
             .await
         else {
             tracing::info!(%addr, "evidence not fetched from its accuser");
-            return Outcome::Inconclusive;
+            return Outcome::Retry;
         };
         bump(&self.verify.evidence_fetched);
         let Some(ev) = Evidence::parse(&bytes) else {
@@ -312,14 +312,18 @@ impl ProxyCore {
                     .book
                     .may_ask_origin(now_ms())
                 {
-                    return Outcome::Inconclusive;
+                    return Outcome::Retry;
                 }
                 match self.origin_check(ev.proof.claim(), &url).await {
-                    OriginCheck::Proven => Outcome::Proven,
-                    OriginCheck::False => Outcome::False,
-                    OriginCheck::Inconclusive(why) => {
+                    Ok(OriginCheck::Proven) => Outcome::Proven,
+                    Ok(OriginCheck::False) => Outcome::False,
+                    Ok(OriginCheck::Inconclusive(why)) => {
                         tracing::info!(%url, why, "evidence inconclusive");
                         Outcome::Inconclusive
+                    }
+                    Err(why) => {
+                        tracing::info!(%url, why, "evidence not checked for now");
+                        Outcome::Retry
                     }
                 }
             }
@@ -349,17 +353,18 @@ impl ProxyCore {
     }
 
     /// Asks the origin for the object at `url` (a plain GET, no client
-    /// field) and compares it with `claim`.
-    async fn origin_check(&self, claim: &Claim, url: &str) -> OriginCheck {
+    /// field) and compares it with `claim`. `Err`: the origin could not be
+    /// asked now (a check to make again later).
+    async fn origin_check(&self, claim: &Claim, url: &str) -> Result<OriginCheck, &'static str> {
         let Ok((origin, path)) = coral::proxy::names::parse_http_url(url) else {
-            return OriginCheck::Inconclusive("not an http URL");
+            return Ok(OriginCheck::Inconclusive("not an http URL"));
         };
         let Ok(addr) = self
             .resolver
             .resolve_for(None, &origin.host, origin.port)
             .await
         else {
-            return OriginCheck::Inconclusive("origin not resolved");
+            return Err("origin not resolved");
         };
         let get = RequestHead {
             method: Method::Get,
@@ -375,7 +380,7 @@ impl ProxyCore {
         let Ok(mut resp) =
             upstream::send(&self.pool, addr, &req, false, self.timeouts, &self.limits).await
         else {
-            return OriginCheck::Inconclusive("origin failed");
+            return Err("origin failed");
         };
         let mut digest = ChunkedDigest::new(claim.head.chunk_bytes());
         let mut buf = Vec::with_capacity(64 << 10);
@@ -383,11 +388,11 @@ impl ProxyCore {
             buf.clear();
             let more = match resp.next(&mut buf).await {
                 Ok(m) => m,
-                Err(_) => return OriginCheck::Inconclusive("origin transfer failed"),
+                Err(_) => return Err("origin transfer failed"),
             };
             digest.update(&buf);
             if digest.total() > self.cfg.object_bytes_max {
-                return OriginCheck::Inconclusive("larger than object_bytes_max");
+                return Ok(OriginCheck::Inconclusive("larger than object_bytes_max"));
             }
             if !more {
                 break;
@@ -397,7 +402,7 @@ impl ProxyCore {
         b.set(b.get() + digest.total());
         let head = resp.head.clone();
         resp.release(&self.pool);
-        evidence::origin_check(claim, &head, &digest.finish())
+        Ok(evidence::origin_check(claim, &head, &digest.finish()))
     }
 
     /// This node caught `claim`'s signer forging the object at `url` (an

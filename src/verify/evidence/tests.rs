@@ -404,6 +404,14 @@ fn the_book_believes_proof_and_ignores_a_false_accuser() {
     assert_eq!(book.verdict(10, &f), Verdict::Proven);
     assert_eq!(book.verdict(u64::MAX / 2, &f), Verdict::Proven);
     assert!(!book.may_check(&f, &f), "nobody accuses itself");
+    // A check that could not be made now may be made again.
+    let g = key(5);
+    assert_eq!(book.verdict(20, &g), Verdict::LookUp);
+    book.found(21, &g, 1);
+    assert!(book.may_check(&g, &honest));
+    assert!(!book.checked(22, &g, &honest, Outcome::Retry));
+    assert_eq!(book.verdict(23, &g), Verdict::Clean);
+    assert!(book.may_check(&g, &honest), "retried at the next lookup");
 }
 
 #[test]
