@@ -179,6 +179,66 @@ pub const VERIFY: VerifyLimits = VerifyLimits {
     distrusted_signers_max: 1024,
 };
 
+/// Evidence against a lying origin-fetcher (issue 22 item 5 c,
+/// `verify::evidence`): what publishing, finding and checking it may cost.
+pub struct EvidenceLimits {
+    /// Seconds an evidence pointer lives in the DSHT (the DSHT's own
+    /// `ttl_max_secs`, a day): every node that looks the forger up within
+    /// it finds the evidence.
+    pub ttl_secs: u32,
+    /// Seconds a signer looked up without evidence stays clean; a signer
+    /// whose copies a node still keeps is looked up again after it, so a
+    /// node stops using a forger proven elsewhere within about this long.
+    pub verdict_ttl_secs: u32,
+    /// Milliseconds a fill from a peer waits for the lookup of a signer not
+    /// looked up before (a DSHT get); past it, the peer's copy is not used
+    /// and the fill goes to the origin.
+    pub lookup_wait_ms: u32,
+    /// Milliseconds the checks of one signer's evidence may take (fetching
+    /// each accuser's record, and the origin's object); past it the signer
+    /// is looked up again.
+    pub check_wait_ms: u32,
+    /// Signers whose verdicts a node keeps (about 40 bytes each); the
+    /// oldest is forgotten first (and looked up again when next used).
+    pub signers_tracked_max: usize,
+    /// Accusers' evidence checked per lookup of one signer at most (one
+    /// HTTP request each, and at most one origin request each).
+    pub accusers_per_lookup_max: usize,
+    /// Origin requests a node spends on checking evidence per minute; the
+    /// checks beyond wait for the signer's next lookup.
+    pub origin_checks_per_minute_max: u32,
+    /// (forger, accuser) pairs remembered as checked: each pair is checked
+    /// once.
+    pub checked_pairs_max: usize,
+    /// Accusers remembered as having accused falsely: their evidence is
+    /// never checked again.
+    pub ignored_accusers_max: usize,
+    /// Bytes of one evidence record (two claims are 1,050): a node reads no
+    /// more from an accuser.
+    pub bytes_max: usize,
+    /// Bytes of the URL a record names.
+    pub url_bytes_max: usize,
+    /// Records a node serves as accuser (its own catches); the oldest is
+    /// dropped first.
+    pub served_max: usize,
+}
+
+/// The limits of evidence.
+pub const EVIDENCE: EvidenceLimits = EvidenceLimits {
+    ttl_secs: 86_400,
+    verdict_ttl_secs: 120,
+    lookup_wait_ms: 3_000,
+    check_wait_ms: 30_000,
+    signers_tracked_max: 4096,
+    accusers_per_lookup_max: 4,
+    origin_checks_per_minute_max: 30,
+    checked_pairs_max: 4096,
+    ignored_accusers_max: 1024,
+    bytes_max: 4096,
+    url_bytes_max: 2048,
+    served_max: 256,
+};
+
 /// Resuming a fill that lost its source mid-body (`proxy::fetch`, issue 24
 /// item 1).
 pub struct ResumeLimits {

@@ -614,7 +614,15 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
          Repr-Digest), served_signed and served_unsigned (peer requests answered with records, \
          or 504 for a copy without), resigned (records made again from a stored copy), audits, \
          audit_failed and audit_inconclusive (verified peer copies fetched again from the origin \
-         and compared, `[proxy] audit_per_million`). SECURITY.md, \"Threat model\".",
+         and compared, `[proxy] audit_per_million`); evidence (item 5 c): evidence_stored \
+         (forgeries this node proved and announced in the DSHT), evidence_served, \
+         evidence_lookups (DSHT gets of signers' evidence keys), evidence_fetched (accusers' \
+         records fetched), evidence_origin_checks (origin requests spent checking them), \
+         evidence_true, evidence_false and evidence_inconclusive (checks' outcomes; a false one \
+         ignores its accuser), evidence_distrusted (signers distrusted by others' evidence), \
+         evidence_refused (peer copies refused: their signer proven a forger), evidence_pending \
+         (peer copies not used while evidence against their signer was checked). SECURITY.md, \
+         \"Threat model\".",
     );
     for event in VERIFY_EVENTS {
         w.sample(
@@ -634,6 +642,16 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
         sum(&["http", "verify", "audit_bytes"]),
     );
     w.family(
+        "coral_verify_evidence_origin_bytes_total",
+        Kind::Counter,
+        "Body bytes checks of evidence read from origins (item 5 c: their cost).",
+    )
+    .sample(
+        "coral_verify_evidence_origin_bytes_total",
+        &[],
+        sum(&["http", "verify", "evidence_origin_bytes"]),
+    );
+    w.family(
         "coral_verify_peer_bytes_total",
         Kind::Counter,
         "Body bytes received from peers, each chunk verified before use.",
@@ -646,7 +664,7 @@ pub fn render_http(w: &mut Writer, cores: &[serde_json::Value]) {
 }
 
 /// The events of `coral_verify_events_total` (`proxy::verified::VerifyCounters`).
-pub const VERIFY_EVENTS: [&str; 13] = [
+pub const VERIFY_EVENTS: [&str; 24] = [
     "signed_fills",
     "verified_fills",
     "forged",
@@ -660,6 +678,18 @@ pub const VERIFY_EVENTS: [&str; 13] = [
     "audits",
     "audit_failed",
     "audit_inconclusive",
+    // Evidence (item 5 c, `proxy/evidence.rs`).
+    "evidence_stored",
+    "evidence_served",
+    "evidence_lookups",
+    "evidence_fetched",
+    "evidence_origin_checks",
+    "evidence_true",
+    "evidence_false",
+    "evidence_inconclusive",
+    "evidence_distrusted",
+    "evidence_refused",
+    "evidence_pending",
 ];
 
 /// The origin-name resolver's events (`coral_resolver_events_total`),

@@ -441,3 +441,333 @@ fn issue22_item4_a_restarted_node_serves_peers_verified_copies() {
     assert_eq!(event(&b, "verified_fills"), 1.0);
     assert_eq!(nginx.requests("/page.bin"), 1);
 }
+
+/// Three nodes on `net`: `f` (first, with `f_env`), `b` (with `b_config`)
+/// and `c`, both bootstrapped through `f`; the origin on `net.100`.
+fn trio(
+    dir: &Path,
+    net: &str,
+    f_env: Option<(&str, &str)>,
+    b_env: Option<(&str, &str)>,
+    b_config: &str,
+) -> (Node, Node, Node) {
+    let origin_ip = format!("{net}.100");
+    let mut f = proxy_node(dir, &format!("{net}.1"), &origin_ip)
+        .args(&["--state-dir", state_of(dir, "f").to_str().unwrap()]);
+    if let Some((k, v)) = f_env {
+        f = f.env(k, v);
+    }
+    let f = f.start();
+    let mut b = proxy_node(dir, &format!("{net}.2"), &origin_ip)
+        .bootstrap(&format!("{net}.1"))
+        .config_text(b_config);
+    if let Some((k, v)) = b_env {
+        b = b.env(k, v);
+    }
+    let b = b.start();
+    let c = proxy_node(dir, &format!("{net}.3"), &origin_ip)
+        .bootstrap(&format!("{net}.1"))
+        .start();
+    for n in [&f, &b, &c] {
+        n.wait_joined(2);
+    }
+    (f, b, c)
+}
+
+/// The state directory of the node `name` of a test in `dir`.
+fn state_of(dir: &Path, name: &str) -> std::path::PathBuf {
+    let d = dir.join(format!("state-{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The public key of the node whose state directory is `state` (its
+/// `node.key`: one line of hex, `#` comments).
+fn node_key(state: &Path) -> coral::identity::PublicKey {
+    let text = std::fs::read_to_string(state.join("node.key")).unwrap();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .unwrap();
+    let mut secret = [0u8; 32];
+    coral::identity::from_hex(line, &mut secret).unwrap();
+    coral::identity::KeyPair::from_secret(&secret).public()
+}
+
+/// Waits until `node`'s DSHT holds evidence against the node whose state
+/// directory is `state` (an accuser's pointer under its evidence key):
+/// the accuser's put has landed.
+fn wait_evidence(node: &Node, state: &Path) {
+    let key = coral::verify::evidence::evidence_key(&node_key(state));
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let got = node.client(&["get", &key.to_string()]);
+        (got["values"].as_array().is_some_and(|v| !v.is_empty()))
+            .then_some(())
+            .ok_or_else(|| format!("no evidence under {key}: {got}"))
+    });
+}
+
+/// Waits until `event` on `node` reaches `n`.
+fn wait_event(node: &Node, name: &str, n: f64) {
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let got = event(node, name);
+        (got >= n)
+            .then_some(())
+            .ok_or_else(|| format!("{name} on {}: {got}", node.ip))
+    });
+}
+
+/// Item 5 (c): a forging origin-fetcher `f` caught by `b`'s audit is
+/// proven a forger to `c` by the evidence `b` stored in the DSHT: `c`,
+/// which never fetched from `f`, is asked for an object whose only pointer
+/// names `f` and whose copy `f` signed; it looks `f`'s evidence key up,
+/// fetches `b`'s record, checks it with the origin itself, refuses `f`'s
+/// copy and serves the origin's bytes.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_evidence_in_the_dsht_makes_other_nodes_refuse_a_forger() {
+    let dir = temp_dir("verify-evidence");
+    let page = body(100_000);
+    let other = body(50_000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.10.100",
+        &[("page.bin", &page, false), ("other.bin", &other, false)],
+    );
+    let (f, b, c) = trio(
+        dir.path(),
+        "127.31.10",
+        Some(("CORAL_FORGE", "origin")),
+        None,
+        AUDIT_ALL,
+    );
+    let url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(f.curl(&url, &[]).body != page, "f forges");
+    wait_pointer(&b, &f, "/page.bin");
+    let _ = b.curl(&url, &[]);
+    wait_event(&b, "audit_failed", 1.0);
+    wait_event(&b, "evidence_stored", 1.0);
+    wait_evidence(&c, &state_of(dir.path(), "f"));
+    // f signs another forgery; c has never heard of f's lie.
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(f.curl(&url, &[]).body != other);
+    wait_pointer(&c, &f, "/other.bin");
+    assert_eq!(event(&c, "evidence_lookups"), 0.0);
+    let got = c.curl(&url, &[]);
+    assert_eq!(got.status, 200, "{got:?}");
+    assert!(got.body == other, "c served the forgery");
+    wait_event(&c, "evidence_true", 1.0);
+    assert_eq!(event(&c, "evidence_fetched"), 1.0);
+    assert_eq!(event(&c, "evidence_origin_checks"), 1.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 1.0);
+    assert_eq!(event(&c, "evidence_false"), 0.0);
+    assert_eq!(
+        event(&c, "evidence_refused") + event(&c, "evidence_pending"),
+        1.0,
+        "f's copy refused because of the evidence"
+    );
+    assert_eq!(event(&c, "verified_fills"), 0.0, "nothing of f's used");
+    assert_eq!(event(&b, "evidence_served"), 1.0);
+    assert_eq!(
+        c.metric("coral_verify_evidence_origin_bytes_total"),
+        page.len() as f64
+    );
+    assert_eq!(nginx.requests("/other.bin"), 2, "f's fill and c's");
+    assert_eq!(
+        nginx.requests("/page.bin"),
+        3,
+        "f's fill, b's audit, c's check of the evidence"
+    );
+    // c keeps the origin's copy; f is not asked again.
+    let again = c.curl(&url, &[]);
+    assert!(again.body == other);
+    assert!(again.header("cache-status").contains("hit"), "{again:?}");
+}
+
+/// Item 5 (c): a false accusation — `l` announces evidence against the
+/// honest `h` whose copy its audit found true — makes no node distrust
+/// `h`: `c` checks the record with the origin, finds the claim true, uses
+/// `h`'s copy, and ignores `l` from then on.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_a_false_accusation_costs_the_accuser_not_the_accused() {
+    let dir = temp_dir("verify-false-evidence");
+    let page = body(100_000);
+    let other = body(50_000);
+    let third = body(7000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.11.100",
+        &[
+            ("page.bin", &page, false),
+            ("other.bin", &other, false),
+            ("third.txt", &third, false),
+        ],
+    );
+    let (h, l, c) = trio(
+        dir.path(),
+        "127.31.11",
+        None,
+        Some(("CORAL_FORGE", "accuse")),
+        AUDIT_ALL,
+    );
+    let url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(h.curl(&url, &[]).body == page);
+    wait_pointer(&l, &h, "/page.bin");
+    assert!(l.curl(&url, &[]).body == page);
+    wait_event(&l, "evidence_stored", 1.0);
+    wait_evidence(&c, &state_of(dir.path(), "f"));
+    assert_eq!(event(&l, "audit_failed"), 0.0, "the audit passed");
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(h.curl(&url, &[]).body == other);
+    wait_pointer(&c, &h, "/other.bin");
+    let got = c.curl(&url, &[]);
+    assert!(got.body == other);
+    wait_event(&c, "evidence_false", 1.0);
+    assert_eq!(event(&c, "evidence_fetched"), 1.0);
+    assert_eq!(event(&c, "evidence_true"), 0.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 0.0);
+    assert_eq!(event(&c, "evidence_refused"), 0.0);
+    assert_eq!(event(&c, "distrusted"), 0.0);
+    if event(&c, "evidence_pending") == 0.0 {
+        // The check ended within the fill's wait: h's copy was used.
+        assert!(
+            got.header("cache-status").contains("detail=peer-l"),
+            "{got:?}"
+        );
+        assert_eq!(nginx.requests("/other.bin"), 1);
+        assert_eq!(event(&c, "verified_fills"), 1.0);
+    }
+    // h stays trusted: another object of h's is fetched from it, with no
+    // new lookup nor check (its verdict is cached).
+    let url = coralized("www.origin.test", 8080, "/third.txt");
+    assert!(h.curl(&url, &[]).body == third);
+    wait_pointer(&c, &h, "/third.txt");
+    let got = c.curl(&url, &[]);
+    assert!(got.body == third);
+    assert!(
+        got.header("cache-status").contains("detail=peer-l"),
+        "{got:?}"
+    );
+    assert_eq!(nginx.requests("/third.txt"), 1);
+    assert_eq!(event(&c, "evidence_lookups"), 1.0);
+    assert_eq!(event(&c, "evidence_fetched"), 1.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 0.0);
+}
+
+/// Item 5 (c): a lie caught by the origin's `Repr-Digest` (item 5 a) is
+/// evidence too: the catching node publishes the signer's claim, and a
+/// third node refuses the forger's copy of another object (no
+/// `Repr-Digest` there) after checking that claim with the origin.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_a_repr_digest_catch_is_evidence_for_every_node() {
+    let dir = temp_dir("verify-repr-evidence");
+    let page = body(2000);
+    let other = body(30_000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.12.100",
+        &[("page.txt", &page, true), ("other.bin", &other, false)],
+    );
+    let (f, b, c) = trio(
+        dir.path(),
+        "127.31.12",
+        Some(("CORAL_FORGE", "origin")),
+        None,
+        "",
+    );
+    let url = coralized("www.origin.test", 8080, "/page.txt");
+    assert!(f.curl(&url, &[]).body != page);
+    wait_pointer(&b, &f, "/page.txt");
+    assert!(b.curl(&url, &[]).body == page, "b served the forgery");
+    assert_eq!(event(&b, "forged"), 1.0);
+    wait_event(&b, "evidence_stored", 1.0);
+    wait_evidence(&c, &state_of(dir.path(), "f"));
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(f.curl(&url, &[]).body != other);
+    wait_pointer(&c, &f, "/other.bin");
+    let got = c.curl(&url, &[]);
+    assert!(got.body == other, "c served the forgery");
+    wait_event(&c, "evidence_true", 1.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 1.0);
+    assert_eq!(event(&c, "verified_fills"), 0.0);
+    assert_eq!(nginx.requests("/other.bin"), 2, "f's fill and c's");
+    assert_eq!(
+        nginx.requests("/page.txt"),
+        3,
+        "f's fill, b's fill, c's check"
+    );
+}
+
+/// Item 5 (c): a node that already uses a forger's copy (looked up before
+/// any evidence existed) stops within minutes of the evidence: the signers
+/// of the copies it keeps are looked up again when their clean verdict
+/// runs out (here shortened to 2 s, `CORAL_EVIDENCE_VERDICT_TTL_SECS`, a
+/// test-only override; `EVIDENCE.verdict_ttl_secs` is 120), and the
+/// forger's copies are removed once the evidence is checked.
+#[test]
+#[cfg_attr(
+    not(feature = "forge-origin"),
+    ignore = "needs --features forge-origin"
+)]
+fn issue22_item5c_a_node_already_using_a_forger_stops_when_its_verdict_is_rechecked() {
+    let dir = temp_dir("verify-recheck");
+    let page = body(100_000);
+    let other = body(50_000);
+    let nginx = origin(
+        dir.path(),
+        "127.31.13.100",
+        &[("page.bin", &page, false), ("other.bin", &other, false)],
+    );
+    let origin_ip = "127.31.13.100";
+    let f = proxy_node(dir.path(), "127.31.13.1", origin_ip)
+        .env("CORAL_FORGE", "origin")
+        .start();
+    let b = proxy_node(dir.path(), "127.31.13.2", origin_ip)
+        .bootstrap("127.31.13.1")
+        .config_text(AUDIT_ALL)
+        .start();
+    let c = proxy_node(dir.path(), "127.31.13.3", origin_ip)
+        .bootstrap("127.31.13.1")
+        .env("CORAL_EVIDENCE_VERDICT_TTL_SECS", "2")
+        .start();
+    for n in [&f, &b, &c] {
+        n.wait_joined(2);
+    }
+    // c takes f's forged copy: nothing is known against f yet.
+    let url = coralized("www.origin.test", 8080, "/other.bin");
+    assert!(f.curl(&url, &[]).body != other);
+    wait_pointer(&c, &f, "/other.bin");
+    let used = c.curl(&url, &[]);
+    assert!(used.body != other, "the forgery passes every signature");
+    assert_eq!(event(&c, "verified_fills"), 1.0);
+    assert_eq!(event(&c, "evidence_lookups"), 1.0);
+    // b's audit catches f on another object.
+    let page_url = coralized("www.origin.test", 8080, "/page.bin");
+    assert!(f.curl(&page_url, &[]).body != page);
+    wait_pointer(&b, &f, "/page.bin");
+    let _ = b.curl(&page_url, &[]);
+    wait_event(&b, "evidence_stored", 1.0);
+    // c looks f up again, checks b's evidence, drops f's copy.
+    wait_event(&c, "evidence_true", 1.0);
+    assert!(event(&c, "evidence_lookups") >= 2.0);
+    assert_eq!(event(&c, "evidence_distrusted"), 1.0);
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let got = c.curl(&url, &[]);
+        (got.body == other)
+            .then_some(())
+            .ok_or_else(|| format!("c still serves f's copy: {got:?}"))
+    });
+    assert_eq!(nginx.requests("/other.bin"), 2, "f's fill and c's");
+}

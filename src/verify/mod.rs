@@ -38,6 +38,8 @@
 
 use sha2::{Digest, Sha256};
 
+pub mod evidence;
+
 use crate::dsht::id::Id;
 use crate::identity::{self, Certificate, LocalIdentity, Membership, PublicKey};
 use crate::identity::{PUBLIC_KEY_BYTES, SIGNATURE_BYTES};
@@ -584,6 +586,9 @@ pub struct SignedBody {
     total: u64,
     list: Sha256,
     end: Option<EndRecord>,
+    /// The end as signed, once its signature held, even if the signed
+    /// length or `Repr-Digest` then failed: the signer's claim.
+    claimed: Option<EndRecord>,
 }
 
 impl SignedBody {
@@ -604,7 +609,15 @@ impl SignedBody {
             total: 0,
             list: Sha256::new(),
             end: None,
+            claimed: None,
         }
+    }
+
+    /// The end the signer signed, once its signature held — also when the
+    /// body then contradicted the signed length or `Repr-Digest`: with the
+    /// head, the signer's [`Claim`] (evidence, [`evidence`]).
+    pub fn claimed_end(&self) -> Option<EndRecord> {
+        self.claimed
     }
 
     /// Whether the last chunk (one shorter than the chunk size) was read:
@@ -740,6 +753,12 @@ impl SignedBody {
         if !identity::verify(&self.signer, &msg, &self.sig) {
             return Err(VerifyError::forged("body end does not match its signature"));
         }
+        self.claimed = Some(EndRecord {
+            total: self.total,
+            chunks: self.index,
+            object_digest,
+            sig: self.sig,
+        });
         if self.length.is_some_and(|l| l != self.total) {
             return Err(VerifyError::forged("shorter than the signed length"));
         }

@@ -58,6 +58,24 @@ struct Inner {
 #[derive(Default)]
 pub struct ChunkRecords {
     inner: Mutex<Inner>,
+    /// Evidence against lying origin-fetchers (issue 22 item 5 c,
+    /// `proxy/evidence.rs`), shared by every core: taken on a peer fill
+    /// and on evidence traffic, never on a client's hit.
+    evidence: Mutex<EvidenceState>,
+}
+
+/// What a node knows of evidence (issue 22 item 5 c).
+#[derive(Default)]
+pub struct EvidenceState {
+    /// The verdict cache.
+    pub book: coral::verify::evidence::Book,
+    /// The records this node serves as accuser, by forger: at most
+    /// `coral::limits::EVIDENCE.served_max`, the oldest dropped first.
+    pub served: VecDeque<(coral::identity::PublicKey, Vec<u8>)>,
+    /// Forgers newly proven whose copies each core removes (the latest).
+    pub purge: VecDeque<coral::identity::PublicKey>,
+    /// Bumped when `purge` changes: a core compares it with the last it saw.
+    pub purge_epoch: u64,
 }
 
 impl ChunkRecords {
@@ -207,6 +225,28 @@ impl ChunkRecords {
     /// Bytes of records kept.
     pub fn bytes(&self) -> usize {
         self.lock().bytes
+    }
+
+    /// The evidence state (issue 22 item 5 c).
+    pub fn evidence(&self) -> std::sync::MutexGuard<'_, EvidenceState> {
+        self.evidence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The objects whose kept records `signer` signed.
+    pub fn signed_by(&self, signer: &coral::identity::PublicKey) -> Vec<Id> {
+        let g = self.lock();
+        g.map
+            .iter()
+            .filter(|(_, e)| e.head.signer() == *signer)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// The signers of the records kept: whose copies this node uses.
+    pub fn signers(&self) -> std::collections::HashSet<coral::identity::PublicKey> {
+        self.lock().map.values().map(|e| e.head.signer()).collect()
     }
 }
 

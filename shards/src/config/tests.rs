@@ -233,6 +233,35 @@ fn security_md_limits_are_true() {
                 "coral::limits::VERIFY.distrusted_signers_max" => {
                     coral::limits::VERIFY.distrusted_signers_max
                 }
+                // Evidence (issue 22 item 5 c, `coral::verify::evidence`).
+                "coral::limits::EVIDENCE.ttl_secs" => coral::limits::EVIDENCE.ttl_secs as usize,
+                "coral::limits::EVIDENCE.verdict_ttl_secs" => {
+                    coral::limits::EVIDENCE.verdict_ttl_secs as usize
+                }
+                "coral::limits::EVIDENCE.lookup_wait_ms" => {
+                    coral::limits::EVIDENCE.lookup_wait_ms as usize
+                }
+                "coral::limits::EVIDENCE.check_wait_ms" => {
+                    coral::limits::EVIDENCE.check_wait_ms as usize
+                }
+                "coral::limits::EVIDENCE.signers_tracked_max" => {
+                    coral::limits::EVIDENCE.signers_tracked_max
+                }
+                "coral::limits::EVIDENCE.accusers_per_lookup_max" => {
+                    coral::limits::EVIDENCE.accusers_per_lookup_max
+                }
+                "coral::limits::EVIDENCE.origin_checks_per_minute_max" => {
+                    coral::limits::EVIDENCE.origin_checks_per_minute_max as usize
+                }
+                "coral::limits::EVIDENCE.checked_pairs_max" => {
+                    coral::limits::EVIDENCE.checked_pairs_max
+                }
+                "coral::limits::EVIDENCE.ignored_accusers_max" => {
+                    coral::limits::EVIDENCE.ignored_accusers_max
+                }
+                "coral::limits::EVIDENCE.bytes_max" => coral::limits::EVIDENCE.bytes_max,
+                "coral::limits::EVIDENCE.url_bytes_max" => coral::limits::EVIDENCE.url_bytes_max,
+                "coral::limits::EVIDENCE.served_max" => coral::limits::EVIDENCE.served_max,
                 "coral::limits::RESUME.sources_max" => coral::limits::RESUME.sources_max,
                 "coral::limits::RESUME.bad_peers_max" => coral::limits::RESUME.bad_peers_max,
                 _ => panic!("SECURITY.md: no {name}"),

@@ -1110,7 +1110,7 @@ impl ProxyCore {
             };
             if let Some(a) = source {
                 // A forgery caught mid-body is evidence (issue 22 item 5).
-                records.lost(self, a, &e);
+                records.lost(self, a, &e, resp.claimed_end());
             }
             tracing::info!(%key, addr = %source_addr, offset = total, error = %e, "source lost mid-body: resuming");
             progress.reading.set(false);
@@ -1593,6 +1593,14 @@ fn vary_fields(head: &ResponseHead) -> Option<Headers> {
 }
 
 /// The URL `job` fetches, for logs and the status page.
+impl ProxyCore {
+    /// The job fetching `key`, if one does (its URL, for evidence: issue 22
+    /// item 5 c).
+    pub(super) fn job_of(&self, key: &Id) -> Option<Job> {
+        self.fetch.jobs.borrow().get(key).map(|j| j.job.clone())
+    }
+}
+
 fn job_url(job: &Job) -> String {
     format!("http://{}{}", job.origin, job.request.path().unwrap_or("/"))
 }

@@ -38,6 +38,7 @@ use crate::config::{NodeConfig, ProxyConfig};
 use crate::runtime::Shard;
 use crate::status::sink::ProxySnapshot;
 
+mod evidence;
 pub(crate) mod fetcher;
 mod ready;
 pub mod resolve;
@@ -62,6 +63,11 @@ const TICK: Duration = Duration::from_secs(1);
 thread_local! {
     /// This core's proxy (each executor is one thread).
     static CORE: RefCell<Option<Rc<ProxyCore>>> = const { RefCell::new(None) };
+}
+
+/// This core's proxy, shared (for work spawned from a `&self` path).
+fn this_core() -> Option<Rc<ProxyCore>> {
+    CORE.with(|c| c.borrow().clone())
 }
 
 /// A miss handed to the key's owning core.
@@ -465,8 +471,13 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
         // node has had a moment to join.
         glommio::timer::sleep(ADOPT_AFTER).await;
         pc.adopt_cached();
+        let mut round = 0u64;
         while !pc.shard.stopping() {
             pc.tick();
+            // Issue 22 item 5 (c): forgers' copies removed, signers in use
+            // looked up again.
+            pc.evidence_tick(round);
+            round += 1;
             glommio::timer::sleep(TICK).await;
         }
     })

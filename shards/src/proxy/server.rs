@@ -490,6 +490,19 @@ impl<'a> Conn<'a> {
     /// Answers one request: the core routes it (`request::route`), then
     /// decides after each cache lookup what to serve (`Lookup::decide`).
     async fn handle(&mut self, req: RequestHead) -> Next {
+        // A peer asking for the evidence this node published (issue 22
+        // item 5 c, `proxy/evidence.rs`).
+        if let Some(out) = super::evidence::answer(self.pc, &req) {
+            if self.drain_body(req.framing).await.is_err() {
+                return Next::Close;
+            }
+            self.resp.status = head_status(&out);
+            let p = self.progress();
+            return match send_all(&mut self.stream, &[&out], p).await {
+                Ok(()) if req.keep_alive => Next::KeepAlive,
+                _ => Next::Close,
+            };
+        }
         let routed = request::route(&req, &self.pc.zones);
         if let Err(r) = &routed {
             if !r.reads_body {

@@ -516,6 +516,16 @@ impl Response {
         self.signed_end
     }
 
+    /// A signed body's end as its signer signed it, once its signature
+    /// held — also when the body then contradicted the signed length or
+    /// `Repr-Digest` (evidence against the signer, issue 22 item 5 c).
+    pub fn claimed_end(&self) -> Option<coral::verify::EndRecord> {
+        match &self.body {
+            Body::Signed(dec) => dec.claimed_end(),
+            _ => self.signed_end,
+        }
+    }
+
     /// Whether the whole body has been read.
     pub fn complete(&self) -> bool {
         matches!(self.body, Body::Done)

@@ -71,6 +71,36 @@ pub struct VerifyCounters {
     /// Audits that could not compare (another validator or status, no
     /// validator, a rewritten body, the origin failed).
     pub audit_inconclusive: Cell<u64>,
+    /// Evidence (item 5 c, `evidence.rs`): records this node published as
+    /// accuser (each one DSHT put).
+    pub evidence_stored: Cell<u64>,
+    /// Records this node served to peers.
+    pub evidence_served: Cell<u64>,
+    /// Lookups of signers' evidence keys (each one DSHT get).
+    pub evidence_lookups: Cell<u64>,
+    /// Accusers' records fetched (each one HTTP request).
+    pub evidence_fetched: Cell<u64>,
+    /// Origin requests spent checking evidence.
+    pub evidence_origin_checks: Cell<u64>,
+    /// Body bytes those checks read from origins.
+    pub evidence_origin_bytes: Cell<u64>,
+    /// Evidence checked and found true.
+    pub evidence_true: Cell<u64>,
+    /// Evidence checked and found false (the accuser is ignored).
+    pub evidence_false: Cell<u64>,
+    /// Evidence that could not be checked (the accuser or origin failed,
+    /// the origin changed the object).
+    pub evidence_inconclusive: Cell<u64>,
+    /// Signers distrusted because of evidence another node published.
+    pub evidence_distrusted: Cell<u64>,
+    /// Peer copies refused because evidence proved their signer a forger.
+    pub evidence_refused: Cell<u64>,
+    /// Peer copies not used because evidence against their signer was
+    /// still being checked.
+    pub evidence_pending: Cell<u64>,
+    /// The last `purge_epoch` of the shared evidence state this core acted
+    /// on (`evidence.rs`).
+    pub evidence_epoch: Cell<u64>,
     /// The audit draw's state (xorshift, seeded from the OS).
     rng: Cell<u64>,
 }
@@ -94,6 +124,18 @@ impl VerifyCounters {
             "audit_bytes": self.audit_bytes.get(),
             "audit_failed": self.audit_failed.get(),
             "audit_inconclusive": self.audit_inconclusive.get(),
+            "evidence_stored": self.evidence_stored.get(),
+            "evidence_served": self.evidence_served.get(),
+            "evidence_lookups": self.evidence_lookups.get(),
+            "evidence_fetched": self.evidence_fetched.get(),
+            "evidence_origin_checks": self.evidence_origin_checks.get(),
+            "evidence_origin_bytes": self.evidence_origin_bytes.get(),
+            "evidence_true": self.evidence_true.get(),
+            "evidence_false": self.evidence_false.get(),
+            "evidence_inconclusive": self.evidence_inconclusive.get(),
+            "evidence_distrusted": self.evidence_distrusted.get(),
+            "evidence_refused": self.evidence_refused.get(),
+            "evidence_pending": self.evidence_pending.get(),
         })
     }
 
@@ -148,6 +190,13 @@ pub(super) mod forge {
     #[cfg(feature = "forge-origin")]
     pub fn origin() -> bool {
         mode() == "origin"
+    }
+
+    /// Accuse falsely (`CORAL_FORGE=accuse`): an audit that passes
+    /// publishes evidence against the honest signer all the same.
+    #[cfg(feature = "forge-origin")]
+    pub fn accuse() -> bool {
+        mode() == "accuse"
     }
 }
 
@@ -273,9 +322,16 @@ impl FillRecords {
 
     /// The source at `addr` was lost mid-body with `e`: a forgery is
     /// caught (`ProxyCore::caught`); the fill itself goes on (issue 24).
-    pub fn lost(&self, pc: &ProxyCore, addr: SocketAddr, e: &upstream::UpstreamError) {
+    /// `claimed`: the signer's signed end, if it was read.
+    pub fn lost(
+        &self,
+        pc: &ProxyCore,
+        addr: SocketAddr,
+        e: &upstream::UpstreamError,
+        claimed: Option<verify::EndRecord>,
+    ) {
         if let (Mode::Relay(head), upstream::UpstreamError::Forged(why)) = (&self.mode, e) {
-            pc.caught(&self.key, addr, head, why);
+            pc.caught(&self.key, addr, head, why, claimed);
         }
     }
 
@@ -366,6 +422,10 @@ impl ProxyCore {
             self.peer_forged(key, addr, why);
             return None;
         }
+        // Item 5 (c): a signer another node proved a forger is not used.
+        if !self.evidence_clears(&head.signer()).await {
+            return None;
+        }
         if head.expires_secs() <= unix_now() {
             tracing::info!(%key, %addr, "peer copy past its signed expiry: not used");
             return None;
@@ -377,7 +437,7 @@ impl ProxyCore {
         match resp.prime().await {
             Ok(()) => Some(head),
             Err(upstream::UpstreamError::Forged(why)) => {
-                self.caught(key, addr, &head, why);
+                self.caught(key, addr, &head, why, resp.claimed_end());
                 None
             }
             Err(e) => {
@@ -389,8 +449,16 @@ impl ProxyCore {
 
     /// A peer's signed body failed mid-way (`UpstreamError::Forged`):
     /// counted, and the peer (or the signer, for what only it could have
-    /// signed) distrusted.
-    pub(super) fn caught(&self, key: &Id, addr: SocketAddr, head: &SignedHead, why: &str) {
+    /// signed) distrusted. A signer's lie whose signed end (`claimed`) was
+    /// read is evidence others can check (item 5 c): published.
+    pub(super) fn caught(
+        &self,
+        key: &Id,
+        addr: SocketAddr,
+        head: &SignedHead,
+        why: &str,
+        claimed: Option<verify::EndRecord>,
+    ) {
         // A failing chunk or end signature may be a relay's doing; a
         // signed length or Repr-Digest that the signer's own valid chunk
         // signatures contradict is the signer's.
@@ -403,6 +471,13 @@ impl ProxyCore {
                 why,
                 "origin-fetcher caught forging: its copies are no longer used"
             );
+            let job = self.job_of(key);
+            let url = job.as_ref().map(|j| {
+                coral::proxy::names::canonical_url(&j.origin, j.request.path().unwrap_or("/"))
+            });
+            if let (Some(end), Some(Ok(url)), Some(pc)) = (claimed, url, super::this_core()) {
+                pc.publish_evidence(verify::Claim { head: *head, end }, url);
+            }
         }
         self.peer_forged(key, addr, why);
     }
@@ -623,9 +698,16 @@ impl ProxyCore {
         glommio::spawn_local(async move {
             bump(&pc.verify.audits);
             let verdict = pc.audit(&job, &vary, &head, &end).await;
+            // Item 5 (c): what the audit proves, every node can check.
+            let url =
+                coral::proxy::names::canonical_url(&job.origin, job.request.path().unwrap_or("/"));
             match verdict {
                 AuditVerdict::Passed => {
                     tracing::debug!(%key, "audit: the origin agrees with the signed copy");
+                    #[cfg(feature = "forge-origin")]
+                    if let (true, Ok(url)) = (forge::accuse(), url) {
+                        pc.publish_evidence(verify::Claim { head, end }, url);
+                    }
                 }
                 AuditVerdict::Failed => {
                     bump(&pc.verify.audit_failed);
@@ -636,6 +718,10 @@ impl ProxyCore {
                         signer = %head.signer().to_hex(),
                         "audit: the origin contradicts the signed copy; its signer is distrusted"
                     );
+                    match url {
+                        Ok(url) => pc.publish_evidence(verify::Claim { head, end }, url),
+                        Err(e) => tracing::info!(%key, error = %e, "no evidence: no URL"),
+                    }
                 }
                 AuditVerdict::Inconclusive(why) => {
                     bump(&pc.verify.audit_inconclusive);
