@@ -167,8 +167,7 @@ pub fn parse_plain<'a>(buf: &'a [u8], limits: &Limits) -> Option<PlainRequest<'a
 
 /// How many bytes at the start of `s` lie in `lo..=0x7E` (all of them if
 /// none is outside), eight at a time: the first byte below `lo`, DEL or
-/// above is found with two word tests, and only a word that may hold one is
-/// looked at byte by byte.
+/// above is found with two word tests.
 fn visible_run(s: &[u8], lo: u8) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -180,13 +179,13 @@ fn visible_run(s: &[u8], lo: u8) -> usize {
         };
         let x = u64::from_le_bytes(word);
         // A byte below `lo` sets its high bit in the first term; DEL and
-        // above set theirs in the second or third. Either may also flag a
-        // byte after a flagged one, so the word is then read byte by byte.
+        // above set theirs in the second or third. A borrow or a carry may
+        // also flag bytes after a flagged one, never before it: the lowest
+        // flag is the first byte outside.
         let below = x.wrapping_sub(ONES * u64::from(lo)) & !x;
-        if (below | x.wrapping_add(ONES) | x) & HIGHS != 0 {
-            if let Some(p) = word.iter().position(|&b| outside(b)) {
-                return i + p;
-            }
+        let flags = (below | x.wrapping_add(ONES) | x) & HIGHS;
+        if flags != 0 {
+            return i + (flags.trailing_zeros() / 8) as usize;
         }
         i += 8;
     }
@@ -554,6 +553,10 @@ mod tests {
                         if at < len {
                             s[at] = bad;
                         }
+                        // A second outside byte after the first changes nothing.
+                        if at + 1 < len {
+                            s[at + 1] = if bad == 0xff { 0 } else { 0xff };
+                        }
                         let want = s.iter().position(|&b| b < lo || b >= 0x7f).unwrap_or(len);
                         assert_eq!(visible_run(&s, lo), want, "{lo} {len} {at} {bad}");
                     }
@@ -563,6 +566,28 @@ mod tests {
         let mut all: Vec<u8> = (0..=255u8).collect();
         all.rotate_left(0x21);
         assert_eq!(visible_run(&all, b'!'), 0x7e - 0x21 + 1);
+        // Random words of bytes near the edges (borrows and carries between
+        // neighbours: 0xff before 0x7e, 0x00 before 0x20, ...).
+        let edges = [
+            0u8, 0x1f, b' ', b'!', 0x7e, 0x7f, 0x80, 0xfe, 0xff, b'a', b'\t',
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..50_000 {
+            let mut s = [0u8; 11];
+            for b in &mut s {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = edges[(x % edges.len() as u64) as usize];
+            }
+            for lo in [b' ', b'!'] {
+                let want = s
+                    .iter()
+                    .position(|&b| b < lo || b >= 0x7f)
+                    .unwrap_or(s.len());
+                assert_eq!(visible_run(&s, lo), want, "{s:?} {lo}");
+            }
+        }
     }
 
     #[test]
