@@ -251,10 +251,13 @@ impl HttpCounters {
     ) {
         let cache = cache.label();
         let mut status = status;
+        // The status first, and the labels by address before by bytes:
+        // they are string constants (issue 27: this compare ran per hit).
+        let same = |a: &str, b: &str| std::ptr::eq(a, b) || a == b;
         let found = self
             .requests
             .iter_mut()
-            .find(|(m, s, c, _)| *m == method && *s == status && *c == cache);
+            .find(|(m, s, c, _)| *s == status && same(c, cache) && same(m, method));
         match found {
             Some(e) => e.3 += 1,
             None => {
@@ -264,7 +267,7 @@ impl HttpCounters {
                 match self
                     .requests
                     .iter_mut()
-                    .find(|(m, s, c, _)| *m == method && *s == status && *c == cache)
+                    .find(|(m, s, c, _)| *s == status && same(c, cache) && same(m, method))
                 {
                     Some(e) => e.3 += 1,
                     None => self.requests.push((method, status, cache, 1)),

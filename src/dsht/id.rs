@@ -285,12 +285,14 @@ impl Distance {
 
     /// Number of leading zero bits (160 for the zero distance).
     pub fn leading_zeros(&self) -> u32 {
-        for (i, b) in self.0.iter().enumerate() {
-            if *b != 0 {
-                return i as u32 * 8 + b.leading_zeros();
-            }
+        // Two words, not twenty bytes (issue 27: a routing-table lookup).
+        let (hi, lo) = self.0.split_at(16);
+        let hi = u128::from_be_bytes(hi.try_into().unwrap_or([0; 16]));
+        if hi != 0 {
+            return hi.leading_zeros();
         }
-        ID_BITS
+        let lo = u32::from_be_bytes(lo.try_into().unwrap_or([0; 4]));
+        128 + lo.leading_zeros()
     }
 
     /// Bit length of the distance as a binary number: 0 for the zero
@@ -351,6 +353,32 @@ pub fn next_target(k: &Id, t: &Id, i_prev: u32, b: u32) -> Option<(Id, u32)> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The word-wise count equals the byte-by-byte one for every single
+    /// set bit, the zero distance, and every byte value at every position.
+    #[test]
+    fn leading_zeros_counts_like_bytes() {
+        let bytewise = |d: &Distance| {
+            for (i, b) in d.0.iter().enumerate() {
+                if *b != 0 {
+                    return i as u32 * 8 + b.leading_zeros();
+                }
+            }
+            ID_BITS
+        };
+        assert_eq!(Distance::ZERO.leading_zeros(), ID_BITS);
+        for pos in 0..ID_BYTES {
+            for v in 0..=255u8 {
+                let mut d = [0u8; ID_BYTES];
+                d[pos] = v;
+                if pos + 1 < ID_BYTES {
+                    d[ID_BYTES - 1] = 0x55;
+                }
+                let d = Distance(d);
+                assert_eq!(d.leading_zeros(), bytewise(&d), "{pos} {v}");
+            }
+        }
+    }
 
     fn id_from_u8(x: u8) -> Id {
         let mut id = [0u8; ID_BYTES];

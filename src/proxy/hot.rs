@@ -59,57 +59,95 @@ pub struct PlainRequest<'a> {
 /// table learns names only from requests the full parser accepted. With a
 /// valid `Host`, whatever this accepts that parser accepts with the same
 /// length, host, target and keep-alive. Allocates nothing.
+///
+/// One pass over the bytes, stricter than the full parser (issue 27: the
+/// head scan and httparse cost about 1,300 instructions a hit): the request
+/// line exactly `GET`/`HEAD`, one space, a target of visible ASCII, one
+/// space, `HTTP/1.1` or `HTTP/1.0`; field names of letters and `-` followed
+/// at once by `:`; values of visible ASCII, space and tab. Anything else,
+/// valid or not, takes the full path.
 pub fn parse_plain<'a>(buf: &'a [u8], limits: &Limits) -> Option<PlainRequest<'a>> {
-    let line_max = limits
-        .target_bytes_max
-        .saturating_add(http::REQUEST_LINE_OVERHEAD_BYTES);
-    let scan = http::scan_head(buf, limits, line_max, 414).ok()??;
-    if scan.fields > PLAIN_FIELDS_MAX {
+    let mut i = 0;
+    // RFC 9112 §2.2: empty lines before the request line (as `scan_head`).
+    while buf.get(i..i + 2) == Some(b"\r\n") {
+        i += 2;
+    }
+    let rest = buf.get(i..)?;
+    let head_only = if rest.starts_with(b"GET /") {
+        i += 4;
+        false
+    } else if rest.starts_with(b"HEAD /") {
+        i += 5;
+        true
+    } else {
+        return None;
+    };
+    let target_start = i;
+    i += visible_run(buf.get(i..)?, b'!');
+    if *buf.get(i)? != b' ' {
         return None;
     }
-    let head = buf.get(..scan.end)?;
-    let mut fields = [httparse::EMPTY_HEADER; PLAIN_FIELDS_MAX];
-    let mut req = httparse::Request::new(&mut fields);
-    match req.parse(head) {
-        Ok(httparse::Status::Complete(n)) if n == scan.end => {}
-        _ => return None,
-    }
-    let head_only = match req.method? {
-        "GET" => false,
-        "HEAD" => true,
-        _ => return None,
-    };
-    let target = req.path?.as_bytes();
-    if target.len() > limits.target_bytes_max
-        || target.first() != Some(&b'/')
-        || !target.iter().all(|b| b.is_ascii_graphic())
-    {
+    let target = buf.get(target_start..i)?;
+    if target.len() > limits.target_bytes_max {
         return None;
     }
-    let minor_version = match req.version? {
-        0 => 0,
-        1 => 1,
+    // The request line is at most `target_bytes_max` + 14 bytes, within
+    // the full parser's `target_bytes_max + REQUEST_LINE_OVERHEAD_BYTES`.
+    let minor_version = match buf.get(i..i + 11)? {
+        b" HTTP/1.1\r\n" => 1,
+        b" HTTP/1.0\r\n" => 0,
         _ => return None,
     };
+    i += 11;
     let mut host = None;
     let mut connection = None;
-    for f in req.headers.iter() {
-        let name = f.name.as_bytes();
-        if !PLAIN_FIELDS.iter().any(|p| name.eq_ignore_ascii_case(p)) {
+    let mut fields = 0usize;
+    loop {
+        if buf.get(i..i + 2)? == b"\r\n" {
+            i += 2;
+            break;
+        }
+        fields += 1;
+        if fields > PLAIN_FIELDS_MAX || fields > limits.headers_max {
             return None;
         }
-        let value = http::trim_ows(f.value);
-        if name.eq_ignore_ascii_case(b"host") {
-            if host.is_some() {
+        let name_start = i;
+        loop {
+            let b = *buf.get(i)?;
+            if b == b':' {
+                break;
+            }
+            if !b.is_ascii_alphabetic() && b != b'-' {
                 return None;
             }
-            host = Some(value);
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            if connection.is_some() {
-                return None;
-            }
-            connection = Some(value);
+            i += 1;
         }
+        let field = plain_field(buf.get(name_start..i)?)?;
+        i += 1;
+        let value_start = i;
+        loop {
+            i += visible_run(buf.get(i..)?, b' ');
+            match *buf.get(i)? {
+                b'\r' => break,
+                b'\t' => i += 1,
+                _ => return None,
+            }
+        }
+        if *buf.get(i + 1)? != b'\n' {
+            return None;
+        }
+        let value = http::trim_ows(buf.get(value_start..i)?);
+        i += 2;
+        match field {
+            PlainField::Host if host.is_some() => return None,
+            PlainField::Host => host = Some(value),
+            PlainField::Connection if connection.is_some() => return None,
+            PlainField::Connection => connection = Some(value),
+            PlainField::Other => {}
+        }
+    }
+    if i > limits.head_bytes_max {
+        return None;
     }
     let keep_alive = match connection {
         None => minor_version >= 1,
@@ -123,8 +161,54 @@ pub fn parse_plain<'a>(buf: &'a [u8], limits: &Limits) -> Option<PlainRequest<'a
         target,
         minor_version,
         keep_alive,
-        len: scan.end,
+        len: i,
     })
+}
+
+/// How many bytes at the start of `s` lie in `lo..=0x7E` (all of them if
+/// none is outside), eight at a time: the first byte below `lo`, DEL or
+/// above is found with two word tests.
+fn visible_run(s: &[u8], lo: u8) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let outside = |b: u8| b < lo || b >= 0x7f;
+    let mut i = 0;
+    while let Some(word) = s.get(i..i + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(word) else {
+            break;
+        };
+        let x = u64::from_le_bytes(word);
+        // A byte below `lo` sets its high bit in the first term; DEL and
+        // above set theirs in the second or third. A borrow or a carry may
+        // also flag bytes after a flagged one, never before it: the lowest
+        // flag is the first byte outside.
+        let below = x.wrapping_sub(ONES * u64::from(lo)) & !x;
+        let flags = (below | x.wrapping_add(ONES) | x) & HIGHS;
+        if flags != 0 {
+            return i + (flags.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    let tail = s.get(i..).unwrap_or_default();
+    i + tail.iter().position(|&b| outside(b)).unwrap_or(tail.len())
+}
+
+/// What a plain request's field is to [`parse_plain`].
+enum PlainField {
+    Host,
+    Connection,
+    Other,
+}
+
+/// The field named `name` if it is one of [`PLAIN_FIELDS`].
+fn plain_field(name: &[u8]) -> Option<PlainField> {
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        4 if is(b"host") => Some(PlainField::Host),
+        10 if is(b"connection") => Some(PlainField::Connection),
+        _ if PLAIN_FIELDS.iter().any(|p| is(p)) => Some(PlainField::Other),
+        _ => None,
+    }
 }
 
 /// What a hit's client head depends on besides the stored head.
@@ -282,6 +366,87 @@ impl<V> HotTable<V> {
 mod tests {
     use super::*;
 
+    // The parser before issue 27's single pass (the head scan, then
+    // httparse), kept as the reference the new one is checked against.
+    // The request at the start of `buf` if it is plain: complete, GET or HEAD,
+    // origin-form target, exactly one `Host`, no field outside a short
+    // list that cannot change a hit's answer, `Connection` (if any) exactly
+    // `keep-alive` or `close`. `None` otherwise, including for incomplete or
+    // malformed heads: the caller then parses with
+    // http::parse_request_head, which answers those. The `Host` value's
+    // syntax is not checked here: a plain request is answered on the fast path
+    // only when a HotTable holds its exact Host and target bytes, and the
+    // table learns names only from requests the full parser accepted. With a
+    // valid `Host`, whatever this accepts that parser accepts with the same
+    // length, host, target and keep-alive. Allocates nothing.
+    fn parse_plain_reference<'a>(buf: &'a [u8], limits: &Limits) -> Option<PlainRequest<'a>> {
+        let line_max = limits
+            .target_bytes_max
+            .saturating_add(http::REQUEST_LINE_OVERHEAD_BYTES);
+        let scan = http::scan_head(buf, limits, line_max, 414).ok()??;
+        if scan.fields > PLAIN_FIELDS_MAX {
+            return None;
+        }
+        let head = buf.get(..scan.end)?;
+        let mut fields = [httparse::EMPTY_HEADER; PLAIN_FIELDS_MAX];
+        let mut req = httparse::Request::new(&mut fields);
+        match req.parse(head) {
+            Ok(httparse::Status::Complete(n)) if n == scan.end => {}
+            _ => return None,
+        }
+        let head_only = match req.method? {
+            "GET" => false,
+            "HEAD" => true,
+            _ => return None,
+        };
+        let target = req.path?.as_bytes();
+        if target.len() > limits.target_bytes_max
+            || target.first() != Some(&b'/')
+            || !target.iter().all(|b| b.is_ascii_graphic())
+        {
+            return None;
+        }
+        let minor_version = match req.version? {
+            0 => 0,
+            1 => 1,
+            _ => return None,
+        };
+        let mut host = None;
+        let mut connection = None;
+        for f in req.headers.iter() {
+            let name = f.name.as_bytes();
+            if !PLAIN_FIELDS.iter().any(|p| name.eq_ignore_ascii_case(p)) {
+                return None;
+            }
+            let value = http::trim_ows(f.value);
+            if name.eq_ignore_ascii_case(b"host") {
+                if host.is_some() {
+                    return None;
+                }
+                host = Some(value);
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                if connection.is_some() {
+                    return None;
+                }
+                connection = Some(value);
+            }
+        }
+        let keep_alive = match connection {
+            None => minor_version >= 1,
+            Some(v) if v.eq_ignore_ascii_case(b"keep-alive") => true,
+            Some(v) if v.eq_ignore_ascii_case(b"close") => false,
+            Some(_) => return None,
+        };
+        Some(PlainRequest {
+            head_only,
+            host: host?,
+            target,
+            minor_version,
+            keep_alive,
+            len: scan.end,
+        })
+    }
+
     fn limits() -> Limits {
         Limits::default()
     }
@@ -304,6 +469,124 @@ mod tests {
             assert_eq!(p.keep_alive, full.keep_alive);
             assert_eq!(p.minor_version, full.minor_version);
             assert_eq!(p.head_only, full.method == http::Method::Head);
+        }
+    }
+
+    /// The single-pass parser accepts nothing the reference (the head
+    /// scan, then httparse) does not, and reads what it accepts alike: on
+    /// ordinary requests, and on many mutations of them (bytes replaced,
+    /// inserted, removed, the buffer cut), seeded.
+    #[test]
+    fn the_single_pass_parser_agrees_with_the_reference() {
+        let bases: [&[u8]; 7] = [
+            b"GET /4k.bin HTTP/1.1\r\nHost: origin.test.8080.coral.test\r\n\r\n",
+            b"GET /a?b HTTP/1.1\r\nHost: x.coral.test\r\nUser-Agent: wrk\r\n\r\n",
+            b"HEAD / HTTP/1.1\r\nhost:  x.coral.test:8090 \r\nConnection: close\r\n\r\n",
+            b"GET /p HTTP/1.0\r\nHost: x\r\nConnection: Keep-Alive\r\n\r\n",
+            b"\r\nGET /p HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\nGET /next",
+            b"GET /i.jpg HTTP/1.1\r\nHost: www.x.com.nyud.net\r\nUser-Agent: Mozilla/5.0 (X11)\r\nAccept: image/*\r\nAccept-Encoding: gzip, br\r\nAccept-Language: en\r\nReferer: http://a/\r\nConnection: keep-alive\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\n\r\n",
+        ];
+        let mut small = limits();
+        small.head_bytes_max = 64;
+        small.headers_max = 2;
+        small.target_bytes_max = 8;
+        for b in &bases[..6] {
+            let (new, old) = (
+                parse_plain(b, &limits()),
+                parse_plain_reference(b, &limits()),
+            );
+            assert!(new.is_some(), "{}", String::from_utf8_lossy(b));
+            assert_eq!(new, old);
+        }
+        let alphabet = b"\r\n\t :/?GETHOSTAhostconection-keepalivclose1.0\x00\x7f\x80\xff";
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let mut accepted = 0;
+        for round in 0..60_000 {
+            let mut m = bases[round % bases.len()].to_vec();
+            for _ in 0..1 + rnd(3) {
+                let at = rnd(m.len() + 1);
+                let c = alphabet[rnd(alphabet.len())];
+                match rnd(4) {
+                    0 if at < m.len() => m[at] = c,
+                    1 => m.insert(at, c),
+                    2 if at < m.len() => {
+                        m.remove(at);
+                    }
+                    _ => m.truncate(at),
+                }
+            }
+            for l in [limits(), small] {
+                let new = parse_plain(&m, &l);
+                if let Some(p) = new {
+                    accepted += 1;
+                    assert_eq!(
+                        Some(p),
+                        parse_plain_reference(&m, &l),
+                        "{}",
+                        String::from_utf8_lossy(&m)
+                    );
+                }
+            }
+        }
+        assert!(
+            accepted > 1_000,
+            "too few mutations stayed plain: {accepted}"
+        );
+    }
+
+    /// `visible_run` finds the first byte outside `lo..=0x7E` at every
+    /// position and length, as a byte-by-byte scan does.
+    #[test]
+    fn visible_runs_match_a_byte_scan() {
+        for lo in [b' ', b'!'] {
+            for len in 0..24 {
+                for at in 0..=len {
+                    for bad in [0u8, b'\t', b'\r', b' ', 0x7f, 0x80, 0xff] {
+                        let mut s = vec![b'a'; len];
+                        if at < len {
+                            s[at] = bad;
+                        }
+                        // A second outside byte after the first changes nothing.
+                        if at + 1 < len {
+                            s[at + 1] = if bad == 0xff { 0 } else { 0xff };
+                        }
+                        let want = s.iter().position(|&b| b < lo || b >= 0x7f).unwrap_or(len);
+                        assert_eq!(visible_run(&s, lo), want, "{lo} {len} {at} {bad}");
+                    }
+                }
+            }
+        }
+        let mut all: Vec<u8> = (0..=255u8).collect();
+        all.rotate_left(0x21);
+        assert_eq!(visible_run(&all, b'!'), 0x7e - 0x21 + 1);
+        // Random words of bytes near the edges (borrows and carries between
+        // neighbours: 0xff before 0x7e, 0x00 before 0x20, ...).
+        let edges = [
+            0u8, 0x1f, b' ', b'!', 0x7e, 0x7f, 0x80, 0xfe, 0xff, b'a', b'\t',
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..50_000 {
+            let mut s = [0u8; 11];
+            for b in &mut s {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = edges[(x % edges.len() as u64) as usize];
+            }
+            for lo in [b' ', b'!'] {
+                let want = s
+                    .iter()
+                    .position(|&b| b < lo || b >= 0x7f)
+                    .unwrap_or(s.len());
+                assert_eq!(visible_run(&s, lo), want, "{s:?} {lo}");
+            }
         }
     }
 

@@ -7,9 +7,9 @@
 //! file moves the bytes and drives those calls; `fast` answers hits of plain
 //! requests without them (issue #11), `io` reads and sends.
 
+use crate::clock::Mono;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::time::Instant;
 
 use coral::proxy::http::{self, Framing, HttpError, Method, RequestHead};
 use coral::proxy::idle::Phase;
@@ -302,7 +302,7 @@ impl<'a> Conn<'a> {
 
     /// Counts (and logs) the response begun at `started`. One that sent
     /// nothing counts as 499, nginx's "client closed the request".
-    fn end(&mut self, started: Instant) {
+    fn end(&mut self, started: Mono) {
         let took = started.elapsed();
         let r = self.resp;
         let status = if r.status == 0 { 499 } else { r.status };
@@ -336,7 +336,7 @@ impl<'a> Conn<'a> {
                     self.inb.consume(len);
                     self.answered = true;
                     self.pc.idle.borrow_mut().busy(self.idle_slot);
-                    let started = Instant::now();
+                    let started = Mono::now();
                     self.begin(Some(&req));
                     // Boxed: the request path beyond the hot hit (a miss, a
                     // revalidation, a peer fetch) is a large state machine,
@@ -354,7 +354,7 @@ impl<'a> Conn<'a> {
                 }
                 Ok(None) => {
                     if self.inb.filled().len() >= self.pc.limits.head_bytes_max {
-                        let started = Instant::now();
+                        let started = Mono::now();
                         self.begin(None);
                         self.bad(HttpError {
                             status: 431,
@@ -376,7 +376,7 @@ impl<'a> Conn<'a> {
                     }
                 }
                 Err(e) => {
-                    let started = Instant::now();
+                    let started = Mono::now();
                     self.begin(None);
                     self.bad(e).await;
                     self.end(started);

@@ -51,13 +51,41 @@ impl VerifiedCache {
     }
 
     /// The pair's tag: never 0, which marks an empty slot.
+    ///
+    /// SipHash-1-3 with the secret as a prefix of the message. The message
+    /// is the bytes `SocketAddr`'s `Hash` feeds a hasher (the variant as an
+    /// `isize`, the address as one integer of its octets in memory order,
+    /// the port; for IPv6 also the
+    /// flow label and scope), written at once: the
+    /// same tag as hashing the address field by field, at a third of the
+    /// cost (issue 27: six short writes cost ~490 instructions a datagram;
+    /// `tag_is_the_field_by_field_hash` checks the two agree).
     pub(super) fn tag(&self, from: SocketAddr, id: &Id) -> u64 {
-        use std::hash::{Hash, Hasher};
-        // SipHash-1-3 with the secret as a prefix of the message.
+        use std::hash::Hasher;
+        let mut m = [0u8; 16 + 8 + 16 + 2 + 4 + 4 + 20];
+        m[..16].copy_from_slice(&self.key);
+        let mut n = 16;
+        let mut put = |b: &[u8]| {
+            m[n..n + b.len()].copy_from_slice(b);
+            n += b.len();
+        };
+        match from {
+            SocketAddr::V4(a) => {
+                put(&0isize.to_ne_bytes());
+                put(&a.ip().octets());
+                put(&a.port().to_ne_bytes());
+            }
+            SocketAddr::V6(a) => {
+                put(&1isize.to_ne_bytes());
+                put(&a.ip().octets());
+                put(&a.port().to_ne_bytes());
+                put(&a.flowinfo().to_ne_bytes());
+                put(&a.scope_id().to_ne_bytes());
+            }
+        }
+        put(&id.0);
         let mut h = std::hash::DefaultHasher::new();
-        h.write(&self.key);
-        from.hash(&mut h);
-        h.write(&id.0);
+        h.write(&m[..n]);
         h.finish() | 1
     }
 
@@ -85,6 +113,37 @@ impl VerifiedCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-write tag equals SipHash over the key and the pair hashed
+    /// field by field (the tag before issue 27), for both families.
+    #[test]
+    fn tag_is_the_field_by_field_hash() {
+        use std::hash::{Hash, Hasher};
+        let c = VerifiedCache::new(&[7; 16], &[9; 16]);
+        let reference = |from: SocketAddr, id: &Id| {
+            let mut h = std::hash::DefaultHasher::new();
+            h.write(&c.key);
+            from.hash(&mut h);
+            h.write(&id.0);
+            h.finish() | 1
+        };
+        let v6 = std::net::SocketAddrV6::new(
+            std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 2, 3, 4, 5, 6),
+            53,
+            0x12345,
+            7,
+        );
+        for from in [
+            SocketAddr::from(([10, 0, 0, 1], 7000)),
+            SocketAddr::from(([255, 1, 2, 3], 1)),
+            SocketAddr::V6(v6),
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 65535)),
+        ] {
+            for id in [Id::from_ip(from.ip()), Id::hash(b"x"), Id([0; 20])] {
+                assert_eq!(c.tag(from, &id), reference(from, &id), "{from}");
+            }
+        }
+    }
 
     #[test]
     fn verified_cache_is_bounded_and_tags_name_the_pair() {

@@ -2,8 +2,8 @@
 //! target bytes this core has answered a hit for is answered from a kept
 //! client head, with no owned request, URL canonicalisation or SHA-1.
 
+use crate::clock::Mono;
 use std::rc::Rc;
-use std::time::Instant;
 
 use coral::proxy::hot::{self, HitHead, HitInputs};
 use coral::proxy::http::Framing;
@@ -117,7 +117,7 @@ impl Conn<'_> {
         let Some(plain) = hot::parse_plain(self.inb.filled(), &pc.limits) else {
             return Hot::NotPlain;
         };
-        let started = Instant::now();
+        let started = Mono::now();
         let now = unix_now();
         let found = pc
             .hot

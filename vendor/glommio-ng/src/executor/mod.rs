@@ -1125,10 +1125,19 @@ pub(crate) fn schedule_runnable(runnable: multitask::Runnable) {
     #[cfg(any(not(nightly), not(feature = "native-thread-local")))]
     {
         if LOCAL_EX.is_set() {
+            // coral: one borrow of the queues for the lookup and the
+            // activation, and the queue's `Rc` cloned only to activate it
+            // (a wake looked the queue up, cloned it, and entered the
+            // thread-local again to activate it).
             LOCAL_EX.with(|local_ex| {
-                if let Some(tq) = local_ex.get_queue(&handle) {
-                    tq.borrow().ex.push_task(runnable);
-                    maybe_activate(tq);
+                let mut queues = local_ex.queues.borrow_mut();
+                let Some(tq) = queues.available_executors.get(&handle.index) else {
+                    return;
+                };
+                tq.borrow().ex.push_task(runnable);
+                if !tq.borrow().is_active() {
+                    let tq = tq.clone();
+                    queues.maybe_activate(tq);
                 }
             });
         }
@@ -1147,6 +1156,9 @@ pub(crate) fn schedule_runnable(runnable: multitask::Runnable) {
     }
 }
 
+// coral: used by the native-thread-local path only since `schedule_runnable`
+// activates under its own borrow.
+#[allow(dead_code)]
 pub(crate) fn maybe_activate(tq: Rc<RefCell<TaskQueue>>) {
     #[cfg(any(not(nightly), not(feature = "native-thread-local")))]
     {

@@ -36,6 +36,11 @@ pub(crate) struct ReactorTimers {
     /// TODO: This is the remaining HashMap that could be eliminated by
     /// exposing expiry times from the wheel itself
     id_to_expiry: AHashMap<u64, Instant>,
+
+    /// The earliest of `id_to_expiry`'s times while `next_valid` (coral:
+    /// kept instead of scanning every timer on every turn).
+    next: Option<Instant>,
+    next_valid: bool,
 }
 
 impl ReactorTimers {
@@ -43,6 +48,8 @@ impl ReactorTimers {
         Self {
             wheel: StagedWheel::new(),
             id_to_expiry: AHashMap::new(),
+            next: None,
+            next_valid: true,
         }
     }
 
@@ -55,7 +62,12 @@ impl ReactorTimers {
         let internal_id = self.wheel.insert(expires_at, waker);
 
         // Track expiry time (needed for next_timer_duration calculation)
-        self.id_to_expiry.insert(internal_id, expires_at);
+        if let Some(old) = self.id_to_expiry.insert(internal_id, expires_at) {
+            self.forget_expiry(old);
+        }
+        if self.next_valid {
+            self.next = Some(self.next.map_or(expires_at, |n| n.min(expires_at)));
+        }
 
         // Return ID (wrapping the wheel's internal ID)
         // Generation is 0 for now (we don't track reuse yet)
@@ -69,7 +81,9 @@ impl ReactorTimers {
         let internal_id = id.index() as u64;
 
         // Remove from expiry tracking
-        self.id_to_expiry.remove(&internal_id);
+        if let Some(old) = self.id_to_expiry.remove(&internal_id) {
+            self.forget_expiry(old);
+        }
 
         // Remove from wheel
         self.wheel.remove(internal_id)
@@ -103,7 +117,9 @@ impl ReactorTimers {
 
         // Clean up expiry time mappings
         for (internal_id, _) in &expired {
-            self.id_to_expiry.remove(internal_id);
+            if let Some(old) = self.id_to_expiry.remove(internal_id) {
+                self.forget_expiry(old);
+            }
         }
 
         // Now wake all timers (safe: no longer holding any mutable state)
@@ -113,11 +129,23 @@ impl ReactorTimers {
         }
 
         // Find the next timer expiry
-        let next_expiry = self.id_to_expiry.values().copied().min();
+        if !self.next_valid {
+            self.next = self.id_to_expiry.values().copied().min();
+            self.next_valid = true;
+        }
+        let next_expiry = self.next;
 
         let next_duration = next_expiry.map(|expires_at| expires_at.saturating_duration_since(now));
 
         (next_duration, woke)
+    }
+
+    /// A timer expiring at `at` is gone: the kept earliest time is
+    /// recomputed when next needed if it may have been this one.
+    fn forget_expiry(&mut self, at: Instant) {
+        if self.next_valid && self.next.is_none_or(|n| at <= n) {
+            self.next_valid = false;
+        }
     }
 
     /// Get the number of active timers
@@ -168,6 +196,35 @@ mod tests {
         let (_, woke) = timers.process_timers();
         assert_eq!(woke, 1);
         assert_eq!(timers.len(), 0);
+    }
+
+    /// The kept earliest expiry is the minimum over the live timers after
+    /// any sequence of inserts and removals (coral's change).
+    #[test]
+    fn test_next_expiry_is_the_live_minimum() {
+        let mut timers = ReactorTimers::new();
+        let base = Instant::now() + Duration::from_secs(3600);
+        let mut ids = Vec::new();
+        let mut x = 12345u64;
+        for step in 0..2000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 3 != 0 || ids.is_empty() {
+                let at = base + Duration::from_millis(x % 5000);
+                ids.push((timers.insert(at, dummy_waker()), at));
+            } else {
+                let (id, _) = ids.swap_remove((x as usize / 3) % ids.len());
+                assert!(timers.remove(id));
+            }
+            if step % 7 == 0 {
+                let (next, woke) = timers.process_timers();
+                assert_eq!(woke, 0);
+                let want = ids.iter().map(|&(_, at)| at).min();
+                assert_eq!(next.is_some(), want.is_some());
+                assert_eq!(timers.next, want);
+            }
+        }
     }
 
     #[test]
