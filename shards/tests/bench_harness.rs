@@ -8,7 +8,8 @@
 //! - `shards/benches/dsht_udp.rs`, `proxy_hits.rs` and `idle_conns.rs` are
 //!   compiled into this test and run with their quick arguments;
 //! - `benches/counts.sh` (`QUICK=1`), `benches/cores.sh --quick`,
-//!   `benches/dns.sh 1 1` and `benches/proxy_ab.sh` run as scripts, with
+//!   `benches/dns.sh 1 1`, `benches/proxy_ab.sh` and `benches/onecore.sh`
+//!   run as scripts, with
 //!   this test's `coral` and, for DSHT load, this very binary (it answers
 //!   `key`, `load` and `echo` as the dsht_udp bench does).
 //!
@@ -18,7 +19,7 @@
 //!
 //! `harness = false`: `cargo test -p coral-shards --test bench_harness
 //! [NAME...]` runs the named harnesses only (dsht_udp, proxy_hits,
-//! idle_conns, counts, cores, dns, proxy_ab).
+//! idle_conns, counts, cores, dns, proxy_ab, onecore).
 
 // Each bench compiled in below declares its own `mod common;` (the benches'
 // shared helpers): loaded once per bench here, as in the bench binaries.
@@ -189,6 +190,30 @@ fn proxy_ab() {
     );
 }
 
+fn onecore() {
+    let Some(f) = floor() else {
+        println!("onecore: skipped (needs the floor example)");
+        return;
+    };
+    if !have("wrk") {
+        println!("onecore: skipped (needs wrk)");
+        return;
+    }
+    let out = script(
+        "benches/onecore.sh",
+        &[CORAL, CORAL, "1", "1"],
+        &[("FLOOR", &f.to_string_lossy())],
+    );
+    for who in ["old", "new", "floor"] {
+        for size in ["4k ", "41k"] {
+            assert!(
+                answers(&out, &format!("{size} round 1 {who} ")) > 0,
+                "{size} {who}"
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // Started by a harness as the dsht_udp bench (`key`, `load`, `echo`).
@@ -241,6 +266,9 @@ fn main() {
     }
     if want("proxy_ab") {
         proxy_ab();
+    }
+    if want("onecore") {
+        onecore();
     }
     // Last: it pins the calling thread (and what it starts after) to one CPU.
     if want("dsht_udp") {
