@@ -7,7 +7,13 @@
 //! cargo build --release --example sim_memory
 //! target/release/examples/sim_memory 20000 3 1      # nodes, minutes, seed
 //! heaptrack target/release/examples/sim_memory 10000 1 1   # by allocation site
+//! heaptrack target/release/examples/sim_memory 10000 1 1 exit
 //! ```
+//!
+//! With `exit`, the process ends as soon as the last minute is simulated,
+//! with every node still alive: heaptrack's "leaks" are then what the
+//! network holds in steady state, by allocation site (its "peak" is the
+//! moment of most memory, during the join).
 //!
 //! The allocator is the system's (so heaptrack sees every allocation); the
 //! `coral` binary's mimalloc adds its own overhead on top (compare peak RSS
@@ -63,6 +69,7 @@ fn main() {
     let nodes: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let minutes: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let seed: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
+    let exit_at_end = args.next().as_deref() == Some("exit");
     let params = HotspotParams {
         nodes,
         minutes,
@@ -85,6 +92,9 @@ fn main() {
             per_node(live),
             per_node(peak)
         );
+        if exit_at_end && p.minute == p.minutes {
+            std::process::exit(0);
+        }
     });
     println!(
         "busiest node after minute 1: {} put RPCs a minute (bound {}); peak live heap {:.1} MB",
