@@ -798,7 +798,17 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
     // Long runs say how far they have come (on stderr, so --json stays clean).
     let mut last_report = std::time::Instant::now();
     let report = hotspot::run_with_progress(&params, links, &mut |p| {
-        if last_report.elapsed() >= std::time::Duration::from_secs(5) || p.minute == p.minutes {
+        if p.minute == 0 {
+            last_report = std::time::Instant::now();
+            eprintln!(
+                "  [{:.0} s] {}: joined, {} events",
+                started.elapsed().as_secs_f64(),
+                p.system,
+                p.events
+            );
+        } else if last_report.elapsed() >= std::time::Duration::from_secs(5)
+            || p.minute == p.minutes
+        {
             last_report = std::time::Instant::now();
             eprintln!(
                 "  [{:.0} s] {}: minute {}/{} simulated, {} events",

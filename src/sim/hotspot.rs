@@ -151,12 +151,14 @@ pub fn run<L: Links + Clone>(params: &HotspotParams, links: L) -> HotspotReport 
     run_with_progress(params, links, &mut |_| {})
 }
 
-/// How far a run has come: reported after each simulated minute of load.
+/// How far a run has come: reported once the nodes have joined (and the
+/// network settled for a minute: `minute` 0), then after each simulated
+/// minute of load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress {
     /// Which system: "dsht" or "dht" (the baseline).
     pub system: &'static str,
-    /// Minutes of load done.
+    /// Minutes of load done (0: the join is done, the load starts).
     pub minute: u32,
     /// Minutes of load in all.
     pub minutes: u32,
@@ -245,6 +247,7 @@ fn run_one<L: Links>(
 ) -> HotspotRun {
     let n = params.nodes;
     let mut sim = Sim::new(links, params.seed);
+    sim.reserve(n);
     for i in 0..n {
         let node = Node::new(
             config.clone(),
@@ -267,6 +270,12 @@ fn run_one<L: Links>(
         sim.run_for(join_gap);
     }
     sim.run_for(Duration::from_secs(60));
+    progress(Progress {
+        system,
+        minute: 0,
+        minutes: params.minutes,
+        events: sim.stats().events,
+    });
     let key = Id::hash(&params.seed.to_be_bytes());
     let mut rng = crate::rng::Rng::new(params.seed ^ 0x5eed);
     // Each node starts its put/get pairs at a random offset within the period.

@@ -211,6 +211,17 @@ impl<L: Links> Sim<L> {
         self.tap = tap;
     }
 
+    /// Makes room for `additional` more nodes at once, so that adding them
+    /// does not double the nodes' array past what it needs (a node is
+    /// 1.7 KB inline: at 100,000 nodes, doubling to 131,072 slots held 53 MB
+    /// for nobody).
+    pub fn reserve(&mut self, additional: usize) {
+        self.nodes.reserve_exact(additional);
+        self.alive.reserve_exact(additional);
+        self.wake_at.reserve_exact(additional);
+        self.at_home.reserve_exact(additional);
+    }
+
     /// Adds a node; returns its index.
     pub fn add(&mut self, node: Node) -> usize {
         let i = self.nodes.len();

@@ -153,6 +153,17 @@ impl Timers {
         Some((at, timer))
     }
 
+    /// Shrinks the heap and the RPC FIFO where they hold over four times
+    /// their timers and more than `min` (see `Node::release_idle_capacity`).
+    pub(super) fn release_idle_capacity(&mut self, min: usize) {
+        if self.heap.capacity() > min && self.heap.capacity() > 4 * self.heap.len() {
+            self.heap.shrink_to(2 * self.heap.len());
+        }
+        if self.rpc.capacity() > min && self.rpc.capacity() > 4 * self.rpc.len() {
+            self.rpc.shrink_to(2 * self.rpc.len());
+        }
+    }
+
     /// Sets `next` again after timers were removed.
     pub(super) fn update_next(&mut self) {
         let heap = self.heap.peek().map(|Reverse((t, _))| *t);
