@@ -905,15 +905,6 @@ fn rss_of(at: usize, len: usize) -> u64 {
     (vec.iter().filter(|&&b| b & 1 == 1).count() * page) as u64
 }
 
-fn rss_bytes() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("RssAnon")
-        * 1024
-}
-
 #[test]
 fn index_ram_per_object_is_at_most_200_bytes() {
     let per = index_bytes_per_object();
