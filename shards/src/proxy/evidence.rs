@@ -59,6 +59,12 @@ const RECHECK_EVERY_SECS: u64 = 5;
 /// Forgers newly proven that each core still removes copies of (the most
 /// recent ones).
 const PURGE_MAX: usize = 64;
+/// Puts of one piece of evidence at most, until one lands somewhere: a put
+/// can fail as a whole (every RPC timed out on a loaded network), and
+/// evidence nobody holds protects nobody.
+const PUBLISH_TRIES: u32 = 5;
+/// Seconds before the first new try; doubled after each.
+const PUBLISH_RETRY_SECS: u64 = 2;
 
 /// Milliseconds on the wall clock (the book's time; every core reads it).
 fn now_ms() -> u64 {
@@ -444,16 +450,37 @@ impl ProxyCore {
         let ttl = EVIDENCE.ttl_secs;
         let pc = self.clone();
         glommio::spawn_local(async move {
-            pc.shard
-                .dsht_start(|n, now| n.put(now, key, value, ttl, None))
-                .await;
+            let mut wait = PUBLISH_RETRY_SECS;
+            for _ in 0..PUBLISH_TRIES {
+                let done = pc
+                    .shard
+                    .dsht_op(|n, now| n.put(now, key, value.clone(), ttl, None))
+                    .await;
+                let landed = matches!(
+                    &done,
+                    Some(Event::PutDone { levels, .. })
+                        if levels.iter().any(|l| l.stored_at.is_some())
+                );
+                if landed {
+                    bump(&pc.verify.evidence_stored);
+                    tracing::warn!(
+                        forger = %forger.to_hex(),
+                        "evidence of a forgery stored in the DSHT"
+                    );
+                    return;
+                }
+                if pc.shard.stopping() {
+                    return;
+                }
+                glommio::timer::sleep(Duration::from_secs(wait)).await;
+                wait *= 2;
+            }
+            tracing::warn!(
+                forger = %forger.to_hex(),
+                "evidence of a forgery could not be stored in the DSHT: kept and served here only"
+            );
         })
         .detach();
-        bump(&self.verify.evidence_stored);
-        tracing::warn!(
-            forger = %forger.to_hex(),
-            "evidence of a forgery stored in the DSHT"
-        );
     }
 
     /// Once a second on every core: removes this core's copies signed by
