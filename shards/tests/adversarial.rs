@@ -275,13 +275,21 @@ impl Honest {
     /// Gets the honest key `n` times; returns how many answers held every
     /// honest value.
     fn served(&mut self, n: usize) -> usize {
-        (0..n)
-            .filter(|_| {
-                self.good
-                    .get(0, self.key)
-                    .is_some_and(|got| self.values.iter().all(|v| got.contains(v)))
-            })
-            .count()
+        let (mut served, mut unanswered, mut partial) = (0, 0, 0);
+        for _ in 0..n {
+            match self.good.get(0, self.key) {
+                None => unanswered += 1,
+                Some(got) if self.values.iter().all(|v| got.contains(v)) => served += 1,
+                Some(got) => {
+                    partial += 1;
+                    eprintln!("good client: a partial answer of {} values", got.len());
+                }
+            }
+        }
+        if served < n {
+            eprintln!("good client: {served} served, {unanswered} unanswered, {partial} partial");
+        }
+        served
     }
 
     /// The checks every row ends with: the good client is served during

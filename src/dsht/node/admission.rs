@@ -15,7 +15,7 @@ use crate::identity::{LocalIdentity, Verifier, VerifyStats};
 use crate::time::Time;
 
 use super::send::Purpose;
-use super::{Node, PINGED_RECENTLY};
+use super::{Node, Pinged};
 
 /// This node's identity as Hello carries it, and its verdicts on others'.
 pub(super) struct Admission {
@@ -106,15 +106,14 @@ impl Node {
             || self
                 .pinged
                 .get(&contact.addr)
-                .is_some_and(|&t| now.saturating_since(t) < PINGED_RECENTLY)
+                .is_some_and(|p| p.recent(now))
         {
             return;
         }
         if self.pinged.len() >= self.hot.verify_pings_max * 16 {
-            self.pinged
-                .retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+            self.pinged.retain(|_, p| p.recent(now));
         }
-        self.pinged.insert(contact.addr, now);
+        self.pinged.insert(contact.addr, Pinged::new(now));
         self.verify_pings_in_flight += 1;
         let body = self.ping_body();
         self.send_request(

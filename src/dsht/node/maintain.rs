@@ -6,7 +6,7 @@ use crate::dsht::limits::JOIN_REFRESHES_MAX;
 use crate::time::{Duration, Time};
 
 use super::timers::Timer;
-use super::{Level, Node, MAINTENANCE_INTERVAL, PINGED_RECENTLY, SWEEP_INTERVAL};
+use super::{Level, Node, MAINTENANCE_INTERVAL, SWEEP_INTERVAL};
 
 /// Capacity (entries) up to which a drained map or queue keeps what it has:
 /// a node in steady use holds a few operations and RPCs at a time. (An
@@ -37,8 +37,7 @@ impl Node {
             for l in &mut self.levels {
                 l.store.sweep(now);
             }
-            self.pinged
-                .retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+            self.pinged.retain(|_, p| p.recent(now));
             self.release_idle_capacity();
         }
         // Kademlia's refresh: a lookup for a random id in one quiet bucket per level.

@@ -288,6 +288,34 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(10);
 /// it expires (`Store::sweep`; SECURITY.md, "URL floods").
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const PINGED_RECENTLY: Duration = Duration::from_secs(60);
+
+/// A verification ping (or identity request) sent to an address: at most
+/// one a [`PINGED_RECENTLY`] per address, so that a forged source cannot
+/// make the node ping a victim more often, unless the address answered the
+/// last one. A sender that proved its address and that the node then forgot
+/// (its entry in the direct-mapped cache of answered senders overwritten by
+/// another's, and not in a full bucket) is pinged again at its next request,
+/// not held to the unverified rate for up to a minute: an honest peer would
+/// otherwise be blocked (`rate_block_secs`) until the minute ran out.
+#[derive(Clone, Copy, Debug)]
+struct Pinged {
+    at: Time,
+    /// The address answered this ping.
+    answered: bool,
+}
+
+impl Pinged {
+    fn new(at: Time) -> Pinged {
+        Pinged {
+            at,
+            answered: false,
+        }
+    }
+
+    fn recent(&self, now: Time) -> bool {
+        now.saturating_since(self.at) < PINGED_RECENTLY
+    }
+}
 /// A first-hand cluster member not heard from for this long may be
 /// forgotten to make room for another.
 const MEMBER_FORGET: Duration = Duration::from_secs(3600);
@@ -411,7 +439,7 @@ pub struct Node {
     previous_secret: [u8; 16],
     secret_epoch: u64,
     verify_pings_in_flight: usize,
-    pinged: HashMap<SocketAddr, Time>,
+    pinged: HashMap<SocketAddr, Pinged>,
     /// Identity and admission (`admission.rs`); `None`: every contact that
     /// answers enters the tables (the simulator, and nodes of old).
     admission: Option<Box<admission::Admission>>,

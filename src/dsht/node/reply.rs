@@ -54,7 +54,10 @@ impl Node {
         self.observe_verified(now, contact, &msg.header, rtt, located);
         match p.purpose {
             Purpose::VerifyPing => {
-                self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1)
+                self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1);
+                if let Some(p) = self.pinged.get_mut(&from) {
+                    p.answered = true;
+                }
             }
             Purpose::OldestPing { level } => {
                 self.levels[level].table.on_oldest_alive(&contact.id, now)

@@ -11,7 +11,7 @@ use crate::dsht::wire::{
 use crate::time::{Duration, Time};
 
 use super::send::Purpose;
-use super::{Node, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET, PINGED_RECENTLY};
+use super::{Node, Pinged, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET};
 
 impl Node {
     /// Serves one request: answers it (if it is one this node answers), and
@@ -403,10 +403,9 @@ impl Node {
             return;
         }
         if self.pinged.len() >= self.hot.verify_pings_max * 16 {
-            self.pinged
-                .retain(|_, t| now.saturating_since(*t) < PINGED_RECENTLY);
+            self.pinged.retain(|_, p| p.recent(now));
         }
-        self.pinged.insert(from, now);
+        self.pinged.insert(from, Pinged::new(now));
         self.verify_pings_in_flight += 1;
         self.send_request(
             now,
@@ -431,17 +430,21 @@ impl Node {
         // in it is pinged too: its pong makes it a first-hand member.
         // And so is any sender that has not answered us yet: until it does,
         // it is held to the unverified rate and to small replies.
-        let wanted = (0..self.levels.len()).any(|level| {
-            self.shares_cluster(header, level)
-                && (self.levels[level].table.has_room_for(&header.sender)
-                    || !self.is_member(level, &header.sender, from))
-        }) || (!verified && !self.has_answered(&header.sender, from));
+        let unverified = !verified && !self.has_answered(&header.sender, from);
+        let wanted = unverified
+            || (0..self.levels.len()).any(|level| {
+                self.shares_cluster(header, level)
+                    && (self.levels[level].table.has_room_for(&header.sender)
+                        || !self.is_member(level, &header.sender, from))
+            });
+        // An address that answered our last ping and is unverified again
+        // was forgotten, not forged: it is asked again at once (`Pinged`).
         wanted
             && self.verify_pings_in_flight < self.hot.verify_pings_max
             && self
                 .pinged
                 .get(&from)
-                .is_none_or(|&t| now.saturating_since(t) >= PINGED_RECENTLY)
+                .is_none_or(|p| !p.recent(now) || (unverified && p.answered))
     }
 }
 
@@ -481,4 +484,111 @@ struct StoreRequest {
     if_absent: bool,
     token: Token,
     value: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::super::verified::VerifiedCache;
+    use super::*;
+    use crate::config::Config;
+    use crate::dsht::wire::Services;
+
+    const NODE: &str = "10.0.0.1:7000";
+
+    /// A peer at `addr`: its request of `body` with transaction `txid`.
+    fn request(addr: SocketAddr, txid: u32, body: Body) -> Vec<u8> {
+        Message {
+            header: Header {
+                route: 0,
+                txid,
+                sender: Id::from_ip(addr.ip()),
+                services: Services::NONE,
+                clusters: Default::default(),
+            },
+            body,
+        }
+        .to_bytes()
+    }
+
+    /// The transaction ids of the pings the node sent to `to`.
+    fn pings_to(node: &mut Node, to: SocketAddr) -> Vec<u32> {
+        let mut buf = Vec::new();
+        let mut pings = Vec::new();
+        while let Some(dest) = node.poll_transmit(&mut buf) {
+            let m = Message::decode(&buf).unwrap();
+            if dest == to && m.body == Body::Ping {
+                pings.push(m.header.txid);
+            }
+        }
+        pings
+    }
+
+    fn get(at: SocketAddr, txid: u32) -> Vec<u8> {
+        let key = Id::hash(b"a key");
+        request(
+            at,
+            txid,
+            Body::Get {
+                level: 0,
+                key,
+                target: key,
+            },
+        )
+    }
+
+    /// A peer that proved its address and was then forgotten (out of the
+    /// table, its tag in the cache of answered senders overwritten) is pinged
+    /// again at its next request, not held to the unverified rate until a
+    /// minute has passed (the adversarial test's good client was blocked for
+    /// 33 s so); a source that never answered is still pinged at most once a
+    /// minute.
+    #[test]
+    fn a_forgotten_peer_that_answered_is_pinged_again_at_once() {
+        let mut node = Node::new(Config::default(), NODE.parse().unwrap(), Time::ZERO, 1).unwrap();
+        let (peer, forger): (SocketAddr, SocketAddr) = (
+            "10.0.1.2:7000".parse().unwrap(),
+            "10.0.2.3:7000".parse().unwrap(),
+        );
+        let mut now = Time::ZERO + Duration::from_secs(1);
+        // The peer's first request: a verification ping, which it answers.
+        node.handle(now, peer, &get(peer, 1)).unwrap();
+        let ping = pings_to(&mut node, peer);
+        assert_eq!(ping.len(), 1, "the first request is answered with a ping");
+        let pong = request(peer, ping[0], Body::Pong);
+        node.handle(now, peer, &pong).unwrap();
+        assert!(node.has_answered(&Id::from_ip(peer.ip()), peer));
+        // The node forgets it.
+        node.levels[0].table.remove(&Id::from_ip(peer.ip()));
+        node.answered = VerifiedCache::new(&[7; 16], &[8; 16]);
+        assert!(!node.has_answered(&Id::from_ip(peer.ip()), peer));
+        now = now + Duration::from_secs(5);
+        node.handle(now, peer, &get(peer, 2)).unwrap();
+        let again = pings_to(&mut node, peer);
+        assert_eq!(again.len(), 1, "the forgotten peer is asked again at once");
+        node.handle(now, peer, &request(peer, again[0], Body::Pong))
+            .unwrap();
+        assert!(node.has_answered(&Id::from_ip(peer.ip()), peer));
+        // A source that never answers: one ping, then none within the minute.
+        node.handle(now, forger, &get(forger, 1)).unwrap();
+        assert_eq!(pings_to(&mut node, forger).len(), 1);
+        for (i, secs) in [5u64, 20, 50].into_iter().enumerate() {
+            let t = now + Duration::from_secs(secs);
+            node.handle_timeout(t);
+            let _ = node.handle(t, forger, &get(forger, 2 + i as u32));
+            assert!(
+                pings_to(&mut node, forger).is_empty(),
+                "pinged again after {secs} s"
+            );
+        }
+        let later = now + Duration::from_secs(61);
+        node.handle_timeout(later);
+        let _ = node.handle(later, forger, &get(forger, 9));
+        assert_eq!(
+            pings_to(&mut node, forger).len(),
+            1,
+            "after a minute, once more"
+        );
+    }
 }
