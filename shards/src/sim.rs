@@ -230,9 +230,9 @@ extern "C" {
 /// A simulation keeps the memory it freed instead of handing it back to the
 /// kernel a second later (mimalloc's default purge): the simulator frees
 /// and reallocates a node's state all the time, and each page given back
-/// came back as a page fault and a zeroed page. About 10 % less user CPU at
+/// came back as a page fault and a zeroed page. About 13–17 % less user CPU at
 /// 20,000 nodes (benches/README.md, "The simulator's CPU"), peak RSS within
-/// 2 %, the same results. A server's allocator keeps mimalloc's default.
+/// 3 %, the same results. A server's allocator keeps mimalloc's default.
 fn keep_freed_memory() {
     // SAFETY: `mi_option_set` takes two integers and touches only the
     // allocator's option table; purge_delay is read at each purge, so
