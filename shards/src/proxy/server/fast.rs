@@ -5,7 +5,7 @@
 use crate::clock::Mono;
 use std::rc::Rc;
 
-use coral::proxy::hot::{self, HitHead, HitInputs};
+use coral::proxy::hot::{HitHead, HitInputs};
 use coral::proxy::http::Framing;
 use coral::Id;
 
@@ -114,16 +114,16 @@ impl Conn<'_> {
         if crate::accesslog::enabled() {
             return Hot::NotPlain;
         }
-        let Some(plain) = hot::parse_plain(self.inb.filled(), &pc.limits) else {
+        let mut hot = pc.hot.borrow_mut();
+        let Some((plain, slot)) = pc.plain_memo.borrow_mut().parse(self.inb.filled(), &hot) else {
             return Hot::NotPlain;
         };
         let started = Mono::now();
         let now = unix_now();
-        let found = pc
-            .hot
-            .borrow_mut()
-            .get_mut(plain.host, plain.target)
+        let found = hot
+            .get_mut_at(slot, plain.host, plain.target)
             .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
+        drop(hot);
         let name_to = |name: &mut Vec<u8>| {
             name.clear();
             name.extend_from_slice(plain.host);
