@@ -11,9 +11,8 @@ use coral::Id;
 
 use super::io::send_all;
 use super::io::send_complete;
-use super::{Conn, Next, Resp, HOT_HEAD_BYTES_MAX, HOT_NAME_BYTES_MAX};
+use super::{Conn, Next, HOT_HEAD_BYTES_MAX, HOT_NAME_BYTES_MAX};
 use crate::cache::{ObjectRef, ObjectState};
-use crate::metrics::CacheResult;
 use crate::proxy::stored::Stored;
 use crate::proxy::{unix_now, ProxyCore};
 
@@ -162,13 +161,13 @@ impl Conn<'_> {
             send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len, p).await
         };
         self.out = out;
-        self.resp = Resp {
-            method: if head_only { "HEAD" } else { "GET" },
-            status: 200,
-            body_bytes: if head_only || sent.is_err() { 0 } else { len },
-            cache: CacheResult::Local,
-        };
-        self.end(started);
+        // What `end` counts for this answer (GET or HEAD, 200, local), by
+        // its series found once; the access log is off on this path.
+        let body_bytes = if head_only || sent.is_err() { 0 } else { len };
+        pc.stats
+            .http
+            .borrow_mut()
+            .record_hit(head_only, body_bytes, started.elapsed_nanos());
         Hot::Served(if sent.is_ok() { next } else { Next::Close })
     }
 
