@@ -1476,7 +1476,12 @@ impl LocalExecutor {
                 break;
             }
             if !self.run_one_task_queue() {
-                return false;
+                // coral: whether any task ran (the release said false here
+                // even after running tasks, so every busy turn polled the
+                // rings twice: `spin_poll_io`, then the next turn's
+                // `poll_io`). A turn that ran tasks goes on to the next
+                // turn's `poll_io`; one that ran none spins and parks as before.
+                return ran;
             } else {
                 ran = true;
             }
