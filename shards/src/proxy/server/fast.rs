@@ -113,16 +113,19 @@ impl Conn<'_> {
         if crate::accesslog::enabled() {
             return Hot::NotPlain;
         }
-        let mut hot = pc.hot.borrow_mut();
-        let Some((plain, slot)) = pc.plain_memo.borrow_mut().parse(self.inb.filled(), &hot) else {
-            return Hot::NotPlain;
+        let (plain, found, started, now) = {
+            let mut hot = pc.hot.borrow_mut();
+            let parsed = pc.plain_memo.borrow_mut().parse(self.inb.filled(), &hot);
+            let Some((plain, slot)) = parsed else {
+                return Hot::NotPlain;
+            };
+            let started = Mono::now();
+            let now = unix_now();
+            let found = hot
+                .get_mut_at(slot, plain.host, plain.target)
+                .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
+            (plain, found, started, now)
         };
-        let started = Mono::now();
-        let now = unix_now();
-        let found = hot
-            .get_mut_at(slot, plain.host, plain.target)
-            .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
-        drop(hot);
         let name_to = |name: &mut Vec<u8>| {
             name.clear();
             name.extend_from_slice(plain.host);
