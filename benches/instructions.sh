@@ -13,7 +13,8 @@
 #   WORKLOADS: any of hits4k hits41k dns dsht (default: all)
 #   CORAL (default target/release/coral), FLOOR (its examples/floor, the
 #   origin), DSHT_UDP (the dsht_udp bench binary, default: the newest in
-#   target/release/deps), TOP (functions listed per workload, default 25).
+#   target/release/deps), TOP (functions listed per workload, default 25),
+#   KEEP (a folder the callgrind dumps are copied to, for callgrind_annotate).
 # Run it as root in a network namespace of its own:
 #   unshare -n sh -c 'ip link set lo up && bash benches/instructions.sh 10'
 # Two builds: CORAL=old/coral bash benches/instructions.sh 10 hits4k, then
@@ -41,6 +42,7 @@ PGIDS=()
 cleanup() {
     for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$TMP"/*.cg.* "$KEEP"/ 2>/dev/null || true; fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT

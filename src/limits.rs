@@ -77,6 +77,10 @@ pub struct ProxyLimits {
     /// stored because their key did not match what was sent); beyond it an
     /// arbitrary one is forgotten.
     pub learned_vary_urls_max: usize,
+    /// Bytes of the last plain request a core remembers with its parse
+    /// (`proxy::hot::PlainMemo`, one fixed buffer per core); a longer
+    /// request is parsed every time.
+    pub plain_memo_bytes_max: usize,
 }
 
 /// The proxy's limits.
@@ -90,6 +94,7 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     learned_vary_fields_per_host_max: 4,
     learned_vary_field_bytes_max: 64,
     learned_vary_urls_max: 4096,
+    plain_memo_bytes_max: 512,
 };
 
 /// The stub resolver's bounds (`resolve`): what resolving origin names for

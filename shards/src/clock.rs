@@ -42,7 +42,12 @@ impl Mono {
 
     /// The time since `self` (zero if the clock reads earlier).
     pub fn elapsed(self) -> std::time::Duration {
-        std::time::Duration::from_nanos(Mono::now().0.saturating_sub(self.0))
+        std::time::Duration::from_nanos(self.elapsed_nanos())
+    }
+
+    /// The time since `self` in nanoseconds (zero if the clock reads earlier).
+    pub fn elapsed_nanos(self) -> u64 {
+        Mono::now().0.saturating_sub(self.0)
     }
 }
 

@@ -117,7 +117,11 @@ pub struct Histogram {
 impl Histogram {
     /// Counts one observation.
     pub fn observe(&mut self, d: std::time::Duration) {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.observe_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Counts one observation of `ns` nanoseconds.
+    pub fn observe_nanos(&mut self, ns: u64) {
         let i = DURATION_BUCKETS_NANOS.partition_point(|&b| b < ns);
         self.counts[i] += 1;
         self.sum_nanos = self.sum_nanos.saturating_add(ns);
@@ -237,6 +241,9 @@ pub struct HttpCounters {
     pub response_bytes: u64,
     /// Time from a request's head read to its response's last byte sent.
     pub duration: Histogram,
+    /// Where `requests` counts fresh hits by GET and HEAD (200, `local`),
+    /// once there: the fast path of a hit counts without a search (issue 27).
+    hit_series: [Option<usize>; 2],
 }
 
 impl HttpCounters {
@@ -276,6 +283,28 @@ impl HttpCounters {
         }
         self.response_bytes += body_bytes;
         self.duration.observe(took);
+    }
+
+    /// Counts a fresh hit answered on the fast path: [`record`](Self::record)
+    /// of GET (HEAD if `head_only`), 200, `local`, with the series found
+    /// once and then counted in place.
+    pub fn record_hit(&mut self, head_only: bool, body_bytes: u64, took_nanos: u64) {
+        let h = usize::from(head_only);
+        let method = if head_only { "HEAD" } else { "GET" };
+        let local = CacheResult::Local.label();
+        if let Some(e) = self.hit_series[h].and_then(|i| self.requests.get_mut(i)) {
+            if e.1 == 200 && std::ptr::eq(e.0, method) && std::ptr::eq(e.2, local) {
+                e.3 += 1;
+                self.response_bytes += body_bytes;
+                self.duration.observe_nanos(took_nanos);
+                return;
+            }
+        }
+        let took = std::time::Duration::from_nanos(took_nanos);
+        self.record(method, 200, CacheResult::Local, body_bytes, took);
+        self.hit_series[h] = self.requests.iter().position(|(m, s, c, _)| {
+            *s == 200 && std::ptr::eq(*c, local) && std::ptr::eq(*m, method)
+        });
     }
 
     /// As sent over the mesh.
@@ -1336,6 +1365,56 @@ mod tests {
         assert_eq!(total, 1003);
         assert_eq!(method_label("BREW"), "OTHER");
         assert_eq!(method_label("POST"), "POST");
+    }
+
+    /// The fast path's count of a hit is `record`'s, series full or not.
+    #[test]
+    fn a_counted_hit_is_a_recorded_one() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for fill in [0usize, 3, HTTP_SERIES_MAX] {
+            let (mut a, mut b) = (HttpCounters::default(), HttpCounters::default());
+            for s in 0..fill as u16 {
+                for h in [&mut a, &mut b] {
+                    h.record(
+                        "POST",
+                        300 + s,
+                        CacheResult::Origin,
+                        1,
+                        std::time::Duration::from_millis(1),
+                    );
+                }
+            }
+            for _ in 0..500 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let head_only = rng & 1 == 1;
+                let (bytes, nanos) = (rng >> 40, (rng >> 8) % 3_000_000_000);
+                a.record_hit(head_only, bytes, nanos);
+                let method = if head_only { "HEAD" } else { "GET" };
+                b.record(
+                    method,
+                    200,
+                    CacheResult::Local,
+                    bytes,
+                    std::time::Duration::from_nanos(nanos),
+                );
+                if rng % 7 == 0 {
+                    for h in [&mut a, &mut b] {
+                        h.record(
+                            "GET",
+                            404,
+                            CacheResult::Origin,
+                            3,
+                            std::time::Duration::from_millis(2),
+                        );
+                    }
+                }
+            }
+            assert_eq!(a.requests, b.requests);
+            assert_eq!(a.response_bytes, b.response_bytes);
+            assert_eq!(a.duration, b.duration);
+        }
     }
 
     #[test]

@@ -165,6 +165,87 @@ pub fn parse_plain<'a>(buf: &'a [u8], limits: &Limits) -> Option<PlainRequest<'a
     })
 }
 
+/// The last plain request a core parsed, remembered with its parse and
+/// its [`HotTable`] slot (issue 27: the parse and the table's hash were
+/// about 500 instructions of a 4 KiB hit, and a client — or many — sends
+/// the same request bytes again and again). [`parse_plain`] reads nothing
+/// of `buf` past the request's end (its word scans stop at the request's
+/// own bytes), so a buffer that starts with exactly the remembered bytes
+/// holds a request with the same parse: the memo answers it with one
+/// comparison. One fixed buffer of
+/// [`PROXY.plain_memo_bytes_max`](crate::limits::PROXY) bytes per core; a
+/// longer request is parsed every time. Allocates only in [`new`](Self::new).
+pub struct PlainMemo {
+    limits: Limits,
+    bytes: Box<[u8]>,
+    /// Bytes of the remembered request; 0: none.
+    len: usize,
+    head_only: bool,
+    minor_version: u8,
+    keep_alive: bool,
+    host: (usize, usize),
+    target: (usize, usize),
+    /// [`HotTable::slot_of`] the request's Host and target.
+    slot: usize,
+}
+
+impl PlainMemo {
+    /// A memo for requests parsed under `limits` (the memo parses with its
+    /// own copy: a remembered parse is never used under other limits).
+    pub fn new(limits: &Limits) -> PlainMemo {
+        PlainMemo {
+            limits: *limits,
+            bytes: vec![0; crate::limits::PROXY.plain_memo_bytes_max].into_boxed_slice(),
+            len: 0,
+            head_only: false,
+            minor_version: 0,
+            keep_alive: false,
+            host: (0, 0),
+            target: (0, 0),
+            slot: 0,
+        }
+    }
+
+    /// [`parse_plain`]`(buf, limits)` and the slot of its Host and target
+    /// in `table`: from the memo when `buf` starts with the remembered
+    /// request's bytes, else parsed (and remembered if it is short enough).
+    pub fn parse<'a, V>(
+        &mut self,
+        buf: &'a [u8],
+        table: &HotTable<V>,
+    ) -> Option<(PlainRequest<'a>, usize)> {
+        let len = self.len;
+        if len != 0 && buf.len() >= len && buf[..len] == self.bytes[..len] {
+            let req = PlainRequest {
+                head_only: self.head_only,
+                host: &buf[self.host.0..self.host.1],
+                target: &buf[self.target.0..self.target.1],
+                minor_version: self.minor_version,
+                keep_alive: self.keep_alive,
+                len,
+            };
+            return Some((req, self.slot));
+        }
+        let req = parse_plain(buf, &self.limits)?;
+        let slot = table.slot_of(req.host, req.target);
+        if req.len <= self.bytes.len() {
+            let at = |part: &[u8]| {
+                let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+                (start, start + part.len())
+            };
+            self.bytes[..req.len].copy_from_slice(&buf[..req.len]);
+            self.len = req.len;
+            self.head_only = req.head_only;
+            self.minor_version = req.minor_version;
+            self.keep_alive = req.keep_alive;
+            self.host = at(req.host);
+            self.target = at(req.target);
+            self.slot = slot;
+        }
+        Some((req, slot))
+    }
+}
+
 /// How many bytes at the start of `s` lie in `lo..=0x7E` (all of them if
 /// none is outside), eight at a time: the first byte below `lo`, DEL or
 /// above is found with two word tests.
@@ -320,10 +401,22 @@ impl<V> HotTable<V> {
         (self.hasher.hash_one((host, target)) as usize) & (self.slots.len() - 1)
     }
 
+    /// The slot `host` and `target` map to (the same for the table's
+    /// life: its hasher never changes), for [`get_mut_at`](Self::get_mut_at).
+    pub fn slot_of(&self, host: &[u8], target: &[u8]) -> usize {
+        self.index(host, target)
+    }
+
     /// The value for exactly these `host` and `target` bytes.
     pub fn get_mut(&mut self, host: &[u8], target: &[u8]) -> Option<&mut V> {
         let i = self.index(host, target);
-        match &mut self.slots[i] {
+        self.get_mut_at(i, host, target)
+    }
+
+    /// [`get_mut`](Self::get_mut) with the slot already known
+    /// ([`slot_of`](Self::slot_of) these bytes): no hash.
+    pub fn get_mut_at(&mut self, slot: usize, host: &[u8], target: &[u8]) -> Option<&mut V> {
+        match self.slots.get_mut(slot)? {
             Some(s)
                 if s.host_len == host.len()
                     && s.name.len() == host.len() + target.len()
@@ -539,6 +632,78 @@ mod tests {
             accepted > 1_000,
             "too few mutations stayed plain: {accepted}"
         );
+    }
+
+    /// The memo answers as `parse_plain` does, for a buffer that starts
+    /// with the remembered request and goes on with anything (a pipelined
+    /// request, bytes of one, noise), for one cut short, and for other
+    /// requests; and with the table's slot for the Host and target.
+    #[test]
+    fn the_plain_memo_answers_as_the_parser() {
+        let bases: [&[u8]; 5] = [
+            b"GET /4k.bin HTTP/1.1\r\nHost: origin.test.8080.coral.test\r\nUser-Agent: wrk\r\n\r\n",
+            b"GET /4k.bin HTTP/1.1\r\nHost: origin.test.8080.coral.test\r\n\r\n",
+            b"HEAD /4k.bin HTTP/1.1\r\nHost: origin.test.8080.coral.test\r\nConnection: close\r\n\r\n",
+            b"\r\nGET /p HTTP/1.0\r\nHost: x\r\nConnection: Keep-Alive\r\n\r\n",
+            b"GET /i.jpg HTTP/1.1\r\nHost: www.x.com.nyud.net\r\nAccept: image/*\r\nReferer: http://a/\r\n\r\n",
+        ];
+        let table: HotTable<()> = HotTable::new(64, crate::dsht::id::keyed_hasher(b"t", "hot"));
+        let mut small = limits();
+        small.head_bytes_max = 64;
+        small.headers_max = 2;
+        let alphabet = b"\r\n\t :/?GETHOSTAhostconection-keepalivclose1.0\x00\x7f\x80\xff";
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        for l in [limits(), small] {
+            let mut memo = PlainMemo::new(&l);
+            let (mut remembered, mut answered) = (0, 0);
+            for round in 0..40_000 {
+                let mut m = bases[rnd(bases.len())].to_vec();
+                // Most rounds send a base as it is (the memo's case), the
+                // rest a mutation of it.
+                if round % 3 == 0 {
+                    let at = rnd(m.len() + 1);
+                    let c = alphabet[rnd(alphabet.len())];
+                    match rnd(3) {
+                        0 if at < m.len() => m[at] = c,
+                        1 => m.insert(at, c),
+                        _ => m.truncate(at),
+                    }
+                }
+                // What follows the request in the buffer.
+                match rnd(4) {
+                    0 => {}
+                    1 => m.extend_from_slice(bases[rnd(bases.len())]),
+                    2 => {
+                        let b = bases[rnd(bases.len())];
+                        m.extend_from_slice(&b[..rnd(b.len())]);
+                    }
+                    _ => {
+                        for _ in 0..rnd(12) {
+                            m.push(alphabet[rnd(alphabet.len())]);
+                        }
+                    }
+                }
+                let hit = memo.len != 0 && m.starts_with(&memo.bytes[..memo.len]);
+                let want = parse_plain(&m, &l);
+                let got = memo.parse(&m, &table);
+                assert_eq!(got.map(|g| g.0), want, "{}", String::from_utf8_lossy(&m));
+                if let Some((p, slot)) = got {
+                    assert_eq!(slot, table.slot_of(p.host, p.target));
+                    answered += 1;
+                    remembered += usize::from(hit);
+                }
+            }
+            assert!(
+                remembered > 3_000,
+                "the memo answered {remembered} of {answered}"
+            );
+        }
     }
 
     /// `visible_run` finds the first byte outside `lo..=0x7E` at every

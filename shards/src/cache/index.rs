@@ -247,6 +247,11 @@ impl Partition {
         std::array::from_fn(|w| s[w].load(Ordering::Relaxed))
     }
 
+    /// The sequence value now (odd while the owner writes).
+    pub fn seq_now(&self) -> u64 {
+        self.seq.0.load(Ordering::Acquire)
+    }
+
     /// Whether nothing changed since `seq` was read (a SeqCst load: after
     /// the caller's SeqCst increment of a reader count, see `sweep`).
     pub fn unchanged_since(&self, seq: u64) -> bool {

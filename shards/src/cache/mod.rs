@@ -563,6 +563,10 @@ pub struct CoreCache {
     local: Arc<Local>,
     hits: Cell<u64>,
     misses: Cell<u64>,
+    /// The entry this core's last lookup found and the partition's sequence
+    /// value it was found at (issue 27: a lookup of the same key while the
+    /// partition is unchanged needs no probe; see `read.rs`).
+    last: Cell<Option<(index::Entry, u64)>>,
 }
 
 /// A readable object: while alive, its segment is not reused.

@@ -87,6 +87,7 @@ pub fn open(config: &CacheConfig, cores: usize) -> Result<Vec<CoreCache>, CacheE
                 }),
                 hits: Cell::new(0),
                 misses: Cell::new(0),
+                last: Cell::new(None),
             }
         })
         .collect();

@@ -196,6 +196,52 @@ fn an_older_copy_stays_visible_until_the_new_one_finishes() {
     assert_eq!(body_of(&caches[0].lookup(&key(1)).unwrap()), b"new");
 }
 
+/// A lookup of the key this core looked up last takes the remembered entry
+/// only while the partition is unchanged: every replacement, removal,
+/// revalidation and store of the key is seen by the next lookup.
+#[test]
+fn a_repeated_lookup_sees_every_change_to_its_key() {
+    let dir = TempDir::new("repeat");
+    let caches = open(&config(&dir.0, 1 << 24), 1).unwrap();
+    let c = &caches[0];
+    store(&caches, key(1), b"one");
+    store(&caches, key(2), b"two");
+    for _ in 0..3 {
+        assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), b"one");
+    }
+    assert!(c.last.get().is_some_and(|(e, _)| e.key == key(1)));
+    // Another key between: each answers its own.
+    assert_eq!(body_of(&c.lookup(&key(2)).unwrap()), b"two");
+    assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), b"one");
+    // Replaced.
+    store(&caches, key(1), b"uno");
+    assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), b"uno");
+    assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), b"uno");
+    // New freshness.
+    c.touch_meta(
+        &key(1),
+        ObjectMeta {
+            stored_secs: 1500,
+            fresh_until_secs: 9000,
+            expected_len: Some(3),
+        },
+    );
+    assert_eq!(c.lookup(&key(1)).unwrap().meta().fresh_until_secs, 9000);
+    // Being rewritten: the complete copy, then the new one once finished.
+    let mut w = c.begin(key(1), meta(None), b"h").unwrap();
+    assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), b"uno");
+    w.append(b"eins").unwrap();
+    w.finish().unwrap();
+    assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), b"eins");
+    // Removed, then stored again.
+    c.remove(&key(1));
+    assert!(c.lookup(&key(1)).is_none());
+    assert!(c.lookup(&key(1)).is_none());
+    store(&caches, key(1), b"again");
+    assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), b"again");
+    assert_eq!(body_of(&c.lookup(&key(2)).unwrap()), b"two");
+}
+
 #[test]
 fn an_object_longer_than_announced_fails_and_is_not_served() {
     let dir = TempDir::new("too-long");

@@ -264,6 +264,10 @@ fn security_md_limits_are_true() {
                 "coral::limits::EVIDENCE.served_max" => coral::limits::EVIDENCE.served_max,
                 "coral::limits::RESUME.sources_max" => coral::limits::RESUME.sources_max,
                 "coral::limits::RESUME.bad_peers_max" => coral::limits::RESUME.bad_peers_max,
+                // The fast path's memo of the last plain request (issue 27).
+                "coral::limits::PROXY.plain_memo_bytes_max" => {
+                    coral::limits::PROXY.plain_memo_bytes_max
+                }
                 _ => panic!("SECURITY.md: no {name}"),
             };
             assert_eq!(v.to_string(), value, "SECURITY.md: {name}");

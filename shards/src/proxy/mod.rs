@@ -350,6 +350,9 @@ pub struct ProxyCore {
     /// Host and target bytes of recently hit objects → their key and built
     /// hit head (the fast path of a hit, `server::Conn::hot_hit`).
     hot: RefCell<coral::proxy::hot::HotTable<server::HotEntry>>,
+    /// The last plain request this core parsed, with its parse and its
+    /// slot in `hot` (issue 27: a repeated request is not parsed again).
+    plain_memo: RefCell<coral::proxy::hot::PlainMemo>,
     /// `Vary`: the variants of each URL this core let be fetched
     /// (`vary_variants_max`).
     variants: RefCell<coral::proxy::vary::VariantBudget>,
@@ -428,6 +431,7 @@ pub fn spawn(shard: Rc<Shard>, config: &NodeConfig, cache: CoreCache) -> Result<
             HOT_OBJECTS_MAX,
             coral::dsht::id::keyed_hasher(&secret, "hot objects"),
         )),
+        plain_memo: RefCell::new(coral::proxy::hot::PlainMemo::new(&Limits::default())),
         variants: RefCell::new(coral::proxy::vary::VariantBudget::new(
             config.proxy.vary_variants_max,
             coral::dsht::id::keyed_hasher(&secret, "vary variants"),

@@ -71,6 +71,12 @@ impl Slots {
 struct Slot {
     /// An edge came that no read has consumed yet.
     ready: bool,
+    /// A read waits for the next edge (its waker is `waker`).
+    waiting: bool,
+    /// The waiting task's waker, kept between waits and woken by reference
+    /// (issue 27: taking it on every wake and cloning it on every wait cost
+    /// a reference count up and down and two executor lookups a request).
+    /// Woken only while `waiting`; dropped with the slot.
     waker: Option<Waker>,
 }
 
@@ -112,6 +118,7 @@ impl Readiness {
             fd,
             Slot {
                 ready: true,
+                waiting: false,
                 waker: None,
             },
         );
@@ -163,8 +170,11 @@ impl Readiness {
             let fd = ev.u64 as RawFd;
             if let Some(slot) = slots.get_mut(&fd) {
                 slot.ready = true;
-                if let Some(w) = slot.waker.take() {
-                    w.wake();
+                if slot.waiting {
+                    slot.waiting = false;
+                    if let Some(w) = &slot.waker {
+                        w.wake_by_ref();
+                    }
                 }
             }
         }
@@ -189,12 +199,14 @@ impl Future for Readable<'_> {
         };
         if slot.ready {
             slot.ready = false;
+            slot.waiting = false;
             return Poll::Ready(());
         }
         match &mut slot.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
             w => *w = Some(cx.waker().clone()),
         }
+        slot.waiting = true;
         Poll::Pending
     }
 }
@@ -302,13 +314,7 @@ mod tests {
                 let t = theirs.as_raw_fd();
                 let r2 = r.clone();
                 glommio::spawn_local(async move {
-                    until(|| {
-                        r2.slots
-                            .borrow()
-                            .get(&fd)
-                            .is_some_and(|s| s.waker.is_some())
-                    })
-                    .await;
+                    until(|| r2.slots.borrow().get(&fd).is_some_and(|s| s.waiting)).await;
                     // SAFETY: `t` stays open (`theirs` lives to the end).
                     unsafe { libc::send(t, b"x".as_ptr().cast(), 1, 0) };
                 })

@@ -5,15 +5,14 @@
 use crate::clock::Mono;
 use std::rc::Rc;
 
-use coral::proxy::hot::{self, HitHead, HitInputs};
+use coral::proxy::hot::{HitHead, HitInputs};
 use coral::proxy::http::Framing;
 use coral::Id;
 
 use super::io::send_all;
 use super::io::send_complete;
-use super::{Conn, Next, Resp, HOT_HEAD_BYTES_MAX, HOT_NAME_BYTES_MAX};
+use super::{Conn, Next, HOT_HEAD_BYTES_MAX, HOT_NAME_BYTES_MAX};
 use crate::cache::{ObjectRef, ObjectState};
-use crate::metrics::CacheResult;
 use crate::proxy::stored::Stored;
 use crate::proxy::{unix_now, ProxyCore};
 
@@ -114,16 +113,19 @@ impl Conn<'_> {
         if crate::accesslog::enabled() {
             return Hot::NotPlain;
         }
-        let Some(plain) = hot::parse_plain(self.inb.filled(), &pc.limits) else {
-            return Hot::NotPlain;
+        let (plain, found, started, now) = {
+            let mut hot = pc.hot.borrow_mut();
+            let parsed = pc.plain_memo.borrow_mut().parse(self.inb.filled(), &hot);
+            let Some((plain, slot)) = parsed else {
+                return Hot::NotPlain;
+            };
+            let started = Mono::now();
+            let now = unix_now();
+            let found = hot
+                .get_mut_at(slot, plain.host, plain.target)
+                .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
+            (plain, found, started, now)
         };
-        let started = Mono::now();
-        let now = unix_now();
-        let found = pc
-            .hot
-            .borrow_mut()
-            .get_mut(plain.host, plain.target)
-            .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
         let name_to = |name: &mut Vec<u8>| {
             name.clear();
             name.extend_from_slice(plain.host);
@@ -162,13 +164,13 @@ impl Conn<'_> {
             send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len, p).await
         };
         self.out = out;
-        self.resp = Resp {
-            method: if head_only { "HEAD" } else { "GET" },
-            status: 200,
-            body_bytes: if head_only || sent.is_err() { 0 } else { len },
-            cache: CacheResult::Local,
-        };
-        self.end(started);
+        // What `end` counts for this answer (GET or HEAD, 200, local), by
+        // its series found once; the access log is off on this path.
+        let body_bytes = if head_only || sent.is_err() { 0 } else { len };
+        pc.stats
+            .http
+            .borrow_mut()
+            .record_hit(head_only, body_bytes, started.elapsed_nanos());
         Hot::Served(if sent.is_ok() { next } else { Next::Close })
     }
 

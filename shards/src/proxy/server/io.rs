@@ -128,7 +128,7 @@ impl InBuf {
             // SAFETY: `room` is live and writable for its length; `fd` is
             // the open socket `stream` owns.
             let n =
-                unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+                unsafe { recv_now(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
             if n > 0 {
                 self.drained = (n as usize) < room.len();
                 self.end += n as usize;
@@ -147,6 +147,52 @@ impl InBuf {
             }
         }
     }
+}
+
+/// `recv(2)`, `send(2)` and `sendmsg(2)` as plain system calls: libc's
+/// wrappers are thread cancellation points, and each marks the thread
+/// cancellable and back around the call (about 33 user-space instructions a
+/// call, two or three calls a hit; issue 27). coral never cancels a thread.
+/// Same arguments, result and `errno` as the wrappers (`syscall(2)`).
+///
+/// # Safety
+/// As the wrapped calls: `buf` valid for `len` bytes (writable for `recv`),
+/// `msg` a valid `msghdr` whose buffers are live.
+unsafe fn recv_now(fd: i32, buf: *mut libc::c_void, len: usize, flags: i32) -> isize {
+    // SAFETY: the caller's contract; NULL address arguments as `recv` passes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_recvfrom,
+            fd,
+            buf,
+            len,
+            flags,
+            std::ptr::null_mut::<libc::sockaddr>(),
+            std::ptr::null_mut::<libc::socklen_t>(),
+        ) as isize
+    }
+}
+
+/// See [`recv_now`].
+unsafe fn send_now(fd: i32, buf: *const libc::c_void, len: usize, flags: i32) -> isize {
+    // SAFETY: the caller's contract; NULL address as `send` passes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd,
+            buf,
+            len,
+            flags,
+            std::ptr::null::<libc::sockaddr>(),
+            0 as libc::socklen_t,
+        ) as isize
+    }
+}
+
+/// See [`recv_now`].
+unsafe fn sendmsg_now(fd: i32, msg: *const libc::msghdr, flags: i32) -> isize {
+    // SAFETY: the caller's contract.
+    unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as isize }
 }
 
 /// Where a send reports its progress: the connection's slot in the core's
@@ -277,7 +323,7 @@ async fn send_all_more(
 ) -> std::io::Result<()> {
     // SAFETY: `head` is a live slice for the duration of the call.
     let sent = unsafe {
-        libc::send(
+        send_now(
             stream.as_raw_fd(),
             head.as_ptr().cast(),
             head.len(),
@@ -331,7 +377,7 @@ pub(super) async fn send_all(
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = n_iov as _;
-        libc::sendmsg(
+        sendmsg_now(
             stream.as_raw_fd(),
             &msg,
             libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
@@ -356,4 +402,59 @@ pub(super) async fn send_all(
     }
     p.done();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plain system calls answer as libc's wrappers: bytes, a would-block
+    /// with its `errno`, end of stream, and a bad descriptor's error.
+    #[test]
+    fn plain_calls_answer_as_the_wrappers() {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        let (a, b) = (fds[0], fds[1]);
+        let mut buf = [0u8; 64];
+        // SAFETY (all calls below): live buffers of the lengths passed; the
+        // descriptors are open until closed at the end.
+        unsafe {
+            let n = recv_now(b, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT);
+            assert_eq!(n, -1);
+            assert_eq!(
+                std::io::Error::last_os_error().kind(),
+                std::io::ErrorKind::WouldBlock
+            );
+            let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+            assert_eq!(send_now(a, b"head ".as_ptr().cast(), 5, flags), 5);
+            let parts: [&[u8]; 2] = [b"and ", b"body"];
+            let mut iov = parts.map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            });
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = iov.as_mut_ptr();
+            msg.msg_iovlen = 2;
+            assert_eq!(sendmsg_now(a, &msg, flags), 8);
+            let n = recv_now(b, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT);
+            assert_eq!(&buf[..n as usize], b"head and body");
+            libc::close(a);
+            assert_eq!(recv_now(b, buf.as_mut_ptr().cast(), buf.len(), 0), 0);
+            libc::close(b);
+            assert_eq!(send_now(b, b"x".as_ptr().cast(), 1, flags), -1);
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EBADF)
+            );
+        }
+    }
 }

@@ -1131,7 +1131,15 @@ pub(crate) fn schedule_runnable(runnable: multitask::Runnable) {
             // thread-local again to activate it).
             LOCAL_EX.with(|local_ex| {
                 let mut queues = local_ex.queues.borrow_mut();
-                let Some(tq) = queues.available_executors.get(&handle.index) else {
+                // coral: a wake from a task of the queue being run (the
+                // common case: one task waking others of its queue) finds
+                // the queue without hashing its index.
+                let running = queues
+                    .active_executing
+                    .as_ref()
+                    .filter(|tq| tq.borrow().stats.index.index == handle.index);
+                let Some(tq) = running.or_else(|| queues.available_executors.get(&handle.index))
+                else {
                     return;
                 };
                 tq.borrow().ex.push_task(runnable);
@@ -1468,7 +1476,12 @@ impl LocalExecutor {
                 break;
             }
             if !self.run_one_task_queue() {
-                return false;
+                // coral: whether any task ran (the release said false here
+                // even after running tasks, so every busy turn polled the
+                // rings twice: `spin_poll_io`, then the next turn's
+                // `poll_io`). A turn that ran tasks goes on to the next
+                // turn's `poll_io`; one that ran none spins and parks as before.
+                return ran;
             } else {
                 ran = true;
             }
