@@ -416,7 +416,9 @@ async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<So
         match udp.recv_from(&mut first).await {
             Ok((n, from)) => {
                 let q = first.get(..n).unwrap_or(&[]);
-                tx.answer(&core, q, from, core.shard.now());
+                let to = socket2::SockAddr::from(from);
+                let to_len = to.len();
+                tx.answer(&core, q, from, &to.as_storage(), to_len, core.shard.now());
             }
             Err(e) => {
                 tracing::debug!(error = %e, "dns recv failed");
@@ -432,8 +434,8 @@ async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<So
                 if tx.len == MMSG_BATCH {
                     tx.send(&udp, &raw).await;
                 }
-                if let Some((q, from)) = rx.get(i) {
-                    tx.answer(&core, q, from, now);
+                if let Some((q, from, to, to_len)) = rx.get(i) {
+                    tx.answer(&core, q, from, to, to_len, now);
                 }
             }
             tx.send(&udp, &raw).await;
@@ -509,21 +511,34 @@ impl RecvBatch {
         n
     }
 
-    /// Datagram `i` of the last `recv` and its sender.
-    fn get(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
+    /// Datagram `i` of the last `recv`, its sender, and the sender's
+    /// address as the kernel wrote it (with its length), for the answer.
+    fn get(
+        &self,
+        i: usize,
+    ) -> Option<(&[u8], SocketAddr, &libc::sockaddr_storage, libc::socklen_t)> {
         let &(len, namelen) = self.lens.get(i)?;
-        let storage = *self.addrs.get(i)?;
-        // SAFETY: the kernel filled `storage` with an address of `namelen`
+        let raw = self.addrs.get(i)?;
+        // SAFETY: the kernel filled `raw` with an address of `namelen`
         // octets for datagram `i`.
-        let addr = unsafe { socket2::SockAddr::new(storage, namelen) };
-        Some((self.bufs.get(i)?.get(..len)?, addr.as_socket()?))
+        let addr = unsafe { socket2::SockAddr::new(*raw, namelen) };
+        let from = addr.as_socket()?;
+        Some((self.bufs.get(i)?.get(..len)?, from, raw, namelen))
     }
 }
 
-/// Answers waiting for one `sendmmsg`.
+/// The most octets of an address `recvmmsg` writes for an IPv4 or IPv6
+/// sender (`sockaddr_in6`): what [`SendBatch::answer`] copies.
+const INET_ADDR_BYTES: usize = std::mem::size_of::<libc::sockaddr_in6>();
+
+/// Answers waiting for one `sendmmsg`, with their destinations as
+/// `sendmmsg` takes them: the senders' addresses as `recvmmsg` wrote them,
+/// copied over their length only (a `SockAddr` made and pushed per answer
+/// cost about 50 instructions, issue 27).
 struct SendBatch {
     outs: Vec<Vec<u8>>,
-    to: Vec<socket2::SockAddr>,
+    to: [libc::sockaddr_storage; MMSG_BATCH],
+    to_len: [libc::socklen_t; MMSG_BATCH],
     len: usize,
 }
 
@@ -531,19 +546,48 @@ impl SendBatch {
     fn new() -> SendBatch {
         SendBatch {
             outs: (0..MMSG_BATCH).map(|_| Vec::with_capacity(1232)).collect(),
-            to: Vec::with_capacity(MMSG_BATCH),
+            // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+            to: unsafe { std::mem::zeroed() },
+            to_len: [0; MMSG_BATCH],
             len: 0,
         }
     }
 
-    /// Answers `q`, which came at `now`, into the next slot (callers send
-    /// before it fills).
-    fn answer(&mut self, core: &Rc<Core>, q: &[u8], from: SocketAddr, now: coral::Time) {
-        let Some(out) = self.outs.get_mut(self.len) else {
+    /// Answers `q`, which came at `now` from `from` (`to`, `to_len`: the
+    /// same address as the kernel takes it), into the next slot (callers
+    /// send before it fills).
+    fn answer(
+        &mut self,
+        core: &Rc<Core>,
+        q: &[u8],
+        from: SocketAddr,
+        to: &libc::sockaddr_storage,
+        to_len: libc::socklen_t,
+        now: coral::Time,
+    ) {
+        let (Some(out), Some(slot), Some(slot_len)) = (
+            self.outs.get_mut(self.len),
+            self.to.get_mut(self.len),
+            self.to_len.get_mut(self.len),
+        ) else {
             return;
         };
         if core.answer_udp(q, from, now, out) {
-            self.to.push(from.into());
+            if to_len as usize <= INET_ADDR_BYTES {
+                // SAFETY: both are whole `sockaddr_storage`s (128 octets),
+                // so the first INET_ADDR_BYTES of each are in bounds; the
+                // kernel reads only the first `to_len` of them.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (to as *const libc::sockaddr_storage).cast::<u8>(),
+                        (slot as *mut libc::sockaddr_storage).cast::<u8>(),
+                        INET_ADDR_BYTES,
+                    );
+                }
+            } else {
+                *slot = *to;
+            }
+            *slot_len = to_len;
             self.len += 1;
         }
     }
@@ -558,12 +602,13 @@ impl SendBatch {
         // the batch sizes a busy core sees (issue 27).
         let mut iovs = [std::mem::MaybeUninit::<libc::iovec>::uninit(); MMSG_BATCH];
         let mut hdrs = [std::mem::MaybeUninit::<libc::mmsghdr>::uninit(); MMSG_BATCH];
-        let len = self.len.min(MMSG_BATCH).min(self.to.len());
-        for (((iov, hdr), out), to) in iovs
+        let len = self.len.min(MMSG_BATCH);
+        for ((((iov, hdr), out), to), &to_len) in iovs
             .iter_mut()
             .zip(hdrs.iter_mut())
             .zip(self.outs.iter_mut())
-            .zip(self.to.iter())
+            .zip(self.to.iter_mut())
+            .zip(self.to_len.iter())
             .take(len)
         {
             let iov = iov.write(libc::iovec {
@@ -572,8 +617,8 @@ impl SendBatch {
             });
             // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_name = to.as_ptr() as *mut libc::c_void;
-            h.msg_hdr.msg_namelen = to.len();
+            h.msg_hdr.msg_name = (to as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = to_len;
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
             hdr.write(h);
@@ -597,7 +642,14 @@ impl SendBatch {
                 continue;
             }
             // Would block (or failed): this one through the ring, then on.
-            if let (Some(out), Some(to)) = (self.outs.get(done), self.to.get(done)) {
+            if let (Some(out), Some(&to), Some(&to_len)) = (
+                self.outs.get(done),
+                self.to.get(done),
+                self.to_len.get(done),
+            ) {
+                // SAFETY: `to` holds an address of `to_len` octets, copied
+                // from the kernel's (or from a `SockAddr`'s).
+                let to = unsafe { socket2::SockAddr::new(to, to_len) };
                 if let Some(to) = to.as_socket() {
                     let _ = udp.send_to(out, to).await;
                 }
@@ -605,7 +657,6 @@ impl SendBatch {
             done += 1;
         }
         self.len = 0;
-        self.to.clear();
     }
 }
 

@@ -566,3 +566,66 @@ fn client_probes_are_bounded_per_slash_24() {
     assert_eq!(c["probes_refused"], 16, "{c}");
     assert_eq!(c["client_level0"], 20, "not measured yet: level 0; {c}");
 }
+
+/// Queries that arrive together are read in batches (`recvmmsg`) and
+/// answered in batches (`sendmmsg`), each answer to the address its query
+/// came from as the kernel gave it: a burst from eight senders gets every
+/// answer, each to its own sender, with its own id and question (issue 27:
+/// the batch keeps the kernel's addresses instead of rebuilding them).
+#[test]
+fn a_burst_from_many_senders_is_answered_each_to_its_sender() {
+    common::own_network();
+    let node = DnsNode::start(
+        "127.13.16.1",
+        DNS_PORT,
+        "[dnssrv]\nrrl_responses_per_sec = 0\n",
+    );
+    const SENDERS: u16 = 8;
+    const EACH: u16 = 24;
+    let socks: Vec<UdpSocket> = (0..SENDERS)
+        .map(|i| {
+            let s = UdpSocket::bind(format!("127.13.16.{}:0", 10 + i)).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            s
+        })
+        .collect();
+    let name = |i: u16, j: u16| format!("www.s{i}q{j}.example.com.http.L2.L1.L0.coralcdn.test");
+    let mut missing: Vec<Vec<u16>> = (0..SENDERS).map(|_| (0..EACH).collect()).collect();
+    let start = Instant::now();
+    while missing.iter().any(|m| !m.is_empty()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "unanswered after a minute: {missing:?}"
+        );
+        // Every sender's missing queries at once, without waiting: they
+        // queue at the node's socket together.
+        for (i, s) in socks.iter().enumerate() {
+            for &j in &missing[i] {
+                let id = i as u16 * 1000 + j;
+                s.send_to(&query(id, &name(i as u16, j), 1, false), node.dns)
+                    .unwrap();
+            }
+        }
+        for (i, s) in socks.iter().enumerate() {
+            let mut buf = [0u8; 4096];
+            while !missing[i].is_empty() {
+                let Ok((n, from)) = s.recv_from(&mut buf) else {
+                    break;
+                };
+                assert_eq!(from, node.dns);
+                let a = &buf[..n];
+                let id = u16::from_be_bytes([a[0], a[1]]);
+                assert_eq!(id / 1000, i as u16, "an answer for another sender");
+                let j = id % 1000;
+                assert!(j < EACH);
+                assert_eq!(rcode(a), 0);
+                // The question is echoed: the answer is to this query.
+                let q = query(id, &name(i as u16, j), 1, false);
+                assert_eq!(&a[12..q.len()], &q[12..]);
+                assert!(u16::from_be_bytes([a[6], a[7]]) >= 1, "an address record");
+                missing[i].retain(|&m| m != j);
+            }
+        }
+    }
+}

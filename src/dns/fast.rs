@@ -190,25 +190,27 @@ fn head(rtype: u16, ttl: u32) -> [u8; 8] {
 }
 
 /// Appends an address record: a pointer to its owner, its type, class,
-/// TTL and data (one copy of a record made on the stack).
+/// TTL and data (one copy of a record made on the stack, of a length known
+/// when compiled: no call to memcpy, issue 27).
 fn put_addr(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
-    let mut r = [0u8; 2 + 10 + 16];
-    r[..2].copy_from_slice(&owner);
-    let len = match ip {
+    match ip {
         IpAddr::V4(a) => {
+            let mut r = [0u8; 2 + 10 + 4];
+            r[..2].copy_from_slice(&owner);
             r[2..10].copy_from_slice(&head(1, ttl));
             r[10..12].copy_from_slice(&[0, 4]);
             r[12..16].copy_from_slice(&a.octets());
-            16
+            buf.extend_from_slice(&r);
         }
         IpAddr::V6(a) => {
+            let mut r = [0u8; 2 + 10 + 16];
+            r[..2].copy_from_slice(&owner);
             r[2..10].copy_from_slice(&head(28, ttl));
             r[10..12].copy_from_slice(&[0, 16]);
             r[12..28].copy_from_slice(&a.octets());
-            28
+            buf.extend_from_slice(&r);
         }
-    };
-    buf.extend_from_slice(&r[..len]);
+    }
 }
 
 /// The answer's header over its first 12 octets: the query's id, QR,
@@ -518,5 +520,55 @@ impl Dnssrv {
         buf: Vec<u8>,
     ) -> Option<Vec<u8>> {
         self.respond(now, msg, Rrl::Send, client, transport, view, buf)
+    }
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// [`put_addr`] as it was before issue 27's cut: one 28-octet record,
+    /// sliced to its length.
+    fn put_addr_before(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
+        let mut r = [0u8; 2 + 10 + 16];
+        r[..2].copy_from_slice(&owner);
+        let len = match ip {
+            IpAddr::V4(a) => {
+                r[2..10].copy_from_slice(&head(1, ttl));
+                r[10..12].copy_from_slice(&[0, 4]);
+                r[12..16].copy_from_slice(&a.octets());
+                16
+            }
+            IpAddr::V6(a) => {
+                r[2..10].copy_from_slice(&head(28, ttl));
+                r[10..12].copy_from_slice(&[0, 16]);
+                r[12..28].copy_from_slice(&a.octets());
+                28
+            }
+        };
+        buf.extend_from_slice(&r[..len]);
+    }
+
+    proptest! {
+        #[test]
+        fn put_addr_writes_the_octets_it_wrote_before(
+            before in proptest::collection::vec(any::<u8>(), 0..40),
+            owner: [u8; 2],
+            v4: [u8; 4],
+            v6: [u8; 16],
+            six: bool,
+            ttl: u32,
+        ) {
+            let ip = if six {
+                IpAddr::from(v6)
+            } else {
+                IpAddr::from(v4)
+            };
+            let (mut new, mut old) = (before.clone(), before);
+            put_addr(&mut new, owner, ip, ttl);
+            put_addr_before(&mut old, owner, ip, ttl);
+            prop_assert_eq!(new, old);
+        }
     }
 }

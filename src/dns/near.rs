@@ -74,8 +74,18 @@ impl Near {
     /// `ttl_empty` while it is pending or when it found none (so a node
     /// that stores a hint later is found within that).
     fn fresh(&self, now: Time, ttl: Duration, ttl_empty: Duration) -> bool {
-        let found = self.done && self.nodes.iter().any(Option::is_some);
-        now.saturating_since(self.at) <= if found { ttl } else { ttl_empty }
+        now.saturating_since(self.at) <= if self.found() { ttl } else { ttl_empty }
+    }
+
+    /// Whether its lookup came back with nodes: `NearCache::found` fills
+    /// `nodes` from the front, so the first says (issue 27: one look, not
+    /// a scan of all four, on every query).
+    fn found(&self) -> bool {
+        debug_assert_eq!(
+            self.nodes.first().is_some_and(Option::is_some),
+            self.nodes.iter().any(Option::is_some)
+        );
+        self.done && self.nodes.first().is_some_and(Option::is_some)
     }
 }
 
@@ -171,9 +181,10 @@ impl NearCache {
     /// answered: no new lookup is needed), and the nodes found near it.
     pub fn get(&self, key: u128, now: Time) -> (bool, [Option<SocketAddr>; NEAR_NODES_MAX]) {
         match self.map.get(&key) {
+            // Copied only when there are nodes (all `None` otherwise).
             Some(n) if n.fresh(now, self.ttl, self.ttl_empty) => (
                 true,
-                if n.done {
+                if n.found() {
                     n.nodes
                 } else {
                     [None; NEAR_NODES_MAX]
