@@ -20,6 +20,18 @@ fn network() -> Membership {
 
 const URL: &str = "http://www.origin.test:8080/page.bin";
 
+/// The evidence `accuser` signs that `claim` (of [`URL`]) was contradicted
+/// by the origin.
+fn contradicted(accuser: &LocalIdentity, claim: Claim) -> Option<Evidence> {
+    Evidence::sign(
+        accuser,
+        Proof::Contradicted {
+            claim: Box::new(claim),
+            url: URL.into(),
+        },
+    )
+}
+
 fn origin_head(etag: &str) -> ResponseHead {
     let mut h = Headers::new();
     h.insert("etag", etag.as_bytes());
@@ -101,14 +113,7 @@ fn the_chunked_digest_is_what_the_signer_signs() {
 fn evidence_round_trips_and_its_key_is_the_forgers() {
     let (f, b) = (node(1), node(2));
     let c = claim(&f, URL, "\"v1\"", &body(10_000, 0));
-    let ev = Evidence::sign(
-        &b,
-        Proof::Contradicted {
-            claim: Box::new(c),
-            url: URL.into(),
-        },
-    )
-    .unwrap();
+    let ev = contradicted(&b, c).unwrap();
     assert_eq!(
         ev.as_bytes().len(),
         PREFIX_BYTES + CLAIM_BYTES + 2 + URL.len() + 64
@@ -134,14 +139,7 @@ fn evidence_round_trips_and_its_key_is_the_forgers() {
 fn malformed_evidence_is_refused_without_a_panic() {
     let (f, b) = (node(1), node(2));
     let c = claim(&f, URL, "\"v1\"", &body(5000, 0));
-    let ev = Evidence::sign(
-        &b,
-        Proof::Contradicted {
-            claim: Box::new(c),
-            url: URL.into(),
-        },
-    )
-    .unwrap();
+    let ev = contradicted(&b, c).unwrap();
     let bytes = ev.as_bytes();
     // Every truncation, and one byte more.
     for n in 0..bytes.len() {
@@ -200,14 +198,7 @@ fn conflicting_claims_are_proven_offline_and_others_are_false() {
 fn a_contradicted_claim_asks_the_origin_and_a_forged_one_is_false() {
     let (f, b) = (node(1), node(2));
     let c = claim(&f, URL, "\"v1\"", &body(9000, 0));
-    let ev = Evidence::sign(
-        &b,
-        Proof::Contradicted {
-            claim: Box::new(c),
-            url: URL.into(),
-        },
-    )
-    .unwrap();
+    let ev = contradicted(&b, c).unwrap();
     assert_eq!(ev.check(&network()), Offline::AskOrigin { url: URL.into() });
     // Another URL than the claim's object.
     let ev = Evidence::sign(
@@ -222,25 +213,11 @@ fn a_contradicted_claim_asks_the_origin_and_a_forged_one_is_false() {
     // A claim the accused never signed (its end changed by the accuser).
     let mut forged = c;
     forged.end.total += 1;
-    let ev = Evidence::sign(
-        &b,
-        Proof::Contradicted {
-            claim: Box::new(forged),
-            url: URL.into(),
-        },
-    )
-    .unwrap();
+    let ev = contradicted(&b, forged).unwrap();
     assert!(matches!(ev.check(&network()), Offline::False(_)));
     // No validator: nothing an origin could confirm.
     let weak = claim(&f, URL, "", &body(100, 0));
-    let ev = Evidence::sign(
-        &b,
-        Proof::Contradicted {
-            claim: Box::new(weak),
-            url: URL.into(),
-        },
-    )
-    .unwrap();
+    let ev = contradicted(&b, weak).unwrap();
     assert!(matches!(ev.check(&network()), Offline::False(_)));
 }
 
@@ -248,14 +225,7 @@ fn a_contradicted_claim_asks_the_origin_and_a_forged_one_is_false() {
 fn the_accusers_signature_and_admission_are_checked_first() {
     let (f, b) = (node(1), node(2));
     let c = claim(&f, URL, "\"v1\"", &body(9000, 0));
-    let ev = Evidence::sign(
-        &b,
-        Proof::Contradicted {
-            claim: Box::new(c),
-            url: URL.into(),
-        },
-    )
-    .unwrap();
+    let ev = contradicted(&b, c).unwrap();
     let mut bytes = ev.as_bytes().to_vec();
     let n = bytes.len();
     bytes[n - 1] ^= 1;
@@ -266,14 +236,7 @@ fn the_accusers_signature_and_admission_are_checked_first() {
         let k = KeyPair::from_secret(&[5; 32]);
         LocalIdentity::new(k.clone(), k.certify(&k.public()))
     };
-    let ev = Evidence::sign(
-        &stranger,
-        Proof::Contradicted {
-            claim: Box::new(c),
-            url: URL.into(),
-        },
-    )
-    .unwrap();
+    let ev = contradicted(&stranger, c).unwrap();
     assert!(matches!(ev.check(&network()), Offline::Unsigned(_)));
 }
 
