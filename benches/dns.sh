@@ -19,6 +19,12 @@
 # the least server CPU an answer can cost on this kernel.
 #
 # Usage: benches/dns.sh [seconds per run] [rounds]
+# TOGETHER=1: the four answer at the same time, each on a CPU of its own
+# (CORAL_CPU, KNOT_CPU, NSD_CPU, FLOOR_CPU; defaults 1, 2, 3, 4) under its own
+# dnsperf on its own CPU (defaults 5, 6, 7, 8), so that a machine whose pace
+# changes from second to second (a VM on a shared host) slows all four alike;
+# each line then also gives the steal time of the server's CPU (/proc/stat).
+#
 # Needs: knotd (knot), nsd, dnsperf; `cargo build --release --workspace --bins
 # --examples` first (the root's default build is the core crate only).
 # Run it in a network namespace on an idle machine:
@@ -31,6 +37,13 @@ SECS=${1:-10}
 ROUNDS=${2:-2}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
+if [ -n "${TOGETHER:-}" ]; then
+    CORAL_CPU=${CORAL_CPU:-1} KNOT_CPU=${KNOT_CPU:-2} NSD_CPU=${NSD_CPU:-3} FLOOR_CPU=${FLOOR_CPU:-4}
+    CORAL_LOAD=${CORAL_LOAD:-5} KNOT_LOAD=${KNOT_LOAD:-6} NSD_LOAD=${NSD_LOAD:-7} FLOOR_LOAD=${FLOOR_LOAD:-8}
+else
+    CORAL_CPU=$SERVER_CPU KNOT_CPU=$SERVER_CPU NSD_CPU=$SERVER_CPU FLOOR_CPU=$SERVER_CPU
+    CORAL_LOAD=$CLIENT_CPU KNOT_LOAD=$CLIENT_CPU NSD_LOAD=$CLIENT_CPU FLOOR_LOAD=$CLIENT_CPU
+fi
 IP=127.13.200.1
 CORAL=${CORAL:-$(dirname "$0")/../target/release/coral}
 FLOOR=${FLOOR:-$(dirname "$CORAL")/examples/floor}
@@ -84,7 +97,7 @@ run_one() { # name port pids...
     local before after
     before=$(cpu_ticks "$@")
     local out
-    out=$(taskset -c "$CLIENT_CPU" dnsperf -s "$IP" -p "$port" -d "$TMP/queries" -l "$SECS" -c 4 -q 200 2>&1)
+    out=$(taskset -c "${RUN_LOAD:-$CLIENT_CPU}" dnsperf -s "$IP" -p "$port" -d "$TMP/queries" -l "$SECS" -c 4 -q 200 2>&1)
     after=$(cpu_ticks "$@")
     local done qps cpu
     done=$(echo "$out" | awk '/Queries completed:/ {print $3}')
@@ -100,7 +113,7 @@ http = "$IP:8080"
 [dnssrv]
 rrl_responses_per_sec = 0
 EOF
-RUST_LOG=warn taskset -c "$SERVER_CPU" "$CORAL" node --cores 1 --dsht "$IP:7000" --admin "$IP:7080" \
+RUST_LOG=warn taskset -c "$CORAL_CPU" "$CORAL" node --cores 1 --dsht "$IP:7000" --admin "$IP:7080" \
     --dns "$IP:5400" --state-dir "$TMP/state" --config "$TMP/coral.toml" >/dev/null 2>&1 &
 CORAL_PID=$!
 PIDS+=("$CORAL_PID")
@@ -123,7 +136,7 @@ zone:
   - domain: coralcdn.test
     file: "$TMP/coralcdn.test.zone"
 EOF
-taskset -c "$SERVER_CPU" knotd -c "$TMP/knot.conf" >/dev/null 2>&1 &
+taskset -c "$KNOT_CPU" knotd -c "$TMP/knot.conf" >/dev/null 2>&1 &
 KNOT_PID=$!
 PIDS+=("$KNOT_PID")
 
@@ -149,13 +162,13 @@ zone:
     name: coralcdn.test
     zonefile: "$TMP/coralcdn.test.zone"
 EOF
-taskset -c "$SERVER_CPU" nsd -d -c "$TMP/nsd.conf" >/dev/null 2>&1 &
+taskset -c "$NSD_CPU" nsd -d -c "$TMP/nsd.conf" >/dev/null 2>&1 &
 NSD_PID=$!
 PIDS+=("$NSD_PID")
 
 FLOOR_PID=
 if [ -x "$FLOOR" ]; then
-    taskset -c "$SERVER_CPU" "$FLOOR" dns "$IP:5403" >/dev/null 2>&1 &
+    taskset -c "$FLOOR_CPU" "$FLOOR" dns "$IP:5403" >/dev/null 2>&1 &
     FLOOR_PID=$!
     PIDS+=("$FLOOR_PID")
 else
@@ -170,6 +183,30 @@ if [ -n "$FLOOR_PID" ]; then wait_dns 5403; fi
 # reload): every process whose command line names our config.
 nsd_pids() { pgrep -f "nsd -d -c $TMP/nsd.conf" | tr '\n' ' '; }
 
+steal() { awk -v c="cpu$1" '$1 == c {print $9}' /proc/stat; }
+if [ -n "${TOGETHER:-}" ]; then
+    echo "together: dnsperf -l $SECS -c 4 -q 200 for each at once; coral on CPU $CORAL_CPU (dnsperf $CORAL_LOAD), knot $KNOT_CPU ($KNOT_LOAD), nsd $NSD_CPU ($NSD_LOAD), floor $FLOOR_CPU ($FLOOR_LOAD); $(nproc) CPUs"
+    for r in $(seq 1 "$ROUNDS"); do
+        echo "round $r"
+        W=()
+        for who in coral knot nsd floor; do
+            case $who in
+            coral) port=5400 cpu=$CORAL_CPU load=$CORAL_LOAD pids=$CORAL_PID ;;
+            knot) port=5401 cpu=$KNOT_CPU load=$KNOT_LOAD pids=$KNOT_PID ;;
+            nsd) port=5402 cpu=$NSD_CPU load=$NSD_LOAD pids=$(nsd_pids) ;;
+            floor) [ -n "$FLOOR_PID" ] || continue; port=5403 cpu=$FLOOR_CPU load=$FLOOR_LOAD pids=$FLOOR_PID ;;
+            esac
+            s0=$(steal "$cpu")
+            # shellcheck disable=SC2086
+            (out=$(RUN_LOAD=$load run_one "$who" "$port" $pids) && echo "$out  steal $(($(steal "$cpu") - s0))") >"$TMP/line.$who" &
+            W+=("$!")
+        done
+        wait "${W[@]}"
+        for who in coral knot nsd floor; do [ -f "$TMP/line.$who" ] && cat "$TMP/line.$who"; done
+        rm -f "$TMP"/line.*
+    done
+    exit 0
+fi
 echo "dnsperf -l $SECS -c 4 -q 200, server on CPU $SERVER_CPU, dnsperf on CPU $CLIENT_CPU, $(nproc) CPUs"
 for r in $(seq 1 "$ROUNDS"); do
     echo "round $r"

@@ -14,6 +14,12 @@
 # machine of 8 or more CPUs (2, 3, 1, the last CPU, 4-7); on fewer, the
 # servers share CPU 0 and wrk and the origin CPU 1:
 #   C_OLD=0 C_NEW=0 C_FLOOR=0 C_ORIGIN=1 C_LOAD=1
+# TOGETHER=1: the three are loaded at the same time, each by its own wrk
+# (`-t3 -c63`) on CPUs of its own (C_LOAD_OLD, C_LOAD_NEW, C_LOAD_FLOOR;
+# defaults 4-6, 7-9, 10-12; 16 CPUs or more), so that a machine whose pace
+# changes from second to second (a VM whose host is shared) slows all three
+# alike; each line then also gives the steal time of the server's CPU
+# (/proc/stat) during the run, in ticks.
 # Run it as root in its own network namespace:
 #   unshare -n sh -c 'ip link set lo up && bash benches/onecore.sh OLD NEW 4 4'
 # Figures and method: benches/README.md ("Stop 31 side by side").
@@ -68,6 +74,43 @@ H=origin.test.8080.coral.test
 ready 127.0.0.1:8070 floor.test
 ready 127.0.0.1:8090 $H
 ready 127.0.0.2:8090 $H
+steal() { awk -v c="cpu$1" '$1 == c {print $9}' /proc/stat; }
+line() { # object round who answers p99 ticks [steal]
+    awk -v f="$1" -v r="$2" -v w="$3" -v a="$4" -v p="$5" -v t="$6" -v st="${7:-}" -v s="$SECS" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN {printf "%-3s round %d %-5s %9d answers  p99 %-8s  cpu_ticks %5d  %8.0f /server-CPU-s  %8.0f /wall-s%s\n", f, r, w, a, p, t, (t > 0 ? a / (t / hz) : 0), a / s, (st == "" ? "" : "  steal " st)}'
+}
+if [ -n "${TOGETHER:-}" ]; then
+    C_LOAD_OLD=${C_LOAD_OLD:-4-6} C_LOAD_NEW=${C_LOAD_NEW:-7-9} C_LOAD_FLOOR=${C_LOAD_FLOOR:-10-12}
+    declare -A T0 S0
+    echo "together: wrk -t3 -c63 -d${SECS}s for each at once; old on CPU $C_OLD (load $C_LOAD_OLD), new on $C_NEW ($C_LOAD_NEW), floor on $C_FLOOR ($C_LOAD_FLOOR); $(nproc) CPUs"
+    for f in 4k 41k; do
+        for r in $(seq 1 "$ROUNDS"); do
+
+            for who in "old $C1 $C_OLD" "new $C2 $C_NEW" "floor $F $C_FLOOR"; do
+                # shellcheck disable=SC2086
+                set -- $who
+                T0[$1]=$(cpu "$2")
+                S0[$1]=$(steal "$3")
+            done
+            W=()
+            for who in "old 127.0.0.1:8090 $H $C_LOAD_OLD" "new 127.0.0.2:8090 $H $C_LOAD_NEW" "floor 127.0.0.1:8070 floor.test $C_LOAD_FLOOR"; do
+                # shellcheck disable=SC2086
+                set -- $who
+                taskset -c "$4" env LD_LIBRARY_PATH="${LOADGEN_LIBS:-}" "$WRK" -t3 -c63 -d"${SECS}s" --latency -H "Host: $3" "http://$2/$f.bin" >"$TMP/wrk.$1" &
+                W+=("$!")
+            done
+            wait "${W[@]}"
+            for who in "old $C1 $C_OLD" "new $C2 $C_NEW" "floor $F $C_FLOOR"; do
+                # shellcheck disable=SC2086
+                set -- $who
+                n=$(awk '/requests in/ {r=$1} /^ +99%/ {p=$2} END {print r, p}' "$TMP/wrk.$1")
+                # shellcheck disable=SC2086
+                line "$f" "$r" "$1" $n $(($(cpu "$2") - ${T0[$1]})) $(($(steal "$3") - ${S0[$1]}))
+            done
+        done
+    done
+    exit 0
+fi
 echo "wrk -t4 -c64 -d${SECS}s on CPUs $C_LOAD; old on CPU $C_OLD, new on $C_NEW, floor on $C_FLOOR; $(nproc) CPUs"
 for f in 4k 41k; do
     for r in $(seq 1 "$ROUNDS"); do
@@ -79,9 +122,7 @@ for f in 4k 41k; do
                 awk '/requests in/ {r=$1} /^ +99%/ {p=$2} END {print r, p}')
             c1=$(cpu "$2")
             # shellcheck disable=SC2086
-            set -- "$1" $n $((c1 - c0))
-            awk -v f="$f" -v r="$r" -v w="$1" -v a="$2" -v p="$3" -v t="$4" -v s="$SECS" -v hz="$(getconf CLK_TCK)" \
-                'BEGIN {printf "%-3s round %d %-5s %9d answers  p99 %-8s  cpu_ticks %5d  %8.0f /server-CPU-s  %8.0f /wall-s\n", f, r, w, a, p, t, (t > 0 ? a / (t / hz) : 0), a / s}'
+            line "$f" "$r" "$1" $n $((c1 - c0))
         done
     done
 done

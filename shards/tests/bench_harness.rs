@@ -8,7 +8,8 @@
 //! - `shards/benches/dsht_udp.rs`, `proxy_hits.rs` and `idle_conns.rs` are
 //!   compiled into this test and run with their quick arguments;
 //! - `benches/counts.sh` (`QUICK=1`), `benches/cores.sh --quick`,
-//!   `benches/dns.sh 1 1`, `benches/proxy_ab.sh` and `benches/onecore.sh`
+//!   `benches/dns.sh 1 1` and `benches/onecore.sh` (each also `TOGETHER=1`),
+//!   `benches/proxy_ab.sh`
 //!   run as scripts, with
 //!   this test's `coral` and, for DSHT load, this very binary (it answers
 //!   `key`, `load` and `echo` as the dsht_udp bench does).
@@ -176,6 +177,29 @@ fn dns() {
     }
     let out = script("benches/dns.sh", &["1", "1"], &[]);
     assert!(out.contains("coral  answered"), "{out}");
+    // The together mode: every server on CPU 0, every dnsperf on the last.
+    let last = last_cpu();
+    let mut env = vec![("TOGETHER", "1")];
+    for k in ["CORAL_CPU", "KNOT_CPU", "NSD_CPU", "FLOOR_CPU"] {
+        env.push((k, "0"));
+    }
+    for k in ["CORAL_LOAD", "KNOT_LOAD", "NSD_LOAD", "FLOOR_LOAD"] {
+        env.push((k, last.as_str()));
+    }
+    let out = script("benches/dns.sh", &["1", "1"], &env);
+    for who in ["coral", "knot", "nsd"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{who:<6} answered")))
+            .unwrap_or_else(|| panic!("no {who} line together:\n{out}"));
+        assert!(line.contains(" steal "), "{line}");
+    }
+}
+
+/// The highest CPU number this test may pin a load generator to.
+fn last_cpu() -> String {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (n - 1).to_string()
 }
 
 fn proxy_ab() {
@@ -209,6 +233,32 @@ fn onecore() {
             assert!(
                 answers(&out, &format!("{size} round 1 {who} ")) > 0,
                 "{size} {who}"
+            );
+        }
+    }
+    // The together mode: the servers on CPU 0, the three wrk at once on the last.
+    let last = last_cpu();
+    let out = script(
+        "benches/onecore.sh",
+        &[CORAL, CORAL, "1", "1"],
+        &[
+            ("FLOOR", &f.to_string_lossy()),
+            ("TOGETHER", "1"),
+            ("C_OLD", "0"),
+            ("C_NEW", "0"),
+            ("C_FLOOR", "0"),
+            ("C_ORIGIN", &last),
+            ("C_LOAD_OLD", &last),
+            ("C_LOAD_NEW", &last),
+            ("C_LOAD_FLOOR", &last),
+        ],
+    );
+    assert!(out.contains("together:"), "{out}");
+    for who in ["old", "new", "floor"] {
+        for size in ["4k ", "41k"] {
+            assert!(
+                answers(&out, &format!("{size} round 1 {who} ")) > 0,
+                "together: {size} {who}"
             );
         }
     }
