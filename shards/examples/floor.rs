@@ -7,7 +7,10 @@
 //!   `sendmsg` of head and body from memory (`copy`, the default), or the
 //!   head with `MSG_MORE` and then `sendfile` from the page cache
 //!   (`sendfile`); anything else gets the first file. No header parsing,
-//!   no cache policy, no clock, no logging.
+//!   no cache policy, no clock, no logging. `sendfile@N`: as `sendfile`,
+//!   from a scratch copy of each file in which the body starts at byte N
+//!   (a page cache layout like coral's records, whose bodies start at
+//!   64-byte, not page, boundaries: benches/README.md, "Session 6").
 //! - `floor dns ADDR`: one thread, `recvmmsg` / `sendmmsg` batches of 64;
 //!   every query gets its question back with one A record (a compression
 //!   pointer to the question, TTL 30, 127.0.0.1). No zone, no EDNS, no
@@ -27,7 +30,7 @@ use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: floor http ADDR DIR [copy|sendfile] | floor dns ADDR";
+    let usage = "usage: floor http ADDR DIR [copy|sendfile|sendfile@N] | floor dns ADDR";
     let addr: SocketAddr = args
         .get(1)
         .and_then(|a| a.parse().ok())
@@ -35,8 +38,13 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("http") => {
             let dir = args.get(2).unwrap_or_else(|| panic!("{usage}"));
-            let sendfile = args.get(3).map(String::as_str) == Some("sendfile");
-            http(addr, dir, sendfile)
+            let mode = args.get(3).map(String::as_str).unwrap_or("copy");
+            let at = match mode.strip_prefix("sendfile@") {
+                Some(n) => Some(n.parse::<u64>().unwrap_or_else(|_| panic!("{usage}"))),
+                None if mode == "sendfile" => Some(0),
+                None => None,
+            };
+            http(addr, dir, at)
         }
         Some("dns") => dns(addr),
         _ => panic!("{usage}"),
@@ -83,9 +91,15 @@ struct Served {
     head: Vec<u8>,
     body: Vec<u8>,
     file: std::fs::File,
+    /// Where the body starts in `file`.
+    at: u64,
 }
 
-fn http(addr: SocketAddr, dir: &str, sendfile: bool) -> io::Result<()> {
+/// `at`: `sendfile` from byte `at` of each file (0: the file itself; else
+/// a scratch copy, unlinked once open); `None`: copy from memory.
+fn http(addr: SocketAddr, dir: &str, at: Option<u64>) -> io::Result<()> {
+    let sendfile = at.is_some();
+    let at = at.unwrap_or(0);
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -99,11 +113,27 @@ fn http(addr: SocketAddr, dir: &str, sendfile: bool) -> io::Result<()> {
             body.len()
         );
         let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let file = if at == 0 {
+            std::fs::File::open(&path)?
+        } else {
+            use std::os::unix::fs::FileExt;
+            let scratch = std::env::temp_dir().join(format!("floor-{}-{name}", std::process::id()));
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&scratch)?;
+            std::fs::remove_file(&scratch)?;
+            f.write_all_at(&vec![0; at as usize], 0)?;
+            f.write_all_at(&body, at)?;
+            f
+        };
         files.push(Served {
             target: format!("/{name}").into_bytes(),
             head: head.into_bytes(),
             body,
-            file: std::fs::File::open(&path)?,
+            file,
+            at,
         });
     }
     if files.is_empty() {
@@ -169,7 +199,7 @@ fn http(addr: SocketAddr, dir: &str, sendfile: bool) -> io::Result<()> {
                             .iter()
                             .find(|f| f.target == target)
                             .unwrap_or(&files[0]);
-                        let sent = answer(c.fd, &f.head, &f.body, f.file.as_raw_fd(), sendfile);
+                        let sent = answer(c.fd, f, sendfile);
                         c.buf.drain(..end + 4);
                         if !sent {
                             close = true;
@@ -188,7 +218,8 @@ fn http(addr: SocketAddr, dir: &str, sendfile: bool) -> io::Result<()> {
 
 /// Sends one answer whole (blocking on a full socket, which a benchmark's
 /// client with one request in flight never causes); false on error.
-fn answer(fd: RawFd, head: &[u8], body: &[u8], file: RawFd, sendfile: bool) -> bool {
+fn answer(fd: RawFd, f: &Served, sendfile: bool) -> bool {
+    let (head, body, file) = (&f.head[..], &f.body[..], f.file.as_raw_fd());
     // SAFETY: the iovecs point at live slices; `fd` and `file` are open.
     unsafe {
         if sendfile {
@@ -201,9 +232,10 @@ fn answer(fd: RawFd, head: &[u8], body: &[u8], file: RawFd, sendfile: bool) -> b
             {
                 return false;
             }
-            let mut off: libc::off_t = 0;
-            while (off as usize) < body.len() {
-                let n = libc::sendfile(fd, file, &mut off, body.len() - off as usize);
+            let start = f.at as libc::off_t;
+            let mut off = start;
+            while ((off - start) as usize) < body.len() {
+                let n = libc::sendfile(fd, file, &mut off, body.len() - (off - start) as usize);
                 if n <= 0 {
                     return false;
                 }
