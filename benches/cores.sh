@@ -24,6 +24,10 @@
 #             has CPUs for; an N with no CPU left over shares them with the load)
 #   SECS      seconds per run             (default 10)
 #   WORKLOADS any of hits dns dsht        (default all three)
+#   TOGETHER=1  DSHT gets: coral (CPUs 0..N-1) and the echo servers
+#             (N..2N-1) loaded at the same time, each by half of the other
+#             CPUs, so that a machine whose pace changes (a VM on a shared
+#             host) slows both alike; needs 2N + 2 CPUs
 #   NO_NETNS=1  do not enter a network namespace (then the servers bind
 #             127.16.x addresses of the host's loopback)
 # Quick mode (`benches/cores.sh --quick`): N in {1, 2}, 2 s runs; it proves
@@ -245,19 +249,19 @@ for n in $CORES; do
                 urls+=("$url")
                 "$CORAL" put "url:$url" 10.1.2.3:8090 --ttl 3600 --node "$IP:7080" >/dev/null
             done
-            gen() { # kind server: all generators at once; prints their total, steering on stderr
-                local kind=$1 server=$2 j outs=() total=0 with=0 without=0
-                for j in $(seq 0 $((load_n - 1))); do
-                    taskset -c $((load_first + j)) "$DSHT_UDP" load "$kind" "$server" "$IP" "$SECS" 64 \
-                        "${urls[$((j % n))]}" >"$TMP/gen.$j" &
+            gen() { # kind server [first count]: generators on CPUs first.. at once; prints their total, steering on stderr
+                local kind=$1 server=$2 first=${3:-$load_first} count=${4:-$load_n} j outs=() total=0 with=0 without=0
+                for j in $(seq 0 $((count - 1))); do
+                    taskset -c $((first + j)) "$DSHT_UDP" load "$kind" "$server" "$IP" "$SECS" 64 \
+                        "${urls[$((j % n))]}" >"$TMP/gen.$kind.$j" &
                     outs+=($!)
                 done
                 for j in "${outs[@]}"; do wait "$j"; done
-                for j in $(seq 0 $((load_n - 1))); do
-                    total=$((total + $(tail -1 "$TMP/gen.$j")))
-                    if grep -q '^steering:' "$TMP/gen.$j"; then
-                        with=$((with + $(awk '/^steering:/ {print $2}' "$TMP/gen.$j")))
-                        without=$((without + $(awk '/^steering:/ {print $7}' "$TMP/gen.$j")))
+                for j in $(seq 0 $((count - 1))); do
+                    total=$((total + $(tail -1 "$TMP/gen.$kind.$j")))
+                    if grep -q '^steering:' "$TMP/gen.$kind.$j"; then
+                        with=$((with + $(awk '/^steering:/ {print $2}' "$TMP/gen.$kind.$j")))
+                        without=$((without + $(awk '/^steering:/ {print $7}' "$TMP/gen.$kind.$j")))
                     fi
                 done
                 if [ "$kind" = get ]; then
@@ -265,6 +269,36 @@ for n in $CORES; do
                 fi
                 echo "$total"
             }
+            if [ -n "${TOGETHER:-}" ]; then
+                # coral on CPUs 0..N-1 and the echo servers on N..2N-1 under
+                # load at the same time, each from half of the remaining CPUs.
+                half=$(((NCPU - 2 * n) / 2))
+                if [ "$half" -lt 1 ]; then
+                    echo "(dsht together skipped at cores $n: needs 2N + 2 CPUs)"
+                    continue
+                fi
+                echo_pids=
+                for c in $(seq 0 $((n - 1))); do
+                    start "$((n + c))" "$DSHT_UDP" echo "$IP:9000" "$c"
+                    echo_pids="$echo_pids $PID"
+                done
+                sleep 0.5
+                # shellcheck disable=SC2086
+                { c0=$(ticks $coral_pid); e0=$(ticks $echo_pids); }
+                t_start=$(date +%s.%N)
+                gen get "$IP:7000" $((2 * n)) "$half" >"$TMP/total.get" &
+                g1=$!
+                gen echo "$IP:9000" $((2 * n + half)) "$half" >"$TMP/total.echo" 2>/dev/null &
+                g2=$!
+                wait "$g1" "$g2"
+                t_end=$(date +%s.%N)
+                wall=$(awk -v a="$t_start" -v b="$t_end" 'BEGIN {print b - a}')
+                # shellcheck disable=SC2086
+                report dsht coral "$n" "$(cat "$TMP/total.get")" "$wall" $(($(ticks $coral_pid) - c0))
+                # shellcheck disable=SC2086
+                report dsht echo "$n" "$(cat "$TMP/total.echo")" "$wall" $(($(ticks $echo_pids) - e0))
+                continue
+            fi
             run_load dsht coral "$n" "$coral_pid" -- gen get "$IP:7000"
             echo_pids=
             for c in $(seq 0 $((n - 1))); do
