@@ -531,7 +531,14 @@ fn first_hops<L: Links>(sim: &Sim<L>, key: &Id, b: u32) -> Vec<u32> {
 pub fn hop_of_probe(key: &Id, sender: &Id, target_bits: u32, b: u32) -> u32 {
     let b = b.max(1);
     let d = key.distance(sender);
-    let digits = target_bits / b;
+    // The digit of the target's first differing bit; every digit (the last
+    // one partial when b does not divide 160) when the target is the key.
+    let bits = crate::dsht::id::ID_BITS;
+    let digits = if target_bits >= bits {
+        bits.div_ceil(b)
+    } else {
+        target_bits / b
+    };
     let mut differing = 0;
     for digit in 0..digits {
         let differs = (digit * b..(digit + 1) * b).any(|bit| {
@@ -710,6 +717,34 @@ mod tests {
         // Measured: median 59, most 81 (without the rule: 132 and 182).
         assert!(worst * 50 <= nodes, "most {worst} of {nodes}");
         assert!(median * 200 <= 3 * nodes, "median {median} of {nodes}");
+    }
+
+    /// `hop_of_probe` numbers a walk's RPC targets 0, 1, 2, ... as the
+    /// lookup makes them (§4.1: the first RPC goes toward t1 and asks
+    /// about t2, each next one a digit further), for any b.
+    #[test]
+    fn hop_of_probe_follows_the_lookup_targets() {
+        use crate::dsht::id::next_target;
+        let mut rng = crate::rng::Rng::new(7);
+        for b in 1..=3u32 {
+            for _ in 0..200 {
+                let (mut k, mut r) = (Id::ZERO, Id::ZERO);
+                rng.fill(&mut k.0);
+                rng.fill(&mut r.0);
+                let i0 = k.distance(&r).leading_zeros() / b;
+                let Some((mut t, mut i)) = next_target(&k, &r, i0, b) else {
+                    continue;
+                };
+                let mut hop = 0;
+                while let Some((next, j)) = next_target(&k, &t, i, b) {
+                    let bits = k.distance(&next).leading_zeros();
+                    assert_eq!(hop_of_probe(&k, &r, bits, b), hop, "b {b} hop {hop}");
+                    (t, i) = (next, j);
+                    hop += 1;
+                }
+                assert!(hop > 10, "b {b}: {hop} hops");
+            }
+        }
     }
 
     /// The experiment turns the id-binding check off (see
