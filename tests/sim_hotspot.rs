@@ -137,8 +137,9 @@ fn hotspot_bound_holds_across_seeds_sizes_and_b_section_6_4() {
     // (6.0, 41, 19) before a loaded node asked its senders to stay away
     // longer when over half the bound for its estimate of n (issue 27);
     // (5.0, 41, 19) before a sender also recalled a node that answered
-    // loaded but could take the value (issue 27).
-    assert_eq!(pinned, Some((6.0, 32, 20)), "pinned figures changed");
+    // loaded but could take the value (issue 27); (6.0, 32, 20) before a
+    // joining node's far buckets took its refreshes' answers (issue 27).
+    assert_eq!(pinned, Some((8.0, 29, 20)), "pinned figures changed");
 }
 
 /// Issue 27: the report names the last minute's busiest node and who

@@ -887,6 +887,19 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
     check_invariants(&failures, a.seed)
 }
 
+fn busiest_json(b: &hotspot::Busiest) -> serde_json::Value {
+    json!({
+        "index": b.index, "rank": b.rank, "prefix_bits": b.prefix_bits,
+        "put_rpcs": b.put_rpcs, "probes": b.probes, "senders": b.senders,
+        "first_hop_probes": b.first_hop_probes, "first_hop_senders": b.first_hop_senders,
+        "first_hop_of": b.first_hop_of,
+        "senders_knowing_it": b.senders_knowing_it,
+        "in_tables": b.in_tables, "in_tables_median": b.in_tables_median,
+        "probes_by_target_bits": b.by_target_bits,
+        "probes_by_sender_bits": b.by_sender_bits,
+    })
+}
+
 fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
     let run = |x: &hotspot::HotspotRun| {
         json!({
@@ -900,14 +913,8 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
             "gets_found": x.gets_found,
             "datagrams": x.datagrams,
             "events": x.events,
-            "busiest_node": x.busiest.as_ref().map(|b| json!({
-                "index": b.index, "rank": b.rank, "prefix_bits": b.prefix_bits,
-                "put_rpcs": b.put_rpcs, "probes": b.probes, "senders": b.senders,
-                "senders_knowing_it": b.senders_knowing_it,
-                "in_tables": b.in_tables, "in_tables_median": b.in_tables_median,
-                "probes_by_target_bits": b.by_target_bits,
-                "probes_by_sender_bits": b.by_sender_bits,
-            })),
+            "busiest_node": x.busiest.as_ref().map(busiest_json),
+            "busiest_node_first_minute": x.busiest_first.as_ref().map(busiest_json),
         })
     };
     json!({
@@ -996,14 +1003,22 @@ fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
         "  nodes that received no put RPC in the last minute: {silent} of {}",
         last.len()
     );
-    if let Some(b) = &r.dsht.busiest {
+    for (b, which) in [
+        (&r.dsht.busiest, "the last minute"),
+        (&r.dsht.busiest_first, "minute 1"),
+    ] {
+        let Some(b) = b else { continue };
         println!(
-            "  busiest node in the last minute: node {} (joined {}th), rank {} by distance, {} bits shared with the key;",
+            "  busiest node in {which}: node {} (joined {}th), rank {} by distance, {} bits shared with the key;",
             b.index, b.index + 1, b.rank, b.prefix_bits
         );
         println!(
             "    {} put RPCs, {} of them probes from {} senders ({} of whom hold it in their routing table);",
             b.put_rpcs, b.probes, b.senders, b.senders_knowing_it
+        );
+        println!(
+            "    {} probes were their walk's first hop, from {} senders; it is the first hop of {} nodes' tables at the start;",
+            b.first_hop_probes, b.first_hop_senders, b.first_hop_of
         );
         println!(
             "    it is in {} routing tables (the median node: {})",

@@ -499,6 +499,97 @@ impl RoutingTable {
         }
     }
 
+    /// Makes the bucket that holds `target` hold `contacts` (closest to
+    /// `target` first; each must have answered us just now), up to k and
+    /// within the address limits, with the bucket's other contacts after
+    /// them while room is left. A contact already present keeps its record;
+    /// a new one is recorded as seen `now`, with no RTT yet. For a joining
+    /// node's refresh of a far bucket (`Node::adopt_join_refresh`): it makes
+    /// the bucket a neighbourhood of a random id rather than the first nodes
+    /// that happened to answer.
+    pub fn adopt(&mut self, target: &Id, contacts: &[Contact], now: Time) {
+        let Some(bi) = self.bucket_index(target) else {
+            return;
+        };
+        let k = self.bucket_size;
+        let j = self.grow_to(bi);
+        let (base, len) = self.span(bi);
+        let old: Vec<Entry> = (base..base + len).map(|i| self.entry_at(i)).collect();
+        let mut new: Vec<Entry> = Vec::with_capacity(k);
+        let fits = |new: &[Entry], addr: SocketAddr, per_ip: usize, per_prefix: usize| {
+            let prefix = crate::dsht::store::prefix_of(addr.ip());
+            let ip = new
+                .iter()
+                .filter(|e| e.contact.addr.ip() == addr.ip())
+                .count();
+            let net = new
+                .iter()
+                .filter(|e| crate::dsht::store::prefix_of(e.contact.addr.ip()) == prefix)
+                .count();
+            ip < per_ip && net < per_prefix
+        };
+        for c in contacts {
+            if new.len() == k {
+                break;
+            }
+            if self.bucket_index(&c.id) != Some(bi)
+                || new.iter().any(|e| e.contact.id == c.id)
+                || !fits(&new, c.addr, self.per_ip_max, self.per_prefix_max)
+            {
+                continue;
+            }
+            new.push(match old.iter().find(|e| e.contact.id == c.id) {
+                Some(e) => Entry { contact: *c, ..*e },
+                None => Entry {
+                    contact: *c,
+                    last_seen: now,
+                    rtt_min: None,
+                    failures: 0,
+                },
+            });
+        }
+        // The old contacts kept, least recently seen first, then the rest.
+        let mut kept: Vec<Entry> = old
+            .iter()
+            .filter(|e| !new.iter().any(|n| n.contact.id == e.contact.id))
+            .copied()
+            .collect();
+        let room = k - new.len();
+        let mut out: Vec<Entry> = Vec::with_capacity(k);
+        for e in kept.drain(..) {
+            if out.len() == room {
+                break;
+            }
+            let both: Vec<Entry> = new.iter().chain(out.iter()).copied().collect();
+            if fits(&both, e.contact.addr, self.per_ip_max, self.per_prefix_max) {
+                out.push(e);
+            }
+        }
+        let mut changed = out.len() != old.len();
+        out.append(&mut new);
+        // Least recently seen first, as every bucket keeps its contacts.
+        out.sort_by_key(|e| e.last_seen);
+        changed |= out
+            .iter()
+            .any(|e| !old.iter().any(|o| o.contact.id == e.contact.id));
+        for (i, e) in out.iter().enumerate() {
+            self.put_at(base + i, e);
+        }
+        self.len = self.len - len + out.len();
+        self.buckets[j].len = out.len() as u32;
+        if self.buckets[j]
+            .replacement
+            .as_ref()
+            .is_some_and(|r| out.iter().any(|e| e.contact.id == r.contact.id))
+        {
+            self.buckets[j].replacement = None;
+        }
+        if changed {
+            self.generation += 1;
+        }
+        self.mark(bi);
+    }
+
     /// Records that the oldest contact answered its liveness ping: it stays,
     /// and the waiting replacement is discarded.
     pub fn on_oldest_alive(&mut self, id: &Id, now: Time) {
@@ -750,6 +841,56 @@ mod tests {
         id.0[0] = first;
         id.0[19] = n;
         id
+    }
+
+    /// A joining node's refresh result takes the bucket (issue 27): the
+    /// given contacts first, up to k, each keeping its record if present,
+    /// the bucket's old contacts only while room is left; contacts outside
+    /// the bucket and over the address limits are left out; other buckets
+    /// are untouched.
+    #[test]
+    fn adopt_makes_the_bucket_the_refresh_result() {
+        let mut t = RoutingTable::new(Id::ZERO, 3);
+        let s = |secs: u64| Time(secs * 1_000_000);
+        let old: Vec<Contact> = (1..=3)
+            .map(|n| contact(id_with_prefix(0x80, n), u16::from(n)))
+            .collect();
+        for (i, c) in old.iter().enumerate() {
+            t.insert(*c, s(i as u64), Some(Duration::from_millis(10)));
+        }
+        let near = contact(id_with_prefix(0x40, 9), 9);
+        t.insert(near, s(4), None);
+        let fresh: Vec<Contact> = (10..=11)
+            .map(|n| contact(id_with_prefix(0x81, n), u16::from(n)))
+            .collect();
+        // Closest first: a new one, old[2] (present), a contact of another
+        // bucket, then one more new one than there is room for.
+        let given = [fresh[0], old[2], near, fresh[1]];
+        t.adopt(&id_with_prefix(0x90, 0), &given, s(10));
+        let ids: Vec<Id> = t.entries().map(|e| e.contact.id).collect();
+        // The nearer bucket comes first; each least recently seen first.
+        assert_eq!(ids, vec![near.id, old[2].id, fresh[0].id, fresh[1].id]);
+        assert_eq!(t.len(), 4);
+        let kept = t.get(&old[2].id).unwrap();
+        assert_eq!(kept.last_seen, s(2));
+        assert_eq!(kept.rtt_min, Some(Duration::from_millis(10)));
+        let new = t.get(&fresh[0].id).unwrap();
+        assert_eq!((new.last_seen, new.rtt_min), (s(10), None));
+        assert!(t.get(&old[0].id).is_none() && t.get(&old[1].id).is_none());
+        // Fewer given than k: the oldest old contacts fill the room.
+        let mut u = RoutingTable::new(Id::ZERO, 3);
+        for (i, c) in old.iter().enumerate() {
+            u.insert(*c, s(i as u64), None);
+        }
+        u.adopt(&id_with_prefix(0x90, 0), &fresh[..1], s(10));
+        let ids: Vec<Id> = u.entries().map(|e| e.contact.id).collect();
+        assert_eq!(ids, vec![old[0].id, old[1].id, fresh[0].id]);
+        // The address limits hold: one contact per IP (all of these share
+        // 127.0.0.1).
+        let mut v = RoutingTable::new(Id::ZERO, 3);
+        v.set_address_limits(1, 2);
+        v.adopt(&id_with_prefix(0x90, 0), &fresh, s(10));
+        assert_eq!(v.len(), 1);
     }
 
     #[test]

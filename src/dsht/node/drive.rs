@@ -88,12 +88,15 @@ impl Node {
                 Flow::Wait
             }
             Step::Done { closest } => {
-                if o.kind == OpKind::Refresh || o.levels_left.is_empty() {
+                if matches!(o.kind, OpKind::Refresh | OpKind::JoinRefresh)
+                    || o.levels_left.is_empty()
+                {
                     match o.kind {
                         OpKind::Get => self.finish_get_miss(op, o, now, closest),
                         OpKind::Refresh if o.key == self.id => {
                             self.refresh_far_buckets(now, o.level)
                         }
+                        OpKind::JoinRefresh => self.adopt_join_refresh(now, o.level, lookup),
                         _ => {}
                     }
                     return Flow::Over;
@@ -360,7 +363,7 @@ impl Node {
                 );
             }
             OpKind::Claim | OpKind::Pin => self.finish_claim(op, o, now, false, Values::new()),
-            OpKind::Refresh => {}
+            OpKind::Refresh | OpKind::JoinRefresh => {}
         }
     }
 

@@ -1,10 +1,15 @@
 //! Maintenance: periodic sweeps of the stores and tables, and refreshing the
 //! buckets no lookup has touched (Kademlia's bucket refresh).
 
+use smallvec::SmallVec;
+
 use crate::dsht::id::Id;
 use crate::dsht::limits::JOIN_REFRESHES_MAX;
+use crate::dsht::lookup::Lookup;
+use crate::dsht::wire::Contact;
 use crate::time::{Duration, Time};
 
+use super::ops::OpKind;
 use super::timers::Timer;
 use super::{Level, Node, MAINTENANCE_INTERVAL, SWEEP_INTERVAL};
 
@@ -105,7 +110,47 @@ impl Node {
             .take(JOIN_REFRESHES_MAX)
         {
             let target = self.random_id_in_bucket(bucket);
-            self.refresh(now, target, level);
+            self.refresh_as(now, target, level, OpKind::JoinRefresh);
+        }
+    }
+
+    /// A join refresh of the bucket holding `lookup`'s key (a random id in
+    /// it) is over: the bucket takes the k closest nodes to that id that
+    /// answered, in place of whichever nodes answered this newcomer first
+    /// (`RoutingTable::adopt`). Kademlia keeps a full bucket's old contacts
+    /// because a node seen long ago is likely to stay up; a node that has
+    /// just joined has known all of its contacts for a second or less, so
+    /// that preference says nothing here, and the first to answer a
+    /// newcomer are the contacts every other table already holds (the
+    /// early joiners: issue 27). Without this, those nodes sit in the far
+    /// buckets of every later node and are the first hop of hundreds of
+    /// senders' walks toward any key (§4.1: the first hop is the contact
+    /// closest to splice(k, r, 1)); with it, a far bucket holds a random
+    /// neighbourhood of its range, as the refresh's random target intends.
+    pub(super) fn adopt_join_refresh(&mut self, now: Time, level: Level, lookup: &Lookup) {
+        let k = self.config.bucket_size;
+        let Some(l) = self.levels.get(level as usize) else {
+            return;
+        };
+        let bucket = self.id.distance(&lookup.key()).bit_len();
+        let mut chosen: SmallVec<[Contact; 16]> = SmallVec::new();
+        for c in lookup.answered_by_distance() {
+            if chosen.len() == k {
+                break;
+            }
+            // Only nodes that this node admits and that fall in the
+            // refreshed bucket (a walk's early hops may lie elsewhere).
+            if self.id.distance(&c.contact.id).bit_len() == bucket
+                && self.admits(c.contact.addr, &c.contact.id)
+                && (level == 0 || l.table.get(&c.contact.id).is_some())
+            {
+                chosen.push(c.contact);
+            }
+        }
+        if !chosen.is_empty() {
+            self.levels[level as usize]
+                .table
+                .adopt(&lookup.key(), &chosen, now);
         }
     }
 

@@ -53,6 +53,9 @@ pub(super) enum OpKind {
     /// A store at the key's closest node, whatever it holds ([`Node::pin`]).
     Pin,
     Refresh,
+    /// A joining node's refresh of one far bucket: its answers take the
+    /// bucket ([`Node::adopt_join_refresh`]).
+    JoinRefresh,
 }
 
 impl OpKind {
@@ -296,6 +299,12 @@ impl Node {
     /// Starts a lookup for `target` at `level` that only refreshes routing
     /// tables (no event).
     pub fn refresh(&mut self, now: Time, target: Id, level: Level) {
+        self.refresh_as(now, target, level, OpKind::Refresh);
+    }
+
+    /// A refresh lookup of `kind` ([`OpKind::Refresh`] or
+    /// [`OpKind::JoinRefresh`]).
+    pub(super) fn refresh_as(&mut self, now: Time, target: Id, level: Level, kind: OpKind) {
         if level as usize >= self.levels.len() || self.ops.len() >= self.hot.operations_max {
             return;
         }
@@ -306,7 +315,7 @@ impl Node {
         self.start_op(
             now,
             op,
-            OpKind::Refresh,
+            kind,
             target,
             level,
             SmallVec::new(),
