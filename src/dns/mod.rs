@@ -65,7 +65,9 @@ use domain::rdata::{Aaaa, Cname, Dname, Ns, Soa, A};
 pub use counters::{AnswerCounts, Counters, LEVEL_NAMES, QTYPE_NAMES, RCODE_NAMES};
 pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
 pub use live::{Check, Liveness, Verdict, CHECK_INTERVAL, CHECK_TIMEOUT, FRESH, UNCONFIRMED};
-pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
+pub use near::{
+    lookup_keys, NearCache, NearNodes, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX,
+};
 pub use view::{LevelView, Peer, View};
 
 use crate::dsht::id::{keyed_hasher, Key};
@@ -257,6 +259,19 @@ pub enum Hold {
 /// Names the compressor remembers per message.
 const COMPRESS_NAMES_MAX: usize = crate::limits::DNS.compress_names_max;
 
+/// A name server's name under an apex, made once and kept
+/// (`Dnssrv::ns_cache`).
+#[derive(Debug)]
+struct NsName {
+    apex: Apex,
+    /// Its address (the glue's).
+    ip: IpAddr,
+    /// `ns-<hex ip>.<apex>`.
+    name: Name<Vec<u8>>,
+    /// Its NS record as the fast path writes it.
+    record: fast::NsRecord,
+}
+
 /// dnssrv: one per core.
 #[derive(Debug)]
 pub struct Dnssrv {
@@ -292,7 +307,7 @@ pub struct Dnssrv {
     /// The apexes' names.
     apex_names: Vec<Name<Vec<u8>>>,
     /// Name servers' names by (apex, address).
-    ns_cache: Vec<(Apex, IpAddr, Name<Vec<u8>>)>,
+    ns_cache: Vec<NsName>,
     /// What the fast path picked for the query being answered, when it
     /// hands the writing to the builder.
     picked: Option<(Pick, Best<ANSWERS_MAX>)>,

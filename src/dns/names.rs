@@ -246,7 +246,7 @@ impl Dnssrv {
         if let Some(i) = self
             .ns_cache
             .iter()
-            .position(|(a, i, _)| *a == apex && *i == ip)
+            .position(|n| n.apex == apex && n.ip == ip)
         {
             return Some(i);
         }
@@ -258,7 +258,13 @@ impl Dnssrv {
             return None;
         }
         let name = Name::from_octets(nb.name()?.as_slice().to_vec()).ok()?;
-        self.ns_cache.push((apex, ip, name));
+        let record = super::fast::NsRecord::new(name.as_slice())?;
+        self.ns_cache.push(NsName {
+            apex,
+            ip,
+            name,
+            record,
+        });
         Some(self.ns_cache.len() - 1)
     }
 }

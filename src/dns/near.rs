@@ -56,6 +56,10 @@ pub fn lookup_keys(client: IpAddr, hops: &[IpAddr]) -> ([Key; HINT_LOOKUP_KEYS_M
     (keys, n)
 }
 
+/// The nodes found near one client network (DSHT addresses), nearest-hop
+/// first, from the front.
+pub type NearNodes = [Option<SocketAddr>; NEAR_NODES_MAX];
+
 /// What is known of the nodes near one client network.
 #[derive(Clone, Copy, Debug)]
 struct Near {
@@ -64,7 +68,7 @@ struct Near {
     /// Whether its answer came.
     done: bool,
     /// The nodes found (DSHT addresses), nearest-hop first.
-    nodes: [Option<SocketAddr>; NEAR_NODES_MAX],
+    nodes: NearNodes,
     /// When the nodes found were last pinged for verification.
     pinged: Time,
 }
@@ -178,19 +182,15 @@ impl NearCache {
     }
 
     /// One look at network `key`: whether its entry is fresh (pending or
-    /// answered: no new lookup is needed), and the nodes found near it.
-    pub fn get(&self, key: u128, now: Time) -> (bool, [Option<SocketAddr>; NEAR_NODES_MAX]) {
+    /// answered: no new lookup is needed), and the nodes found near it, if
+    /// there are any (`None` when none was found: no array of empty slots
+    /// is written and copied for the common client, issue 27).
+    pub fn get(&self, key: u128, now: Time) -> (bool, Option<NearNodes>) {
         match self.map.get(&key) {
-            // Copied only when there are nodes (all `None` otherwise).
-            Some(n) if n.fresh(now, self.ttl, self.ttl_empty) => (
-                true,
-                if n.found() {
-                    n.nodes
-                } else {
-                    [None; NEAR_NODES_MAX]
-                },
-            ),
-            _ => (false, [None; NEAR_NODES_MAX]),
+            Some(n) if n.fresh(now, self.ttl, self.ttl_empty) => {
+                (true, n.found().then_some(n.nodes))
+            }
+            _ => (false, None),
         }
     }
 
@@ -272,6 +272,58 @@ mod tests {
         assert!(keys.contains(&Id::from_ip(ip("198.18.7.1"))));
         // The prober's own gateway is the first hop: not near the client.
         assert!(!keys.contains(&Id::from_ip(ip("198.18.6.1"))));
+    }
+
+    /// [`NearCache::get`] as it was before issue 27's cut: an array of
+    /// empty slots when no node was found.
+    fn get_before(c: &NearCache, key: u128, now: Time) -> (bool, NearNodes) {
+        match c.map.get(&key) {
+            Some(n) if n.fresh(now, c.ttl, c.ttl_empty) => (
+                true,
+                if n.found() {
+                    n.nodes
+                } else {
+                    [None; NEAR_NODES_MAX]
+                },
+            ),
+            _ => (false, [None; NEAR_NODES_MAX]),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn get_finds_what_it_found_before(
+            ops in proptest::collection::vec(
+                (0u8..3, 0u128..6, 0u64..30, proptest::collection::vec(0u8..6, 0..7)),
+                0..60,
+            ),
+        ) {
+            let mut c = NearCache::new(4, Duration::from_secs(10), Duration::from_secs(3));
+            let me = ip("198.18.6.2");
+            let mut now = Time(1_000_000);
+            for (op, key, dt, hosts) in ops {
+                now = now + Duration::from_secs(dt / 10);
+                let nodes: Vec<SocketAddr> = hosts
+                    .iter()
+                    .map(|&h| SocketAddr::new(IpAddr::from([198, 18, 6, h]), 7000))
+                    .collect();
+                match op {
+                    0 => {
+                        c.start(key, now);
+                    }
+                    1 => {
+                        c.found(key, &nodes, me, now);
+                    }
+                    _ => {}
+                }
+                for k in 0..6 {
+                    let (fresh, near) = c.get(k, now);
+                    let before = get_before(&c, k, now);
+                    proptest::prop_assert_eq!((fresh, near.unwrap_or([None; NEAR_NODES_MAX])), before);
+                    proptest::prop_assert!(near.is_none_or(|n| n[0].is_some()));
+                }
+            }
+        }
     }
 
     #[test]

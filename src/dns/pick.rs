@@ -118,7 +118,7 @@ impl Dnssrv {
         now: Time,
         client: IpAddr,
         ecs: Option<Ecs>,
-    ) -> (Level, u8, [Option<SocketAddr>; NEAR_NODES_MAX]) {
+    ) -> (Level, u8, Option<NearNodes>) {
         let (ip, scope) = match ecs {
             Some(e) if e.source > 0 => {
                 let bits = match e.addr {
@@ -162,7 +162,7 @@ impl Dnssrv {
         level: usize,
         target: IpAddr,
         want: Rtype,
-        near: &[Option<SocketAddr>; NEAR_NODES_MAX],
+        near: &Option<NearNodes>,
         best: &mut Best<ANSWERS_MAX>,
     ) -> bool {
         let live = Duration::from_secs(self.cfg.live_secs);
@@ -176,7 +176,7 @@ impl Dnssrv {
         // Nodes near the target, found through hints: ranked above every
         // proxy of the level (they are near by topology, not only by RTT).
         let mut unverified = false;
-        for (i, a) in near.iter().flatten().enumerate() {
+        for (i, a) in near.iter().flatten().flatten().enumerate() {
             let ip = a.ip();
             if ip == ctx.view.me {
                 continue;
@@ -201,7 +201,7 @@ impl Dnssrv {
                 .near
                 .ping_due(prefix_key(target, 24, 56), ctx.now, VERIFY_INTERVAL)
         {
-            for &a in near.iter().flatten() {
+            for &a in near.iter().flatten().flatten() {
                 self.followups.push_back(FollowUp::Ping(a));
             }
         }
