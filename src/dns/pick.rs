@@ -130,11 +130,15 @@ impl Dnssrv {
             _ => (client, 0),
         };
         let key = prefix_key(ip, 24, 56);
-        let rtt = self.clients.rtt(key, now);
+        // One look at the network: its RTT and the nodes near it.
+        let Look {
+            rtt,
+            near_fresh,
+            near,
+        } = self.networks.look(key, now);
         // Probe a network not measured, or whose near nodes (hints) are not
         // known: its RTT and its last hops come back in `on_probe`.
         let retry = matches!(self.hold, Hold::Retry(_));
-        let (near_fresh, near) = self.near.get(key, now);
         if !retry && (rtt.is_none() || !near_fresh) {
             if self.probes.allow(ip, now) {
                 self.counters.probes_sent += 1;
@@ -198,7 +202,7 @@ impl Dnssrv {
         let hinted = best.len > 0;
         if unverified
             && self
-                .near
+                .networks
                 .ping_due(prefix_key(target, 24, 56), ctx.now, VERIFY_INTERVAL)
         {
             for &a in near.iter().flatten().flatten() {
