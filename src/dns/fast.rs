@@ -279,6 +279,7 @@ impl NsRecord {
 /// The answer's header over its first 12 octets: the query's id, QR,
 /// opcode QUERY, AA, RD and CD as asked, NOERROR, one question and the
 /// section `counts` (answer, authority, additional).
+#[inline]
 fn put_header(buf: &mut [u8], query: &[u8], counts: [u16; 3]) {
     let h = &mut buf[..12];
     h[..2].copy_from_slice(&query[..2]);

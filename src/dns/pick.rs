@@ -90,6 +90,7 @@ impl<const N: usize> Best<N> {
         self.cap = cap.min(N);
     }
 
+    #[inline]
     pub(super) fn addrs(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.items[..self.len].iter().map(|i| i.2)
     }
@@ -110,15 +111,16 @@ pub(super) enum Pick {
 }
 
 impl Dnssrv {
-    /// Where the client is: its level and the Client Subnet scope the
-    /// answer holds for.
-    /// Also the nodes hints found near it (one look at the near cache).
+    /// Where the client is: its address (the Client Subnet's, if one with
+    /// a source prefix was sent, else the resolver's), its level and the
+    /// Client Subnet scope the answer holds for. Also the nodes hints found
+    /// near it (one look at its network).
     pub(super) fn locate(
         &mut self,
         now: Time,
         client: IpAddr,
         ecs: Option<Ecs>,
-    ) -> (Level, u8, Option<NearNodes>) {
+    ) -> (IpAddr, Level, u8, Option<NearNodes>) {
         let (ip, scope) = match ecs {
             Some(e) if e.source > 0 => {
                 let bits = match e.addr {
@@ -148,8 +150,8 @@ impl Dnssrv {
             }
         }
         match rtt {
-            Some(rtt) => (self.level_for(rtt), scope, near),
-            None => (self.cfg.default_level, scope, near),
+            Some(rtt) => (ip, self.level_for(rtt), scope, near),
+            None => (ip, self.cfg.default_level, scope, near),
         }
     }
 
@@ -362,12 +364,10 @@ impl Dnssrv {
             Rtype::AAAA => Rtype::AAAA,
             _ => return Pick::NoAddress,
         };
-        let (level, scope, near) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
+        // The target: the Client Subnet's address if one was sent (with a
+        // source prefix), else the resolver's.
+        let (target, level, scope, near) = self.locate(ctx.now, ctx.client, ctx.edns.ecs);
         let level = (level as usize).min(ctx.view.levels.len().saturating_sub(1));
-        let target = match ctx.edns.ecs {
-            Some(e) if e.source > 0 => e.addr,
-            _ => ctx.client,
-        };
         let hinted = self.pick_proxies(ctx, level, target, want, &near, best);
         if self.hold_now {
             // Held: nothing is sent now; the query is asked again.
