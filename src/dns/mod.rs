@@ -586,9 +586,9 @@ impl Dnssrv {
             Some(q) => q.qtype_index(),
             None => qtype_index(query),
         };
-        let r = match fast {
+        let r = match &fast {
             Some(q) if self.fast_path && rrl == Rrl::Send => {
-                self.respond_fast(now, &msg, &q, client, transport, view, buf)
+                self.respond_fast(now, &msg, q, client, transport, view, buf)
             }
             _ => self.respond(now, &msg, rrl, client, transport, view, buf),
         };
