@@ -160,6 +160,7 @@ pub(super) fn lower8(x: u64) -> u64 {
 
 /// `a.eq_ignore_ascii_case(b)`, eight octets at a time: the compressor
 /// compares names' tails with it for every name of every answer.
+#[inline]
 pub(super) fn eq_fold(a: &[u8], b: &[u8]) -> bool {
     let len = a.len();
     if len != b.len() {

@@ -32,6 +32,9 @@ pub(super) struct FastQuery<'q> {
     /// A or AAAA.
     qtype: u16,
     edns: Edns,
+    /// The query's header and question: the answer's first octets, but
+    /// for the header's flags and counts.
+    head: &'q [u8],
 }
 
 impl FastQuery<'_> {
@@ -54,21 +57,24 @@ pub(super) fn fast_parse(q: &[u8]) -> Option<FastQuery<'_>> {
     if count(4) != 1 || count(6) != 0 || count(8) != 0 || count(10) > 1 {
         return None;
     }
-    // The name: plain labels only, at most 255 octets with the root.
-    let mut p = 12;
+    // The name: plain labels only, at most 255 octets with the root, so
+    // every length octet lies in the 255 octets after the header: one
+    // bound per label instead of two (issue 27; `fast_parse_reads_as_before`).
+    let name = q.get(12..q.len().min(12 + 255))?;
+    let mut n = 0;
     loop {
-        let l = usize::from(*q.get(p)?);
-        if l == 0 {
-            break;
-        }
-        if l > 63 {
+        let l = *name.get(n)?;
+        // A label of 1 to 63 octets in one test; then the root, or not a
+        // plain label.
+        if l.wrapping_sub(1) >= 63 {
+            if l == 0 {
+                break;
+            }
             return None;
         }
-        p += 1 + l;
-        if p - 12 >= 255 {
-            return None;
-        }
+        n += 1 + usize::from(l);
     }
+    let p = 12 + n;
     let qname = q.get(12..p + 1)?;
     let t = q.get(p + 1..p + 5)?;
     let qtype = u16::from_be_bytes([t[0], t[1]]);
@@ -108,7 +114,12 @@ pub(super) fn fast_parse(q: &[u8]) -> Option<FastQuery<'_>> {
     if end != q.len() {
         return None;
     }
-    Some(FastQuery { qname, qtype, edns })
+    Some(FastQuery {
+        qname,
+        qtype,
+        edns,
+        head: q.get(..p + 5)?,
+    })
 }
 
 /// The names the fast path places query names by, flat, with their root
@@ -213,9 +224,62 @@ fn put_addr(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
     }
 }
 
+/// Where a name server's label starts in its [`NsRecord`]: after the
+/// owner's pointer, the type, class, TTL and data length.
+const NS_LABEL_AT: usize = 2 + 10;
+/// The longest NS record the fast path writes: a label of `ns-` and 32 hex
+/// digits (an IPv6 address), then a pointer to the apex.
+const NS_RECORD_BYTES_MAX: usize = NS_LABEL_AT + 1 + 35 + 2;
+
+/// A name server's NS record as the fast path writes it, made once per
+/// name server (`Dnssrv::ns_cache`): a pointer to the apex, type NS, class
+/// IN, [`NS_TTL_SECS`], the data's length, the name server's label and a
+/// pointer to the apex again. Both pointers are written per answer (where
+/// the apex is depends on the question's length). One copy of a length
+/// known when compiled instead of four appends, one of them a call to
+/// memcpy (issue 27).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct NsRecord {
+    bytes: [u8; NS_RECORD_BYTES_MAX],
+    /// Octets of `bytes` that are the record.
+    len: u8,
+}
+
+impl NsRecord {
+    /// The record naming `ns` (its name flat, its first label the name
+    /// server's own, of at most 36 octets with its length).
+    pub(super) fn new(ns: &[u8]) -> Option<NsRecord> {
+        let label = ns.get(..1 + usize::from(*ns.first()?))?;
+        let len = NS_LABEL_AT + label.len() + 2;
+        let mut bytes = [0u8; NS_RECORD_BYTES_MAX];
+        bytes[2..10].copy_from_slice(&head(Rtype::NS.to_int(), NS_TTL_SECS));
+        bytes[10..NS_LABEL_AT].copy_from_slice(&(label.len() as u16 + 2).to_be_bytes());
+        bytes
+            .get_mut(NS_LABEL_AT..NS_LABEL_AT + label.len())?
+            .copy_from_slice(label);
+        Some(NsRecord {
+            bytes,
+            len: len as u8,
+        })
+    }
+
+    /// Appends the record with the apex at `apex_ptr`.
+    #[inline]
+    fn put(&self, buf: &mut Vec<u8>, apex_ptr: [u8; 2]) {
+        let at = buf.len();
+        let len = usize::from(self.len);
+        buf.extend_from_slice(&self.bytes);
+        let r = &mut buf[at..];
+        r[..2].copy_from_slice(&apex_ptr);
+        r[len - 2..len].copy_from_slice(&apex_ptr);
+        buf.truncate(at + len);
+    }
+}
+
 /// The answer's header over its first 12 octets: the query's id, QR,
 /// opcode QUERY, AA, RD and CD as asked, NOERROR, one question and the
 /// section `counts` (answer, authority, additional).
+#[inline]
 fn put_header(buf: &mut [u8], query: &[u8], counts: [u16; 3]) {
     let h = &mut buf[..12];
     h[..2].copy_from_slice(&query[..2]);
@@ -263,12 +327,11 @@ impl Dnssrv {
         let push_limit = limit.saturating_sub(opt_room);
         let mut buf = buf;
         buf.clear();
-        // The header is written last, once the counts are known.
-        buf.extend_from_slice(&[0; 12]);
-        // No compressor needed (see below).
-        buf.extend_from_slice(q.qname);
-        buf.extend_from_slice(&q.qtype.to_be_bytes());
-        buf.extend_from_slice(&[0, 1]);
+        // The query's header and question in one copy: the question is
+        // echoed as sent (its name, A or AAAA, class IN: what `fast_parse`
+        // read), and the header is written over last, once the counts are
+        // known. No compressor needed (see below).
+        buf.extend_from_slice(q.head);
         let mut ancount: u16 = 0;
         // Where the owner of the A records is written in full (the question
         // name, or the CNAME's target), and its length with the root.
@@ -426,24 +489,17 @@ impl Dnssrv {
     /// The NS records of the apex (at `apex_ptr`) naming the name servers
     /// `idx` (in `ns_cache`), then their glue: each name server's name is
     /// its own label then a pointer to the apex, and its glue's owner
-    /// points at it.
+    /// points at it. Each NS record is its [`NsRecord`], made once, with
+    /// the apex's pointer written in.
     fn put_delegation(&self, buf: &mut Vec<u8>, idx: &[usize], apex_ptr: [u8; 2]) {
         let mut ns_at = [0u16; NAMESERVERS_MAX];
         for (&i, ns_at) in idx.iter().zip(ns_at.iter_mut()) {
-            let ns = self.ns_cache[i].2.as_slice();
-            let label = &ns[..1 + usize::from(ns[0])];
-            let mut r = [0u8; 12];
-            r[..2].copy_from_slice(&apex_ptr);
-            r[2..10].copy_from_slice(&head(Rtype::NS.to_int(), NS_TTL_SECS));
-            r[10..].copy_from_slice(&(label.len() as u16 + 2).to_be_bytes());
-            buf.extend_from_slice(&r);
-            *ns_at = buf.len() as u16;
-            buf.extend_from_slice(label);
-            buf.extend_from_slice(&apex_ptr);
+            *ns_at = (buf.len() + NS_LABEL_AT) as u16;
+            self.ns_cache[i].record.put(buf, apex_ptr);
         }
         for (&i, &ns_at) in idx.iter().zip(ns_at.iter()) {
             let owner = (0xc000 | ns_at).to_be_bytes();
-            put_addr(buf, owner, self.ns_cache[i].1, NS_TTL_SECS);
+            put_addr(buf, owner, self.ns_cache[i].ip, NS_TTL_SECS);
         }
     }
 
@@ -550,7 +606,172 @@ mod cut_tests {
         buf.extend_from_slice(&r[..len]);
     }
 
+    /// [`fast_parse`]'s name scan as it was before issue 27's cut (two
+    /// bounds per label), with the rest of it as it is; what it read, as
+    /// `(qname, qtype, edns, question's end)`.
+    fn fast_parse_before(q: &[u8]) -> Option<(&[u8], u16, String, usize)> {
+        let h = q.get(..12)?;
+        if h[2] & 0xf8 != 0 {
+            return None;
+        }
+        let count = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        if count(4) != 1 || count(6) != 0 || count(8) != 0 || count(10) > 1 {
+            return None;
+        }
+        let mut p = 12;
+        loop {
+            let l = usize::from(*q.get(p)?);
+            if l == 0 {
+                break;
+            }
+            if l > 63 {
+                return None;
+            }
+            p += 1 + l;
+            if p - 12 >= 255 {
+                return None;
+            }
+        }
+        let qname = q.get(12..p + 1)?;
+        let t = q.get(p + 1..p + 5)?;
+        let qtype = u16::from_be_bytes([t[0], t[1]]);
+        if !matches!(qtype, 1 | 28) || t[2..4] != [0, 1] {
+            return None;
+        }
+        let mut end = p + 5;
+        let mut edns = Edns::default();
+        if count(10) == 1 {
+            let r = q.get(end..end + 11)?;
+            if r[0] != 0 || r[1..3] != [0, 41] || r[6] != 0 {
+                return None;
+            }
+            let rdlen = usize::from(u16::from_be_bytes([r[9], r[10]]));
+            let rdata = q.get(end + 11..end + 11 + rdlen)?;
+            end += 11 + rdlen;
+            let mut o = 0;
+            while o < rdata.len() {
+                let oh = rdata.get(o..o + 4)?;
+                let code = u16::from_be_bytes([oh[0], oh[1]]);
+                let len = usize::from(u16::from_be_bytes([oh[2], oh[3]]));
+                let data = rdata.get(o + 4..o + 4 + len)?;
+                if code == OPT_CLIENT_SUBNET {
+                    if edns.ecs.is_some() {
+                        return None;
+                    }
+                    edns.ecs = Some(parse_ecs(data)?);
+                }
+                o += 4 + len;
+            }
+            edns.present = true;
+            edns.udp = u16::from_be_bytes([r[3], r[4]]);
+            edns.version = 0;
+            edns.dnssec_ok = r[7] & 0x80 != 0;
+        }
+        if end != q.len() {
+            return None;
+        }
+        Some((qname, qtype, format!("{edns:?}"), p + 5))
+    }
+
+    /// A query for a name of labels of `lens` octets (a length above 63 is
+    /// written as it is: not a plain label), with an OPT record if asked.
+    fn query_of(lens: &[u8], qtype: u16, opt: Option<&[u8]>) -> Vec<u8> {
+        let mut q = vec![
+            0x12,
+            0x34,
+            0x01,
+            0,
+            0,
+            1,
+            0,
+            0,
+            0,
+            0,
+            0,
+            u8::from(opt.is_some()),
+        ];
+        for (i, &l) in lens.iter().enumerate() {
+            q.push(l);
+            q.extend((0..l.min(70)).map(|j| b'a' + (i as u8 + j) % 26));
+        }
+        q.push(0);
+        q.extend_from_slice(&qtype.to_be_bytes());
+        q.extend_from_slice(&[0, 1]);
+        if let Some(rdata) = opt {
+            q.extend_from_slice(&[0, 0, 41, 4, 0xd0, 0, 0, 0x80, 0]);
+            q.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+            q.extend_from_slice(rdata);
+        }
+        q
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn fast_parse_reads_as_before(
+            // Names near the 255-octet bound and labels near 63.
+            lens in proptest::collection::vec(prop_oneof![0u8..8, 55u8..70, 60u8..64, any::<u8>()], 0..12),
+            qtype in prop_oneof![Just(1u16), Just(28), any::<u16>()],
+            opt in proptest::option::of(prop_oneof![
+                Just(vec![]),
+                Just(vec![0, 8, 0, 7, 0, 1, 24, 0, 198, 51, 100]),
+                proptest::collection::vec(any::<u8>(), 0..16),
+            ]),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+            cut in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let mut q = query_of(&lens, qtype, opt.as_deref());
+            for (at, x) in flips {
+                let i = at.index(q.len());
+                q[i] = x;
+            }
+            if let Some(c) = cut {
+                q.truncate(c.index(q.len() + 1));
+            }
+            let new = fast_parse(&q).map(|f| (f.qname, f.qtype, format!("{:?}", f.edns), f.head.len()));
+            prop_assert_eq!(new, fast_parse_before(&q));
+            if let Some(f) = fast_parse(&q) {
+                prop_assert_eq!(f.head, &q[..12 + f.qname.len() + 4]);
+            }
+        }
+
+        #[test]
+        fn ns_records_are_the_octets_written_before(
+            before in proptest::collection::vec(any::<u8>(), 0..40),
+            v4: [u8; 4],
+            v6: [u8; 16],
+            six: bool,
+            apex_ptr: [u8; 2],
+            tail in proptest::collection::vec("[a-z0-9]{1,20}", 0..4),
+        ) {
+            let ip = if six { IpAddr::from(v6) } else { IpAddr::from(v4) };
+            let mut l = [0u8; 35];
+            let mut nb = NameBuf::new();
+            prop_assert!(nb.push(super::super::names::ns_label(ip, &mut l)));
+            for t in &tail {
+                prop_assert!(nb.push(t.as_bytes()));
+            }
+            let name = nb.name().unwrap();
+            let ns = name.as_slice();
+            // As `put_delegation` wrote each NS record before issue 27's
+            // cut: the record's head, the label, the apex's pointer.
+            let mut old = before.clone();
+            let label = &ns[..1 + usize::from(ns[0])];
+            let mut r = [0u8; 12];
+            r[..2].copy_from_slice(&apex_ptr);
+            r[2..10].copy_from_slice(&head(Rtype::NS.to_int(), NS_TTL_SECS));
+            r[10..].copy_from_slice(&(label.len() as u16 + 2).to_be_bytes());
+            old.extend_from_slice(&r);
+            let label_at = old.len();
+            old.extend_from_slice(label);
+            old.extend_from_slice(&apex_ptr);
+            let mut new = before.clone();
+            NsRecord::new(ns).unwrap().put(&mut new, apex_ptr);
+            prop_assert_eq!(&new, &old);
+            prop_assert_eq!(before.len() + NS_LABEL_AT, label_at);
+        }
+
         #[test]
         fn put_addr_writes_the_octets_it_wrote_before(
             before in proptest::collection::vec(any::<u8>(), 0..40),

@@ -57,88 +57,6 @@ pub fn prefix_key(ip: IpAddr, v4_bits: u8, v6_bits: u8) -> u128 {
     }
 }
 
-/// A measured (or configured) client network.
-#[derive(Clone, Copy, Debug)]
-struct Client {
-    rtt: Duration,
-    measured: Time,
-    /// Configured, not measured: never expires.
-    pinned: bool,
-}
-
-/// Round-trip times to client networks (resolvers' /24 or /56, or an EDNS
-/// Client Subnet), at most `max` of them.
-#[derive(Debug)]
-pub struct Clients {
-    map: HashMap<u128, Client, KeyedBuildHasher>,
-    max: usize,
-    ttl: Duration,
-}
-
-impl Clients {
-    /// An empty table of at most `max` networks, each remembered for `ttl`.
-    pub fn new(max: usize, ttl: Duration) -> Clients {
-        Clients {
-            map: HashMap::with_hasher(unkeyed()),
-            max,
-            ttl,
-        }
-    }
-
-    /// The table with its hash keyed by `hasher`.
-    pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> Clients {
-        rekey(&mut self.map, hasher);
-        self
-    }
-
-    /// The RTT measured to network `key`, if still fresh.
-    pub fn rtt(&self, key: u128, now: Time) -> Option<Duration> {
-        let c = self.map.get(&key)?;
-        (c.pinned || now.saturating_since(c.measured) <= self.ttl).then_some(c.rtt)
-    }
-
-    /// Records a measurement. A full table first forgets stale entries; if
-    /// it is still full the measurement is dropped (it will be taken again).
-    pub fn insert(&mut self, key: u128, rtt: Duration, now: Time, pinned: bool) {
-        if let Some(c) = self.map.get_mut(&key) {
-            if !c.pinned || pinned {
-                *c = Client {
-                    rtt,
-                    measured: now,
-                    pinned,
-                };
-            }
-            return;
-        }
-        if self.map.len() >= self.max {
-            let ttl = self.ttl;
-            self.map
-                .retain(|_, c| c.pinned || now.saturating_since(c.measured) <= ttl);
-            if self.map.len() >= self.max {
-                return;
-            }
-        }
-        self.map.insert(
-            key,
-            Client {
-                rtt,
-                measured: now,
-                pinned,
-            },
-        );
-    }
-
-    /// Networks known.
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// Whether no network is known.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-}
-
 /// The probe limiter: at most one probe per destination per `interval`, at
 /// most `per_prefix` per /24 (or /56) per `interval`, and at most
 /// `per_sec` a second in all. Bounded tables: when one is full, no probe.
@@ -377,21 +295,5 @@ mod tests {
         assert!(p.allow(ip(203, 0, 113, 1), now + Duration::from_secs(1)));
         // After the interval the destination may be probed again.
         assert!(p.allow(ip(192, 0, 2, 1), now + Duration::from_secs(601)));
-    }
-
-    #[test]
-    fn client_table_is_bounded_and_forgets_stale_measurements() {
-        let mut c = Clients::new(2, Duration::from_secs(60));
-        let t = Time(1_000_000);
-        c.insert(1, Duration::from_millis(5), t, false);
-        c.insert(2, Duration::from_millis(5), t, true);
-        c.insert(3, Duration::from_millis(5), t, false);
-        assert_eq!(c.len(), 2);
-        assert!(c.rtt(3, t).is_none());
-        let later = t + Duration::from_secs(61);
-        assert!(c.rtt(1, later).is_none());
-        assert!(c.rtt(2, later).is_some());
-        c.insert(3, Duration::from_millis(5), later, false);
-        assert!(c.rtt(3, later).is_some());
     }
 }

@@ -44,6 +44,7 @@ mod limits;
 mod live;
 mod names;
 mod near;
+mod networks;
 mod parse;
 mod pick;
 mod respond;
@@ -63,9 +64,10 @@ use domain::dep::octseq::{OctetsBuilder, Truncate};
 use domain::rdata::{Aaaa, Cname, Dname, Ns, Soa, A};
 
 pub use counters::{AnswerCounts, Counters, LEVEL_NAMES, QTYPE_NAMES, RCODE_NAMES};
-pub use limits::{prefix_key, Clients, ProbeLimiter, RateLimiter, Rrl};
+pub use limits::{prefix_key, ProbeLimiter, RateLimiter, Rrl};
 pub use live::{Check, Liveness, Verdict, CHECK_INTERVAL, CHECK_TIMEOUT, FRESH, UNCONFIRMED};
-pub use near::{lookup_keys, NearCache, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
+pub use near::{lookup_keys, NearNodes, HINT_HOPS_LAST, HINT_LOOKUP_KEYS_MAX, NEAR_NODES_MAX};
+pub use networks::{Look, Networks};
 pub use view::{LevelView, Peer, View};
 
 use crate::dsht::id::{keyed_hasher, Key};
@@ -257,20 +259,33 @@ pub enum Hold {
 /// Names the compressor remembers per message.
 const COMPRESS_NAMES_MAX: usize = crate::limits::DNS.compress_names_max;
 
+/// A name server's name under an apex, made once and kept
+/// (`Dnssrv::ns_cache`).
+#[derive(Debug)]
+struct NsName {
+    apex: Apex,
+    /// Its address (the glue's).
+    ip: IpAddr,
+    /// `ns-<hex ip>.<apex>`.
+    name: Name<Vec<u8>>,
+    /// Its NS record as the fast path writes it.
+    record: fast::NsRecord,
+}
+
 /// dnssrv: one per core.
 #[derive(Debug)]
 pub struct Dnssrv {
     cfg: DnsConfig,
     zone: Vec<Vec<u8>>,
     alias: Option<Vec<Vec<u8>>>,
-    clients: Clients,
+    /// Client networks: their measured RTTs and the nodes near them found
+    /// through hints (one table: an answer looks its client up once).
+    networks: Networks,
     probes: ProbeLimiter,
     rrl: RateLimiter,
     followups: VecDeque<FollowUp>,
     verify_asked: [Option<Time>; LEVELS],
     counters: Counters,
-    /// Nodes near client networks, found through hints.
-    near: NearCache,
     /// The checks of proxies' liveness (`live.rs`).
     live: Liveness,
     /// Queries held now (at most `held_max`).
@@ -292,7 +307,7 @@ pub struct Dnssrv {
     /// The apexes' names.
     apex_names: Vec<Name<Vec<u8>>>,
     /// Name servers' names by (apex, address).
-    ns_cache: Vec<(Apex, IpAddr, Name<Vec<u8>>)>,
+    ns_cache: Vec<NsName>,
     /// What the fast path picked for the query being answered, when it
     /// hands the writing to the builder.
     picked: Option<(Pick, Best<ANSWERS_MAX>)>,
@@ -313,7 +328,13 @@ impl Dnssrv {
         let zone = labels_of(&cfg.zone);
         let alias = cfg.alias.as_deref().map(labels_of);
         let mut srv = Dnssrv {
-            clients: Clients::new(cfg.clients_max, Duration::from_secs(cfg.client_rtt_secs)),
+            networks: Networks::new(
+                cfg.clients_max,
+                Duration::from_secs(cfg.client_rtt_secs),
+                cfg.clients_max,
+                Duration::from_secs(cfg.client_rtt_secs),
+                Duration::from_secs(cfg.probe_interval_secs),
+            ),
             probes: ProbeLimiter::new(
                 cfg.clients_max,
                 Duration::from_secs(cfg.probe_interval_secs),
@@ -326,11 +347,6 @@ impl Dnssrv {
             followups: VecDeque::new(),
             verify_asked: [None; LEVELS],
             counters: Counters::default(),
-            near: NearCache::new(
-                cfg.clients_max,
-                Duration::from_secs(cfg.client_rtt_secs),
-                Duration::from_secs(cfg.probe_interval_secs),
-            ),
             live: Liveness::new(
                 crate::limits::DNS.live_tracked_max,
                 crate::limits::DNS.live_checks_per_sec_max,
@@ -381,11 +397,10 @@ impl Dnssrv {
     /// server calls it once, before any query; `new` alone keys them with
     /// fixed seeds (tests, benchmarks).
     pub fn with_hash_secret(mut self, secret: &[u8]) -> Dnssrv {
-        self.clients = self
-            .clients
-            .with_hasher(keyed_hasher(secret, "dns clients"));
+        self.networks = self
+            .networks
+            .with_hasher(keyed_hasher(secret, "dns networks"));
         self.probes = self.probes.with_hasher(keyed_hasher(secret, "dns probes"));
-        self.near = self.near.with_hasher(keyed_hasher(secret, "dns near"));
         self.live = self.live.with_hasher(keyed_hasher(secret, "dns live"));
         self
     }
@@ -408,7 +423,8 @@ impl Dnssrv {
     /// A probe measured `rtt` to `ip`: its network (/24, /56) is at the
     /// level that RTT puts it in.
     pub fn on_rtt(&mut self, ip: IpAddr, rtt: Duration, now: Time) {
-        self.clients.insert(prefix_key(ip, 24, 56), rtt, now, false);
+        self.networks
+            .insert_rtt(prefix_key(ip, 24, 56), rtt, now, false);
     }
 
     /// A probe of `ip` came back: its RTT (if the destination answered) and
@@ -422,13 +438,13 @@ impl Dnssrv {
             self.on_rtt(ip, rtt, now);
         }
         let key = prefix_key(ip, 24, 56);
-        if self.near.fresh(key, now) || !self.near.start(key, now) {
+        if self.networks.near_fresh(key, now) || !self.networks.start(key, now) {
             return;
         }
         let (keys, len) = lookup_keys(ip, hops);
         if len == 0 {
             // No key to look up (private addresses): known to have none.
-            self.near
+            self.networks
                 .found(key, &[], IpAddr::V4(Ipv4Addr::UNSPECIFIED), now);
             return;
         }
@@ -446,10 +462,10 @@ impl Dnssrv {
     /// verified alive.
     pub fn on_hints(&mut self, client: IpAddr, nodes: &[SocketAddr], me: IpAddr, now: Time) {
         let key = prefix_key(client, 24, 56);
-        let n = self.near.found(key, nodes, me, now);
+        let n = self.networks.found(key, nodes, me, now);
         self.counters.hint_nodes_found += n as u64;
         let mut found = [None; NEAR_NODES_MAX];
-        for (slot, a) in found.iter_mut().zip(self.near.nodes(key, now)) {
+        for (slot, a) in found.iter_mut().zip(self.networks.nodes(key, now)) {
             *slot = Some(a);
         }
         for a in found.into_iter().flatten() {
@@ -478,7 +494,8 @@ impl Dnssrv {
     /// for clients whose distance is known (the `[dns] client_rtt_ms`
     /// config; tests place clients at a level with it).
     pub fn pin_rtt(&mut self, ip: IpAddr, rtt: Duration, now: Time) {
-        self.clients.insert(prefix_key(ip, 24, 56), rtt, now, true);
+        self.networks
+            .insert_rtt(prefix_key(ip, 24, 56), rtt, now, true);
     }
 
     /// The level a client at `rtt` is in: the highest whose threshold it is
@@ -569,9 +586,9 @@ impl Dnssrv {
             Some(q) => q.qtype_index(),
             None => qtype_index(query),
         };
-        let r = match fast {
+        let r = match &fast {
             Some(q) if self.fast_path && rrl == Rrl::Send => {
-                self.respond_fast(now, &msg, &q, client, transport, view, buf)
+                self.respond_fast(now, &msg, q, client, transport, view, buf)
             }
             _ => self.respond(now, &msg, rrl, client, transport, view, buf),
         };

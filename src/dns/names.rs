@@ -242,14 +242,23 @@ impl Dnssrv {
 
     /// The index in `ns_cache` of `ns-<hex ip>.<apex>`, made if missing (a
     /// full cache is emptied first: it holds what the view names, a few).
+    #[inline]
     pub(super) fn ns_name_cached(&mut self, apex: Apex, ip: IpAddr) -> Option<usize> {
-        if let Some(i) = self
+        match self
             .ns_cache
             .iter()
-            .position(|(a, i, _)| *a == apex && *i == ip)
+            .position(|n| n.apex == apex && n.ip == ip)
         {
-            return Some(i);
+            Some(i) => Some(i),
+            None => self.ns_name_make(apex, ip),
         }
+    }
+
+    /// [`Dnssrv::ns_name_cached`] when the name is not made yet: makes it
+    /// (apart, so that the common case, a name made, is inlined where it
+    /// is asked for; issue 27).
+    #[cold]
+    fn ns_name_make(&mut self, apex: Apex, ip: IpAddr) -> Option<usize> {
         if self.ns_cache.len() >= NS_CACHE_MAX {
             self.ns_cache.clear();
         }
@@ -258,7 +267,13 @@ impl Dnssrv {
             return None;
         }
         let name = Name::from_octets(nb.name()?.as_slice().to_vec()).ok()?;
-        self.ns_cache.push((apex, ip, name));
+        let record = super::fast::NsRecord::new(name.as_slice())?;
+        self.ns_cache.push(NsName {
+            apex,
+            ip,
+            name,
+            record,
+        });
         Some(self.ns_cache.len() - 1)
     }
 }

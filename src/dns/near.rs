@@ -5,15 +5,13 @@
 //! the client) and the client's own /24, and gets those same keys from the
 //! DSHT; the nodes named there sit near the client.
 //!
-//! This table remembers, per client network, what such a lookup found. It
-//! is bounded ([`NearCache::new`]'s `max`) and every entry expires.
+//! What such a lookup found is remembered per client network, beside its
+//! RTT, in `networks.rs` (bounded; every entry expires).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::dsht::cluster::{hint_prefix_key, is_hint_address};
-use crate::dsht::id::{Id, Key, KeyedBuildHasher};
-use crate::time::{Duration, Time};
+use crate::dsht::id::{Id, Key};
 
 /// Routers at the end of a client's path whose hints are looked up.
 pub const HINT_HOPS_LAST: usize = 2;
@@ -56,174 +54,9 @@ pub fn lookup_keys(client: IpAddr, hops: &[IpAddr]) -> ([Key; HINT_LOOKUP_KEYS_M
     (keys, n)
 }
 
-/// What is known of the nodes near one client network.
-#[derive(Clone, Copy, Debug)]
-struct Near {
-    /// When the lookup was asked for (pending) or answered.
-    at: Time,
-    /// Whether its answer came.
-    done: bool,
-    /// The nodes found (DSHT addresses), nearest-hop first.
-    nodes: [Option<SocketAddr>; NEAR_NODES_MAX],
-    /// When the nodes found were last pinged for verification.
-    pinged: Time,
-}
-
-impl Near {
-    /// Whether the entry still holds: `ttl` when the lookup found nodes,
-    /// `ttl_empty` while it is pending or when it found none (so a node
-    /// that stores a hint later is found within that).
-    fn fresh(&self, now: Time, ttl: Duration, ttl_empty: Duration) -> bool {
-        now.saturating_since(self.at) <= if self.found() { ttl } else { ttl_empty }
-    }
-
-    /// Whether its lookup came back with nodes: `NearCache::found` fills
-    /// `nodes` from the front, so the first says (issue 27: one look, not
-    /// a scan of all four, on every query).
-    fn found(&self) -> bool {
-        debug_assert_eq!(
-            self.nodes.first().is_some_and(Option::is_some),
-            self.nodes.iter().any(Option::is_some)
-        );
-        self.done && self.nodes.first().is_some_and(Option::is_some)
-    }
-}
-
-/// Nodes near client networks, by network key (`prefix_key`): at most
-/// `max` networks, each for `ttl` (`ttl_empty` when none was found).
-#[derive(Debug)]
-pub struct NearCache {
-    map: HashMap<u128, Near, KeyedBuildHasher>,
-    max: usize,
-    ttl: Duration,
-    ttl_empty: Duration,
-}
-
-impl NearCache {
-    /// An empty cache of at most `max` networks, each remembered for `ttl`,
-    /// or `ttl_empty` (at most `ttl`) while pending or when none was found.
-    pub fn new(max: usize, ttl: Duration, ttl_empty: Duration) -> NearCache {
-        NearCache {
-            map: HashMap::with_hasher(super::limits::unkeyed()),
-            max,
-            ttl,
-            ttl_empty: ttl_empty.min(ttl),
-        }
-    }
-
-    /// The cache with its hash keyed by `hasher`.
-    pub fn with_hasher(mut self, hasher: KeyedBuildHasher) -> NearCache {
-        super::limits::rekey(&mut self.map, hasher);
-        self
-    }
-
-    /// Records that a lookup for network `key` was started. False if the
-    /// table is full of fresh entries (then no lookup is made).
-    pub fn start(&mut self, key: u128, now: Time) -> bool {
-        if !self.map.contains_key(&key) && self.map.len() >= self.max {
-            let (ttl, ttl_empty) = (self.ttl, self.ttl_empty);
-            self.map.retain(|_, n| n.fresh(now, ttl, ttl_empty));
-            if self.map.len() >= self.max {
-                return false;
-            }
-        }
-        self.map.insert(
-            key,
-            Near {
-                at: now,
-                done: false,
-                nodes: [None; NEAR_NODES_MAX],
-                pinged: now,
-            },
-        );
-        true
-    }
-
-    /// The lookup for network `key` found `nodes` (duplicates and `me`
-    /// skipped, at most [`NEAR_NODES_MAX`] kept). Ignored if no lookup was
-    /// started for it (a late or unasked answer).
-    pub fn found(&mut self, key: u128, nodes: &[SocketAddr], me: IpAddr, now: Time) -> usize {
-        let Some(n) = self.map.get_mut(&key) else {
-            return 0;
-        };
-        n.at = now;
-        n.done = true;
-        n.pinged = now;
-        n.nodes = [None; NEAR_NODES_MAX];
-        let mut len = 0;
-        for &a in nodes.iter().filter(|a| a.ip() != me) {
-            if len == NEAR_NODES_MAX {
-                break;
-            }
-            if n.nodes[..len]
-                .iter()
-                .any(|x| x.map(|x| x.ip()) == Some(a.ip()))
-            {
-                continue;
-            }
-            n.nodes[len] = Some(a);
-            len += 1;
-        }
-        len
-    }
-
-    /// The nodes near network `key` if its entry is fresh (empty while the
-    /// lookup is pending or when it found none).
-    pub fn nodes(&self, key: u128, now: Time) -> impl Iterator<Item = SocketAddr> + '_ {
-        self.map
-            .get(&key)
-            .filter(|n| n.done && n.fresh(now, self.ttl, self.ttl_empty))
-            .into_iter()
-            .flat_map(|n| n.nodes.iter().flatten().copied())
-    }
-
-    /// One look at network `key`: whether its entry is fresh (pending or
-    /// answered: no new lookup is needed), and the nodes found near it.
-    pub fn get(&self, key: u128, now: Time) -> (bool, [Option<SocketAddr>; NEAR_NODES_MAX]) {
-        match self.map.get(&key) {
-            // Copied only when there are nodes (all `None` otherwise).
-            Some(n) if n.fresh(now, self.ttl, self.ttl_empty) => (
-                true,
-                if n.found() {
-                    n.nodes
-                } else {
-                    [None; NEAR_NODES_MAX]
-                },
-            ),
-            _ => (false, [None; NEAR_NODES_MAX]),
-        }
-    }
-
-    /// Whether network `key` has a fresh entry (pending or answered): no new
-    /// lookup is needed.
-    pub fn fresh(&self, key: u128, now: Time) -> bool {
-        self.map
-            .get(&key)
-            .is_some_and(|n| n.fresh(now, self.ttl, self.ttl_empty))
-    }
-
-    /// Whether the nodes near `key` may be pinged again (at most once per
-    /// `interval`); if so, the ping is recorded.
-    pub fn ping_due(&mut self, key: u128, now: Time, interval: Duration) -> bool {
-        match self.map.get_mut(&key) {
-            Some(n) if n.done && now.saturating_since(n.pinged) >= interval => {
-                n.pinged = now;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Networks remembered.
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-}
+/// The nodes found near one client network (DSHT addresses), nearest-hop
+/// first, from the front.
+pub type NearNodes = [Option<SocketAddr>; NEAR_NODES_MAX];
 
 #[cfg(test)]
 mod tests {
@@ -272,51 +105,5 @@ mod tests {
         assert!(keys.contains(&Id::from_ip(ip("198.18.7.1"))));
         // The prober's own gateway is the first hop: not near the client.
         assert!(!keys.contains(&Id::from_ip(ip("198.18.6.1"))));
-    }
-
-    #[test]
-    fn near_cache_is_bounded_expires_and_skips_me() {
-        let ttl = Duration::from_secs(60);
-        let mut c = NearCache::new(2, ttl, Duration::from_secs(10));
-        let t = Time(1_000_000);
-        let me = ip("198.18.6.2");
-        let a: SocketAddr = "198.19.1.2:7000".parse().unwrap();
-        let mine: SocketAddr = "198.18.6.2:7000".parse().unwrap();
-        assert!(c.start(1, t));
-        assert!(c.fresh(1, t));
-        assert_eq!(c.nodes(1, t).count(), 0, "pending: nothing yet");
-        assert_eq!(c.found(1, &[mine, a, a], me, t), 1);
-        assert_eq!(c.nodes(1, t).collect::<Vec<_>>(), vec![a]);
-        // An answer nobody asked for is ignored.
-        assert_eq!(c.found(9, &[a], me, t), 0);
-        assert!(c.start(2, t));
-        assert!(!c.start(3, t), "full of fresh entries");
-        assert_eq!(c.len(), 2);
-        let later = t + ttl + Duration::from_secs(1);
-        assert_eq!(c.nodes(1, later).count(), 0, "expired");
-        assert!(!c.fresh(1, later));
-        assert!(c.start(3, later), "stale entries make room");
-        assert!(c.len() <= 2);
-        // A lookup that found none (or never came back) holds only for
-        // `ttl_empty`: a node that stores a hint later is found then.
-        let mut c = NearCache::new(4, ttl, Duration::from_secs(10));
-        c.start(5, t);
-        let t11 = t + Duration::from_secs(11);
-        assert!(!c.fresh(5, t11), "pending, never answered");
-        c.start(6, t);
-        c.found(6, &[mine], me, t);
-        assert!(c.fresh(6, t + Duration::from_secs(10)));
-        assert!(!c.fresh(6, t11), "found none");
-        c.start(7, t);
-        c.found(7, &[a], me, t);
-        assert!(c.fresh(7, t11), "found one: the full ttl");
-        // Pings of the near nodes are throttled.
-        let mut c = NearCache::new(4, ttl, ttl);
-        c.start(1, t);
-        c.found(1, &[a], me, t);
-        let i = Duration::from_secs(5);
-        assert!(!c.ping_due(1, t, i));
-        assert!(c.ping_due(1, t + i, i));
-        assert!(!c.ping_due(1, t + i, i));
     }
 }

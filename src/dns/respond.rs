@@ -328,7 +328,7 @@ impl Dnssrv {
         let names = || {
             idx.iter()
                 .filter_map(|&i| cache.get(i))
-                .map(|(_, ip, n)| (*ip, n.for_ref()))
+                .map(|n| (n.ip, n.name.for_ref()))
         };
         let ttl = Ttl::from_secs(NS_TTL_SECS);
         let mut add = if in_answer {
