@@ -226,6 +226,7 @@ impl PlainMemo {
 
     /// [`parse`](Self::parse), and whether the memo holds the request now
     /// (answered from it, or remembered).
+    #[inline(always)]
     fn parse_noting<'a, V>(
         &mut self,
         buf: &'a [u8],
@@ -270,7 +271,10 @@ impl PlainMemo {
     /// the table has one. For the remembered request the slot's name is
     /// compared once per [`HotTable::generation`], not on every call (issue
     /// 27: the two comparisons were about 40 instructions of a 4 KiB hit).
-    /// A memo is used with one table (a core's).
+    /// A memo is used with one table (a core's). Inlined into the hit
+    /// path, its one caller: the request and entry are not returned through
+    /// memory.
+    #[inline(always)]
     pub fn find<'a, 't, V>(
         &mut self,
         buf: &'a [u8],

@@ -55,6 +55,9 @@ impl HotEntry {
     /// its body length, the framing of the body, and whether its residency
     /// must be checked; its client head is left in `out`. `None` when the
     /// object is gone, stale, being written or no longer eligible.
+    /// Inlined into its one caller: its result (the object among it) is
+    /// then built where the caller keeps it, not returned and moved.
+    #[inline(always)]
     fn hit(
         &mut self,
         pc: &ProxyCore,
