@@ -377,38 +377,47 @@ impl HitHead {
     /// the inputs differ from the last call's (at most once a second for a
     /// hot object). The caller calls [`invalidate`](Self::invalidate) when
     /// `stored` is not the head of the last call.
+    #[inline(always)]
     pub fn head(
         &mut self,
         stored: &ResponseHead,
         node_name: &str,
         inputs: HitInputs,
     ) -> (&[u8], Framing) {
+        // Inlined into the hit path; the rebuild (once a second) is not.
         if self.built != Some(inputs) || self.framing.is_none() {
-            let fresh = policy::Freshness {
-                date_secs: inputs.stored_secs,
-                fresh_until_secs: inputs.fresh_until_secs,
-                response_secs: inputs.stored_secs,
-                initial_age_secs: inputs.initial_age_secs,
-                must_revalidate: false,
-            };
-            let mut cache_status = CacheStatus::hit();
-            cache_status.ttl = Some(inputs.fresh_until_secs as i64 - inputs.now_secs as i64);
-            let info = ClientHeadInfo {
-                node_name,
-                age_secs: policy::age_secs(&fresh, inputs.now_secs),
-                cache_status,
-                range: RangeAnswer::Full,
-                body_len: Some(inputs.body_len),
-                keep_alive: inputs.keep_alive,
-                not_modified: false,
-                // Only a body without a length depends on it; a hit's has one.
-                client_minor_version: 1,
-            };
-            self.bytes.clear();
-            self.framing = Some(policy::client_head(stored, &info, &mut self.bytes));
-            self.built = Some(inputs);
+            self.build(stored, node_name, inputs);
         }
         (&self.bytes, self.framing.unwrap_or(Framing::Empty))
+    }
+
+    /// Builds the head for `inputs` (see [`head`](Self::head)).
+    #[cold]
+    #[inline(never)]
+    fn build(&mut self, stored: &ResponseHead, node_name: &str, inputs: HitInputs) {
+        let fresh = policy::Freshness {
+            date_secs: inputs.stored_secs,
+            fresh_until_secs: inputs.fresh_until_secs,
+            response_secs: inputs.stored_secs,
+            initial_age_secs: inputs.initial_age_secs,
+            must_revalidate: false,
+        };
+        let mut cache_status = CacheStatus::hit();
+        cache_status.ttl = Some(inputs.fresh_until_secs as i64 - inputs.now_secs as i64);
+        let info = ClientHeadInfo {
+            node_name,
+            age_secs: policy::age_secs(&fresh, inputs.now_secs),
+            cache_status,
+            range: RangeAnswer::Full,
+            body_len: Some(inputs.body_len),
+            keep_alive: inputs.keep_alive,
+            not_modified: false,
+            // Only a body without a length depends on it; a hit's has one.
+            client_minor_version: 1,
+        };
+        self.bytes.clear();
+        self.framing = Some(policy::client_head(stored, &info, &mut self.bytes));
+        self.built = Some(inputs);
     }
 }
 
