@@ -101,6 +101,16 @@ const DURATION_BUCKETS_NANOS: [u64; 17] = [
     10_000_000_000,
     30_000_000_000,
 ];
+/// The bucket of an observation of `ns` nanoseconds: how many bounds lie
+/// below it. One comparison for what takes under the first bound (every
+/// hit on an unloaded node, issue 27), a binary search otherwise.
+fn bucket_of_nanos(ns: u64) -> usize {
+    if ns <= DURATION_BUCKETS_NANOS[0] {
+        return 0;
+    }
+    DURATION_BUCKETS_NANOS.partition_point(|&b| b < ns)
+}
+
 /// Buckets of a [`Histogram`]: one per bound, and `+Inf`.
 const BUCKETS: usize = DURATION_BUCKETS_NANOS.len() + 1;
 
@@ -122,7 +132,7 @@ impl Histogram {
 
     /// Counts one observation of `ns` nanoseconds.
     pub fn observe_nanos(&mut self, ns: u64) {
-        let i = DURATION_BUCKETS_NANOS.partition_point(|&b| b < ns);
+        let i = bucket_of_nanos(ns);
         self.counts[i] += 1;
         self.sum_nanos = self.sum_nanos.saturating_add(ns);
     }
@@ -1301,6 +1311,23 @@ pub fn render_fill(w: &mut Writer, cores: &[serde_json::Value]) {
 
 #[cfg(test)]
 mod tests {
+    /// The bucket found with the first bound's shortcut is the binary
+    /// search's, at every bound, beside it and between.
+    #[test]
+    fn buckets_with_the_shortcut_are_the_searched_ones() {
+        let mut at = vec![0, 1, u64::MAX];
+        for b in super::DURATION_BUCKETS_NANOS {
+            at.extend([b - 1, b, b + 1, b / 2 + 3]);
+        }
+        for ns in at {
+            assert_eq!(
+                super::bucket_of_nanos(ns),
+                super::DURATION_BUCKETS_NANOS.partition_point(|&b| b < ns),
+                "{ns}"
+            );
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -580,6 +580,8 @@ pub struct ObjectRef {
     /// The body length when it was complete at lookup; else `u64::MAX`.
     complete_len: u64,
     meta: ObjectMeta,
+    /// The key's partition's sequence value the entry was found at.
+    seq: u64,
 }
 
 /// Appends an object's body; on the key's owning core only.

@@ -69,6 +69,7 @@ impl CoreCache {
                     fresh_until_secs: u64::from(e.fresh_until_secs),
                     expected_len: (e.expected_len != u64::MAX).then_some(e.expected_len),
                 },
+                seq,
             });
         }
     }
@@ -88,6 +89,7 @@ impl Clone for ObjectRef {
             head_len: self.head_len,
             complete_len: self.complete_len,
             meta: self.meta,
+            seq: self.seq,
         }
     }
 }
@@ -115,6 +117,16 @@ impl ObjectRef {
     /// Freshness, as the index held it at lookup.
     pub fn meta(&self) -> ObjectMeta {
         self.meta
+    }
+
+    /// The sequence value of the key's index partition at which this
+    /// object's entry was found (even: lookups never answer mid-write).
+    /// Every write to a partition moves its sequence, so two lookups of one
+    /// key that answer the same value found the same entry: the same record,
+    /// whose head and body bytes are never written again (issue 27: a hit
+    /// on the fast path compares its stored head only when this moved).
+    pub fn entry_seq(&self) -> u64 {
+        self.seq
     }
 
     /// The stored response head bytes, as given to `begin`.

@@ -242,6 +242,87 @@ fn a_repeated_lookup_sees_every_change_to_its_key() {
     assert_eq!(body_of(&c.lookup(&key(2)).unwrap()), b"two");
 }
 
+/// Two lookups of a key that answer the same `entry_seq` found the same
+/// record: the same head, body, freshness and state (what the fast path of
+/// a hit relies on to skip comparing the stored head, issue 27). Heads and
+/// bodies are replaced (same and other lengths), freshness rewritten, the
+/// key removed and stored again, and other keys stored until segments are
+/// evicted and reused, with lookups between every step.
+#[test]
+fn an_entry_seq_names_one_record() {
+    let dir = TempDir::new("entry-seq");
+    let caches = open(&config(&dir.0, 200_000), 1).unwrap();
+    let c = &caches[0];
+    type Seen = (Vec<u8>, Vec<u8>, u64, u64, u64);
+    let mut seen: std::collections::HashMap<u64, Seen> = std::collections::HashMap::new();
+    let (mut repeats, mut distinct) = (0, 0);
+    let mut check = |c: &CoreCache| {
+        let Some(r) = c.lookup(&key(1)) else { return };
+        // A copy being written is seen too (its bytes so far move without
+        // an index write: only a complete one is compared).
+        let ObjectState::Complete { len } = r.state() else {
+            return;
+        };
+        let now: Seen = (
+            r.head().to_vec(),
+            r.body(0, len).to_vec(),
+            len,
+            r.meta().stored_secs,
+            r.meta().fresh_until_secs,
+        );
+        match seen.get(&r.entry_seq()) {
+            Some(before) => {
+                assert_eq!(*before, now, "seq {}", r.entry_seq());
+                repeats += 1;
+            }
+            None => {
+                seen.insert(r.entry_seq(), now);
+                distinct += 1;
+            }
+        }
+    };
+    let heads: [&[u8]; 3] = [
+        b"HTTP/1.1 200 OK\r\nETag: \"a\"\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nETag: \"b\"\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nETag: \"long\"\r\n\r\n",
+    ];
+    for round in 0..40u32 {
+        let head = heads[round as usize % heads.len()];
+        let body = pattern(round % 4, 4096 + (round as usize % 2));
+        let mut w = c
+            .begin(key(1), meta(Some(body.len() as u64)), head)
+            .unwrap();
+        check(c);
+        w.append(&body).unwrap();
+        check(c);
+        w.finish().unwrap();
+        check(c);
+        check(c);
+        if round % 3 == 0 {
+            c.touch_meta(
+                &key(1),
+                ObjectMeta {
+                    stored_secs: 1000 + u64::from(round),
+                    fresh_until_secs: 9000,
+                    expected_len: Some(body.len() as u64),
+                },
+            );
+            check(c);
+        }
+        // Other keys: segments fill, are evicted and reused.
+        store(&caches, key(100 + round), &pattern(round, 20_000));
+        check(c);
+        if round % 5 == 4 {
+            c.remove(&key(1));
+            check(c);
+        }
+    }
+    assert!(
+        repeats > 50 && distinct > 40,
+        "{repeats} repeats, {distinct} values"
+    );
+}
+
 #[test]
 fn an_object_longer_than_announced_fails_and_is_not_served() {
     let dir = TempDir::new("too-long");

@@ -23,6 +23,10 @@ pub(in crate::proxy) struct HotEntry {
     /// The stored head's bytes (compared with the object's on every hit: a
     /// replaced object has other bytes, or another length and date below).
     raw_head: Box<[u8]>,
+    /// The `ObjectRef::entry_seq` of a lookup whose stored head was
+    /// `raw_head`: a lookup at the same value found the same entry, whose
+    /// head needs no comparison (issue 27).
+    head_seq: u64,
     stored: Rc<Stored>,
     head: HitHead,
     /// The second in which the body was last found resident (`mincore`):
@@ -51,6 +55,9 @@ impl HotEntry {
     /// its body length, the framing of the body, and whether its residency
     /// must be checked; its client head is left in `out`. `None` when the
     /// object is gone, stale, being written or no longer eligible.
+    /// Inlined into its one caller: its result (the object among it) is
+    /// then built where the caller keeps it, not returned and moved.
+    #[inline(always)]
     fn hit(
         &mut self,
         pc: &ProxyCore,
@@ -66,14 +73,17 @@ impl HotEntry {
         if now >= meta.fresh_until_secs {
             return None;
         }
-        if *self.raw_head != *obj.head() {
-            let st = pc.stored_head(&self.key, &obj)?;
-            if !hot_eligible(&st, obj.head()) {
-                return None;
+        if obj.entry_seq() != self.head_seq {
+            if *self.raw_head != *obj.head() {
+                let st = pc.stored_head(&self.key, &obj)?;
+                if !hot_eligible(&st, obj.head()) {
+                    return None;
+                }
+                self.raw_head = obj.head().into();
+                self.stored = st;
+                self.head.invalidate();
             }
-            self.raw_head = obj.head().into();
-            self.stored = st;
-            self.head.invalidate();
+            self.head_seq = obj.entry_seq();
         }
         let inputs = HitInputs {
             now_secs: now,
@@ -115,15 +125,14 @@ impl Conn<'_> {
         }
         let (plain, found, started, now) = {
             let mut hot = pc.hot.borrow_mut();
-            let parsed = pc.plain_memo.borrow_mut().parse(self.inb.filled(), &hot);
-            let Some((plain, slot)) = parsed else {
+            let parsed = pc.plain_memo.borrow_mut().find(self.inb.filled(), &mut hot);
+            let Some((plain, entry)) = parsed else {
                 return Hot::NotPlain;
             };
             let started = Mono::now();
             let now = unix_now();
-            let found = hot
-                .get_mut_at(slot, plain.host, plain.target)
-                .and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
+            let found =
+                entry.and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
             (plain, found, started, now)
         };
         let name_to = |name: &mut Vec<u8>| {
@@ -186,6 +195,7 @@ impl Conn<'_> {
         let entry = HotEntry {
             key,
             raw_head: obj.head().into(),
+            head_seq: obj.entry_seq(),
             stored: st.clone(),
             head: HitHead::default(),
             resident_secs: 0,
