@@ -159,6 +159,24 @@ run_load() {
     report "$w" "$s" "$n" "${answers:-0}" "$(awk -v a="$start" -v b="$end" 'BEGIN {print b - a}')" $((t1 - t0))
 }
 
+# start_echos FIRST: N echo servers (the dsht_udp bench's) on CPUs FIRST..,
+# one reuseport group on $IP:9000; sets echo_pids and waits until all N
+# sockets are bound (/proc/net/udp, port 9000 = 2328 in hex).
+start_echos() {
+    local c
+    echo_pids=
+    for c in $(seq 0 $((n - 1))); do
+        start "$(($1 + c))" "$DSHT_UDP" echo "$IP:9000" "$c"
+        echo_pids="$echo_pids $PID"
+    done
+    for _ in $(seq 1 1200); do
+        if [ "$(awk '$2 ~ /:2328$/' /proc/net/udp | wc -l)" -ge "$n" ]; then return 0; fi
+        sleep 0.05
+    done
+    echo "the echo servers did not bind $IP:9000" >&2
+    return 1
+}
+
 mkdir -p "$TMP/www"
 head -c 4096 /dev/zero | tr '\0' x >"$TMP/www/4k.bin"
 for i in $(seq 1 10000); do echo "www.site$i.example.com.http.L2.L1.L0.coralcdn.test A"; done >"$TMP/queries"
@@ -277,12 +295,7 @@ for n in $CORES; do
                     echo "(dsht together skipped at cores $n: needs 2N + 2 CPUs)"
                     continue
                 fi
-                echo_pids=
-                for c in $(seq 0 $((n - 1))); do
-                    start "$((n + c))" "$DSHT_UDP" echo "$IP:9000" "$c"
-                    echo_pids="$echo_pids $PID"
-                done
-                sleep 0.5
+                start_echos "$n"
                 # shellcheck disable=SC2086
                 { c0=$(ticks $coral_pid); e0=$(ticks $echo_pids); }
                 t_start=$(date +%s.%N)
@@ -300,12 +313,7 @@ for n in $CORES; do
                 continue
             fi
             run_load dsht coral "$n" "$coral_pid" -- gen get "$IP:7000"
-            echo_pids=
-            for c in $(seq 0 $((n - 1))); do
-                start "$c" "$DSHT_UDP" echo "$IP:9000" "$c"
-                echo_pids="$echo_pids $PID"
-            done
-            sleep 0.5
+            start_echos 0
             run_load dsht echo "$n" "$echo_pids" -- gen echo "$IP:9000"
             ;;
         esac

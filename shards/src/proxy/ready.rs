@@ -233,28 +233,32 @@ pub async fn run(r: Rc<Readiness>) {
     }
 }
 
+/// A connected, non-blocking Unix socket pair (tests of the proxy's
+/// socket code: here and `server::io`).
+#[cfg(test)]
+pub(crate) fn socket_pair() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: two new descriptors nothing else owns.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use glommio::{LocalExecutorBuilder, Placement};
     use std::time::Duration;
 
-    /// A connected, non-blocking socket pair.
-    fn pair() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: `fds` has room for the two descriptors.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0);
-        // SAFETY: two new descriptors nothing else owns.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    }
+    use super::socket_pair as pair;
 
     fn send(fd: &OwnedFd, b: &[u8]) {
         // SAFETY: `b` is live for its length.

@@ -412,18 +412,8 @@ mod tests {
     /// with its `errno`, end of stream, and a bad descriptor's error.
     #[test]
     fn plain_calls_answer_as_the_wrappers() {
-        let mut fds = [0; 2];
-        // SAFETY: `fds` has room for the two descriptors.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0);
-        let (a, b) = (fds[0], fds[1]);
+        let (a_owned, b_owned) = crate::proxy::ready::socket_pair();
+        let (a, b) = (a_owned.as_raw_fd(), b_owned.as_raw_fd());
         let mut buf = [0u8; 64];
         // SAFETY (all calls below): live buffers of the lengths passed; the
         // descriptors are open until closed at the end.
@@ -447,9 +437,9 @@ mod tests {
             assert_eq!(sendmsg_now(a, &msg, flags), 8);
             let n = recv_now(b, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT);
             assert_eq!(&buf[..n as usize], b"head and body");
-            libc::close(a);
+            drop(a_owned);
             assert_eq!(recv_now(b, buf.as_mut_ptr().cast(), buf.len(), 0), 0);
-            libc::close(b);
+            drop(b_owned);
             assert_eq!(send_now(b, b"x".as_ptr().cast(), 1, flags), -1);
             assert_eq!(
                 std::io::Error::last_os_error().raw_os_error(),
