@@ -22,7 +22,13 @@ impl Local {
                 .max(shared.segment_bytes)
         };
         let mut swept = false;
-        for _ in 0..1_000_000 {
+        // Cleaning is worth it only while it lowers the core's accounted
+        // bytes: moving live objects into a fresh packing segment and
+        // freeing their old one can leave them where they were, and
+        // without this count the next cleaning moves them back.
+        let mut lowest = own.bytes;
+        let mut cleans_without_gain = 0;
+        for _ in 0..MAKE_ROOM_STEPS_MAX {
             if own.policy.bytes() > shared.live_target && self.evict_one(own, now) {
                 continue;
             }
@@ -34,8 +40,15 @@ impl Local {
                 swept = true;
                 continue;
             }
-            if self.clean_one(own, now) || self.evict_one(own, now) {
+            let cleaned = cleans_without_gain < CLEANS_WITHOUT_GAIN_MAX && self.clean_one(own, now);
+            if cleaned || self.evict_one(own, now) {
                 self.sweep(own);
+                if own.bytes < lowest {
+                    lowest = own.bytes;
+                    cleans_without_gain = 0;
+                } else if cleaned {
+                    cleans_without_gain += 1;
+                }
                 continue;
             }
             return Err(CacheError::Full);

@@ -86,6 +86,10 @@ pub const OBJECT_BYTES_MAX: u64 = crate::limits::CACHE.object_bytes_max;
 pub const HEAD_BYTES_MAX: usize = crate::limits::CACHE.head_bytes_max;
 /// Segment table slots per core (packing, solo and in-progress segments).
 const SEGMENTS_PER_CORE_MAX: u32 = crate::limits::CACHE.segments_per_core_max;
+/// Cleanings in a row that free nothing before a store only evicts.
+const CLEANS_WITHOUT_GAIN_MAX: u32 = crate::limits::CACHE.cleans_without_gain_max;
+/// Steps one `make_room` takes before it answers full.
+const MAKE_ROOM_STEPS_MAX: u32 = crate::limits::CACHE.make_room_steps_max;
 /// Bounds of a packing segment's size, in bytes.
 const SEGMENT_BYTES_MIN: u64 = crate::limits::CACHE.segment_bytes_min;
 const SEGMENT_BYTES_MAX: u64 = crate::limits::CACHE.segment_bytes_max;

@@ -1137,3 +1137,44 @@ fn an_empty_index_alone() {
     drop(parts);
     drop(dir);
 }
+
+/// A store into a cache whose packing segments hold more live bytes than
+/// one segment can take is made room for by eviction, after at most
+/// `CLEANS_WITHOUT_GAIN_MAX` cleanings that free nothing: before the
+/// bound, cleaning moved the live objects from segment to segment — the
+/// round-9 store of a 4 KiB object into this 200,000-byte cache copied
+/// 60 GB over 348 s and then answered full.
+#[test]
+fn cleaning_that_frees_nothing_stops_and_the_store_evicts() {
+    let dir = TempDir::new("clean-no-gain");
+    let caches = open(&config(&dir.0, 200_000), 1).unwrap();
+    let c = &caches[0];
+    let seg = c.local.shared().segment_bytes;
+    for round in 0..60u32 {
+        let cleaned_before = c.stats().cleaned_bytes;
+        let body = pattern(round % 4, 4096);
+        let mut w = c
+            .begin(
+                key(1),
+                meta(Some(body.len() as u64)),
+                b"HTTP/1.1 200 OK\r\n\r\n",
+            )
+            .unwrap_or_else(|e| panic!("round {round}: {e:?} {:?}", c.stats()));
+        w.append(&body).unwrap();
+        w.finish().unwrap();
+        store(&caches, key(100 + round), &pattern(round, 9_000));
+        let cleaned = c.stats().cleaned_bytes - cleaned_before;
+        // Two stores, each at most two cleanings without gain and then
+        // cleanings that each lower the accounted bytes by something.
+        assert!(
+            cleaned <= 8 * seg,
+            "round {round}: {cleaned} bytes cleaned for two stores ({:?})",
+            c.stats()
+        );
+        assert!(c.stats().bytes <= 200_000, "{:?}", c.stats());
+        assert_eq!(body_of(&c.lookup(&key(1)).unwrap()), body);
+        if round % 5 == 4 {
+            c.remove(&key(1));
+        }
+    }
+}
