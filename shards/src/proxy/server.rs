@@ -129,6 +129,11 @@ pub(super) async fn deadline_sweep(pc: Rc<ProxyCore>) {
     let mut expired = Vec::new();
     while !pc.shard.stopping() {
         glommio::timer::sleep(SWEEP_EVERY).await;
+        if let Some(r) = &pc.ready {
+            // A buffer parked since the last sweep goes to the pool: an idle
+            // connection holds none for more than two sweep periods.
+            r.reclaim_parked(io::give_back);
+        }
         pc.idle.borrow_mut().expired(&deadlines, &mut expired);
         if expired.is_empty() {
             continue;
@@ -319,8 +324,11 @@ impl<'a> Conn<'a> {
         // (`mod.rs`), not by a read timeout: glommio arms and cancels a
         // timer for every read that waits, about 700 instructions a hit.
         loop {
+            // The clocks of the wake that brought these bytes, for this
+            // request only (a later one in the same bytes reads its own).
+            let woke = self.inb.take_woke();
             if !self.inb.filled().is_empty() {
-                match self.hot_hit().await {
+                match self.hot_hit(woke).await {
                     Hot::Served(Next::KeepAlive) => continue,
                     Hot::Served(Next::Close) => break,
                     Hot::Cold | Hot::NotPlain => {}
