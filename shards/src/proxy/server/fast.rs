@@ -107,6 +107,24 @@ pub(super) enum Hot {
     Cold,
     /// Not a plain request: the full path answers it.
     NotPlain,
+    /// A hit whose answer did not all go out at once: `hot_send` sends
+    /// the rest (through the ring) and counts it.
+    Sending(HotSend),
+}
+
+/// What `hot_send` needs of a hit whose answer goes on through the ring.
+pub(super) struct HotSend {
+    key: Id,
+    obj: ObjectRef,
+    len: u64,
+    framing: Framing,
+    head_only: bool,
+    check_resident: bool,
+    /// How far `send_file_now` got (`None`: not tried).
+    sent_now: Option<std::io::Result<SentNow>>,
+    next: Next,
+    started: crate::clock::Mono,
+    now: u64,
 }
 
 impl Conn<'_> {
@@ -120,7 +138,11 @@ impl Conn<'_> {
     /// dispatch read the clocks once for every connection it woke
     /// (`Readiness::woke_at`); else they are read here. The answer is timed
     /// from then and its HTTP second is that one.
-    pub(super) async fn hot_hit(&mut self, woke: bool) -> Hot {
+    /// Not an `async fn` (issue 27, session 7): a hit whose answer the
+    /// socket takes at once is served and counted here with no future made,
+    /// moved or dropped; the rest go on in [`hot_send`](Self::hot_send).
+    #[inline]
+    pub(super) fn hot_hit(&mut self, woke: bool) -> Hot {
         let pc = self.pc;
         // The access log needs the request's fields: the full path logs.
         if crate::accesslog::enabled() {
@@ -185,6 +207,40 @@ impl Conn<'_> {
         pc.idle.borrow_mut().busy(self.idle_slot);
         pc.stats.hits.set(pc.stats.hits.get() + 1);
         let next = if ka { Next::KeepAlive } else { Next::Close };
+        if let Some(Ok(SentNow::All)) = sent_now {
+            self.count_hit(head_only, true, len, started);
+            return Hot::Served(next);
+        }
+        Hot::Sending(HotSend {
+            key,
+            obj,
+            len,
+            framing,
+            head_only,
+            check_resident,
+            sent_now,
+            next,
+            started,
+            now,
+        })
+    }
+
+    /// The rest of a hit that `hot_hit` could not send at once, and its
+    /// count.
+    pub(super) async fn hot_send(&mut self, h: HotSend) -> Next {
+        let pc = self.pc;
+        let HotSend {
+            key,
+            obj,
+            len,
+            framing,
+            head_only,
+            check_resident,
+            sent_now,
+            next,
+            started,
+            now,
+        } = h;
         let out = std::mem::take(&mut self.out);
         let p = self.progress();
         let sent = if let Some(sent) = sent_now {
@@ -214,14 +270,24 @@ impl Conn<'_> {
             send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len, p).await
         };
         self.out = out;
-        // What `end` counts for this answer (GET or HEAD, 200, local), by
-        // its series found once; the access log is off on this path.
-        let body_bytes = if head_only || sent.is_err() { 0 } else { len };
-        pc.stats
+        self.count_hit(head_only, sent.is_ok(), len, started);
+        if sent.is_ok() {
+            next
+        } else {
+            Next::Close
+        }
+    }
+
+    /// What `end` counts for a fast hit (GET or HEAD, 200, local), by its
+    /// series found once; the access log is off on this path.
+    #[inline]
+    fn count_hit(&self, head_only: bool, sent: bool, len: u64, started: crate::clock::Mono) {
+        let body_bytes = if head_only || !sent { 0 } else { len };
+        self.pc
+            .stats
             .http
             .borrow_mut()
             .record_hit(head_only, body_bytes, started.elapsed_nanos());
-        Hot::Served(if sent.is_ok() { next } else { Next::Close })
     }
 
     /// After a fresh hit on the full path for a plain request: the next

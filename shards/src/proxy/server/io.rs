@@ -11,7 +11,7 @@ use glommio::net::TcpStream;
 
 use super::{IOV_MAX, SENDFILE_BYTES_MIN, SEND_CHUNK_BYTES};
 use crate::cache::ObjectRef;
-use crate::proxy::ready::Readiness;
+use crate::proxy::ready::{Readable, Readiness};
 
 /// A connection's input: one buffer, read into at `end` and parsed from
 /// `start`. While the connection waits, empty, for its next request (an
@@ -102,15 +102,18 @@ impl InBuf {
             .unwrap_or_else(|| vec![0; size].into_boxed_slice())
     }
 
-    /// Waits for `fd`'s next edge; an empty buffer is parked in `ready`
+    /// The wait for `fd`'s next edge; an empty buffer is parked in `ready`
     /// meanwhile, or given back to the pool when no more may be parked.
-    async fn wait(&mut self, ready: &Readiness, fd: i32) {
+    /// Not an `async fn`: the buffer is given back when it is called (each
+    /// caller awaits it at once), and its future is the readiness set's
+    /// (one state machine fewer to poll on every wake; issue 27).
+    fn wait<'s>(&'s mut self, ready: &'s Readiness, fd: i32) -> Readable<'s, 's> {
         let park = self.start == self.end && ready.may_park();
         if !park {
             self.release();
         }
         let buf = if park { Some(&mut self.data) } else { None };
-        self.woke = ready.readable_parking(fd, buf).await;
+        ready.readable_parking(fd, buf)
     }
 
     /// Gives the buffer back to the core's pool while it holds nothing.
@@ -150,7 +153,7 @@ impl InBuf {
         };
         let fd = stream.as_raw_fd();
         if self.drained {
-            self.wait(ready, fd).await;
+            self.woke = self.wait(ready, fd).await;
             self.drained = false;
         } else {
             self.woke = false;
@@ -171,7 +174,7 @@ impl InBuf {
                 return false;
             }
             match std::io::Error::last_os_error().kind() {
-                std::io::ErrorKind::WouldBlock => self.wait(ready, fd).await,
+                std::io::ErrorKind::WouldBlock => self.woke = self.wait(ready, fd).await,
                 std::io::ErrorKind::Interrupted => {}
                 _ => return false,
             }
