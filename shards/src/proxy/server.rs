@@ -230,6 +230,7 @@ fn cache_result(cs: &CacheStatus) -> CacheResult {
 }
 
 /// Whether the connection goes on after an answer.
+#[derive(Clone, Copy)]
 enum Next {
     KeepAlive,
     Close,
@@ -327,7 +328,7 @@ impl<'a> Conn<'a> {
             // The clocks of the wake that brought these bytes, for this
             // request only (a later one in the same bytes reads its own).
             let woke = self.inb.take_woke();
-            if !self.inb.filled().is_empty() {
+            if !self.inb.is_empty() {
                 let next = match self.hot_hit(woke) {
                     Hot::Served(next) => Some(next),
                     Hot::Sending(h) => Some(self.hot_send(h).await),
@@ -339,7 +340,7 @@ impl<'a> Conn<'a> {
                     None => {}
                 }
             }
-            let parsed = if self.inb.filled().is_empty() {
+            let parsed = if self.inb.is_empty() {
                 Ok(None)
             } else {
                 http::parse_request_head(self.inb.filled(), &self.pc.limits)
@@ -366,7 +367,7 @@ impl<'a> Conn<'a> {
                     }
                 }
                 Ok(None) => {
-                    if self.inb.filled().len() >= self.pc.limits.head_bytes_max {
+                    if self.inb.len() >= self.pc.limits.head_bytes_max {
                         let started = Mono::now();
                         self.begin(None);
                         self.bad(HttpError {
@@ -379,7 +380,7 @@ impl<'a> Conn<'a> {
                     }
                     // A keep-alive wait, or (bytes of it in) a head: one
                     // deadline for the whole head, from its first byte.
-                    let phase = if self.answered && self.inb.filled().is_empty() {
+                    let phase = if self.answered && self.inb.is_empty() {
                         Phase::Idle
                     } else {
                         Phase::Head
@@ -469,7 +470,7 @@ impl<'a> Conn<'a> {
                 }
                 let mut left = n as usize;
                 loop {
-                    let take = left.min(self.inb.filled().len());
+                    let take = left.min(self.inb.len());
                     self.inb.consume(take);
                     left -= take;
                     if left == 0 {

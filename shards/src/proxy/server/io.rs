@@ -72,6 +72,19 @@ impl InBuf {
         }
     }
 
+    /// Bytes in the buffer not consumed yet: `filled().len()` without
+    /// slicing (no buffer means none: `start == end` then).
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// No bytes wait in the buffer: `filled().is_empty()`.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
     pub(super) fn consume(&mut self, n: usize) {
         self.start = (self.start + n).min(self.end);
         if self.start == self.end {
@@ -565,6 +578,36 @@ mod tests {
                 Some(libc::EBADF)
             );
         }
+    }
+
+    /// `InBuf::len` and `is_empty` answer as `filled()` did, with no
+    /// buffer, an empty one, bytes in it, and after `consume` and
+    /// `release`.
+    #[test]
+    fn in_buf_len_and_is_empty_answer_as_filled() {
+        let mut b = InBuf::new(64);
+        let check = |b: &InBuf| {
+            assert_eq!(b.len(), b.filled().len());
+            assert_eq!(b.is_empty(), b.filled().is_empty());
+        };
+        check(&b);
+        b.data();
+        check(&b);
+        b.end = 40;
+        check(&b);
+        for n in [5, 10, 0, 30] {
+            b.consume(n);
+            check(&b);
+        }
+        b.end = 20;
+        b.consume(7);
+        check(&b);
+        b.release();
+        check(&b);
+        b.consume(13);
+        b.release();
+        assert!(b.data.is_none());
+        check(&b);
     }
 
     /// `send_complete`'s `sendfile` path as it was before it was split into
