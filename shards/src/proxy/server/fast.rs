@@ -112,13 +112,6 @@ pub(super) enum Hot {
     Sending(HotSend),
 }
 
-/// A fresh hit found by `hot_hit`: its answer all sent at once, or to go
-/// on through the ring.
-enum Found {
-    Sent { prefix: u64, len: u64 },
-    Sending(HotSend),
-}
-
 /// What `hot_send` needs of a hit whose answer goes on through the ring.
 pub(super) struct HotSend {
     key: Id,
@@ -160,7 +153,7 @@ impl Conn<'_> {
         // head is not copied and no send future runs (issue 27, session 7).
         let fd = self.stream.as_raw_fd();
         let nonblocking = self.nonblocking;
-        let (plain, found, started, next) = {
+        let (plain, found, started, now) = {
             let mut hot = pc.hot.borrow_mut();
             let parsed = pc.plain_memo.borrow_mut().find(self.inb.filled(), &mut hot);
             let Some((plain, entry)) = parsed else {
@@ -172,25 +165,15 @@ impl Conn<'_> {
             };
             let (started, now) = (clocks.mono, clocks.unix_secs);
             let out = &mut self.out;
-            let next = if plain.keep_alive {
-                Next::KeepAlive
-            } else {
-                Next::Close
-            };
             let found = entry.and_then(|e| {
                 let key = e.key;
                 let (obj, len, framing, check_resident, head) = e.hit(pc, now, plain.keep_alive)?;
-                let prefix = obj.key_prefix();
                 let body = !(plain.head_only || framing == Framing::Empty);
                 let sent = if body && !check_resident && nonblocking && len >= SENDFILE_BYTES_MIN {
                     Some(send_file_now(fd, head, &obj, 0, len))
                 } else {
                     None
                 };
-                // All sent: the object is let go here, not moved out.
-                if let Some(Ok(SentNow::All)) = sent {
-                    return Some(Found::Sent { prefix, len });
-                }
                 // The head's bytes a send future still needs.
                 let unsent = match &sent {
                     None => head,
@@ -199,20 +182,9 @@ impl Conn<'_> {
                 };
                 out.clear();
                 out.extend_from_slice(unsent);
-                Some(Found::Sending(HotSend {
-                    key,
-                    obj,
-                    len,
-                    framing,
-                    head_only: plain.head_only,
-                    check_resident,
-                    sent_now: sent,
-                    next,
-                    started: clocks.mono,
-                    now,
-                }))
+                Some((key, (obj, len, framing, check_resident, sent)))
             });
-            (plain, found, started, next)
+            (plain, found, started, now)
         };
         let name_to = |name: &mut Vec<u8>| {
             name.clear();
@@ -220,33 +192,37 @@ impl Conn<'_> {
             name.extend_from_slice(plain.target);
             plain.host.len()
         };
-        let Some(found) = found else {
+        let Some((key, (obj, len, framing, check_resident, sent_now))) = found else {
             self.cold_host_len = name_to(&mut self.cold_name);
             self.cold = true;
             return Hot::Cold;
         };
-        let (prefix, len) = match &found {
-            Found::Sent { prefix, len } => (*prefix, *len),
-            Found::Sending(h) => {
-                if h.check_resident {
-                    self.cold_host_len = name_to(&mut self.cold_name);
-                }
-                (h.obj.key_prefix(), h.len)
-            }
-        };
-        crate::status::sink::served_named(prefix, plain.host, plain.target, len, true);
-        let head_only = plain.head_only;
+        if check_resident {
+            self.cold_host_len = name_to(&mut self.cold_name);
+        }
+        let (head_only, ka) = (plain.head_only, plain.keep_alive);
+        crate::status::sink::served_named(obj.key_prefix(), plain.host, plain.target, len, true);
         self.inb.consume(plain.len);
         self.answered = true;
         pc.idle.borrow_mut().busy(self.idle_slot);
         pc.stats.hits.set(pc.stats.hits.get() + 1);
-        match found {
-            Found::Sent { .. } => {
-                self.count_hit(head_only, true, len, started);
-                Hot::Served(next)
-            }
-            Found::Sending(h) => Hot::Sending(h),
+        let next = if ka { Next::KeepAlive } else { Next::Close };
+        if let Some(Ok(SentNow::All)) = sent_now {
+            self.count_hit(head_only, true, len, started);
+            return Hot::Served(next);
         }
+        Hot::Sending(HotSend {
+            key,
+            obj,
+            len,
+            framing,
+            head_only,
+            check_resident,
+            sent_now,
+            next,
+            started,
+            now,
+        })
     }
 
     /// The rest of a hit that `hot_hit` could not send at once, and its
