@@ -71,12 +71,15 @@ impl Slots {
         self.0.get_mut(usize::try_from(*fd).ok()?)?.as_mut()
     }
 
-    fn insert(&mut self, fd: RawFd, slot: Slot) {
-        let Ok(i) = usize::try_from(fd) else { return };
+    /// Puts `slot` at `fd`; the slot it replaces, if any.
+    fn insert(&mut self, fd: RawFd, slot: Slot) -> Option<Slot> {
+        let Ok(i) = usize::try_from(fd) else {
+            return None;
+        };
         if i >= self.0.len() {
             self.0.resize_with(i + 1, || None);
         }
-        self.0[i] = Some(slot);
+        self.0[i].replace(slot)
     }
 
     fn remove(&mut self, fd: &RawFd) -> Option<Slot> {
@@ -138,7 +141,7 @@ impl Readiness {
             return Err(io::Error::last_os_error());
         }
         // The first read tries at once.
-        self.slots.borrow_mut().insert(
+        let replaced = self.slots.borrow_mut().insert(
             fd,
             Slot {
                 ready: true,
@@ -148,6 +151,11 @@ impl Readiness {
                 parked_old: false,
             },
         );
+        // A slot left by a descriptor never forgotten: its parked buffer
+        // goes with it, and is no longer counted.
+        if replaced.is_some_and(|s| s.parked.is_some()) {
+            self.parked.set(self.parked.get() - 1);
+        }
         Ok(())
     }
 
@@ -532,6 +540,29 @@ mod tests {
                 assert_eq!((other.is_none(), r.parked.get()), (true, 1));
                 r.forget(fd);
                 assert_eq!(r.parked.get(), 0);
+                // Watched again over a slot with a parked buffer (never
+                // forgotten): the count stays true.
+                r.watch(fd).unwrap();
+                let mut one = Some(vec![2u8; 8].into_boxed_slice());
+                assert!(!r.readable(fd).await);
+                let mut wait = Box::pin(r.readable_parking(fd, Some(&mut one)));
+                let _ = glommio::future::timeout(Duration::from_millis(20), &mut wait).await;
+                drop(wait);
+                assert_eq!(r.parked.get(), 1);
+                // As when a descriptor was closed (which leaves the epoll
+                // set) and its number reused without `forget`.
+                // SAFETY: plain syscall on open descriptors.
+                unsafe {
+                    libc::epoll_ctl(
+                        r.epfd.as_raw_fd(),
+                        libc::EPOLL_CTL_DEL,
+                        fd,
+                        std::ptr::null_mut(),
+                    )
+                };
+                r.watch(fd).unwrap();
+                assert_eq!(r.parked.get(), 0);
+                r.forget(fd);
                 drop(theirs);
             })
             .unwrap()
