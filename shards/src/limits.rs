@@ -119,6 +119,14 @@ pub struct ProxyLimits {
     /// keep-alive connection gives its buffer back, so this many at most
     /// are held beyond those of connections reading (issue 27).
     pub pooled_input_buffers_max: usize,
+    /// Input buffers a core keeps parked in its readiness set for the
+    /// connections that gave them up to wait for their next request, so
+    /// that a keep-alive client's next request takes its own buffer back
+    /// without the pool (issue 27, session 7). Each is parked until that
+    /// request comes or for one to two seconds (the deadline sweep takes
+    /// it to the pool), and beyond this many a waiting connection gives its
+    /// buffer to the pool as before: an idle connection holds none.
+    pub parked_input_buffers_max: usize,
 }
 
 /// CoralProxy's runtime limits.
@@ -131,6 +139,7 @@ pub const PROXY: ProxyLimits = ProxyLimits {
     decoded_heads_max: 4096,
     decoded_head_bytes_max: 4096,
     pooled_input_buffers_max: 64,
+    parked_input_buffers_max: 64,
 };
 
 /// What the proxy relays of an origin's answers that it does not store

@@ -18,8 +18,16 @@
 //! `epoll_wait` and at most one armed poll per turn of its loop, not one
 //! per request. An edge that comes while its connection is not waiting is
 //! kept (`ready`), so it is never lost; a spurious wake costs one `recv`.
+//!
+//! Two things ride along with a wait (issue 27, session 7): a connection
+//! that waits with an empty input buffer parks the buffer in its slot and
+//! takes it back when its next request comes (at most
+//! `limits::PROXY.parked_input_buffers_max` parked; the deadline sweep
+//! moves one parked for a whole sweep period to the core's pool, so an
+//! idle connection holds none for more than two seconds), and a dispatch
+//! reads the clocks once for all the connections it wakes ([`Now`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
 use std::mem::MaybeUninit;
@@ -28,13 +36,22 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
+use crate::clock::Now;
+
 /// Edges collected per `epoll_wait`.
 const EVENTS_PER_WAIT: usize = 256;
+/// Input buffers parked in a core's slots at most.
+const PARKED_BUFFERS_MAX: usize = crate::limits::PROXY.parked_input_buffers_max;
 
 /// One core's readiness set.
 pub struct Readiness {
     epfd: OwnedFd,
     slots: RefCell<Slots>,
+    /// The clocks as the last dispatch that found edges read them: a wait
+    /// that a dispatch ended resolves with these (no later than its edge).
+    woke_at: Cell<Now>,
+    /// Input buffers parked in the slots now (at most `PARKED_BUFFERS_MAX`).
+    parked: Cell<usize>,
 }
 
 /// The watched descriptors' slots, indexed by descriptor number (issue 27:
@@ -54,12 +71,15 @@ impl Slots {
         self.0.get_mut(usize::try_from(*fd).ok()?)?.as_mut()
     }
 
-    fn insert(&mut self, fd: RawFd, slot: Slot) {
-        let Ok(i) = usize::try_from(fd) else { return };
+    /// Puts `slot` at `fd`; the slot it replaces, if any.
+    fn insert(&mut self, fd: RawFd, slot: Slot) -> Option<Slot> {
+        let Ok(i) = usize::try_from(fd) else {
+            return None;
+        };
         if i >= self.0.len() {
             self.0.resize_with(i + 1, || None);
         }
-        self.0[i] = Some(slot);
+        self.0[i].replace(slot)
     }
 
     fn remove(&mut self, fd: &RawFd) -> Option<Slot> {
@@ -78,6 +98,11 @@ struct Slot {
     /// a reference count up and down and two executor lookups a request).
     /// Woken only while `waiting`; dropped with the slot.
     waker: Option<Waker>,
+    /// The connection's empty input buffer, parked while it waits; handed
+    /// back when the wait resolves.
+    parked: Option<Box<[u8]>>,
+    /// `parked` was there at the last reclaim: the next takes it.
+    parked_old: bool,
 }
 
 /// The epoll descriptor, for the ring to wait on (`Readiness` owns it).
@@ -100,6 +125,8 @@ impl Readiness {
             // SAFETY: `fd` is a new descriptor nothing else owns.
             epfd: unsafe { OwnedFd::from_raw_fd(fd) },
             slots: RefCell::new(Slots::default()),
+            woke_at: Cell::new(Now::read()),
+            parked: Cell::new(0),
         }))
     }
 
@@ -114,20 +141,31 @@ impl Readiness {
             return Err(io::Error::last_os_error());
         }
         // The first read tries at once.
-        self.slots.borrow_mut().insert(
+        let replaced = self.slots.borrow_mut().insert(
             fd,
             Slot {
                 ready: true,
                 waiting: false,
                 waker: None,
+                parked: None,
+                parked_old: false,
             },
         );
+        // A slot left by a descriptor never forgotten: its parked buffer
+        // goes with it, and is no longer counted.
+        if replaced.is_some_and(|s| s.parked.is_some()) {
+            self.parked.set(self.parked.get() - 1);
+        }
         Ok(())
     }
 
     /// Stops watching `fd` (before it is closed: its number is reused).
     pub fn forget(&self, fd: RawFd) {
-        if self.slots.borrow_mut().remove(&fd).is_some() {
+        let removed = self.slots.borrow_mut().remove(&fd);
+        if let Some(slot) = removed {
+            if slot.parked.is_some() {
+                self.parked.set(self.parked.get() - 1);
+            }
             // SAFETY: plain syscall; an error (already closed) is harmless.
             unsafe {
                 libc::epoll_ctl(
@@ -141,8 +179,66 @@ impl Readiness {
     }
 
     /// Resolves once `fd` has had an edge since it last resolved.
-    pub fn readable(&self, fd: RawFd) -> Readable<'_> {
-        Readable { r: self, fd }
+    #[cfg(test)]
+    pub fn readable(&self, fd: RawFd) -> Readable<'_, 'static> {
+        Readable {
+            r: self,
+            fd,
+            park: None,
+            waited: false,
+        }
+    }
+
+    /// The clocks as the last dispatch that found edges read them: for a
+    /// connection whose wait such a dispatch ended (its `Readable` resolved
+    /// with true), the moment its bytes came in, up to that turn's work.
+    pub fn woke_at(&self) -> Now {
+        self.woke_at.get()
+    }
+
+    /// As [`readable`](Self::readable), parking `buf` (an empty input
+    /// buffer, when `Some`) in `fd`'s slot while the wait is pending and
+    /// putting it back (if still parked) when it resolves.
+    pub fn readable_parking<'a, 'b>(
+        &'a self,
+        fd: RawFd,
+        buf: Option<&'b mut Option<Box<[u8]>>>,
+    ) -> Readable<'a, 'b> {
+        Readable {
+            r: self,
+            fd,
+            park: buf,
+            waited: false,
+        }
+    }
+
+    /// Whether one more input buffer may be parked.
+    pub fn may_park(&self) -> bool {
+        self.parked.get() < PARKED_BUFFERS_MAX
+    }
+
+    /// The deadline sweep's part (once a second): hands each buffer that
+    /// was already parked at the previous call to `give` (the core's pool);
+    /// a wait that resolves later takes one from the pool. So a buffer
+    /// stays parked one to two sweep periods at most.
+    pub fn reclaim_parked(&self, mut give: impl FnMut(Box<[u8]>)) {
+        if self.parked.get() == 0 {
+            return;
+        }
+        let mut slots = self.slots.borrow_mut();
+        for slot in slots.0.iter_mut().flatten() {
+            if slot.parked.is_none() {
+                continue;
+            }
+            if slot.parked_old {
+                if let Some(b) = slot.parked.take() {
+                    self.parked.set(self.parked.get() - 1);
+                    give(b);
+                }
+            } else {
+                slot.parked_old = true;
+            }
+        }
     }
 
     /// Collects the edges that came, wakes their connections; how many.
@@ -163,6 +259,8 @@ impl Readiness {
             return 0;
         }
         let n = (n as usize).min(EVENTS_PER_WAIT);
+        // Once for every connection this dispatch wakes (issue 27).
+        self.woke_at.set(Now::read());
         let mut slots = self.slots.borrow_mut();
         for ev in &events[..n] {
             // SAFETY: epoll_wait wrote the first `n` entries.
@@ -182,31 +280,63 @@ impl Readiness {
     }
 }
 
-/// See [`Readiness::readable`].
-pub struct Readable<'a> {
+/// See [`Readiness::readable`] and [`Readiness::readable_parking`]:
+/// resolves with whether it waited, hence whether a dispatch ended the
+/// wait ([`Readiness::woke_at`]); false when it was not watched.
+pub struct Readable<'a, 'b> {
     r: &'a Readiness,
     fd: RawFd,
+    /// The connection's buffer, to park.
+    park: Option<&'b mut Option<Box<[u8]>>>,
+    /// The wait was pending at least once.
+    waited: bool,
 }
 
-impl Future for Readable<'_> {
-    type Output = ();
+impl Future for Readable<'_, '_> {
+    type Output = bool;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let mut slots = self.r.slots.borrow_mut();
-        let Some(slot) = slots.get_mut(&self.fd) else {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let this = self.get_mut();
+        let r = this.r;
+        let mut slots = r.slots.borrow_mut();
+        let Some(slot) = slots.get_mut(&this.fd) else {
             // Not watched (never, or no longer): nothing will wake it.
-            return Poll::Ready(());
+            return Poll::Ready(false);
         };
         if slot.ready {
             slot.ready = false;
             slot.waiting = false;
-            return Poll::Ready(());
+            if let Some(b) = slot.parked.take() {
+                r.parked.set(r.parked.get() - 1);
+                if let Some(buf) = &mut this.park {
+                    if buf.is_none() {
+                        **buf = Some(b);
+                    }
+                }
+            }
+            return Poll::Ready(this.waited);
         }
         match &mut slot.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
             w => *w = Some(cx.waker().clone()),
         }
         slot.waiting = true;
+        if let Some(buf) = &mut this.park {
+            if slot.parked.is_some() {
+                // One left by a wait that was dropped: replaced.
+                if let Some(b) = buf.take() {
+                    slot.parked = Some(b);
+                    slot.parked_old = false;
+                }
+            } else if r.parked.get() < PARKED_BUFFERS_MAX {
+                if let Some(b) = buf.take() {
+                    slot.parked = Some(b);
+                    slot.parked_old = false;
+                    r.parked.set(r.parked.get() + 1);
+                }
+            }
+        }
+        this.waited = true;
         Poll::Pending
     }
 }
@@ -336,5 +466,107 @@ mod tests {
         assert!(kept, "an edge while nobody waited was lost");
         assert!(pending, "a wait resolved with no new bytes");
         assert!(woken, "bytes sent during a wait did not wake it");
+    }
+
+    /// A waiting connection's empty buffer is parked in its slot and handed
+    /// back when its edge comes, with the clocks of the dispatch that woke
+    /// it (read no earlier than the bytes were sent); at most
+    /// `PARKED_BUFFERS_MAX` are parked; one parked through two reclaims goes
+    /// to the pool; a forgotten descriptor's parked buffer is dropped.
+    #[test]
+    fn a_waiting_connection_parks_its_buffer_and_takes_it_back() {
+        LocalExecutorBuilder::new(Placement::Unbound)
+            .name("proxy-park")
+            .io_memory(256 << 10)
+            .spawn(|| async move {
+                let r = Readiness::new().unwrap();
+                glommio::spawn_local(run(r.clone())).detach();
+                let (ours, theirs) = pair();
+                let fd = ours.as_raw_fd();
+                r.watch(fd).unwrap();
+                // The first wait resolves at once, without waiting: false.
+                assert!(!r.readable(fd).await);
+                let mut buf = Some(vec![7u8; 64].into_boxed_slice());
+                let t = theirs.as_raw_fd();
+                let r2 = r.clone();
+                let sent_at = Rc::new(std::cell::Cell::new(None));
+                let sent = sent_at.clone();
+                glommio::spawn_local(async move {
+                    until(|| r2.slots.borrow().get(&fd).is_some_and(|s| s.waiting)).await;
+                    assert!(r2.slots.borrow().get(&fd).unwrap().parked.is_some());
+                    assert_eq!(r2.parked.get(), 1);
+                    sent.set(Some(Now::read()));
+                    // SAFETY: `t` stays open (`theirs` lives to the end).
+                    unsafe { libc::send(t, b"x".as_ptr().cast(), 1, 0) };
+                })
+                .detach();
+                let waited = r.readable_parking(fd, Some(&mut buf)).await;
+                assert!(waited, "the wait was ended by a dispatch");
+                assert_eq!(buf.as_deref(), Some(&[7u8; 64][..]), "the buffer came back");
+                assert_eq!(r.parked.get(), 0);
+                let (before, woke) = (sent_at.get().unwrap(), r.woke_at());
+                assert!(woke.mono >= before.mono && woke.unix_secs >= before.unix_secs);
+                assert!(woke.mono <= Now::read().mono);
+                assert!(drain(&ours) > 0);
+
+                // Parked, then reclaimed by the second reclaim, not the first.
+                let mut wait = Box::pin(r.readable_parking(fd, Some(&mut buf)));
+                let pending = glommio::future::timeout(Duration::from_millis(50), &mut wait)
+                    .await
+                    .is_err();
+                assert!(pending);
+                drop(wait);
+                assert!(buf.is_none(), "parked while waiting");
+                let mut given = 0;
+                r.reclaim_parked(|_| given += 1);
+                assert_eq!((given, r.parked.get()), (0, 1));
+                r.reclaim_parked(|_| given += 1);
+                assert_eq!((given, r.parked.get()), (1, 0));
+
+                // The bound: with PARKED_BUFFERS_MAX parked, no more.
+                r.parked.set(PARKED_BUFFERS_MAX);
+                assert!(!r.may_park());
+                let mut other = Some(vec![1u8; 8].into_boxed_slice());
+                let mut wait = Box::pin(r.readable_parking(fd, Some(&mut other)));
+                let _ = glommio::future::timeout(Duration::from_millis(20), &mut wait).await;
+                drop(wait);
+                assert!(other.is_some(), "parked beyond the bound");
+                r.parked.set(0);
+
+                // Forgotten while parked: dropped, and no longer counted.
+                let mut wait = Box::pin(r.readable_parking(fd, Some(&mut other)));
+                let _ = glommio::future::timeout(Duration::from_millis(20), &mut wait).await;
+                drop(wait);
+                assert_eq!((other.is_none(), r.parked.get()), (true, 1));
+                r.forget(fd);
+                assert_eq!(r.parked.get(), 0);
+                // Watched again over a slot with a parked buffer (never
+                // forgotten): the count stays true.
+                r.watch(fd).unwrap();
+                let mut one = Some(vec![2u8; 8].into_boxed_slice());
+                assert!(!r.readable(fd).await);
+                let mut wait = Box::pin(r.readable_parking(fd, Some(&mut one)));
+                let _ = glommio::future::timeout(Duration::from_millis(20), &mut wait).await;
+                drop(wait);
+                assert_eq!(r.parked.get(), 1);
+                // As when a descriptor was closed (which leaves the epoll
+                // set) and its number reused without `forget`.
+                // SAFETY: plain syscall on open descriptors.
+                unsafe {
+                    libc::epoll_ctl(
+                        r.epfd.as_raw_fd(),
+                        libc::EPOLL_CTL_DEL,
+                        fd,
+                        std::ptr::null_mut(),
+                    )
+                };
+                r.watch(fd).unwrap();
+                assert_eq!(r.parked.get(), 0);
+                r.forget(fd);
+                drop(theirs);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

@@ -129,6 +129,11 @@ pub(super) async fn deadline_sweep(pc: Rc<ProxyCore>) {
     let mut expired = Vec::new();
     while !pc.shard.stopping() {
         glommio::timer::sleep(SWEEP_EVERY).await;
+        if let Some(r) = &pc.ready {
+            // A buffer parked since the last sweep goes to the pool: an idle
+            // connection holds none for more than two sweep periods.
+            r.reclaim_parked(io::give_back);
+        }
         pc.idle.borrow_mut().expired(&deadlines, &mut expired);
         if expired.is_empty() {
             continue;
@@ -225,6 +230,7 @@ fn cache_result(cs: &CacheStatus) -> CacheResult {
 }
 
 /// Whether the connection goes on after an answer.
+#[derive(Clone, Copy)]
 enum Next {
     KeepAlive,
     Close,
@@ -319,14 +325,22 @@ impl<'a> Conn<'a> {
         // (`mod.rs`), not by a read timeout: glommio arms and cancels a
         // timer for every read that waits, about 700 instructions a hit.
         loop {
-            if !self.inb.filled().is_empty() {
-                match self.hot_hit().await {
-                    Hot::Served(Next::KeepAlive) => continue,
-                    Hot::Served(Next::Close) => break,
-                    Hot::Cold | Hot::NotPlain => {}
+            // The clocks of the wake that brought these bytes, for this
+            // request only (a later one in the same bytes reads its own).
+            let woke = self.inb.take_woke();
+            if !self.inb.is_empty() {
+                let next = match self.hot_hit(woke) {
+                    Hot::Served(next) => Some(next),
+                    Hot::Sending(h) => Some(self.hot_send(h).await),
+                    Hot::Cold | Hot::NotPlain => None,
+                };
+                match next {
+                    Some(Next::KeepAlive) => continue,
+                    Some(Next::Close) => break,
+                    None => {}
                 }
             }
-            let parsed = if self.inb.filled().is_empty() {
+            let parsed = if self.inb.is_empty() {
                 Ok(None)
             } else {
                 http::parse_request_head(self.inb.filled(), &self.pc.limits)
@@ -353,7 +367,7 @@ impl<'a> Conn<'a> {
                     }
                 }
                 Ok(None) => {
-                    if self.inb.filled().len() >= self.pc.limits.head_bytes_max {
+                    if self.inb.len() >= self.pc.limits.head_bytes_max {
                         let started = Mono::now();
                         self.begin(None);
                         self.bad(HttpError {
@@ -366,7 +380,7 @@ impl<'a> Conn<'a> {
                     }
                     // A keep-alive wait, or (bytes of it in) a head: one
                     // deadline for the whole head, from its first byte.
-                    let phase = if self.answered && self.inb.filled().is_empty() {
+                    let phase = if self.answered && self.inb.is_empty() {
                         Phase::Idle
                     } else {
                         Phase::Head
@@ -393,10 +407,13 @@ impl<'a> Conn<'a> {
     /// deadline (the sweep shuts the socket down, which ends the read). A
     /// head or body keeps the stamp of its first read: its deadline is for
     /// the whole of it, not per read.
-    async fn read_more(&mut self, phase: Phase) -> bool {
+    /// Not an `async fn`: the phase is entered when it is called (each
+    /// caller awaits it at once), and its future is `fill`'s, one state
+    /// machine fewer to poll on every wake (issue 27).
+    fn read_more(&mut self, phase: Phase) -> impl std::future::Future<Output = bool> + '_ {
         self.pc.idle.borrow_mut().enter(self.idle_slot, phase);
         let ready = self.pc.ready.as_deref().filter(|_| self.watched);
-        self.inb.fill(&mut self.stream, ready).await
+        self.inb.fill(&mut self.stream, ready)
     }
 
     /// Where this connection's sends stamp their progress.
@@ -453,7 +470,7 @@ impl<'a> Conn<'a> {
                 }
                 let mut left = n as usize;
                 loop {
-                    let take = left.min(self.inb.filled().len());
+                    let take = left.min(self.inb.len());
                     self.inb.consume(take);
                     left -= take;
                     if left == 0 {

@@ -2,19 +2,20 @@
 //! target bytes this core has answered a hit for is answered from a kept
 //! client head, with no owned request, URL canonicalisation or SHA-1.
 
-use crate::clock::Mono;
+use crate::clock::Now;
 use std::rc::Rc;
 
 use coral::proxy::hot::{HitHead, HitInputs};
 use coral::proxy::http::Framing;
 use coral::Id;
 
-use super::io::send_all;
-use super::io::send_complete;
-use super::{Conn, Next, HOT_HEAD_BYTES_MAX, HOT_NAME_BYTES_MAX};
+use std::os::fd::AsRawFd;
+
+use super::io::{send_all, send_complete, send_file_now, send_file_rest, SentNow};
+use super::{Conn, Next, HOT_HEAD_BYTES_MAX, HOT_NAME_BYTES_MAX, SENDFILE_BYTES_MIN};
 use crate::cache::{ObjectRef, ObjectState};
 use crate::proxy::stored::Stored;
-use crate::proxy::{unix_now, ProxyCore};
+use crate::proxy::ProxyCore;
 
 /// What the fast path of a hit knows of an object: its key, the stored head
 /// the built hit head came from, and when its body was last seen resident.
@@ -52,9 +53,9 @@ fn hot_eligible(st: &Stored, raw_head: &[u8]) -> bool {
 
 impl HotEntry {
     /// A fresh complete hit on this entry's object as of `now`: the object,
-    /// its body length, the framing of the body, and whether its residency
-    /// must be checked; its client head is left in `out`. `None` when the
-    /// object is gone, stale, being written or no longer eligible.
+    /// its body length, the framing of the body, whether its residency
+    /// must be checked, and its client head (kept in the entry). `None`
+    /// when the object is gone, stale, being written or no longer eligible.
     /// Inlined into its one caller: its result (the object among it) is
     /// then built where the caller keeps it, not returned and moved.
     #[inline(always)]
@@ -63,8 +64,7 @@ impl HotEntry {
         pc: &ProxyCore,
         now: u64,
         keep_alive: bool,
-        out: &mut Vec<u8>,
-    ) -> Option<(ObjectRef, u64, Framing, bool)> {
+    ) -> Option<(ObjectRef, u64, Framing, bool, &[u8])> {
         let obj = pc.cache.lookup(&self.key)?;
         let ObjectState::Complete { len } = obj.state() else {
             return None;
@@ -93,10 +93,9 @@ impl HotEntry {
             body_len: len,
             keep_alive,
         };
+        let check_resident = self.resident_secs != now;
         let (bytes, framing) = self.head.head(&self.stored.head, &pc.node_name, inputs);
-        out.clear();
-        out.extend_from_slice(bytes);
-        Some((obj, len, framing, self.resident_secs != now))
+        Some((obj, len, framing, check_resident, bytes))
     }
 }
 
@@ -108,6 +107,24 @@ pub(super) enum Hot {
     Cold,
     /// Not a plain request: the full path answers it.
     NotPlain,
+    /// A hit whose answer did not all go out at once: `hot_send` sends
+    /// the rest (through the ring) and counts it.
+    Sending(HotSend),
+}
+
+/// What `hot_send` needs of a hit whose answer goes on through the ring.
+pub(super) struct HotSend {
+    key: Id,
+    obj: ObjectRef,
+    len: u64,
+    framing: Framing,
+    head_only: bool,
+    check_resident: bool,
+    /// How far `send_file_now` got (`None`: not tried).
+    sent_now: Option<std::io::Result<SentNow>>,
+    next: Next,
+    started: crate::clock::Mono,
+    now: u64,
 }
 
 impl Conn<'_> {
@@ -117,22 +134,56 @@ impl Conn<'_> {
     /// (rebuilt once a second), the body's residency checked once a second.
     /// Every hit still looks the object up in the cache (it keeps the
     /// segment alive while the body is sent) and compares its stored head.
-    pub(super) async fn hot_hit(&mut self) -> Hot {
+    /// `woke`: the request came in by an edge of the readiness set, whose
+    /// dispatch read the clocks once for every connection it woke
+    /// (`Readiness::woke_at`); else they are read here. The answer is timed
+    /// from then and its HTTP second is that one.
+    /// Not an `async fn` (issue 27, session 7): a hit whose answer the
+    /// socket takes at once is served and counted here with no future made,
+    /// moved or dropped; the rest go on in [`hot_send`](Self::hot_send).
+    #[inline]
+    pub(super) fn hot_hit(&mut self, woke: bool) -> Hot {
         let pc = self.pc;
         // The access log needs the request's fields: the full path logs.
         if crate::accesslog::enabled() {
             return Hot::NotPlain;
         }
+        // A body sent with `sendfile` (`send_complete`) is tried at once,
+        // from the head kept in the entry: when the socket takes it all, the
+        // head is not copied and no send future runs (issue 27, session 7).
+        let fd = self.stream.as_raw_fd();
+        let nonblocking = self.nonblocking;
         let (plain, found, started, now) = {
             let mut hot = pc.hot.borrow_mut();
             let parsed = pc.plain_memo.borrow_mut().find(self.inb.filled(), &mut hot);
             let Some((plain, entry)) = parsed else {
                 return Hot::NotPlain;
             };
-            let started = Mono::now();
-            let now = unix_now();
-            let found =
-                entry.and_then(|e| Some((e.key, e.hit(pc, now, plain.keep_alive, &mut self.out)?)));
+            let clocks = match &pc.ready {
+                Some(r) if woke => r.woke_at(),
+                _ => Now::read(),
+            };
+            let (started, now) = (clocks.mono, clocks.unix_secs);
+            let out = &mut self.out;
+            let found = entry.and_then(|e| {
+                let key = e.key;
+                let (obj, len, framing, check_resident, head) = e.hit(pc, now, plain.keep_alive)?;
+                let body = !(plain.head_only || framing == Framing::Empty);
+                let sent = if body && !check_resident && nonblocking && len >= SENDFILE_BYTES_MIN {
+                    Some(send_file_now(fd, head, &obj, 0, len))
+                } else {
+                    None
+                };
+                // The head's bytes a send future still needs.
+                let unsent = match &sent {
+                    None => head,
+                    Some(Ok(SentNow::Head(n))) => &head[*n..],
+                    Some(_) => &[],
+                };
+                out.clear();
+                out.extend_from_slice(unsent);
+                Some((key, (obj, len, framing, check_resident, sent)))
+            });
             (plain, found, started, now)
         };
         let name_to = |name: &mut Vec<u8>| {
@@ -141,7 +192,7 @@ impl Conn<'_> {
             name.extend_from_slice(plain.target);
             plain.host.len()
         };
-        let Some((key, (obj, len, framing, check_resident))) = found else {
+        let Some((key, (obj, len, framing, check_resident, sent_now))) = found else {
             self.cold_host_len = name_to(&mut self.cold_name);
             self.cold = true;
             return Hot::Cold;
@@ -156,9 +207,55 @@ impl Conn<'_> {
         pc.idle.borrow_mut().busy(self.idle_slot);
         pc.stats.hits.set(pc.stats.hits.get() + 1);
         let next = if ka { Next::KeepAlive } else { Next::Close };
+        if let Some(Ok(SentNow::All)) = sent_now {
+            self.count_hit(head_only, true, len, started);
+            return Hot::Served(next);
+        }
+        Hot::Sending(HotSend {
+            key,
+            obj,
+            len,
+            framing,
+            head_only,
+            check_resident,
+            sent_now,
+            next,
+            started,
+            now,
+        })
+    }
+
+    /// The rest of a hit that `hot_hit` could not send at once, and its
+    /// count.
+    pub(super) async fn hot_send(&mut self, h: HotSend) -> Next {
+        let pc = self.pc;
+        let HotSend {
+            key,
+            obj,
+            len,
+            framing,
+            head_only,
+            check_resident,
+            sent_now,
+            next,
+            started,
+            now,
+        } = h;
         let out = std::mem::take(&mut self.out);
         let p = self.progress();
-        let sent = if head_only || framing == Framing::Empty {
+        let sent = if let Some(sent) = sent_now {
+            match sent {
+                Ok(SentNow::All) => Ok(()),
+                Ok(sent) => {
+                    let r = send_file_rest(&mut self.stream, &out, &obj, sent, 0, len, p).await;
+                    if r.is_ok() {
+                        p.done();
+                    }
+                    r
+                }
+                Err(e) => Err(e),
+            }
+        } else if head_only || framing == Framing::Empty {
             send_all(&mut self.stream, &[&out], p).await
         } else {
             if check_resident {
@@ -173,14 +270,24 @@ impl Conn<'_> {
             send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len, p).await
         };
         self.out = out;
-        // What `end` counts for this answer (GET or HEAD, 200, local), by
-        // its series found once; the access log is off on this path.
-        let body_bytes = if head_only || sent.is_err() { 0 } else { len };
-        pc.stats
+        self.count_hit(head_only, sent.is_ok(), len, started);
+        if sent.is_ok() {
+            next
+        } else {
+            Next::Close
+        }
+    }
+
+    /// What `end` counts for a fast hit (GET or HEAD, 200, local), by its
+    /// series found once; the access log is off on this path.
+    #[inline]
+    fn count_hit(&self, head_only: bool, sent: bool, len: u64, started: crate::clock::Mono) {
+        let body_bytes = if head_only || !sent { 0 } else { len };
+        self.pc
+            .stats
             .http
             .borrow_mut()
             .record_hit(head_only, body_bytes, started.elapsed_nanos());
-        Hot::Served(if sent.is_ok() { next } else { Next::Close })
     }
 
     /// After a fresh hit on the full path for a plain request: the next

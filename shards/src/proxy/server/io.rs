@@ -11,13 +11,15 @@ use glommio::net::TcpStream;
 
 use super::{IOV_MAX, SENDFILE_BYTES_MIN, SEND_CHUNK_BYTES};
 use crate::cache::ObjectRef;
-use crate::proxy::ready::Readiness;
+use crate::proxy::ready::{Readable, Readiness};
 
 /// A connection's input: one buffer, read into at `end` and parsed from
 /// `start`. While the connection waits, empty, for its next request (an
-/// idle keep-alive connection) the buffer goes back to the core's pool and
-/// the connection holds none: ten thousand idle connections hold no input
-/// buffers, not ten thousand (issue 27, "Many connections").
+/// idle keep-alive connection) the buffer is parked in the core's
+/// readiness set, which hands it back when the request comes, or, beyond
+/// the parked bound and after one to two seconds parked, it goes to the
+/// core's pool; the connection holds none: ten thousand idle connections
+/// hold no input buffers, not ten thousand (issue 27, "Many connections").
 pub(super) struct InBuf {
     /// `None` while idle and empty.
     data: Option<Box<[u8]>>,
@@ -28,6 +30,9 @@ pub(super) struct InBuf {
     /// empty, so the next read waits for an edge first (no `recv` that
     /// would find nothing).
     drained: bool,
+    /// The last `fill` got its bytes after a wait that the readiness set's
+    /// dispatch ended (`take_woke`).
+    woke: bool,
 }
 
 /// Input buffers a core keeps for its connections to take when their next
@@ -48,7 +53,16 @@ impl InBuf {
             start: 0,
             end: 0,
             drained: false,
+            woke: false,
         }
+    }
+
+    /// Whether the bytes of the last `fill` came after a wait that a
+    /// dispatch of the readiness set ended (its clocks are then the
+    /// moment they came: `Readiness::woke_at`); taken once, so a later
+    /// request in the same bytes reads the clocks itself.
+    pub(super) fn take_woke(&mut self) -> bool {
+        std::mem::take(&mut self.woke)
     }
 
     pub(super) fn filled(&self) -> &[u8] {
@@ -56,6 +70,19 @@ impl InBuf {
             Some(d) => &d[self.start..self.end],
             None => &[],
         }
+    }
+
+    /// Bytes in the buffer not consumed yet: `filled().len()` without
+    /// slicing (no buffer means none: `start == end` then).
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// No bytes wait in the buffer: `filled().is_empty()`.
+    #[inline]
+    pub(super) fn is_empty(&self) -> bool {
+        self.start == self.end
     }
 
     pub(super) fn consume(&mut self, n: usize) {
@@ -68,13 +95,38 @@ impl InBuf {
 
     /// The buffer, taken from the core's pool (or made) if the connection
     /// holds none.
+    #[inline]
     fn data(&mut self) -> &mut [u8] {
+        if self.data.is_none() {
+            self.data = Some(self.take_buffer());
+        }
+        match &mut self.data {
+            Some(d) => d,
+            None => &mut [],
+        }
+    }
+
+    /// A buffer from the core's pool, or a new one.
+    #[cold]
+    fn take_buffer(&self) -> Box<[u8]> {
         let size = self.size;
-        self.data.get_or_insert_with(|| {
-            POOL.with(|p| p.borrow_mut().pop())
-                .filter(|b| b.len() == size)
-                .unwrap_or_else(|| vec![0; size].into_boxed_slice())
-        })
+        POOL.with(|p| p.borrow_mut().pop())
+            .filter(|b| b.len() == size)
+            .unwrap_or_else(|| vec![0; size].into_boxed_slice())
+    }
+
+    /// The wait for `fd`'s next edge; an empty buffer is parked in `ready`
+    /// meanwhile, or given back to the pool when no more may be parked.
+    /// Not an `async fn`: the buffer is given back when it is called (each
+    /// caller awaits it at once), and its future is the readiness set's
+    /// (one state machine fewer to poll on every wake; issue 27).
+    fn wait<'s>(&'s mut self, ready: &'s Readiness, fd: i32) -> Readable<'s, 's> {
+        let park = self.start == self.end && ready.may_park();
+        if !park {
+            self.release();
+        }
+        let buf = if park { Some(&mut self.data) } else { None };
+        ready.readable_parking(fd, buf)
     }
 
     /// Gives the buffer back to the core's pool while it holds nothing.
@@ -83,12 +135,7 @@ impl InBuf {
             return;
         }
         if let Some(d) = self.data.take() {
-            POOL.with(|p| {
-                let mut p = p.borrow_mut();
-                if p.len() < POOLED_BUFFERS_MAX {
-                    p.push(d);
-                }
-            });
+            give_back(d);
         }
     }
 
@@ -107,6 +154,7 @@ impl InBuf {
             self.start = 0;
         }
         let Some(ready) = ready else {
+            self.woke = false;
             let end = self.end;
             return match stream.read(&mut self.data()[end..]).await {
                 Ok(n) if n > 0 => {
@@ -118,9 +166,10 @@ impl InBuf {
         };
         let fd = stream.as_raw_fd();
         if self.drained {
-            self.release();
-            ready.readable(fd).await;
+            self.woke = self.wait(ready, fd).await;
             self.drained = false;
+        } else {
+            self.woke = false;
         }
         loop {
             let end = self.end;
@@ -138,15 +187,23 @@ impl InBuf {
                 return false;
             }
             match std::io::Error::last_os_error().kind() {
-                std::io::ErrorKind::WouldBlock => {
-                    self.release();
-                    ready.readable(fd).await
-                }
+                std::io::ErrorKind::WouldBlock => self.woke = self.wait(ready, fd).await,
                 std::io::ErrorKind::Interrupted => {}
                 _ => return false,
             }
         }
     }
+}
+
+/// Puts a free input buffer in the core's pool (or frees it when the pool
+/// is full): a connection's, or one the readiness set had parked.
+pub(super) fn give_back(d: Box<[u8]>) {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOLED_BUFFERS_MAX {
+            p.push(d);
+        }
+    });
 }
 
 /// `recv(2)`, `send(2)` and `sendmsg(2)` as plain system calls: libc's
@@ -210,7 +267,7 @@ impl Progress<'_> {
         self.table.borrow_mut().sending(self.slot);
     }
 
-    fn done(self) {
+    pub(super) fn done(self) {
         self.table.borrow_mut().busy(self.slot);
     }
 }
@@ -265,9 +322,63 @@ pub(super) async fn send_complete(
     if !nonblocking || end - start < SENDFILE_BYTES_MIN {
         return send_all(stream, &[head, obj.body(start, end)], p).await;
     }
-    p.sending();
-    send_all_more(stream, head, p).await?;
-    let fd = stream.as_raw_fd();
+    let sent = send_file_now(stream.as_raw_fd(), head, obj, start, end)?;
+    if sent != SentNow::All {
+        let rest = match sent {
+            SentNow::Head(n) => &head[n..],
+            _ => &[],
+        };
+        send_file_rest(stream, rest, obj, sent, start, end, p).await?;
+    }
+    p.done();
+    Ok(())
+}
+
+/// How far [`send_file_now`] got without waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SentNow {
+    /// Head and body went out.
+    All,
+    /// This many bytes of the head went out (the socket is full), no body.
+    Head(usize),
+    /// The head went out and the body up to this offset; the socket is full.
+    Full(u64),
+    /// The head went out and the body up to this offset, where `sendfile`
+    /// sent nothing (the file is shorter than the object says).
+    Short(u64),
+}
+
+/// The part of [`send_complete`] (with `sendfile`) that never waits: the
+/// head with `MSG_MORE`, then the body from the cache's file, as far as the
+/// socket takes them now. A hit whose answer goes out here needs no send
+/// future, no copy of its head and no progress stamps (nothing can look at
+/// them before it is done; issue 27, session 7). `fd` is non-blocking.
+pub(super) fn send_file_now(
+    fd: std::os::fd::RawFd,
+    head: &[u8],
+    obj: &ObjectRef,
+    start: u64,
+    end: u64,
+) -> std::io::Result<SentNow> {
+    // SAFETY: `head` is a live slice for the duration of the call.
+    let sent = unsafe {
+        send_now(
+            fd,
+            head.as_ptr().cast(),
+            head.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE,
+        )
+    };
+    if sent < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        return Ok(SentNow::Head(0));
+    }
+    if (sent as usize) < head.len() {
+        return Ok(SentNow::Head(sent as usize));
+    }
     let mut pos = start;
     while pos < end {
         let (file, at) = obj.file_at(pos);
@@ -277,7 +388,68 @@ pub(super) async fn send_complete(
         let n = unsafe { libc::sendfile(fd, file, &mut off, (end - pos) as usize) };
         if n > 0 {
             pos += n as u64;
+            continue;
+        }
+        if n == 0 {
+            return Ok(SentNow::Short(pos));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        return Ok(SentNow::Full(pos));
+    }
+    Ok(SentNow::All)
+}
+
+/// The rest of [`send_complete`] after [`send_file_now`] stopped at `sent`
+/// (not `All`) sending `[start, end)`, with `head_rest` the head's unsent
+/// bytes: the head through
+/// the ring, then the body with `sendfile`, waiting (one ring poll) whenever
+/// the socket is full, so a large body is never copied through user space
+/// (a 50 MB hit took 196 sends of 256 KiB through the ring before;
+/// benches/counts.sh). The send stall timeout still holds: the sweep shuts
+/// a stalled socket down, which ends the wait. Does not stamp `done`.
+pub(super) async fn send_file_rest(
+    stream: &mut TcpStream,
+    head_rest: &[u8],
+    obj: &ObjectRef,
+    sent: SentNow,
+    start: u64,
+    end: u64,
+    p: Progress<'_>,
+) -> std::io::Result<()> {
+    p.sending();
+    let (mut pos, mut full) = match sent {
+        SentNow::All => return Ok(()),
+        SentNow::Head(_) => {
+            write_through(stream, head_rest, p).await?;
+            (start, false)
+        }
+        SentNow::Full(pos) => (pos, true),
+        SentNow::Short(pos) => {
+            write_through(stream, obj.body(pos, end), p).await?;
+            return Ok(());
+        }
+    };
+    let fd = stream.as_raw_fd();
+    while pos < end {
+        if full {
+            glommio::io::PollableFd::new(Socket(fd))
+                .map_err(|e| std::io::Error::other(e.to_string()))?
+                .writable()
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        let (file, at) = obj.file_at(pos);
+        let mut off = at as libc::off_t;
+        // SAFETY: `fd` and `file` are open descriptors (the object is alive
+        // while `obj` is); `off` is a valid in/out offset.
+        let n = unsafe { libc::sendfile(fd, file, &mut off, (end - pos) as usize) };
+        if n > 0 {
+            pos += n as u64;
             p.sending();
+            full = false;
             continue;
         }
         if n == 0 {
@@ -287,21 +459,11 @@ pub(super) async fn send_complete(
         if e.kind() != std::io::ErrorKind::WouldBlock {
             return Err(e);
         }
-        // The socket is full: wait (one ring poll) until it takes more and
-        // go on from the file, so a large body is never copied through user
-        // space (a 50 MB hit took 196 sends of 256 KiB through the ring
-        // before; benches/counts.sh). The send stall timeout still holds:
-        // the sweep shuts a stalled socket down, which ends the wait.
-        glommio::io::PollableFd::new(Socket(fd))
-            .map_err(|e| std::io::Error::other(e.to_string()))?
-            .writable()
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        full = true;
     }
     if pos < end {
         write_through(stream, obj.body(pos, end), p).await?;
     }
-    p.done();
     Ok(())
 }
 
@@ -313,36 +475,6 @@ impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.0
     }
-}
-
-/// Sends `head` with `MSG_MORE` (the body follows at once).
-async fn send_all_more(
-    stream: &mut TcpStream,
-    head: &[u8],
-    p: Progress<'_>,
-) -> std::io::Result<()> {
-    // SAFETY: `head` is a live slice for the duration of the call.
-    let sent = unsafe {
-        send_now(
-            stream.as_raw_fd(),
-            head.as_ptr().cast(),
-            head.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE,
-        )
-    };
-    let sent = if sent < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::WouldBlock {
-            return Err(e);
-        }
-        0
-    } else {
-        sent as usize
-    };
-    if sent < head.len() {
-        write_through(stream, &head[sent..], p).await?;
-    }
-    Ok(())
 }
 
 /// Writes `bufs` in order: first with one non-blocking `sendmsg` (head and
@@ -446,5 +578,282 @@ mod tests {
                 Some(libc::EBADF)
             );
         }
+    }
+
+    /// `InBuf::len` and `is_empty` answer as `filled()` did, with no
+    /// buffer, an empty one, bytes in it, and after `consume` and
+    /// `release`.
+    #[test]
+    fn in_buf_len_and_is_empty_answer_as_filled() {
+        let mut b = InBuf::new(64);
+        let check = |b: &InBuf| {
+            assert_eq!(b.len(), b.filled().len());
+            assert_eq!(b.is_empty(), b.filled().is_empty());
+        };
+        check(&b);
+        b.data();
+        check(&b);
+        b.end = 40;
+        check(&b);
+        for n in [5, 10, 0, 30] {
+            b.consume(n);
+            check(&b);
+        }
+        b.end = 20;
+        b.consume(7);
+        check(&b);
+        b.release();
+        check(&b);
+        b.consume(13);
+        b.release();
+        assert!(b.data.is_none());
+        check(&b);
+    }
+
+    /// `send_complete`'s `sendfile` path as it was before it was split into
+    /// `send_file_now` and `send_file_rest` (session 7): the reference.
+    async fn send_complete_before(
+        stream: &mut TcpStream,
+        head: &[u8],
+        obj: &ObjectRef,
+        start: u64,
+        end: u64,
+        p: Progress<'_>,
+    ) -> std::io::Result<()> {
+        p.sending();
+        // SAFETY: `head` is a live slice for the duration of the call.
+        let sent = unsafe {
+            send_now(
+                stream.as_raw_fd(),
+                head.as_ptr().cast(),
+                head.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | libc::MSG_MORE,
+            )
+        };
+        let sent = if sent < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            0
+        } else {
+            sent as usize
+        };
+        if sent < head.len() {
+            write_through(stream, &head[sent..], p).await?;
+        }
+        let fd = stream.as_raw_fd();
+        let mut pos = start;
+        while pos < end {
+            let (file, at) = obj.file_at(pos);
+            let mut off = at as libc::off_t;
+            // SAFETY: as in `send_file_now`.
+            let n = unsafe { libc::sendfile(fd, file, &mut off, (end - pos) as usize) };
+            if n > 0 {
+                pos += n as u64;
+                p.sending();
+                continue;
+            }
+            if n == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            glommio::io::PollableFd::new(Socket(fd))
+                .map_err(|e| std::io::Error::other(e.to_string()))?
+                .writable()
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        }
+        if pos < end {
+            write_through(stream, obj.body(pos, end), p).await?;
+        }
+        p.done();
+        Ok(())
+    }
+
+    /// A connection to a reader thread on this test's own address that
+    /// waits `delay` (the socket fills meanwhile), then reads to the end.
+    async fn slow_reader(
+        delay: std::time::Duration,
+    ) -> (TcpStream, std::thread::JoinHandle<Vec<u8>>) {
+        let l = std::net::TcpListener::bind("127.18.7.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::Read;
+            let (mut s, _) = l.accept().unwrap();
+            std::thread::sleep(delay);
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).unwrap();
+            got
+        });
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let fd = stream.as_raw_fd();
+        let small: libc::c_int = 4096;
+        // SAFETY: a valid option value of its size on an open socket.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&small as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+        assert!(is_nonblocking(fd));
+        (stream, reader)
+    }
+
+    /// The split send (`send_file_now`, then `send_file_rest` when the
+    /// socket fills: the fast hit's path, and `send_complete`'s) delivers
+    /// what the send before it did, for heads and bodies from 4 KiB to
+    /// 3 MB against a reader that starts late (the head or the body cut
+    /// short by a full socket), from a socket already full (no head byte
+    /// out at once), and from an offset; and leaves the connection's slot
+    /// busy, as before.
+    #[test]
+    fn the_split_send_sends_as_the_one_before() {
+        use crate::cache::{CacheConfig, ObjectMeta};
+        use std::time::Duration;
+        let dir = std::env::temp_dir().join(format!("coral-split-send-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let d = dir.clone();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .name("split-send")
+            .spawn(move || async move {
+                let config = CacheConfig {
+                    dir: d,
+                    size_bytes: 1 << 26,
+                    objects_max: None,
+                };
+                let caches = crate::cache::open(&config, 1).unwrap();
+                let cache = &caches[0];
+                let mut states = Vec::new();
+                for (i, len) in [4096u64, 41_000, 300_000, 3_000_000]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let key = coral::Id::hash(&(i as u32).to_le_bytes());
+                    let body: Vec<u8> = (0..len).map(|b| (b * 7 + i as u64) as u8).collect();
+                    let meta = ObjectMeta {
+                        stored_secs: 1,
+                        fresh_until_secs: u64::MAX,
+                        expected_len: Some(len),
+                    };
+                    let mut w = cache.begin(key, meta, b"HTTP/1.1 200 OK\r\n\r\n").unwrap();
+                    for c in body.chunks(65536) {
+                        w.append(c).unwrap();
+                    }
+                    w.finish().unwrap();
+                    let obj = cache.lookup(&key).unwrap();
+                    for head_len in [40usize, 3000] {
+                        let head: Vec<u8> = (0..head_len).map(|b| b"HTTP/1.1"[b % 8]).collect();
+                        for start in [0, len / 3] {
+                            let want = [&head[..], &body[start as usize..]].concat();
+                            for before in [false, true] {
+                                let (mut stream, reader) =
+                                    slow_reader(Duration::from_millis(30)).await;
+                                let table = RefCell::new(ConnTable::new());
+                                let slot = table.borrow_mut().register(stream.as_raw_fd());
+                                table.borrow_mut().busy(slot);
+                                let p = Progress {
+                                    table: &table,
+                                    slot,
+                                };
+                                let r = if before {
+                                    send_complete_before(&mut stream, &head, &obj, start, len, p)
+                                        .await
+                                } else {
+                                    let fd = stream.as_raw_fd();
+                                    let sent = send_file_now(fd, &head, &obj, start, len).unwrap();
+                                    states.push(sent);
+                                    if sent != SentNow::All {
+                                        let rest = match sent {
+                                            SentNow::Head(n) => &head[n..],
+                                            _ => &[],
+                                        };
+                                        send_file_rest(
+                                            &mut stream,
+                                            rest,
+                                            &obj,
+                                            sent,
+                                            start,
+                                            len,
+                                            p,
+                                        )
+                                        .await
+                                        .unwrap();
+                                        p.done();
+                                    }
+                                    Ok(())
+                                };
+                                r.unwrap();
+                                // Busy, not sending: no deadline expires it.
+                                let mut expired = Vec::new();
+                                let none = coral::proxy::idle::Deadlines::from_ms(0, 0, 0, 0);
+                                // (Two ticks: past the least deadline, one tick.)
+                                table.borrow_mut().expired(&none, &mut expired);
+                                table.borrow_mut().expired(&none, &mut expired);
+                                assert!(expired.is_empty(), "the slot is busy after the send");
+                                stream.close().await.unwrap();
+                                let got = reader.join().unwrap();
+                                assert_eq!(
+                                    got.len(),
+                                    want.len(),
+                                    "len {len} head {head_len} before {before}"
+                                );
+                                assert!(got == want, "len {len} head {head_len} before {before}");
+                            }
+                        }
+                    }
+                }
+                assert!(states.contains(&SentNow::All), "{states:?}");
+                assert!(
+                    states
+                        .iter()
+                        .any(|s| matches!(s, SentNow::Full(p) if *p > 0)),
+                    "{states:?}"
+                );
+                // A socket already full: no head byte goes out at once.
+                let (mut stream, reader) = slow_reader(Duration::from_millis(50)).await;
+                let fd = stream.as_raw_fd();
+                let filler = vec![b'f'; 1 << 16];
+                let mut sent_filler = 0;
+                loop {
+                    // SAFETY: `filler` is live for its length.
+                    let n = unsafe {
+                        send_now(fd, filler.as_ptr().cast(), filler.len(), libc::MSG_DONTWAIT)
+                    };
+                    if n <= 0 {
+                        break;
+                    }
+                    sent_filler += n as usize;
+                }
+                let key = coral::Id::hash(&1u32.to_le_bytes());
+                let obj = cache.lookup(&key).unwrap();
+                let head = b"HTTP/1.1 200 OK\r\nContent-Length: 41000\r\n\r\n";
+                let sent = send_file_now(fd, head, &obj, 0, 41_000).unwrap();
+                assert_eq!(sent, SentNow::Head(0));
+                let table = RefCell::new(ConnTable::new());
+                let slot = table.borrow_mut().register(fd);
+                let p = Progress {
+                    table: &table,
+                    slot,
+                };
+                send_file_rest(&mut stream, head, &obj, sent, 0, 41_000, p)
+                    .await
+                    .unwrap();
+                stream.close().await.unwrap();
+                let got = reader.join().unwrap();
+                assert_eq!(got.len(), sent_filler + head.len() + 41_000);
+                assert!(got[sent_filler..].starts_with(head));
+                assert!(got[sent_filler + head.len()..] == *obj.body(0, 41_000));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
