@@ -181,24 +181,30 @@ impl Lookup {
         if self.candidates.iter().any(|c| c.contact.id == contact.id) {
             return;
         }
-        self.candidates.push(Candidate {
+        let new = Candidate {
             contact,
             state: CandidateState::Fresh,
             probe: None,
             asked_key: false,
-        });
-        if self.candidates.len() > self.capacity {
-            let key = self.key;
-            if let Some((pos, _)) = self
-                .candidates
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| {
-                    c.state == CandidateState::Fresh || c.state == CandidateState::Failed
-                })
-                .max_by_key(|(_, c)| c.contact.id.distance(&key))
-            {
-                self.candidates.swap_remove(pos);
+        };
+        if self.candidates.len() < self.capacity {
+            self.candidates.push(new);
+            return;
+        }
+        // Full: the farthest from the key of the new contact and the fresh
+        // or failed candidates goes. Decided before anything is added, so
+        // that the list never holds more than `capacity` (pushing first
+        // made a list of 64 grow room for 128, 5.6 KB per lookup).
+        let key = self.key;
+        let farthest = self
+            .candidates
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.state == CandidateState::Fresh || c.state == CandidateState::Failed)
+            .max_by_key(|(_, c)| c.contact.id.distance(&key));
+        if let Some((pos, c)) = farthest {
+            if c.contact.id.distance(&key) > contact.id.distance(&key) {
+                self.candidates[pos] = new;
             }
         }
     }

@@ -41,11 +41,60 @@ pub struct Entry {
 /// A bucket's header: its contacts sit in the table's slot arrays.
 #[derive(Clone, Debug, Default)]
 struct Bucket {
+    /// The bucket's first slot: the slots of `buckets[j]` follow those of
+    /// `buckets[j - 1]`.
+    base: u16,
+    /// Slots the bucket has (at most k): it gets them as it fills
+    /// ([`RoutingTable::make_room`]).
+    slots: u16,
     /// Contacts in the bucket's slots, least recently seen first.
     len: u32,
     /// A verified contact waiting for a place (see the module docs). Boxed:
     /// most buckets never have one.
-    replacement: Option<Box<Entry>>,
+    replacement: Option<Box<Waiting>>,
+}
+
+/// A bucket's replacement, packed as a slot is: 56 bytes where an [`Entry`]
+/// is 88 (a full bucket of a busy node nearly always has one: 8–9 a
+/// simulated node, issue 27).
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    id: Id,
+    reach: Reach,
+    seen: Seen,
+    /// The IPv6 address, where `reach` says so.
+    ip6: [u8; 16],
+}
+
+impl Waiting {
+    fn new(e: &Entry) -> Waiting {
+        let (mut reach, ip6) = Reach::new(e.contact.addr, e.contact.services);
+        reach.set_failures(e.failures);
+        Waiting {
+            id: e.contact.id,
+            reach,
+            seen: Seen::new(e.last_seen, e.rtt_min),
+            ip6: ip6.unwrap_or_default(),
+        }
+    }
+
+    fn entry(&self) -> Entry {
+        let ip = if self.reach.is_v6() {
+            IpAddr::from(self.ip6)
+        } else {
+            IpAddr::from(self.reach.ip4)
+        };
+        Entry {
+            contact: Contact {
+                id: self.id,
+                addr: SocketAddr::new(ip, self.reach.port),
+                services: self.reach.services,
+            },
+            last_seen: self.seen.last_seen(),
+            rtt_min: self.seen.rtt_min(),
+            failures: self.reach.failures(),
+        }
+    }
 }
 
 /// Where a contact can be reached: the rest of its [`Contact`], packed
@@ -55,14 +104,25 @@ struct Bucket {
 /// which has no slots until the table first holds an IPv6 contact: a
 /// simulated node (IPv4 only) holds about 8·log2 n slots for life, and 16
 /// bytes of each went unused (1.6 KB a node at 100,000 nodes, issue 27).
+/// The contact's RPC failures since it last answered sit in the same byte
+/// as the IPv6 flag (bits 0–6; a contact is dropped at
+/// [`CONTACT_FAILURES_MAX`], so they never come near 127), which keeps
+/// [`Seen`] at 12 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Reach {
     /// An IPv4 address (all zero for IPv6: see `RoutingTable::reach6`).
     ip4: [u8; 4],
     port: u16,
-    v6: bool,
+    /// [`V6`] for an IPv6 address, or'd with the failures (saturating at
+    /// [`FAILURES_HELD_MAX`]).
+    flags: u8,
     services: Services,
 }
+
+/// `Reach::flags`: the address is IPv6.
+const V6: u8 = 0x80;
+/// The most failures `Reach::flags` holds.
+const FAILURES_HELD_MAX: u8 = 0x7f;
 
 impl Reach {
     /// The slot's address and, for IPv6, the address's bytes for `reach6`.
@@ -74,27 +134,56 @@ impl Reach {
         let r = Reach {
             ip4,
             port: addr.port(),
-            v6: v6.is_some(),
+            flags: if v6.is_some() { V6 } else { 0 },
             services,
         };
         (r, v6)
     }
+
+    fn is_v6(&self) -> bool {
+        self.flags & V6 != 0
+    }
+
+    fn failures(&self) -> u8 {
+        self.flags & FAILURES_HELD_MAX
+    }
+
+    fn set_failures(&mut self, failures: u8) {
+        self.flags = (self.flags & V6) | failures.min(FAILURES_HELD_MAX);
+    }
 }
 
-/// What we know of a contact beyond how to reach it, in 16 bytes.
+/// When we last heard from a contact and its RTT, in 12 bytes (the time
+/// as two 32-bit halves, so that the record is 4-aligned: a slot is then
+/// 40 bytes with its id and [`Reach`], from 44).
 #[derive(Clone, Copy, Debug)]
 struct Seen {
-    last_seen: Time,
+    /// `last_seen`'s microseconds, low and high 32 bits.
+    last_seen_us: [u32; 2],
     /// The minimum RTT in microseconds, [`RTT_UNKNOWN`] if none was
     /// measured (longer RTTs, over 71 minutes, are held as the longest).
     rtt_min_us: u32,
-    failures: u8,
 }
 
 /// `Seen::rtt_min_us` when no RTT was measured.
 const RTT_UNKNOWN: u32 = u32::MAX;
 
 impl Seen {
+    fn new(last_seen: Time, rtt_min: Option<Duration>) -> Seen {
+        Seen {
+            last_seen_us: [last_seen.0 as u32, (last_seen.0 >> 32) as u32],
+            rtt_min_us: Seen::pack_rtt(rtt_min),
+        }
+    }
+
+    fn last_seen(&self) -> Time {
+        Time(u64::from(self.last_seen_us[1]) << 32 | u64::from(self.last_seen_us[0]))
+    }
+
+    fn set_last_seen(&mut self, t: Time) {
+        self.last_seen_us = [t.0 as u32, (t.0 >> 32) as u32];
+    }
+
     fn rtt_min(&self) -> Option<Duration> {
         (self.rtt_min_us != RTT_UNKNOWN).then(|| Duration::from_micros(u64::from(self.rtt_min_us)))
     }
@@ -109,13 +198,12 @@ impl Seen {
 const NO_REACH: Reach = Reach {
     ip4: [0; 4],
     port: 0,
-    v6: false,
+    flags: 0,
     services: Services::NONE,
 };
 const NOT_SEEN: Seen = Seen {
-    last_seen: Time::ZERO,
+    last_seen_us: [0; 2],
     rtt_min_us: RTT_UNKNOWN,
-    failures: 0,
 };
 
 /// What `insert` did.
@@ -140,12 +228,13 @@ pub enum Insert {
 /// One level's routing table.
 ///
 /// Laid out for a driver that reads thousands of tables cold (the
-/// simulator): the contacts of all buckets share three arrays of `k` slots
-/// per bucket, split by use — ids (scanned by every lookup of a contact and
+/// simulator): the contacts of all buckets share three arrays of up to `k`
+/// slots per bucket, split by use — ids (scanned by every lookup of a contact and
 /// every `closest`), addresses (read for the contacts `closest` returns) and
-/// the rest (last seen, RTT, failures: read on inserts and refreshes). A
-/// bucket's ids then span 160 bytes rather than eight 88-byte records, and a
-/// table is three allocations rather than one per bucket.
+/// the rest (last seen and RTT: read on inserts and refreshes), 40 bytes a
+/// slot in all. A bucket's ids then span 160 bytes rather than eight
+/// 88-byte records, and a table is three allocations rather than one per
+/// bucket.
 #[derive(Clone, Debug)]
 pub struct RoutingTable {
     local: Id,
@@ -156,7 +245,12 @@ pub struct RoutingTable {
     /// anyone: the table grows down to the deepest bucket that has held a
     /// contact, not to all 160.
     buckets: Vec<Bucket>,
-    /// Contact ids: slots `j·k .. j·k + buckets[j].len` are bucket j's.
+    /// Contact ids: slots `base .. base + len` of `buckets[j]` are bucket
+    /// j's. A bucket has k slots once it has held more than k/2 contacts,
+    /// and fewer before (2, 4, ...): the buckets nearest the local id, which
+    /// few nodes can enter, hold one or two contacts each, and the table
+    /// reaches down to the deepest that has held one (at 100,000 nodes about
+    /// 28 of a table's 144 slots were empty, 1.2 KB a node, issue 27).
     ids: Vec<Id>,
     /// The same slots' addresses and services.
     reach: Vec<Reach>,
@@ -233,37 +327,53 @@ impl RoutingTable {
     /// Bucket `bi`'s first slot and number of contacts (0 if the table has
     /// not grown down to it).
     fn span(&self, bi: usize) -> (usize, usize) {
-        let j = Self::slot(bi);
-        match self.buckets.get(j) {
-            Some(b) => (j * self.bucket_size, b.len as usize),
+        match self.buckets.get(Self::slot(bi)) {
+            Some(b) => (usize::from(b.base), b.len as usize),
             None => (0, 0),
         }
     }
 
     /// Grows the table down to bucket `bi` if needed (at most `ID_BITS`
-    /// buckets); returns its index in `buckets`.
+    /// buckets, with no slots yet); returns its index in `buckets`.
     fn grow_to(&mut self, bi: usize) -> usize {
         let j = Self::slot(bi);
         if self.buckets.len() <= j {
-            self.buckets.resize_with(j + 1, Bucket::default);
-            let slots = (j + 1) * self.bucket_size;
-            // Exactly: a table grows a bucket at a time, about log2 n
-            // times in all, and a node holds its table for life (amortized
-            // doubling left up to half of every simulated node's slots
-            // unused).
-            let more = slots - self.ids.len();
-            self.ids.reserve_exact(more);
-            self.reach.reserve_exact(more);
-            self.seen.reserve_exact(more);
-            self.ids.resize(slots, Id::ZERO);
-            self.reach.resize(slots, NO_REACH);
-            if !self.reach6.is_empty() {
-                self.reach6.reserve_exact(more);
-                self.reach6.resize(slots, [0; 16]);
-            }
-            self.seen.resize(slots, NOT_SEEN);
+            let base = self.ids.len() as u16;
+            self.buckets.resize_with(j + 1, || Bucket {
+                base,
+                ..Bucket::default()
+            });
         }
         j
+    }
+
+    /// Gives bucket `j` at least `need` (≤ k) slots: twice what it has, at
+    /// least 2, at most k. The new slots go after its last, and the slots of
+    /// the buckets after it move up. Exactly: a node holds its table for
+    /// life (amortized doubling left up to half of every simulated node's
+    /// slots unused), and a bucket grows at most log2 k times.
+    fn make_room(&mut self, j: usize, need: usize) {
+        let have = usize::from(self.buckets[j].slots);
+        if need <= have {
+            return;
+        }
+        let slots = need.max(2 * have).max(2).min(self.bucket_size);
+        let more = slots - have;
+        let at = usize::from(self.buckets[j].base) + have;
+        fn widen<T: Copy>(v: &mut Vec<T>, at: usize, more: usize, fill: T) {
+            v.reserve_exact(more);
+            v.splice(at..at, std::iter::repeat_n(fill, more));
+        }
+        widen(&mut self.ids, at, more, Id::ZERO);
+        widen(&mut self.reach, at, more, NO_REACH);
+        if !self.reach6.is_empty() {
+            widen(&mut self.reach6, at, more, [0; 16]);
+        }
+        widen(&mut self.seen, at, more, NOT_SEEN);
+        self.buckets[j].slots = slots as u16;
+        for b in &mut self.buckets[j + 1..] {
+            b.base += more as u16;
+        }
     }
 
     /// The position of `id` among bucket `bi`'s slots.
@@ -278,7 +388,7 @@ impl RoutingTable {
     /// Slot `i`'s IP address.
     fn ip_at(&self, i: usize) -> IpAddr {
         let r = &self.reach[i];
-        if r.v6 {
+        if r.is_v6() {
             IpAddr::from(self.reach6[i])
         } else {
             IpAddr::from(r.ip4)
@@ -302,15 +412,16 @@ impl RoutingTable {
         let s = self.seen[i];
         Entry {
             contact: self.contact_at(i),
-            last_seen: s.last_seen,
+            last_seen: s.last_seen(),
             rtt_min: s.rtt_min(),
-            failures: s.failures,
+            failures: self.reach[i].failures(),
         }
     }
 
     fn put_at(&mut self, i: usize, e: &Entry) {
         self.ids[i] = e.contact.id;
-        let (reach, v6) = Reach::new(e.contact.addr, e.contact.services);
+        let (mut reach, v6) = Reach::new(e.contact.addr, e.contact.services);
+        reach.set_failures(e.failures);
         self.reach[i] = reach;
         if let Some(ip6) = v6 {
             if self.reach6.is_empty() {
@@ -318,11 +429,7 @@ impl RoutingTable {
             }
             self.reach6[i] = ip6;
         }
-        self.seen[i] = Seen {
-            last_seen: e.last_seen,
-            rtt_min_us: Seen::pack_rtt(e.rtt_min),
-            failures: e.failures,
-        };
+        self.seen[i] = Seen::new(e.last_seen, e.rtt_min);
     }
 
     /// Moves slot `i` to the end of its bucket (`end` is one past the last
@@ -342,9 +449,11 @@ impl RoutingTable {
         self.buckets[j].len -= 1;
     }
 
-    /// Appends `e` to bucket `j` (which must have room).
+    /// Appends `e` to bucket `j` (which must hold under k contacts).
     fn push(&mut self, j: usize, e: &Entry) {
-        let i = j * self.bucket_size + self.buckets[j].len as usize;
+        let len = self.buckets[j].len as usize;
+        self.make_room(j, len + 1);
+        let i = usize::from(self.buckets[j].base) + len;
         self.put_at(i, e);
         self.buckets[j].len += 1;
     }
@@ -446,15 +555,15 @@ impl RoutingTable {
         let bucket = &mut self.buckets[j];
         let waiting = match &mut bucket.replacement {
             Some(r) => {
-                **r = entry;
+                **r = Waiting::new(&entry);
                 true
             }
             None => {
-                bucket.replacement = Some(Box::new(entry));
+                bucket.replacement = Some(Box::new(Waiting::new(&entry)));
                 false
             }
         };
-        if waiting || now.saturating_since(self.seen[base].last_seen) < OLDEST_FRESH {
+        if waiting || now.saturating_since(self.seen[base].last_seen()) < OLDEST_FRESH {
             Insert::Waiting
         } else {
             Insert::PingOldest(self.contact_at(base))
@@ -482,13 +591,14 @@ impl RoutingTable {
         };
         let j = Self::slot(bi);
         let (base, len) = self.span(bi);
-        self.seen[i].failures = self.seen[i].failures.saturating_add(1);
+        let failures = self.reach[i].failures().saturating_add(1);
+        self.reach[i].set_failures(failures);
         if let Some(replacement) = self.buckets[j].replacement.take() {
             self.remove_at(j, i, base + len);
-            self.push(j, &replacement);
+            self.push(j, &replacement.entry());
             self.generation += 1;
             true
-        } else if self.seen[i].failures >= CONTACT_FAILURES_MAX {
+        } else if self.reach[i].failures() >= CONTACT_FAILURES_MAX {
             self.remove_at(j, i, base + len);
             self.len -= 1;
             self.generation += 1;
@@ -572,6 +682,7 @@ impl RoutingTable {
         changed |= out
             .iter()
             .any(|e| !old.iter().any(|o| o.contact.id == e.contact.id));
+        self.make_room(j, out.len());
         for (i, e) in out.iter().enumerate() {
             self.put_at(base + i, e);
         }
@@ -580,7 +691,7 @@ impl RoutingTable {
         if self.buckets[j]
             .replacement
             .as_ref()
-            .is_some_and(|r| out.iter().any(|e| e.contact.id == r.contact.id))
+            .is_some_and(|r| out.iter().any(|e| e.contact.id == r.id))
         {
             self.buckets[j].replacement = None;
         }
@@ -600,8 +711,8 @@ impl RoutingTable {
             return;
         };
         let (base, len) = self.span(bi);
-        self.seen[i].last_seen = now;
-        self.seen[i].failures = 0;
+        self.seen[i].set_last_seen(now);
+        self.reach[i].set_failures(0);
         self.rotate_to_end(i, base + len);
         self.buckets[Self::slot(bi)].replacement = None;
     }
@@ -615,11 +726,7 @@ impl RoutingTable {
         let Some(bucket) = self.buckets.get_mut(j) else {
             return false;
         };
-        if bucket
-            .replacement
-            .as_ref()
-            .is_some_and(|r| r.contact.id == *id)
-        {
+        if bucket.replacement.as_ref().is_some_and(|r| r.id == *id) {
             bucket.replacement = None;
         }
         let Some(i) = self.position(bi, id) else {
@@ -628,7 +735,7 @@ impl RoutingTable {
         let (base, len) = self.span(bi);
         self.remove_at(j, i, base + len);
         if let Some(r) = self.buckets[j].replacement.take() {
-            self.push(j, &r);
+            self.push(j, &r.entry());
         } else {
             self.len -= 1;
             self.mark(bi);
@@ -716,7 +823,7 @@ impl RoutingTable {
     /// Every entry, in bucket order.
     pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
         (0..self.buckets.len()).rev().flat_map(move |j| {
-            let base = j * self.bucket_size;
+            let base = usize::from(self.buckets[j].base);
             (base..base + self.buckets[j].len as usize).map(move |i| self.entry_at(i))
         })
     }
@@ -769,7 +876,7 @@ impl RoutingTable {
                 !self.seen[base..base + len]
                     .iter()
                     .rev()
-                    .any(|s| s.last_seen >= since)
+                    .any(|s| s.last_seen() >= since)
             })
             .collect()
     }
@@ -1015,6 +1122,21 @@ mod tests {
             }
             prop_assert!(t.buckets.iter().all(|b| b.len as usize <= k));
             prop_assert_eq!(t.entries().count(), t.len());
+            // The slots: each bucket's follow the one before's, no bucket
+            // has more than k, and every contact kept has its own address.
+            let mut next = 0;
+            for b in &t.buckets {
+                prop_assert_eq!(usize::from(b.base), next);
+                prop_assert!(b.len as usize <= usize::from(b.slots) && usize::from(b.slots) <= k);
+                next += usize::from(b.slots);
+            }
+            prop_assert_eq!(t.ids.len(), next);
+            prop_assert_eq!(t.seen.len(), next);
+            for (i, id) in ids.iter().enumerate() {
+                if let Some(e) = t.get(&Id(*id)) {
+                    prop_assert_eq!(e.contact.addr.port(), i as u16);
+                }
+            }
             let target = Id(target);
             let got = t.closest(&target, 5);
             prop_assert!(got.len() <= 5);
@@ -1026,6 +1148,76 @@ mod tests {
                 prop_assert!(closer < got.len());
             }
         }
+    }
+
+    #[test]
+    fn a_replacement_takes_its_place_with_its_address_and_rtt() {
+        // k = 2: the bucket of ids 0x80.. is full, an IPv6 contact waits,
+        // the oldest fails: the waiting one enters as it was recorded.
+        let mut t = RoutingTable::new(Id([0; 20]), 2);
+        let now = Time::ZERO + Duration::from_secs(5);
+        for i in 0..2u8 {
+            let mut id = [0u8; 20];
+            id[0] = 0x80 | i;
+            t.insert(contact(Id(id), u16::from(i)), now, None);
+        }
+        let mut id = [0u8; 20];
+        id[0] = 0x90;
+        let waiting = Contact {
+            id: Id(id),
+            addr: "[2001:db8::9]:4009".parse().unwrap(),
+            services: Services(1),
+        };
+        let rtt = Some(Duration::from_micros(4321));
+        assert!(matches!(
+            t.insert(waiting, now, rtt),
+            Insert::PingOldest(_) | Insert::Waiting
+        ));
+        assert!(t.get(&waiting.id).is_none());
+        let mut oldest = [0u8; 20];
+        oldest[0] = 0x80;
+        assert!(t.on_failure(&Id(oldest)));
+        let e = t.get(&waiting.id).expect("the replacement entered");
+        assert_eq!(
+            (e.contact, e.rtt_min, e.last_seen, e.failures),
+            (waiting, rtt, now, 0)
+        );
+    }
+
+    #[test]
+    fn a_bucket_gets_slots_as_it_fills() {
+        // Buckets near the local id hold a contact or two: they get two
+        // slots, not k, and a far bucket that fills later moves the deeper
+        // buckets' contacts up without losing them.
+        let mut t = RoutingTable::new(Id([0; 20]), 8);
+        let now = Time::ZERO + Duration::from_secs(5);
+        let deep = |d: usize| {
+            let mut id = [0u8; 20];
+            id[d / 8] = 0x80 >> (d % 8);
+            contact(Id(id), d as u16)
+        };
+        for d in 10..14 {
+            assert_eq!(t.insert(deep(d), now, None), Insert::Added);
+        }
+        assert_eq!(
+            t.ids.len(),
+            4 * 2,
+            "four buckets of one contact: two slots each"
+        );
+        for i in 0..8u8 {
+            let mut id = [0u8; 20];
+            id[0] = 0x80 | i;
+            assert_eq!(
+                t.insert(contact(Id(id), 100 + u16::from(i)), now, None),
+                Insert::Added
+            );
+        }
+        assert_eq!(t.ids.len(), 8 + 4 * 2);
+        for d in 10..14 {
+            let c = deep(d);
+            assert_eq!(t.get(&c.id).map(|e| e.contact), Some(c));
+        }
+        assert_eq!(t.len(), 12);
     }
 
     #[test]
@@ -1080,7 +1272,8 @@ mod tests {
     #[test]
     fn a_slot_keeps_what_the_wire_carries_in_24_bytes() {
         assert_eq!(std::mem::size_of::<Reach>(), 8);
-        assert_eq!(std::mem::size_of::<Seen>(), 16);
+        assert_eq!(std::mem::size_of::<Waiting>(), 56);
+        assert_eq!(std::mem::size_of::<Seen>(), 12);
         let mut t = RoutingTable::new(Id([0; 20]), 8);
         let now = Time::ZERO + Duration::from_secs(5);
         let v4: SocketAddr = "192.0.2.7:4000".parse().unwrap();

@@ -263,8 +263,9 @@ fn join<L: Links>(params: &HotspotParams, config: Config, links: L) -> Sim<L> {
     let n = params.nodes;
     let mut sim = Sim::new(links, params.seed);
     sim.reserve(n);
+    let config = std::sync::Arc::new(config);
     for i in 0..n {
-        let node = Node::new(
+        let node = Node::with_shared_config(
             config.clone(),
             sim_addr(i),
             sim.now(),

@@ -14,8 +14,9 @@ use crate::dsht::wire::{Body, Contact, Identity};
 use crate::identity::{LocalIdentity, Verifier, VerifyStats};
 use crate::time::Time;
 
+use super::pinged::Pinged;
 use super::send::Purpose;
-use super::{Node, Pinged};
+use super::Node;
 
 /// This node's identity as Hello carries it, and its verdicts on others'.
 pub(super) struct Admission {
@@ -111,7 +112,7 @@ impl Node {
             return;
         }
         if self.pinged.len() >= self.hot.verify_pings_max * 16 {
-            self.pinged.retain(|_, p| p.recent(now));
+            self.pinged.retain_recent(now);
         }
         self.pinged.insert(contact.addr, Pinged::new(now));
         self.verify_pings_in_flight += 1;

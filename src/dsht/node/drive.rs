@@ -325,7 +325,7 @@ impl Node {
     pub(super) fn finish_claim(
         &mut self,
         op: u64,
-        o: Op,
+        o: Box<Op>,
         now: Time,
         claimed: bool,
         values: Values,
@@ -343,7 +343,7 @@ impl Node {
     }
 
     /// The operation ran out of time: report what it has.
-    fn abandon(&mut self, op: u64, mut o: Op, now: Time) {
+    fn abandon(&mut self, op: u64, mut o: Box<Op>, now: Time) {
         match o.kind {
             OpKind::Get => self.finish_get_miss(op, &o, now, None),
             OpKind::Put => {

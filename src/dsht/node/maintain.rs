@@ -42,7 +42,7 @@ impl Node {
             for l in &mut self.levels {
                 l.store.sweep(now);
             }
-            self.pinged.retain(|_, p| p.recent(now));
+            self.pinged.retain_recent(now);
             self.release_idle_capacity();
         }
         // Kademlia's refresh: a lookup for a random id in one quiet bucket per level.
@@ -79,9 +79,7 @@ impl Node {
         if roomy(self.pending.capacity(), self.pending.len()) {
             self.pending.shrink_to(2 * self.pending.len());
         }
-        if roomy(self.pinged.capacity(), self.pinged.len()) {
-            self.pinged.shrink_to(2 * self.pinged.len());
-        }
+        self.pinged.release_idle_capacity(roomy);
         if roomy(self.internal.capacity(), self.internal.len()) {
             self.internal.shrink_to(2 * self.internal.len());
         }

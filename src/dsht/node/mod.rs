@@ -35,6 +35,7 @@ mod delegate;
 mod drive;
 mod maintain;
 mod ops;
+mod pinged;
 mod reply;
 mod send;
 mod serve;
@@ -45,6 +46,7 @@ mod verified;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use crate::config::{Config, ConfigError};
 use crate::dsht::cluster::{ClusterStats, Manager};
@@ -60,6 +62,7 @@ use crate::time::{Duration, Time};
 
 use clusters::Internal;
 use ops::Op;
+use pinged::PingedAddrs;
 use send::{Pending, Purpose};
 use timers::{Timer, Timers};
 use verified::VerifiedCache;
@@ -287,35 +290,6 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(10);
 /// every maintenance tick, so a claim (20 s TTL) leaves memory soon after
 /// it expires (`Store::sweep`; SECURITY.md, "URL floods").
 const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
-const PINGED_RECENTLY: Duration = Duration::from_secs(60);
-
-/// A verification ping (or identity request) sent to an address: at most
-/// one a [`PINGED_RECENTLY`] per address, so that a forged source cannot
-/// make the node ping a victim more often, unless the address answered the
-/// last one. A sender that proved its address and that the node then forgot
-/// (its entry in the direct-mapped cache of answered senders overwritten by
-/// another's, and not in a full bucket) is pinged again at its next request,
-/// not held to the unverified rate for up to a minute: an honest peer would
-/// otherwise be blocked (`rate_block_secs`) until the minute ran out.
-#[derive(Clone, Copy, Debug)]
-struct Pinged {
-    at: Time,
-    /// The address answered this ping.
-    answered: bool,
-}
-
-impl Pinged {
-    fn new(at: Time) -> Pinged {
-        Pinged {
-            at,
-            answered: false,
-        }
-    }
-
-    fn recent(&self, now: Time) -> bool {
-        now.saturating_since(self.at) < PINGED_RECENTLY
-    }
-}
 /// A first-hand cluster member not heard from for this long may be
 /// forgotten to make room for another.
 const MEMBER_FORGET: Duration = Duration::from_secs(3600);
@@ -413,7 +387,11 @@ pub struct Node {
     // -- Read by every API call and by the driver after every input.
     levels: Vec<LevelState>,
     next_op: u64,
-    ops: HashMap<u64, Op, FastBuildHasher>,
+    /// Operations under way, by id. Boxed: a map keeps room for twice or
+    /// four times its entries, and an operation is 264 bytes (a node with a
+    /// put under way held 1.1 KB of map for it); moving one in and out of
+    /// the map, as driving it does, moves a pointer.
+    ops: HashMap<u64, Box<Op>, FastBuildHasher>,
     events: VecDeque<Event>,
     out: VecDeque<(SocketAddr, Vec<u8>)>,
     learned: VecDeque<(Level, Contact, Duration)>,
@@ -439,14 +417,17 @@ pub struct Node {
     previous_secret: [u8; 16],
     secret_epoch: u64,
     verify_pings_in_flight: usize,
-    pinged: HashMap<SocketAddr, Pinged>,
+    /// Addresses pinged to verify them, within the last minute.
+    pinged: PingedAddrs,
     /// Identity and admission (`admission.rs`); `None`: every contact that
     /// answers enters the tables (the simulator, and nodes of old).
     admission: Option<Box<admission::Admission>>,
     /// The cluster manager of each non-global level (index 0 = level 1).
     managers: Vec<Manager>,
     // -- Cold.
-    config: Config,
+    /// Never changes after [`Node::new`]; shared between nodes where the
+    /// driver gives them one ([`Node::with_shared_config`]).
+    config: Arc<Config>,
     last_sweep: Time,
     /// Delegated calls awaiting results, by tag.
     delegated: BTreeMap<u64, Internal>,
@@ -505,6 +486,19 @@ impl Node {
     /// with a random id (§4.4).
     pub fn new(
         config: Config,
+        addr: SocketAddr,
+        now: Time,
+        seed: u64,
+    ) -> Result<Node, ConfigError> {
+        Node::with_shared_config(Arc::new(config), addr, now, seed)
+    }
+
+    /// [`Node::new`] with a configuration other nodes may share: a driver
+    /// of many nodes with one configuration (the simulator) keeps one copy
+    /// of its 384 bytes, not one a node (issue 27: a million simulated
+    /// nodes held 384 MB of identical configurations).
+    pub fn with_shared_config(
+        config: Arc<Config>,
         addr: SocketAddr,
         now: Time,
         seed: u64,
@@ -591,7 +585,10 @@ impl Node {
             verified: VerifiedCache::new(&secret, &previous_secret),
             answered: VerifiedCache::new(&previous_secret, &secret),
             limiter,
-            pinged: HashMap::new(),
+            pinged: PingedAddrs::new(
+                keyed_hasher(&hash_secret, "pinged"),
+                keyed_hasher(&hash_secret, "pinged6"),
+            ),
             admission: None,
             verify_pings_in_flight: 0,
             learned: VecDeque::new(),

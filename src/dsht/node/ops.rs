@@ -430,7 +430,7 @@ impl Node {
             ttl_secs,
             put_levels: Vec::new(),
         };
-        self.ops.insert(op, o);
+        self.ops.insert(op, Box::new(o));
         self.timers.push(deadline, Timer::Op(op));
         self.drive(op, now);
     }

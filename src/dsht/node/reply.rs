@@ -55,9 +55,7 @@ impl Node {
         match p.purpose {
             Purpose::VerifyPing => {
                 self.verify_pings_in_flight = self.verify_pings_in_flight.saturating_sub(1);
-                if let Some(p) = self.pinged.get_mut(&from) {
-                    p.answered = true;
-                }
+                self.pinged.set_answered(&from);
             }
             Purpose::OldestPing { level } => {
                 self.levels[level].table.on_oldest_alive(&contact.id, now)

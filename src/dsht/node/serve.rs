@@ -10,8 +10,9 @@ use crate::dsht::wire::{
 };
 use crate::time::{Duration, Time};
 
+use super::pinged::Pinged;
 use super::send::Purpose;
-use super::{Node, Pinged, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET};
+use super::{Node, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET};
 
 impl Node {
     /// Serves one request: answers it (if it is one this node answers), and
@@ -403,7 +404,7 @@ impl Node {
             return;
         }
         if self.pinged.len() >= self.hot.verify_pings_max * 16 {
-            self.pinged.retain(|_, p| p.recent(now));
+            self.pinged.retain_recent(now);
         }
         self.pinged.insert(from, Pinged::new(now));
         self.verify_pings_in_flight += 1;
