@@ -49,6 +49,22 @@ pub const VALUE_BYTES_MAX: usize = 255;
 pub const TOKEN_BYTES: usize = 8;
 /// Largest datagram coral accepts: the largest UDP payload.
 pub const DATAGRAM_BYTES_MAX: usize = 65_507;
+/// Bytes of a contact with an IPv6 address, the longer family: id (20),
+/// family (1), address (16), port (2), services (1).
+const CONTACT_BYTES_MAX: usize = ID_BYTES + 1 + 16 + 2 + 1;
+/// The longest message that decodes: a full cluster header and a get reply
+/// with [`VALUES_MAX`] values of [`VALUE_BYTES_MAX`] bytes and
+/// [`CONTACTS_MAX`] IPv6 contacts (no other body is longer). A datagram
+/// longer than this is malformed whatever it holds, so a receiver may read
+/// datagrams into buffers of `MESSAGE_BYTES_MAX + 1` bytes and lose nothing
+/// that [`Message::decode`] would accept (9,589 bytes).
+pub const MESSAGE_BYTES_MAX: usize = HEADER_FIXED_BYTES
+    + CLUSTER_ENTRY_BYTES * (LEVELS_MAX - 1)
+    + 1
+    + 1
+    + VALUES_MAX * (1 + VALUE_BYTES_MAX)
+    + 1
+    + CONTACTS_MAX * CONTACT_BYTES_MAX;
 
 /// Services a node runs, as advertised in every header.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
@@ -1042,10 +1058,84 @@ mod tests {
             })
     }
 
+    /// The longest message of each kind, with a full cluster header:
+    /// none is longer than `MESSAGE_BYTES_MAX`, and the get reply is
+    /// exactly that long (receive buffers are sized by it).
+    #[test]
+    fn no_message_is_longer_than_message_bytes_max() {
+        let contacts: Contacts = (0..CONTACTS_MAX)
+            .map(|i| Contact {
+                id: Id([i as u8; 20]),
+                addr: SocketAddr::new(IpAddr::V6(Ipv6Addr::from([0xfe; 16])), 7000),
+                services: Services(7),
+            })
+            .collect();
+        let value = Value::new(&[0xaa; VALUE_BYTES_MAX]).unwrap();
+        let values: Values = (0..VALUES_MAX).map(|_| value.clone()).collect();
+        let mut h = header();
+        for _ in 1..LEVELS_MAX {
+            h.clusters.push(ClusterInfo {
+                id: Id([0x22; 20]),
+                age_secs: u32::MAX,
+                size: u32::MAX,
+            });
+        }
+        let bodies = [
+            Body::GetReply {
+                level: 3,
+                values: values.clone(),
+                contacts: contacts.clone(),
+            },
+            Body::StoreReply {
+                level: 3,
+                stored: false,
+                values,
+            },
+            Body::PutProbeReply {
+                level: 3,
+                loaded: true,
+                stay_mins: 255,
+                value_count: u16::MAX,
+                min_ttl_secs: u32::MAX,
+                token: [0xbb; TOKEN_BYTES],
+                contacts: contacts.clone(),
+            },
+            Body::Nodes {
+                level: 3,
+                contacts: contacts.clone(),
+            },
+            Body::MembersReply { level: 3, contacts },
+            Body::Store {
+                level: 3,
+                key: Id([1; 20]),
+                ttl_secs: u32::MAX,
+                if_absent: true,
+                token: [0xbb; TOKEN_BYTES],
+                value,
+            },
+            Body::HelloReply {
+                identity: Box::new([0xcc; IDENTITY_BYTES]),
+            },
+        ];
+        for (i, body) in bodies.into_iter().enumerate() {
+            let m = Message {
+                header: h.clone(),
+                body,
+            };
+            let n = m.to_bytes().len();
+            assert!(n <= MESSAGE_BYTES_MAX, "body {i}: {n} bytes");
+            if i == 0 {
+                assert_eq!(n, MESSAGE_BYTES_MAX);
+            }
+        }
+        assert_eq!(MESSAGE_BYTES_MAX, 9_589);
+    }
+
     proptest! {
         #[test]
         fn every_message_round_trips(m in arb_message()) {
             let bytes = m.to_bytes();
+            prop_assert!(bytes.len() <= MESSAGE_BYTES_MAX);
             prop_assert_eq!(Message::decode(&bytes), Ok(m));
         }
 
