@@ -811,7 +811,7 @@ impl Node {
                 }
                 return Err(Dropped::RateLimited);
             }
-            self.on_request(now, from, msg, datagram.len(), verified);
+            self.on_request(now, from, &msg, datagram.len(), verified);
             Ok(())
         } else {
             let r = self.on_reply(now, from, msg);

@@ -21,16 +21,15 @@ impl Node {
         &mut self,
         now: Time,
         from: SocketAddr,
-        msg: Message,
+        msg: &Message,
         request_bytes: usize,
         verified: bool,
     ) {
-        let Message { header, body } = msg;
         // Replies are handled in on_reply.
-        let Some(reply) = self.answer(now, from, &header, body) else {
+        let Some(mut reply) = self.answer(now, from, &msg.header, &msg.body) else {
             return;
         };
-        self.send_reply(now, from, &header, reply, request_bytes, verified);
+        self.send_reply(now, from, &msg.header, &mut reply, request_bytes, verified);
     }
 
     /// The level `level` of a request from `from` may be served at: one this
@@ -53,13 +52,19 @@ impl Node {
     }
 
     /// The reply to request `body`, or `None` for a body that is not a request.
-    fn answer(&mut self, now: Time, from: SocketAddr, header: &Header, body: Body) -> Option<Body> {
-        let reply = match body {
+    fn answer(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        header: &Header,
+        body: &Body,
+    ) -> Option<Body> {
+        let reply = match *body {
             Body::Ping => {
                 self.stats.pings_served += 1;
                 Body::Pong
             }
-            Body::Hello { identity } => self.answer_hello(now, from, &header.sender, &identity),
+            Body::Hello { ref identity } => self.answer_hello(now, from, &header.sender, identity),
             Body::FindNode { level, target } => match self.served_level(header, from, level) {
                 Ok(l) => {
                     self.stats.find_nodes_served += 1;
@@ -123,7 +128,7 @@ impl Node {
                 ttl_secs,
                 if_absent,
                 token,
-                value,
+                ref value,
             } => match self.served_level(header, from, level) {
                 Ok(l) => {
                     let store = StoreRequest {
@@ -132,7 +137,7 @@ impl Node {
                         ttl_secs,
                         if_absent,
                         token,
-                        value,
+                        value: value.clone(),
                     };
                     self.serve_store(now, from, l, store)
                 }
@@ -243,21 +248,30 @@ impl Node {
     /// not answered our ping may have been forged: what we send it (the
     /// reply, and any verifying ping) is at most `reply_amplification_max`
     /// times its request of `request_bytes`.
+    ///
+    /// Our header is written straight from our state (the bytes of
+    /// `self.header(..)` encoded, without building it: issue 27).
     fn send_reply(
         &mut self,
         now: Time,
         from: SocketAddr,
         header: &Header,
-        reply: Body,
+        reply: &mut Body,
         request_bytes: usize,
         verified: bool,
     ) {
-        let mut msg = Message {
-            header: self.header(header.route, header.txid, now),
-            body: reply,
-        };
         let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
-        msg.encode(&mut bytes);
+        wire::put_header(
+            &mut bytes,
+            reply.kind(),
+            header.route,
+            header.txid,
+            &self.id,
+            self.services,
+            self.our_clusters(now),
+        );
+        let header_bytes = bytes.len();
+        reply.encode(&mut bytes);
         // The verifying ping comes first: once the source answers it, it
         // is served in full.
         let mut ping = verified;
@@ -270,10 +284,10 @@ impl Node {
                 full
             };
             if bytes.len() > budget {
-                trim_reply(&mut msg.body, bytes.len() - budget);
+                trim_reply(reply, bytes.len() - budget);
                 self.stats.replies_trimmed += 1;
-                bytes.clear();
-                msg.encode(&mut bytes);
+                bytes.truncate(header_bytes);
+                reply.encode(&mut bytes);
             }
             ping = wanted && bytes.len() + wire::HEADER_FIXED_BYTES <= full;
         }
@@ -359,6 +373,19 @@ impl Node {
         if !self.hot.require_id_binding {
             return true;
         }
+        // A sender on this node's own IP (IP and port where ids include the
+        // port) is bound exactly when it claims this node's id, which is
+        // that hash: no table, no cache, no SHA-1 for a local proxy's
+        // requests (issue 27; any other claim goes the usual way below,
+        // and is refused there).
+        let own_address = if self.hot.id_includes_port {
+            from == self.addr
+        } else {
+            from.ip() == self.addr.ip()
+        };
+        if own_address && *sender == self.id {
+            return true;
+        }
         // A contact in the level-0 table answered one of our RPCs from this
         // address with this id, which was checked then (or, from
         // `learn_verified`, by another core). The bucket is read again at
@@ -433,8 +460,11 @@ impl Node {
         let unverified = !verified && !self.has_answered(&header.sender, from);
         let wanted = unverified
             || (0..self.levels.len()).any(|level| {
+                // Every table is of our id, which has no room in any
+                // (`has_room_for` would find out by its distance).
                 self.shares_cluster(header, level)
-                    && (self.levels[level].table.has_room_for(&header.sender)
+                    && ((header.sender != self.id
+                        && self.levels[level].table.has_room_for(&header.sender))
                         || !self.is_member(level, &header.sender, from))
             });
         // An address that answered our last ping and is unverified again
@@ -536,6 +566,204 @@ mod tests {
                 target: key,
             },
         )
+    }
+
+    /// The header before issue 27, built field by field (send_reply
+    /// encoded it with the reply): what `put_header` with `our_clusters`
+    /// must write, byte for byte.
+    fn header_before(node: &Node, route: u16, txid: u32, now: Time) -> Header {
+        Header {
+            route,
+            txid,
+            sender: node.id,
+            services: node.services,
+            clusters: node.levels[1..]
+                .iter()
+                .map(|l| crate::dsht::wire::ClusterInfo {
+                    id: l.cluster.id,
+                    age_secs: now
+                        .saturating_since(l.cluster.created)
+                        .as_secs()
+                        .min(u64::from(u32::MAX)) as u32,
+                    size: l.size_estimate,
+                })
+                .collect(),
+        }
+    }
+
+    /// `sender_is_bound` before issue 27: the table, then the cache of
+    /// bound senders, then the hash.
+    fn sender_is_bound_before(node: &mut Node, sender: &Id, from: SocketAddr) -> bool {
+        if !node.hot.require_id_binding {
+            return true;
+        }
+        if node.levels[0].table.contains(sender, from) {
+            return true;
+        }
+        let tag = node.verified.tag(from, sender);
+        if node.verified.contains(tag) {
+            return true;
+        }
+        let bound = if node.hot.id_includes_port {
+            *sender == Id::from_ip_port(from)
+        } else {
+            *sender == Id::from_ip(from.ip())
+        };
+        if bound {
+            node.verified.insert(tag);
+        }
+        bound
+    }
+
+    /// A reply's header written straight from the node's state is the
+    /// header built and encoded before, over seeded random clusters, ages,
+    /// size estimates, clocks, services and bodies; and so is the whole
+    /// reply, trimmed or not.
+    #[test]
+    fn the_reply_header_written_is_the_header_built_before() {
+        let mut rng = crate::rng::Rng::new(27);
+        for round in 0..2_000u32 {
+            let config = Config {
+                id_includes_port: round % 3 == 0,
+                ..Config::default()
+            };
+            let mut node =
+                Node::new(config, NODE.parse().unwrap(), Time::ZERO, round as u64).unwrap();
+            for level in 1..node.levels.len() {
+                if rng.below(2) == 0 {
+                    let mut id = Id::ZERO;
+                    rng.fill(&mut id.0);
+                    let created = Time(rng.below(1 << 50));
+                    node.set_cluster(level as u8, id, created);
+                }
+                node.levels[level].size_estimate = rng.next_u64() as u32;
+            }
+            node.services = crate::dsht::wire::Services(rng.below(8) as u8);
+            let now = Time(rng.next_u64() >> rng.below(64));
+            let (route, txid) = (rng.next_u64() as u16, rng.next_u64() as u32);
+            let mut value = vec![0u8; rng.below(256) as usize];
+            rng.fill(&mut value);
+            let mut values = Values::new();
+            for _ in 0..rng.below(5) {
+                values.push(Value::new(&value).unwrap());
+            }
+            let body = Body::GetReply {
+                level: rng.below(3) as u8,
+                values,
+                contacts: Contacts::new(),
+            };
+            let want = Message {
+                header: header_before(&node, route, txid, now),
+                body: body.clone(),
+            }
+            .to_bytes();
+            let mut got = vec![0xee; rng.below(3) as usize];
+            let prefix = got.len();
+            crate::dsht::wire::put_header(
+                &mut got,
+                body.kind(),
+                route,
+                txid,
+                &node.id,
+                node.services,
+                node.our_clusters(now),
+            );
+            body.encode(&mut got);
+            assert_eq!(&got[prefix..], &want[..], "round {round}");
+            assert_eq!(
+                node.header(route, txid, now),
+                header_before(&node, route, txid, now)
+            );
+        }
+    }
+
+    /// The reply bytes of a get, trimmed for an unverified source and not,
+    /// are the header built before and the body: checked through the node.
+    #[test]
+    fn a_get_reply_is_the_header_built_before_and_the_body() {
+        let mut node = Node::new(Config::default(), NODE.parse().unwrap(), Time::ZERO, 5).unwrap();
+        let now = Time::ZERO + Duration::from_secs(100);
+        node.set_cluster(1, Id::hash(b"c1"), Time::ZERO + Duration::from_secs(7));
+        let peer: SocketAddr = "10.0.1.2:7000".parse().unwrap();
+        let key = Id::hash(b"a key");
+        node.levels[0].store.store_from(
+            &key,
+            Value::new(b"v").unwrap(),
+            Duration::from_secs(60),
+            now,
+            crate::dsht::store::Source::Local,
+        );
+        node.handle(now, peer, &get(peer, 9)).unwrap();
+        let mut buf = Vec::new();
+        let mut replies = 0;
+        while let Some(to) = node.poll_transmit(&mut buf) {
+            let m = Message::decode(&buf).unwrap();
+            if m.body.kind() == crate::dsht::wire::kind::GET | crate::dsht::wire::kind::REPLY {
+                replies += 1;
+                assert_eq!(to, peer);
+                let want = Message {
+                    header: header_before(&node, m.header.route, 9, now),
+                    body: m.body.clone(),
+                };
+                assert_eq!(want.to_bytes(), buf);
+                assert!(matches!(&m.body, Body::GetReply { values, .. } if values.len() == 1));
+            }
+        }
+        assert_eq!(replies, 1);
+    }
+
+    /// Whether a sender is bound to its address is what it was before the
+    /// shortcut for the node's own address, over seeded random senders and
+    /// addresses (the node's own IP and port among them), for both rules.
+    #[test]
+    fn sender_binding_is_what_it_was_before() {
+        let mut rng = crate::rng::Rng::new(3);
+        for includes_port in [false, true] {
+            let config = Config {
+                id_includes_port: includes_port,
+                ..Config::default()
+            };
+            let me: SocketAddr = NODE.parse().unwrap();
+            let mut ours = Node::new(config.clone(), me, Time::ZERO, 1).unwrap();
+            let mut theirs = Node::new(config, me, Time::ZERO, 1).unwrap();
+            let (mut bound, mut checks) = (0, 0);
+            for _ in 0..20_000 {
+                let ip: std::net::IpAddr = match rng.below(3) {
+                    0 => me.ip(),
+                    1 => [10, 0, 0, rng.below(4) as u8].into(),
+                    _ => std::net::Ipv6Addr::from(rng.next_u64() as u128).into(),
+                };
+                let port = if rng.below(2) == 0 {
+                    me.port()
+                } else {
+                    rng.below(4) as u16 + 7000
+                };
+                let from = SocketAddr::new(ip, port);
+                let sender = match rng.below(5) {
+                    0 => ours.id,
+                    1 => Id::from_ip(from.ip()),
+                    2 => Id::from_ip_port(from),
+                    3 => Id::from_ip(me.ip()),
+                    _ => {
+                        let mut id = Id::ZERO;
+                        rng.fill(&mut id.0);
+                        id
+                    }
+                };
+                let got = ours.sender_is_bound(&sender, from);
+                assert_eq!(
+                    got,
+                    sender_is_bound_before(&mut theirs, &sender, from),
+                    "{sender:?} at {from}, ids with ports: {includes_port}"
+                );
+                bound += usize::from(got);
+                checks += 1;
+            }
+            assert!(
+                bound > checks / 10 && bound < checks,
+                "{bound} of {checks} bound"
+            );
+        }
     }
 
     /// A peer that proved its address and was then forgotten (out of the
