@@ -316,6 +316,20 @@ impl Shard {
         }
     }
 
+    /// Hands the `n` datagrams of a `recvmmsg` batch to the node, at one
+    /// reading of the clock (they came together) and one borrow.
+    fn input_batch(&self, rx: &batch::RecvBatch, n: usize) {
+        let now = self.now();
+        let mut node = self.node.borrow_mut();
+        for i in 0..n {
+            if let Some((datagram, from)) = rx.get(i) {
+                if let Err(why) = node.handle(now, from, datagram) {
+                    tracing::trace!(%from, ?why, "datagram dropped");
+                }
+            }
+        }
+    }
+
     /// Runs `call` on this core and returns its JSON answer.
     pub async fn run_call(&self, call: Call) -> String {
         let now = self.now();
@@ -1048,13 +1062,7 @@ fn spawn_datagrams(shard: &Rc<Shard>) {
             for _ in 0..RECV_BATCH_MAX.div_ceil(batch::MMSG_BATCH) {
                 let n = rx.recv(fd);
                 if n > 0 {
-                    // The clock once per batch: its datagrams came together.
-                    let now = shard.now();
-                    for i in 0..n {
-                        if let Some((datagram, from)) = rx.get(i) {
-                            shard.input(now, from, datagram);
-                        }
-                    }
+                    shard.input_batch(&rx, n);
                 }
                 // The replies so far (the awaited datagram's with the
                 // first batch's) in one `sendmmsg`.

@@ -671,7 +671,6 @@ fn put_addr<B: Extend<u8>>(buf: &mut B, addr: SocketAddr) {
 
 fn put_values(buf: &mut Vec<u8>, values: &[Value]) {
     assert!(values.len() <= VALUES_MAX, "too many values");
-    buf.reserve(1 + values.iter().map(|v| 1 + v.0.len()).sum::<usize>());
     buf.push(values.len() as u8);
     for v in values {
         put_value(buf, v);
