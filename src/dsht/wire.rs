@@ -631,6 +631,11 @@ pub fn put_header(
 
 fn put_contacts(buf: &mut Vec<u8>, contacts: &[Contact]) {
     assert!(contacts.len() <= CONTACTS_MAX, "too many contacts");
+    if contacts.is_empty() {
+        // A get reply that carries values carries no contacts.
+        buf.push(0);
+        return;
+    }
     buf.reserve(1 + contacts.len() * CONTACT_BYTES_MAX);
     buf.push(contacts.len() as u8);
     for c in contacts {
