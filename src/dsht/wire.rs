@@ -414,10 +414,14 @@ impl Message {
         if version != VERSION {
             return Err(WireError::BadVersion(version));
         }
-        let kind_byte = r.u8()?;
-        let route = r.u16()?;
-        let txid = r.u32()?;
-        let sender = r.id()?;
+        // Kind, route, txid and sender under one bounds check (issue 27):
+        // truncated exactly where field-by-field reads would be.
+        let fixed: &[u8; 27] = r.array()?;
+        let kind_byte = fixed[0];
+        let route = u16::from_be_bytes([fixed[1], fixed[2]]);
+        let txid = u32::from_be_bytes([fixed[3], fixed[4], fixed[5], fixed[6]]);
+        let mut sender = Id::ZERO;
+        sender.0.copy_from_slice(&fixed[7..]);
         let services = r.u8()?;
         if services & !Services::KNOWN != 0 {
             return Err(WireError::BadField("services"));
@@ -428,10 +432,13 @@ impl Message {
         }
         let mut clusters = SmallVec::new();
         for _ in 0..n {
+            let e: &[u8; CLUSTER_ENTRY_BYTES] = r.array()?;
+            let mut id = Id::ZERO;
+            id.0.copy_from_slice(&e[..20]);
             clusters.push(ClusterInfo {
-                id: r.id()?,
-                age_secs: r.u32()?,
-                size: r.u32()?,
+                id,
+                age_secs: u32::from_be_bytes([e[20], e[21], e[22], e[23]]),
+                size: u32::from_be_bytes([e[24], e[25], e[26], e[27]]),
             });
         }
         let body = match kind_byte {
@@ -459,21 +466,21 @@ impl Message {
                 level: r.level()?,
                 contacts: r.contacts()?,
             },
-            kind::GET => Body::Get {
-                level: r.level()?,
-                key: r.id()?,
-                target: r.id()?,
-            },
+            kind::GET => {
+                let level = r.level()?;
+                let (key, target) = r.id_pair()?;
+                Body::Get { level, key, target }
+            }
             k if k == kind::GET | kind::REPLY => Body::GetReply {
                 level: r.level()?,
                 values: r.values()?,
                 contacts: r.contacts()?,
             },
-            kind::PUT_PROBE => Body::PutProbe {
-                level: r.level()?,
-                key: r.id()?,
-                target: r.id()?,
-            },
+            kind::PUT_PROBE => {
+                let level = r.level()?;
+                let (key, target) = r.id_pair()?;
+                Body::PutProbe { level, key, target }
+            }
             k if k == kind::PUT_PROBE | kind::REPLY => Body::PutProbeReply {
                 level: r.level()?,
                 loaded: r.bool()?,
@@ -702,6 +709,12 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
+    /// The next `N` bytes as an array: one bounds check for a run of
+    /// fixed-size fields.
+    fn array<const N: usize>(&mut self) -> Result<&'a [u8; N], WireError> {
+        self.take(N)?.try_into().map_err(|_| WireError::Truncated)
+    }
+
     fn u8(&mut self) -> Result<u8, WireError> {
         Ok(self.take(1)?[0])
     }
@@ -736,6 +749,15 @@ impl<'a> Reader<'a> {
         let mut id = [0u8; ID_BYTES];
         id.copy_from_slice(self.take(ID_BYTES)?);
         Ok(Id(id))
+    }
+
+    /// Two ids in a row (a key and a target).
+    fn id_pair(&mut self) -> Result<(Id, Id), WireError> {
+        let b: &[u8; 2 * ID_BYTES] = self.array()?;
+        let (mut a, mut c) = (Id::ZERO, Id::ZERO);
+        a.0.copy_from_slice(&b[..ID_BYTES]);
+        c.0.copy_from_slice(&b[ID_BYTES..]);
+        Ok((a, c))
     }
 
     fn token(&mut self) -> Result<Token, WireError> {
@@ -1295,6 +1317,113 @@ mod tests {
             }
         }
 
+        /// The decoder before issue 27 (one bounds check per field).
+        pub(super) fn decode(bytes: &[u8]) -> Result<Message, WireError> {
+            let mut r = Reader { buf: bytes, pos: 0 };
+            let version = r.u8()?;
+            if version != VERSION {
+                return Err(WireError::BadVersion(version));
+            }
+            let kind_byte = r.u8()?;
+            let route = r.u16()?;
+            let txid = r.u32()?;
+            let sender = r.id()?;
+            let services = r.u8()?;
+            if services & !Services::KNOWN != 0 {
+                return Err(WireError::BadField("services"));
+            }
+            let n = r.u8()? as usize;
+            if n >= LEVELS_MAX {
+                return Err(WireError::TooMany("cluster entries"));
+            }
+            let mut clusters = SmallVec::new();
+            for _ in 0..n {
+                clusters.push(ClusterInfo {
+                    id: r.id()?,
+                    age_secs: r.u32()?,
+                    size: r.u32()?,
+                });
+            }
+            let body = match kind_byte {
+                kind::PING => Body::Ping,
+                k if k == kind::PING | kind::REPLY => Body::Pong,
+                kind::HELLO => Body::Hello {
+                    identity: r.identity()?,
+                },
+                k if k == kind::HELLO | kind::REPLY => Body::HelloReply {
+                    identity: r.identity()?,
+                },
+                kind::FIND_NODE => Body::FindNode {
+                    level: r.level()?,
+                    target: r.id()?,
+                },
+                k if k == kind::FIND_NODE | kind::REPLY => Body::Nodes {
+                    level: r.level()?,
+                    contacts: r.contacts()?,
+                },
+                kind::MEMBERS => Body::Members {
+                    level: r.level()?,
+                    target: r.id()?,
+                },
+                k if k == kind::MEMBERS | kind::REPLY => Body::MembersReply {
+                    level: r.level()?,
+                    contacts: r.contacts()?,
+                },
+                kind::GET => Body::Get {
+                    level: r.level()?,
+                    key: r.id()?,
+                    target: r.id()?,
+                },
+                k if k == kind::GET | kind::REPLY => Body::GetReply {
+                    level: r.level()?,
+                    values: r.values()?,
+                    contacts: r.contacts()?,
+                },
+                kind::PUT_PROBE => Body::PutProbe {
+                    level: r.level()?,
+                    key: r.id()?,
+                    target: r.id()?,
+                },
+                k if k == kind::PUT_PROBE | kind::REPLY => Body::PutProbeReply {
+                    level: r.level()?,
+                    loaded: r.bool()?,
+                    stay_mins: r.u8()?,
+                    value_count: r.u16()?,
+                    min_ttl_secs: r.u32()?,
+                    token: r.token()?,
+                    contacts: r.contacts()?,
+                },
+                kind::STORE => Body::Store {
+                    level: r.level()?,
+                    key: r.id()?,
+                    ttl_secs: r.u32()?,
+                    if_absent: r.bool()?,
+                    token: r.token()?,
+                    value: r.value()?,
+                },
+                k if k == kind::STORE | kind::REPLY => Body::StoreReply {
+                    level: r.level()?,
+                    stored: r.bool()?,
+                    values: r.values()?,
+                },
+                kind::ERROR => Body::Error {
+                    code: ErrorCode::from_u8(r.u8()?)?,
+                },
+                other => return Err(WireError::UnknownKind(other)),
+            };
+            r.finish()?;
+            Ok(Message {
+                header: Header {
+                    route,
+                    txid,
+                    sender,
+                    services: Services(services),
+                    clusters,
+                },
+                body,
+            })
+        }
+
         fn put_contacts_before(buf: &mut Vec<u8>, contacts: &[Contact]) {
             assert!(contacts.len() <= CONTACTS_MAX, "too many contacts");
             buf.push(contacts.len() as u8);
@@ -1336,6 +1465,38 @@ mod tests {
             if let Body::Store { value, .. } = &m.body {
                 prop_assert_eq!(&value.clone(), value);
             }
+        }
+
+        /// The decoder reads what the one before read, and fails where and
+        /// as it failed, for every message, every cut of it and every
+        /// one-byte change.
+        #[test]
+        fn the_decoder_reads_what_the_one_before_read(m in arb_message(), cut in any::<proptest::sample::Index>(), pos in any::<proptest::sample::Index>(), byte in any::<u8>()) {
+            let bytes = m.to_bytes();
+            prop_assert_eq!(Message::decode(&bytes), before::decode(&bytes));
+            let n = cut.index(bytes.len() + 1);
+            prop_assert_eq!(Message::decode(&bytes[..n]), before::decode(&bytes[..n]));
+            let mut changed = bytes.clone();
+            let i = pos.index(changed.len());
+            changed[i] = byte;
+            prop_assert_eq!(Message::decode(&changed), before::decode(&changed));
+        }
+
+        #[test]
+        fn random_bytes_read_as_before(bytes in proptest::collection::vec(any::<u8>(), 0..200), kind in any::<proptest::sample::Index>()) {
+            prop_assert_eq!(Message::decode(&bytes), before::decode(&bytes));
+            // And past the version, with a kind that exists.
+            let mut b = bytes;
+            if b.len() >= 2 {
+                b[0] = VERSION;
+                let kinds = [1u8, 0x81, 2, 0x82, 3, 0x83, 4, 0x84, 5, 0x85, 6, 0x86, 7, 0x87, 0xff];
+                b[1] = kinds[kind.index(kinds.len())];
+                if b.len() > 29 {
+                    // A cluster count that may be valid.
+                    b[29] &= 3;
+                }
+            }
+            prop_assert_eq!(Message::decode(&b), before::decode(&b));
         }
 
         #[test]
