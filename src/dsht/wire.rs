@@ -550,11 +550,7 @@ impl Body {
                 level,
                 values,
                 contacts,
-            } => {
-                buf.push(*level);
-                put_values(buf, values);
-                put_contacts(buf, contacts);
-            }
+            } => put_get_reply(buf, *level, values, contacts),
             Body::PutProbeReply {
                 level,
                 loaded,
@@ -634,6 +630,14 @@ pub fn put_header(
         entry[24..].copy_from_slice(&c.size.to_be_bytes());
         buf.extend_from_slice(&entry);
     }
+}
+
+/// Appends the body of a get reply (`Body::GetReply`) from its parts, so
+/// that a reply can be written without building the body.
+pub fn put_get_reply(buf: &mut Vec<u8>, level: u8, values: &[Value], contacts: &[Contact]) {
+    buf.push(level);
+    put_values(buf, values);
+    put_contacts(buf, contacts);
 }
 
 fn put_contacts(buf: &mut Vec<u8>, contacts: &[Contact]) {
