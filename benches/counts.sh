@@ -241,7 +241,11 @@ if want dsht; then
         stop "$CORAL_PID"
         start "$DSHT_UDP" echo "$IP:9000" "$SERVER_CPU"
         ECHO_PID=$PID
-        sleep 0.2
+        # Until its socket is bound (/proc/net/udp: port 9000 is 2328 in hex).
+        for _ in $(seq 1 1200); do
+            if awk '$2 ~ /:2328$/ {found = 1} END {exit !found}' /proc/net/udp; then break; fi
+            sleep 0.05
+        done
         measure "echo" "$ECHO_PID" -- \
             taskset -c "$CLIENT_CPU" "$DSHT_UDP" load echo "$IP:9000" "$IP" "$SECS" 256
         stop "$ECHO_PID"

@@ -72,15 +72,15 @@ under_callgrind() { # NAME ADMIN_PORT ARGS...: starts the node under callgrind
     NODE=$PID
     wait_tcp "$port"
 }
-# report NAME ANSWERS: instructions per answer and the top functions (self).
+# report NAME ANSWERS [LABEL]: instructions per answer and the top functions (self).
 report() {
-    local name=$1 answers=$2 f
+    local name=$1 answers=$2 label=${3:-$1} f
     f=$(ls "$TMP/$name".cg.*.1 2>/dev/null | head -1)
     if [ -z "$f" ] || [ -z "$answers" ] || [ "$answers" = 0 ]; then
         echo "$name: no dump or no answers"
         return 0
     fi
-    python3 - "$f" "$answers" "$name" "$TOP" <<'EOF'
+    python3 - "$f" "$answers" "$label" "$TOP" <<'EOF'
 import collections, re, sys
 path, answers, name, top = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 names, cost, cur, pending = {}, collections.Counter(), None, False
@@ -169,11 +169,21 @@ if want dsht; then
         under_callgrind dsht 7082 --dsht "$IP:7002" --admin "$IP:7082"
         "$CORAL" put url:http://www.x.com/y.jpg 10.1.2.3:8090 --ttl 3600 --node "$IP:7082" >/dev/null
         "$DSHT_UDP" load get "$IP:7002" "$IP" 1 64 >/dev/null 2>&1
+        # Gets the node served, read before the counters are zeroed and
+        # after they are dumped: the load generator counts only the answers
+        # of its measured seconds, not those of its one-second warm-up,
+        # which the dump includes.
+        served() { "$CORAL" stats --json --node "$IP:7082" | python3 -c 'import json,sys; print(sum(c["gets_served"] for c in json.load(sys.stdin)["cores"]))'; }
+        s0=$(served)
         callgrind_control -z "$NODE" >/dev/null 2>&1
         n=$("$DSHT_UDP" load get "$IP:7002" "$IP" "$SECS" 64 2>/dev/null | tail -1)
         callgrind_control -d "$NODE" >/dev/null 2>&1
         sleep 1
+        s1=$(served)
         stop "$NODE"
         report dsht "$n"
+        # The same dump per get served (every get of the run, warm-up
+        # included): the figure to compare two builds by.
+        TOP=0 report dsht "$((s1 - s0))" "dsht (per get served)"
     fi
 fi

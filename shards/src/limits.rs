@@ -287,8 +287,13 @@ pub const STATUS: StatusLimits = StatusLimits {
 pub struct RuntimeLimits {
     /// Messages queued per mesh channel between two cores.
     pub mesh_channel_capacity: usize,
-    /// DSHT datagrams read without waiting after each awaited one.
+    /// DSHT datagrams read without waiting after each awaited one (in
+    /// `recvmmsg` batches of `mmsg_batch`); then the core's other tasks run.
     pub recv_batch_max: usize,
+    /// DSHT datagrams moved per `recvmmsg` / `sendmmsg` call: the receive
+    /// buffers are this many of `coral::dsht::wire::MESSAGE_BYTES_MAX` + 1
+    /// bytes per core (300 KiB), whatever arrives.
+    pub mmsg_batch: usize,
     /// Contacts per level sent in one routing-table sync from core 0.
     pub table_sync_contacts_max: usize,
     /// Routers probed for clustering hints (§4.4: up to five hops out).
@@ -298,7 +303,8 @@ pub struct RuntimeLimits {
 /// The runtime's limits.
 pub const RUNTIME: RuntimeLimits = RuntimeLimits {
     mesh_channel_capacity: 4096,
-    recv_batch_max: 64,
+    recv_batch_max: 256,
+    mmsg_batch: 32,
     table_sync_contacts_max: 4096,
     hint_hops_max: 5,
 };
@@ -362,6 +368,7 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::STATUS.http_series_max" => n(STATUS.http_series_max as u64),
         "limits::RUNTIME.mesh_channel_capacity" => n(RUNTIME.mesh_channel_capacity as u64),
         "limits::RUNTIME.recv_batch_max" => n(RUNTIME.recv_batch_max as u64),
+        "limits::RUNTIME.mmsg_batch" => n(RUNTIME.mmsg_batch as u64),
         "limits::RUNTIME.table_sync_contacts_max" => n(RUNTIME.table_sync_contacts_max as u64),
         "limits::RUNTIME.hint_hops_max" => n(u64::from(RUNTIME.hint_hops_max)),
         _ => None,

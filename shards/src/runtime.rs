@@ -50,6 +50,8 @@ use crate::config::NodeConfig;
 use crate::lifecycle::{self, Control, Reload};
 use crate::steer;
 
+mod batch;
+
 /// io_uring memory per executor: small, because `ulimit -l` is often 8 MiB
 /// for the whole process (see tuning/).
 const IO_MEMORY_BYTES: usize = 256 << 10;
@@ -58,13 +60,14 @@ const MESH_CHANNEL_CAPACITY: usize = crate::limits::RUNTIME.mesh_channel_capacit
 /// Longest the timer task sleeps before checking the node's deadline and
 /// the stop flag.
 const TICK: std::time::Duration = std::time::Duration::from_millis(5);
-/// Largest datagram received: the wire format's limit.
+/// Largest datagram received through the ring: the wire format's limit.
 const RECV_BUFFER_BYTES: usize = coral::dsht::wire::DATAGRAM_BYTES_MAX;
 /// Routers probed for clustering hints (§4.4: up to five hops out).
 const HINT_HOPS_MAX: u8 = crate::limits::RUNTIME.hint_hops_max;
 /// How long the hint probe waits for answers.
 const HINT_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
-/// Datagrams read from the socket without waiting after each awaited one.
+/// Datagrams read from the socket without waiting after each awaited one
+/// (in `recvmmsg` batches of `batch::MMSG_BATCH`).
 const RECV_BATCH_MAX: usize = crate::limits::RUNTIME.recv_batch_max;
 /// How often core 0 sends its routing tables to the other cores.
 const TABLE_SYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
@@ -177,7 +180,8 @@ pub struct Shard {
     send_errors: RefCell<u64>,
     /// The same socket as `socket`, for direct non-blocking syscalls.
     raw: std::mem::ManuallyDrop<socket2::Socket>,
-    send_buf: RefCell<Vec<u8>>,
+    /// The node's datagrams on their way to one `sendmmsg`.
+    tx: RefCell<batch::SendBatch>,
     /// The services' message handlers, by message type.
     handlers: RefCell<HashMap<TypeId, Handler>>,
     /// The services' sections of the reports.
@@ -193,132 +197,135 @@ impl Shard {
     /// Sends what the node queued and hands out completed operations and
     /// learnt contacts. Call after every batch of inputs to the node.
     ///
-    /// Datagrams go out with a direct non-blocking `sendto`: a UDP send on
-    /// loopback or a NIC almost never blocks, and a syscall is cheaper than
-    /// a round trip through the ring. Only a send that would block waits on
-    /// the ring.
+    /// Datagrams go out in `sendmmsg` batches, without waiting: a UDP send
+    /// on loopback or a NIC almost never blocks, and one system call per
+    /// batch is cheaper than a round trip through the ring per datagram.
+    /// Only a send that would block, and what follows it, waits on the
+    /// ring (`batch`).
     pub async fn flush(&self) {
-        let mut deferred: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
-        let mut events = Vec::new();
-        let mut learned = Vec::new();
-        let mut delegated = Vec::new();
-        let mut cluster_changes = Vec::new();
+        use std::os::fd::AsRawFd;
+        // Allocated only when a send would block (never, mostly).
+        let mut deferred = batch::Deferred::new();
+        let mut errors = 0;
         {
             let mut node = self.node.borrow_mut();
-            let mut buf = self.send_buf.borrow_mut();
-            while let Some(to) = node.poll_transmit(&mut buf) {
-                match self.raw.send_to_with_flags(
-                    &buf,
-                    &socket2::SockAddr::from(to),
-                    libc::MSG_DONTWAIT,
-                ) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        deferred.push((to, buf.clone()))
-                    }
-                    Err(_) => *self.send_errors.borrow_mut() += 1,
+            let mut tx = self.tx.borrow_mut();
+            let fd = self.raw.as_raw_fd();
+            tx.begin();
+            while let Some(to) = node.poll_transmit(tx.slot()) {
+                tx.push(to);
+                if tx.is_full() {
+                    tx.send(fd, &mut deferred, &mut errors);
                 }
             }
+            tx.send(fd, &mut deferred, &mut errors);
+            // What else the node has for the runtime goes out as it is
+            // polled (to waiting tasks and other cores, none of which runs
+            // before this returns): no vectors are gathered per flush.
             while let Some(e) = node.poll_event() {
-                events.push(e);
+                self.hand_out(e);
             }
-            while let Some(l) = node.poll_learned() {
-                learned.push(l);
+            while let Some((level, contact, rtt)) = node.poll_learned() {
+                self.announce_learned(level, contact, rtt);
             }
             while let Some(d) = node.poll_delegated() {
-                delegated.push(d);
+                self.delegate(d);
             }
-            while let Some(c) = node.poll_cluster_change() {
-                cluster_changes.push(c);
-            }
-        }
-        for (to, bytes) in deferred {
-            if self.socket.send_to(&bytes, to).await.is_err() {
-                *self.send_errors.borrow_mut() += 1;
+            while let Some((level, cluster)) = node.poll_cluster_change() {
+                self.announce_cluster(level, cluster);
             }
         }
-        for e in events {
-            crate::metrics::count_event(&e);
-            let op = match &e {
-                Event::GetDone { op, .. }
-                | Event::PutDone { op, .. }
-                | Event::ClaimDone { op, .. } => *op,
+        if !deferred.is_empty() {
+            errors += batch::send_deferred(&self.socket, deferred).await;
+        }
+        if errors > 0 {
+            *self.send_errors.borrow_mut() += errors;
+        }
+    }
+
+    /// Hands a completed operation to the task waiting for it.
+    fn hand_out(&self, e: Event) {
+        crate::metrics::count_event(&e);
+        let op = match &e {
+            Event::GetDone { op, .. } | Event::PutDone { op, .. } | Event::ClaimDone { op, .. } => {
+                *op
+            }
+        };
+        if let Some(tx) = self.waiting.borrow_mut().remove(&op) {
+            let _ = tx.try_send(e);
+        }
+    }
+
+    /// Sends a keyed call the node delegated to its key's owning core.
+    fn delegate(&self, d: Delegated) {
+        let key = match &d.call {
+            DelegatedCall::Get { key, .. } | DelegatedCall::Put { key, .. } => *key,
+        };
+        let owner = steer::shard_of_key(&key, self.cores);
+        let msg = CoreMsg::Delegate {
+            from: self.core,
+            delegated: d,
+        };
+        // A full channel drops the call; the node gives up on it at its
+        // own deadline.
+        if self.senders.try_send_to(owner, msg).is_err() {
+            tracing::debug!(owner, "delegated call dropped: mesh channel full");
+        }
+    }
+
+    /// Tells the other cores the cluster core 0's node joined at `level`.
+    fn announce_cluster(&self, level: u8, cluster: coral::dsht::node::Cluster) {
+        tracing::info!(level, cluster = %cluster.id, "joined cluster");
+        for peer in (0..self.cores).filter(|&p| p != self.core) {
+            let msg = CoreMsg::Cluster {
+                level,
+                id: cluster.id,
+                created: cluster.created,
             };
-            if let Some(tx) = self.waiting.borrow_mut().remove(&op) {
-                let _ = tx.try_send(e);
-            }
-        }
-        for d in delegated {
-            let key = match &d.call {
-                DelegatedCall::Get { key, .. } | DelegatedCall::Put { key, .. } => *key,
-            };
-            let owner = steer::shard_of_key(&key, self.cores);
-            let msg = CoreMsg::Delegate {
-                from: self.core,
-                delegated: d,
-            };
-            // A full channel drops the call; the node gives up on it at its
-            // own deadline.
-            if self.senders.try_send_to(owner, msg).is_err() {
-                tracing::debug!(owner, "delegated call dropped: mesh channel full");
-            }
-        }
-        for (level, cluster) in cluster_changes {
-            tracing::info!(level, cluster = %cluster.id, "joined cluster");
-            for peer in (0..self.cores).filter(|&p| p != self.core) {
-                let msg = CoreMsg::Cluster {
+            if self.senders.try_send_to(peer, msg).is_err() {
+                tracing::warn!(
+                    peer,
                     level,
-                    id: cluster.id,
-                    created: cluster.created,
-                };
-                if self.senders.try_send_to(peer, msg).is_err() {
-                    tracing::warn!(
-                        peer,
-                        level,
-                        "cluster change not delivered: mesh channel full"
-                    );
-                }
-            }
-        }
-        for (level, contact, rtt) in learned {
-            for peer in 0..self.cores {
-                if peer != self.core {
-                    // Best effort: a full channel drops the news, traffic brings it again.
-                    let _ = self.senders.try_send_to(
-                        peer,
-                        CoreMsg::Learned {
-                            level,
-                            contact,
-                            rtt_us: rtt.as_micros(),
-                        },
-                    );
-                }
+                    "cluster change not delivered: mesh channel full"
+                );
             }
         }
     }
 
-    /// Hands one datagram to the node.
-    fn input(&self, from: SocketAddr, datagram: &[u8]) {
-        let now = self.now();
+    /// Tells the other cores of a contact this core's node verified.
+    fn announce_learned(&self, level: u8, contact: Contact, rtt: coral::Duration) {
+        for peer in 0..self.cores {
+            if peer != self.core {
+                // Best effort: a full channel drops the news, traffic brings it again.
+                let _ = self.senders.try_send_to(
+                    peer,
+                    CoreMsg::Learned {
+                        level,
+                        contact,
+                        rtt_us: rtt.as_micros(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Hands one datagram, received at `now`, to the node.
+    fn input(&self, now: Time, from: SocketAddr, datagram: &[u8]) {
         if let Err(why) = self.node.borrow_mut().handle(now, from, datagram) {
             tracing::trace!(%from, ?why, "datagram dropped");
         }
     }
 
-    /// Reads whatever datagrams are already queued on the socket, without
-    /// waiting, up to `RECV_BATCH_MAX`.
-    fn drain_socket(&self, buf: &mut [std::mem::MaybeUninit<u8>]) {
-        for _ in 0..RECV_BATCH_MAX {
-            match self.raw.recv_from_with_flags(buf, libc::MSG_DONTWAIT) {
-                Ok((n, addr)) => {
-                    let Some(from) = addr.as_socket() else {
-                        continue;
-                    };
-                    // SAFETY: the kernel initialised the first `n` bytes.
-                    let data = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
-                    self.input(from, data);
+    /// Hands the `n` datagrams of a `recvmmsg` batch to the node, at one
+    /// reading of the clock (they came together) and one borrow.
+    fn input_batch(&self, rx: &batch::RecvBatch, n: usize) {
+        let now = self.now();
+        let mut node = self.node.borrow_mut();
+        for i in 0..n {
+            if let Some((datagram, from)) = rx.get(i) {
+                if let Err(why) = node.handle(now, from, datagram) {
+                    tracing::trace!(%from, ?why, "datagram dropped");
                 }
-                Err(_) => break,
             }
         }
     }
@@ -1026,29 +1033,45 @@ fn new_shard(
         stop,
         send_errors: RefCell::new(0),
         raw,
-        send_buf: RefCell::new(Vec::with_capacity(2048)),
+        tx: RefCell::new(batch::SendBatch::new()),
         handlers: RefCell::new(HashMap::new()),
         sections: RefCell::new(Vec::new()),
     }))
 }
 
 /// The datagram task: one awaited receive, then whatever else the socket
-/// holds without waiting, then the node's output in one flush.
+/// holds, read in `recvmmsg` batches without waiting (up to
+/// `RECV_BATCH_MAX`), each batch's datagrams handed to the node at one
+/// reading of the clock and its replies sent in one flush (`sendmmsg`).
 fn spawn_datagrams(shard: &Rc<Shard>) {
     let shard = shard.clone();
     glommio::spawn_local(async move {
-        let mut buf = vec![0u8; RECV_BUFFER_BYTES];
-        let mut more = vec![std::mem::MaybeUninit::<u8>::uninit(); RECV_BUFFER_BYTES];
+        use std::os::fd::AsRawFd;
+        let mut first = vec![0u8; RECV_BUFFER_BYTES];
+        let mut rx = batch::RecvBatch::new();
+        let fd = shard.raw.as_raw_fd();
         loop {
-            match shard.socket.recv_from(&mut buf).await {
-                Ok((n, from)) => {
-                    shard.input(from, &buf[..n]);
-                    shard.drain_socket(&mut more);
-                    shard.flush().await;
-                }
+            match shard.socket.recv_from(&mut first).await {
+                Ok((n, from)) => shard.input(shard.now(), from, first.get(..n).unwrap_or(&[])),
                 Err(e) => {
                     tracing::debug!(error = %e, "recv failed");
                     glommio::timer::sleep(TICK).await;
+                    continue;
+                }
+            }
+            for _ in 0..RECV_BATCH_MAX.div_ceil(batch::MMSG_BATCH) {
+                let n = rx.recv(fd);
+                if n > 0 {
+                    shard.input_batch(&rx, n);
+                }
+                // The replies so far (the awaited datagram's with the
+                // first batch's) in one `sendmmsg`.
+                shard.flush().await;
+                // Datagrams that came while this batch was answered are
+                // read at once; only an empty socket sends us back to the
+                // ring.
+                if n == 0 {
+                    break;
                 }
             }
         }

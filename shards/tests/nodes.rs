@@ -229,6 +229,55 @@ fn keys_are_served_by_their_owning_core() {
     assert_eq!(levels["cores"], 2);
 }
 
+/// A burst of gets, more than one `recvmmsg` batch (32) and sent without
+/// waiting for answers, is answered in full: every datagram of every batch
+/// is handed to the node and every reply leaves in the batch's `sendmmsg`.
+/// The client is on the node's own IP (a local proxy: not rate-limited,
+/// not pinged), as the DSHT bench's is.
+#[test]
+fn a_burst_longer_than_one_recvmmsg_is_all_answered() {
+    const BURST: u32 = 100;
+    let c = Cluster::start(36, 1, 1);
+    let node: SocketAddr = "127.0.36.1:7000".parse().unwrap();
+    let me = UdpSocket::bind("127.0.36.1:0").unwrap();
+    me.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let sender = Id::from_ip(me.local_addr().unwrap().ip());
+    // Replies are read as they come, while the burst goes out.
+    let reader = {
+        let me = me.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut seen = vec![false; BURST as usize];
+            let mut buf = [0u8; 2048];
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while seen.iter().any(|s| !s) && Instant::now() < deadline {
+                let Ok((n, _)) = me.recv_from(&mut buf) else {
+                    continue;
+                };
+                let reply = Message::decode(&buf[..n]).expect("a reply that decodes");
+                if let (Body::GetReply { .. }, Some(s)) =
+                    (&reply.body, seen.get_mut(reply.header.txid as usize))
+                {
+                    assert!(!*s, "txid {} answered twice", reply.header.txid);
+                    *s = true;
+                }
+            }
+            seen.iter().filter(|s| **s).count()
+        })
+    };
+    let burst: Vec<Vec<u8>> = (0..BURST)
+        .map(|k| get_request(Id::hash(&k.to_be_bytes()), k, sender).to_bytes())
+        .collect();
+    for msg in &burst {
+        me.send_to(msg, node).unwrap();
+    }
+    let answered = reader.join().unwrap();
+    assert_eq!(answered, BURST as usize, "gets of the burst answered");
+    let stats = c.client(0, &["stats"]);
+    let core = &stats["cores"][0];
+    assert_eq!(core["gets_served"].as_u64(), Some(u64::from(BURST)));
+    assert_eq!(core["send_errors"].as_u64(), Some(0));
+}
+
 #[test]
 fn sigterm_stops_a_node_cleanly() {
     let mut c = Cluster::start(33, 1, 2);

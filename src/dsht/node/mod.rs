@@ -783,11 +783,15 @@ impl Node {
     /// counted; the reason is returned for logging.
     pub fn handle(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) -> Result<(), Dropped> {
         self.stats.datagrams_in += 1;
-        let msg = match Message::decode(datagram) {
+        // A request is answered from the decoded message where it lies (a
+        // move of its ~300 bytes cost ~60 instructions a get, issue 27);
+        // a reply is moved on.
+        let decoded = Message::decode(datagram);
+        let msg = match &decoded {
             Ok(m) => m,
             Err(e) => {
                 self.stats.malformed += 1;
-                return Err(Dropped::Malformed(e));
+                return Err(Dropped::Malformed(*e));
             }
         };
         if !self.sender_is_bound(&msg.header.sender, from) {
@@ -810,10 +814,13 @@ impl Node {
             }
             self.on_request(now, from, msg, datagram.len(), verified);
             Ok(())
-        } else {
+        } else if let Ok(msg) = decoded {
             let r = self.on_reply(now, from, msg);
             self.prune_timers();
             r
+        } else {
+            // Unreachable: `decoded` is a message (matched above).
+            Ok(())
         }
     }
 

@@ -45,18 +45,24 @@ impl Node {
             txid,
             sender: self.id,
             services: self.services,
-            clusters: self.levels[1..]
-                .iter()
-                .map(|l| ClusterInfo {
-                    id: l.cluster.id,
-                    age_secs: now
-                        .saturating_since(l.cluster.created)
-                        .as_secs()
-                        .min(u64::from(u32::MAX)) as u32,
-                    size: l.size_estimate,
-                })
-                .collect(),
+            clusters: self.our_clusters(now).collect(),
         }
+    }
+
+    /// Our cluster at each non-global level as our header carries it: its
+    /// id, its age and our estimate of its size (§4.3).
+    pub(super) fn our_clusters(
+        &self,
+        now: Time,
+    ) -> impl ExactSizeIterator<Item = ClusterInfo> + '_ {
+        self.levels[1..].iter().map(move |l| ClusterInfo {
+            id: l.cluster.id,
+            age_secs: now
+                .saturating_since(l.cluster.created)
+                .as_secs()
+                .min(u64::from(u32::MAX)) as u32,
+            size: l.size_estimate,
+        })
     }
 
     pub(super) fn send_request(
