@@ -30,6 +30,7 @@
 #             host) slows both alike; needs 2N + 2 CPUs
 #   NO_NETNS=1  do not enter a network namespace (then the servers bind
 #             127.16.x addresses of the host's loopback)
+#   KEEP_LOG=FILE  copy the servers' own output there on exit
 # Quick mode (`benches/cores.sh --quick`): N in {1, 2}, 2 s runs; it proves
 # the harness works (shards/tests/bench_harness.rs runs it) and judges
 # nothing. Building what it needs:
@@ -92,6 +93,8 @@ PGIDS=()
 cleanup() {
     for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    # KEEP_LOG=FILE keeps the servers' own output (a node's panic or error).
+    if [ -n "${KEEP_LOG:-}" ]; then cp "$TMP/servers.log" "$KEEP_LOG" 2>/dev/null || true; fi
     rm -rf "$TMP"
 }
 trap cleanup EXIT

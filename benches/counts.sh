@@ -110,14 +110,36 @@ measure() {
     "$PERF" stat -x, -e "$EVLIST" -p "$pids" -o "$TMP/perf.csv" -- sleep "$((SECS + 1))" &
     local perf_pid=$!
     sleep 0.5
-    local answers
+    local answers t0 t1
+    t0=$(user_sys_ticks "$pids")
     answers=$("$@" | tail -1)
+    t1=$(user_sys_ticks "$pids")
     wait "$perf_pid" || true
     if [ -z "$answers" ] || [ "$answers" = 0 ]; then
         echo "$name: no answers in $SECS s"
         return 0
     fi
-    counts "$name" "$answers"
+    # The server's CPU split between user space and the kernel, per answer
+    # (from /proc's utime and stime over the load's run).
+    local split
+    split=$(awk -v a="$t0" -v b="$t1" -v n="$answers" -v hz="$HZ" 'BEGIN {
+        split(a, x, " "); split(b, y, " ");
+        printf "  user-us %.2f  sys-us %.2f", (y[1] - x[1]) * 1e6 / hz / n, (y[2] - x[2]) * 1e6 / hz / n }')
+    echo "$(counts "$name" "$answers")$split"
+}
+HZ=$(getconf CLK_TCK)
+user_sys_ticks() { # pids,comma,separated: prints "utime stime" summed over all their threads
+    local p t u=0 s=0 f
+    for p in ${1//,/ }; do
+        for t in /proc/"$p"/task/*/stat; do
+            f=$(cat "$t" 2>/dev/null) || continue
+            f=${f##*) }
+            # shellcheck disable=SC2086
+            set -- $f
+            u=$((u + ${12})) s=$((s + ${13}))
+        done
+    done
+    echo "$u $s"
 }
 
 wrk_requests() { # url host conns: prints the requests wrk completed
