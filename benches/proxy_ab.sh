@@ -56,7 +56,7 @@ NGINX_MASTER=$!
 start_node() { # binary n -> pid
     RUST_LOG=warn taskset -c "$SERVER_CPU" "$1" node --cores 1 --dsht "$IP:$((7000 + $2))" \
         --admin "$IP:$((7080 + $2))" --http "$IP:$((8090 + $2))" --cache-dir "$TMP/cache$2" --state-dir "$TMP/state$2" \
-        --allow-private-origins --resolve "origin.test=$IP" >/dev/null 2>&1 &
+        --allow-private-origins --resolve "origin.test=$IP" >"$TMP/node$2.log" 2>&1 &
     echo $!
 }
 A=$(start_node "$A_BIN" 0)
@@ -64,12 +64,18 @@ PIDS+=("$A")
 B=$(start_node "$B_BIN" 1)
 PIDS+=("$B")
 
-wait_http() { # port host
-    for _ in $(seq 1 200); do
+wait_http() { # port host: waits up to 60 s (a loaded machine starts a node slowly)
+    local until=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$until" ]; do
         if curl -s -o /dev/null -m 1 -H "Host: $2" "http://$IP:$1/object.bin"; then return 0; fi
         sleep 0.05
     done
-    echo "nothing answers on port $1" >&2
+    echo "nothing answers on port $1 in 60 s" >&2
+    local n=$(($1 - 8090))
+    if [ "$n" -ge 0 ] && [ -f "$TMP/node$n.log" ]; then
+        echo "node $n's output:" >&2
+        tail -20 "$TMP/node$n.log" >&2
+    fi
     return 1
 }
 CORAL_HOST=origin.test.8080.coral.test
