@@ -131,6 +131,9 @@ pub struct NetStats {
     pub unroutable: u64,
     /// Events processed.
     pub events: u64,
+    /// Wake-ups skipped as superseded (the node's deadline moved after
+    /// they were queued): events that touch no node.
+    pub stale_wakes: u64,
 }
 
 /// Many nodes on one simulated network.
@@ -350,6 +353,7 @@ impl<L: Links> Sim<L> {
                 What::Wake(node) => {
                     let node = node as usize;
                     if !self.alive[node] || self.wake_at[node] != Some(at) {
+                        self.stats.stale_wakes += 1;
                         continue; // superseded
                     }
                     // `arm` keeps `wake_at` at the node's next deadline, so a
