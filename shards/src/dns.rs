@@ -466,12 +466,34 @@ fn sender(raw: &libc::sockaddr_storage, _len: libc::socklen_t) -> Option<SocketA
 /// boxed, so the pointers between them hold wherever the batch moves.
 struct RecvBatch {
     bufs: Vec<Vec<u8>>,
-    addrs: Box<[libc::sockaddr_storage; MMSG_BATCH]>,
+    addrs: Box<Addrs>,
     /// Read by the kernel through `hdrs`.
-    _iovs: Box<[libc::iovec; MMSG_BATCH]>,
-    hdrs: Box<[libc::mmsghdr; MMSG_BATCH]>,
+    _iovs: Box<Iovecs>,
+    hdrs: Box<Headers>,
     /// Headers the last `recv` filled.
     filled: usize,
+}
+
+/// One batch's senders' or destinations' addresses.
+type Addrs = [libc::sockaddr_storage; MMSG_BATCH];
+/// One batch's iovecs.
+type Iovecs = [libc::iovec; MMSG_BATCH];
+/// One batch's message headers.
+type Headers = [libc::mmsghdr; MMSG_BATCH];
+
+fn zeroed_addrs() -> Addrs {
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+fn zeroed_iovecs() -> Iovecs {
+    // SAFETY: iovec is plain data (a null pointer and a length).
+    unsafe { std::mem::zeroed() }
+}
+
+fn zeroed_headers() -> Headers {
+    // SAFETY: mmsghdr is plain data (null pointers and lengths).
+    unsafe { std::mem::zeroed() }
 }
 
 /// `msg_namelen` as a receive header offers it: the whole storage.
@@ -483,19 +505,9 @@ impl RecvBatch {
         let mut bufs: Vec<Vec<u8>> = (0..MMSG_BATCH)
             .map(|_| vec![0u8; UDP_QUERY_BYTES_MAX])
             .collect();
-        // SAFETY: sockaddr_storage, iovec and mmsghdr are plain data; all
-        // zeroes is a valid value of each.
-        let (mut addrs, mut iovs, mut hdrs): (
-            Box<[libc::sockaddr_storage; MMSG_BATCH]>,
-            Box<[libc::iovec; MMSG_BATCH]>,
-            Box<[libc::mmsghdr; MMSG_BATCH]>,
-        ) = unsafe {
-            (
-                Box::new(std::mem::zeroed()),
-                Box::new(std::mem::zeroed()),
-                Box::new(std::mem::zeroed()),
-            )
-        };
+        let mut addrs: Box<Addrs> = Box::new(zeroed_addrs());
+        let mut iovs: Box<Iovecs> = Box::new(zeroed_iovecs());
+        let mut hdrs: Box<Headers> = Box::new(zeroed_headers());
         for (((iov, hdr), buf), addr) in iovs
             .iter_mut()
             .zip(hdrs.iter_mut())
@@ -576,27 +588,17 @@ const INET_ADDR_BYTES: usize = std::mem::size_of::<libc::sockaddr_in6>();
 /// them per batch cost about 23 instructions an answer, session 8).
 struct SendBatch {
     outs: Vec<Vec<u8>>,
-    to: Box<[libc::sockaddr_storage; MMSG_BATCH]>,
-    iovs: Box<[libc::iovec; MMSG_BATCH]>,
-    hdrs: Box<[libc::mmsghdr; MMSG_BATCH]>,
+    to: Box<Addrs>,
+    iovs: Box<Iovecs>,
+    hdrs: Box<Headers>,
     len: usize,
 }
 
 impl SendBatch {
     fn new() -> SendBatch {
-        // SAFETY: sockaddr_storage, iovec and mmsghdr are plain data; all
-        // zeroes is a valid value of each.
-        let (mut to, mut iovs, mut hdrs): (
-            Box<[libc::sockaddr_storage; MMSG_BATCH]>,
-            Box<[libc::iovec; MMSG_BATCH]>,
-            Box<[libc::mmsghdr; MMSG_BATCH]>,
-        ) = unsafe {
-            (
-                Box::new(std::mem::zeroed()),
-                Box::new(std::mem::zeroed()),
-                Box::new(std::mem::zeroed()),
-            )
-        };
+        let mut to: Box<Addrs> = Box::new(zeroed_addrs());
+        let mut iovs: Box<Iovecs> = Box::new(zeroed_iovecs());
+        let mut hdrs: Box<Headers> = Box::new(zeroed_headers());
         for ((iov, hdr), to) in iovs.iter_mut().zip(hdrs.iter_mut()).zip(to.iter_mut()) {
             hdr.msg_hdr.msg_name = (to as *mut libc::sockaddr_storage).cast();
             hdr.msg_hdr.msg_iov = iov;
