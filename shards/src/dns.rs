@@ -62,8 +62,9 @@ use crate::runtime::Shard;
 const VIEW_REFRESH: Duration = Duration::from_millis(200);
 /// Largest query datagram read.
 const UDP_QUERY_BYTES_MAX: usize = crate::limits::DNS.udp_query_bytes_max;
-/// Datagrams read without waiting after each awaited one (then the
-/// executor's other tasks get their turn).
+/// Datagrams read in one go once the socket is readable (then the loop
+/// waits through the ring again, and the executor's other tasks get their
+/// turn).
 const RECV_BATCH_MAX: usize = crate::limits::DNS.recv_batch_max;
 /// How long an RTT probe waits for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -291,43 +292,6 @@ pub fn spawn(shard: Rc<Shard>, fds: DnsFds, cfg: &NodeConfig) -> Result<(), Stri
 }
 
 impl Core {
-    /// Answers a UDP query that came at `now`, or holds it (a copy of it
-    /// joins the held queue and the hold task starts): false means nothing
-    /// to send now.
-    fn answer_udp(
-        self: &Rc<Self>,
-        query: &[u8],
-        from: SocketAddr,
-        now: coral::Time,
-        out: &mut Vec<u8>,
-    ) -> bool {
-        let o = {
-            let view = self.view.borrow();
-            self.srv.borrow_mut().answer_or_hold(
-                now,
-                query,
-                from,
-                Transport::Udp,
-                &view,
-                out,
-                Hold::Allowed,
-            )
-        };
-        match o {
-            Outcome::Answer => true,
-            Outcome::Silent => false,
-            Outcome::Hold => {
-                self.held.borrow_mut().push(HeldQuery {
-                    query: query.to_vec(),
-                    from,
-                    since: now,
-                });
-                self.start_holding();
-                false
-            }
-        }
-    }
-
     /// Starts the hold task unless it runs.
     fn start_holding(self: &Rc<Self>) {
         if !self.holding.replace(true) {
@@ -399,116 +363,198 @@ async fn hold_loop(core: Rc<Core>) {
     }
 }
 
-/// Pause after a failed receive on the UDP socket.
+/// Pause after the ring failed to wait on the UDP socket.
 const RECV_ERROR_PAUSE: Duration = Duration::from_millis(10);
 /// Datagrams moved per recvmmsg / sendmmsg call.
 const MMSG_BATCH: usize = 32;
 
-/// Queries over UDP: await one datagram through the ring, then read what
-/// else is queued in batches (`recvmmsg`, without waiting) and send the
-/// batch's answers with one `sendmmsg`, as Knot and NSD do: two system
-/// calls per batch instead of two per query.
+/// The UDP socket's descriptor as the ring polls it (the glommio socket
+/// owns and closes it).
+struct UdpFd(RawFd);
+
+impl std::os::fd::AsRawFd for UdpFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Queries over UDP: wait through the ring until one is queued (one
+/// `POLL_ADD`, submitted with the executor's next turn), then read what is
+/// queued in batches (`recvmmsg`, without waiting) and send each batch's
+/// answers with one `sendmmsg`, as Knot and NSD do: two system calls per
+/// batch instead of two per query. Only an empty socket, or
+/// `RECV_BATCH_MAX` datagrams read in one go, sends the loop back to the
+/// ring, where the core's other tasks (the proxy, the DSHT) get their turn.
+///
+/// The wait is a readiness poll, not a receive through the ring (issue 27,
+/// session 8): a ring receive cost a `recvmsg` tried first without
+/// waiting (glommio's) that always failed after the batch found the socket
+/// empty, and the datagram it brought was copied out of glommio's buffer
+/// and answered alone before the batch.
 async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<Socket>) {
-    let mut first = vec![0u8; UDP_QUERY_BYTES_MAX];
+    use std::os::fd::AsRawFd;
+    let ring = match glommio::io::PollableFd::new(UdpFd(raw.as_raw_fd())) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "dns: cannot wait on the UDP socket; UDP queries go unanswered on this core");
+            return;
+        }
+    };
     let mut rx = RecvBatch::new();
     let mut tx = SendBatch::new();
     loop {
-        match udp.recv_from(&mut first).await {
-            Ok((n, from)) => {
-                let q = first.get(..n).unwrap_or(&[]);
-                let to = socket2::SockAddr::from(from);
-                let to_len = to.len();
-                tx.answer(&core, q, from, &to.as_storage(), to_len, core.shard.now());
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "dns recv failed");
-                glommio::timer::sleep(RECV_ERROR_PAUSE).await;
-                continue;
-            }
+        if let Err(e) = ring.readable().await {
+            tracing::debug!(error = %e, "dns: waiting on the UDP socket failed");
+            glommio::timer::sleep(RECV_ERROR_PAUSE).await;
+            continue;
         }
-        for _ in 0..RECV_BATCH_MAX / MMSG_BATCH {
+        let mut read = 0;
+        while read < RECV_BATCH_MAX {
             let n = rx.recv(&raw);
-            // The clock once per batch: its queries came together.
-            let now = core.shard.now();
-            for i in 0..n {
-                if tx.len == MMSG_BATCH {
-                    tx.send(&udp, &raw).await;
-                }
-                if let Some((q, from, to, to_len)) = rx.get(i) {
-                    tx.answer(&core, q, from, to, to_len, now);
-                }
-            }
-            tx.send(&udp, &raw).await;
-            // Queries that came while this batch was answered are read
+            // Queries that came while the last batch was answered are read
             // at once; only an empty socket sends us back to the ring.
             if n == 0 {
                 break;
             }
+            read += n;
+            // The clock once per batch: its queries came together.
+            let now = core.shard.now();
+            tx.answer_batch(&core, &rx, n, now);
+            tx.send(&udp, &raw).await;
         }
-        tx.send(&udp, &raw).await;
     }
 }
 
-/// Receive buffers for one `recvmmsg`.
+/// A sender's address as `recvmmsg` wrote it (`len` octets of `raw`), as a
+/// `SocketAddr`: read from the `sockaddr_in` or `sockaddr_in6` in place,
+/// as socket2's `SockAddr::as_socket` reads it (by the family alone), without
+/// first copying the whole 128-octet storage into a `SockAddr` (issue 27,
+/// session 8; `sender_reads_as_socket2_reads_it`).
+#[inline]
+fn sender(raw: &libc::sockaddr_storage, _len: libc::socklen_t) -> Option<SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match i32::from(raw.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: a whole `sockaddr_storage` is larger than, and aligned
+            // for, every address type; its family says it holds a
+            // `sockaddr_in`.
+            let a = unsafe { &*(raw as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, a `sockaddr_in6`.
+            let a =
+                unsafe { &*(raw as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Receive buffers for one `recvmmsg`, with the headers and iovecs that
+/// point at them, made once: each `recv` only restores the name lengths
+/// the last one's datagrams overwrote (filling 32 headers per batch cost
+/// about 25 instructions an answer, issue 27, session 8). The arrays are
+/// boxed, so the pointers between them hold wherever the batch moves.
 struct RecvBatch {
     bufs: Vec<Vec<u8>>,
-    addrs: Vec<libc::sockaddr_storage>,
-    lens: [(usize, libc::socklen_t); MMSG_BATCH],
+    addrs: Box<Addrs>,
+    /// Read by the kernel through `hdrs`.
+    _iovs: Box<Iovecs>,
+    hdrs: Box<Headers>,
+    /// Headers the last `recv` filled.
+    filled: usize,
 }
+
+/// One batch's senders' or destinations' addresses.
+type Addrs = [libc::sockaddr_storage; MMSG_BATCH];
+/// One batch's iovecs.
+type Iovecs = [libc::iovec; MMSG_BATCH];
+/// One batch's message headers.
+type Headers = [libc::mmsghdr; MMSG_BATCH];
+
+fn zeroed_addrs() -> Addrs {
+    // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+fn zeroed_iovecs() -> Iovecs {
+    // SAFETY: iovec is plain data (a null pointer and a length).
+    unsafe { std::mem::zeroed() }
+}
+
+fn zeroed_headers() -> Headers {
+    // SAFETY: mmsghdr is plain data (null pointers and lengths).
+    unsafe { std::mem::zeroed() }
+}
+
+/// `msg_namelen` as a receive header offers it: the whole storage.
+const STORAGE_LEN: libc::socklen_t =
+    std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
 
 impl RecvBatch {
     fn new() -> RecvBatch {
+        let mut bufs: Vec<Vec<u8>> = (0..MMSG_BATCH)
+            .map(|_| vec![0u8; UDP_QUERY_BYTES_MAX])
+            .collect();
+        let mut addrs: Box<Addrs> = Box::new(zeroed_addrs());
+        let mut iovs: Box<Iovecs> = Box::new(zeroed_iovecs());
+        let mut hdrs: Box<Headers> = Box::new(zeroed_headers());
+        for (((iov, hdr), buf), addr) in iovs
+            .iter_mut()
+            .zip(hdrs.iter_mut())
+            .zip(bufs.iter_mut())
+            .zip(addrs.iter_mut())
+        {
+            iov.iov_base = buf.as_mut_ptr().cast();
+            iov.iov_len = buf.len();
+            hdr.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
+            hdr.msg_hdr.msg_namelen = STORAGE_LEN;
+            hdr.msg_hdr.msg_iov = iov;
+            hdr.msg_hdr.msg_iovlen = 1;
+        }
         RecvBatch {
-            bufs: (0..MMSG_BATCH)
-                .map(|_| vec![0u8; UDP_QUERY_BYTES_MAX])
-                .collect(),
-            // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
-            addrs: (0..MMSG_BATCH)
-                .map(|_| unsafe { std::mem::zeroed() })
-                .collect(),
-            lens: [(0, 0); MMSG_BATCH],
+            bufs,
+            addrs,
+            _iovs: iovs,
+            hdrs,
+            filled: 0,
         }
     }
 
     /// Reads up to `MMSG_BATCH` queued datagrams without waiting.
     fn recv(&mut self, sock: &Socket) -> usize {
         use std::os::fd::AsRawFd;
-        let mut iovs: [libc::iovec; MMSG_BATCH] = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; MMSG_BATCH];
-        // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
-        let mut hdrs: [libc::mmsghdr; MMSG_BATCH] = unsafe { std::mem::zeroed() };
-        for ((iov, hdr), (buf, addr)) in iovs
-            .iter_mut()
-            .zip(hdrs.iter_mut())
-            .zip(self.bufs.iter_mut().zip(self.addrs.iter_mut()))
-        {
-            iov.iov_base = buf.as_mut_ptr().cast();
-            iov.iov_len = buf.len();
-            hdr.msg_hdr.msg_name = (addr as *mut libc::sockaddr_storage).cast();
-            hdr.msg_hdr.msg_namelen =
-                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            hdr.msg_hdr.msg_iov = iov;
-            hdr.msg_hdr.msg_iovlen = 1;
+        for h in self.hdrs.iter_mut().take(self.filled) {
+            h.msg_hdr.msg_namelen = STORAGE_LEN;
         }
         // SAFETY: every header points at a live iovec, buffer and address of
-        // `self` (or of `iovs`, alive across the call), with their true
-        // lengths; the kernel writes at most that much.
+        // `self` (boxed, or the buffers' own heap blocks, none moved or freed
+        // while `self` lives), with their true lengths; the kernel writes at
+        // most that much, and the headers' lengths.
         let n = unsafe {
             libc::recvmmsg(
                 sock.as_raw_fd(),
-                hdrs.as_mut_ptr(),
+                self.hdrs.as_mut_ptr(),
                 MMSG_BATCH as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
             )
         };
-        let n = if n < 0 { 0 } else { n as usize };
-        for (l, h) in self.lens.iter_mut().zip(hdrs.iter()).take(n) {
-            *l = (h.msg_len as usize, h.msg_hdr.msg_namelen);
-        }
-        n
+        self.filled = if n < 0 {
+            0
+        } else {
+            (n as usize).min(MMSG_BATCH)
+        };
+        self.filled
     }
 
     /// Datagram `i` of the last `recv`, its sender, and the sender's
@@ -517,12 +563,13 @@ impl RecvBatch {
         &self,
         i: usize,
     ) -> Option<(&[u8], SocketAddr, &libc::sockaddr_storage, libc::socklen_t)> {
-        let &(len, namelen) = self.lens.get(i)?;
+        if i >= self.filled {
+            return None;
+        }
+        let h = &self.hdrs.get(i)?;
+        let (len, namelen) = (h.msg_len as usize, h.msg_hdr.msg_namelen);
         let raw = self.addrs.get(i)?;
-        // SAFETY: the kernel filled `raw` with an address of `namelen`
-        // octets for datagram `i`.
-        let addr = unsafe { socket2::SockAddr::new(*raw, namelen) };
-        let from = addr.as_socket()?;
+        let from = sender(raw, namelen)?;
         Some((self.bufs.get(i)?.get(..len)?, from, raw, namelen))
     }
 }
@@ -534,106 +581,125 @@ const INET_ADDR_BYTES: usize = std::mem::size_of::<libc::sockaddr_in6>();
 /// Answers waiting for one `sendmmsg`, with their destinations as
 /// `sendmmsg` takes them: the senders' addresses as `recvmmsg` wrote them,
 /// copied over their length only (a `SockAddr` made and pushed per answer
-/// cost about 50 instructions, issue 27).
+/// cost about 50 instructions, issue 27). The headers point at the
+/// destinations and iovecs once, made with the batch (boxed, so the
+/// pointers hold wherever it moves); an answer writes its iovec and its
+/// address's length, and `send` passes the headers as they are (filling
+/// them per batch cost about 23 instructions an answer, session 8).
 struct SendBatch {
     outs: Vec<Vec<u8>>,
-    to: [libc::sockaddr_storage; MMSG_BATCH],
-    to_len: [libc::socklen_t; MMSG_BATCH],
+    to: Box<Addrs>,
+    iovs: Box<Iovecs>,
+    hdrs: Box<Headers>,
     len: usize,
 }
 
 impl SendBatch {
     fn new() -> SendBatch {
+        let mut to: Box<Addrs> = Box::new(zeroed_addrs());
+        let mut iovs: Box<Iovecs> = Box::new(zeroed_iovecs());
+        let mut hdrs: Box<Headers> = Box::new(zeroed_headers());
+        for ((iov, hdr), to) in iovs.iter_mut().zip(hdrs.iter_mut()).zip(to.iter_mut()) {
+            hdr.msg_hdr.msg_name = (to as *mut libc::sockaddr_storage).cast();
+            hdr.msg_hdr.msg_iov = iov;
+            hdr.msg_hdr.msg_iovlen = 1;
+        }
         SendBatch {
             outs: (0..MMSG_BATCH).map(|_| Vec::with_capacity(1232)).collect(),
-            // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
-            to: unsafe { std::mem::zeroed() },
-            to_len: [0; MMSG_BATCH],
+            to,
+            iovs,
+            hdrs,
             len: 0,
         }
     }
 
-    /// Answers `q`, which came at `now` from `from` (`to`, `to_len`: the
-    /// same address as the kernel takes it), into the next slot (callers
-    /// send before it fills).
-    fn answer(
-        &mut self,
-        core: &Rc<Core>,
-        q: &[u8],
-        from: SocketAddr,
-        to: &libc::sockaddr_storage,
-        to_len: libc::socklen_t,
-        now: coral::Time,
-    ) {
-        let (Some(out), Some(slot), Some(slot_len)) = (
-            self.outs.get_mut(self.len),
-            self.to.get_mut(self.len),
-            self.to_len.get_mut(self.len),
-        ) else {
-            return;
-        };
-        if core.answer_udp(q, from, now, out) {
-            if to_len as usize <= INET_ADDR_BYTES {
-                // SAFETY: both are whole `sockaddr_storage`s (128 octets),
-                // so the first INET_ADDR_BYTES of each are in bounds; the
-                // kernel reads only the first `to_len` of them.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (to as *const libc::sockaddr_storage).cast::<u8>(),
-                        (slot as *mut libc::sockaddr_storage).cast::<u8>(),
-                        INET_ADDR_BYTES,
-                    );
+    /// Answers datagrams `0..n` of `rx` (at most `MMSG_BATCH`, into an
+    /// empty batch), which came at `now`, under one borrow of the core's
+    /// snapshot and dnssrv (two borrows and their releases per answer were
+    /// about 28 instructions, issue 27, session 8). A held query gets a copy
+    /// in the held queue and starts the hold task; the borrows are let go
+    /// first, as glommio runs a new task at once (to its first wait) and the
+    /// hold task's follow-ups borrow the dnssrv, then taken again for the
+    /// rest: every query is answered on the state of the moment, as when
+    /// each took its own borrows. Nothing here waits.
+    fn answer_batch(&mut self, core: &Rc<Core>, rx: &RecvBatch, n: usize, now: coral::Time) {
+        debug_assert_eq!(self.len, 0, "a batch's answers go into an empty send batch");
+        let mut i = 0;
+        while i < n {
+            let view = core.view.borrow();
+            let mut srv = core.srv.borrow_mut();
+            let mut held = None;
+            while i < n {
+                let at = self.len;
+                let Some((q, from, to, to_len)) = rx.get(i) else {
+                    i += 1;
+                    continue;
+                };
+                i += 1;
+                let (Some(out), Some(slot), Some(iov), Some(hdr)) = (
+                    self.outs.get_mut(at),
+                    self.to.get_mut(at),
+                    self.iovs.get_mut(at),
+                    self.hdrs.get_mut(at),
+                ) else {
+                    continue;
+                };
+                match srv.answer_or_hold(now, q, from, Transport::Udp, &view, out, Hold::Allowed) {
+                    Outcome::Answer => {}
+                    Outcome::Silent => continue,
+                    Outcome::Hold => {
+                        held = Some(HeldQuery {
+                            query: q.to_vec(),
+                            from,
+                            since: now,
+                        });
+                        break;
+                    }
                 }
-            } else {
-                *slot = *to;
+                if to_len as usize <= INET_ADDR_BYTES {
+                    // SAFETY: both are whole `sockaddr_storage`s (128
+                    // octets), so the first INET_ADDR_BYTES of each are in
+                    // bounds; the kernel reads only the first `to_len`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            (to as *const libc::sockaddr_storage).cast::<u8>(),
+                            (slot as *mut libc::sockaddr_storage).cast::<u8>(),
+                            INET_ADDR_BYTES,
+                        );
+                    }
+                } else {
+                    *slot = *to;
+                }
+                // The answer's buffer as it is now (the answer may have
+                // grown it).
+                iov.iov_base = out.as_mut_ptr().cast();
+                iov.iov_len = out.len();
+                hdr.msg_hdr.msg_namelen = to_len.min(STORAGE_LEN);
+                self.len = at + 1;
             }
-            *slot_len = to_len;
-            self.len += 1;
+            drop(srv);
+            drop(view);
+            if let Some(h) = held {
+                core.held.borrow_mut().push(h);
+                core.start_holding();
+            }
         }
     }
 
     async fn send(&mut self, udp: &UdpSocket, sock: &Socket) {
         use std::os::fd::AsRawFd;
-        if self.len == 0 {
-            return;
-        }
-        // Only the first `len` entries are written and passed: zeroing the
-        // whole arrays (2.5 KiB) cost about 100 instructions an answer at
-        // the batch sizes a busy core sees (issue 27).
-        let mut iovs = [std::mem::MaybeUninit::<libc::iovec>::uninit(); MMSG_BATCH];
-        let mut hdrs = [std::mem::MaybeUninit::<libc::mmsghdr>::uninit(); MMSG_BATCH];
         let len = self.len.min(MMSG_BATCH);
-        for ((((iov, hdr), out), to), &to_len) in iovs
-            .iter_mut()
-            .zip(hdrs.iter_mut())
-            .zip(self.outs.iter_mut())
-            .zip(self.to.iter_mut())
-            .zip(self.to_len.iter())
-            .take(len)
-        {
-            let iov = iov.write(libc::iovec {
-                iov_base: out.as_mut_ptr().cast(),
-                iov_len: out.len(),
-            });
-            // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_name = (to as *mut libc::sockaddr_storage).cast();
-            h.msg_hdr.msg_namelen = to_len;
-            h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = 1;
-            hdr.write(h);
-        }
-        self.len = len;
         let mut done = 0;
-        while done < self.len {
-            // SAFETY: headers `done..len` were written above and point at
-            // live answers and addresses of `self` (and at `iovs`), with
-            // their true lengths; the kernel only reads them.
+        while done < len {
+            // SAFETY: headers `done..len` point at their boxed destination
+            // and iovec, each written by `answer` for a live answer of
+            // `self.outs` (untouched since) with its true length; the
+            // kernel only reads them (and writes the headers' `msg_len`).
             let n = unsafe {
                 libc::sendmmsg(
                     sock.as_raw_fd(),
-                    hdrs.as_mut_ptr().add(done).cast::<libc::mmsghdr>(),
-                    (self.len - done) as libc::c_uint,
+                    self.hdrs.as_mut_ptr().add(done),
+                    (len - done) as libc::c_uint,
                     libc::MSG_DONTWAIT,
                 )
             };
@@ -642,15 +708,10 @@ impl SendBatch {
                 continue;
             }
             // Would block (or failed): this one through the ring, then on.
-            if let (Some(out), Some(&to), Some(&to_len)) = (
-                self.outs.get(done),
-                self.to.get(done),
-                self.to_len.get(done),
-            ) {
-                // SAFETY: `to` holds an address of `to_len` octets, copied
-                // from the kernel's (or from a `SockAddr`'s).
-                let to = unsafe { socket2::SockAddr::new(to, to_len) };
-                if let Some(to) = to.as_socket() {
+            if let (Some(out), Some(to), Some(hdr)) =
+                (self.outs.get(done), self.to.get(done), self.hdrs.get(done))
+            {
+                if let Some(to) = sender(to, hdr.msg_hdr.msg_namelen) {
                     let _ = udp.send_to(out, to).await;
                 }
             }
@@ -992,5 +1053,67 @@ fn measure_rtt(ip: IpAddr, timeout: Duration) -> Option<Duration> {
         Ok(_) => Some(start.elapsed()),
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Some(start.elapsed()),
         Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sender's address as socket2 read it before (issue 27, session
+    /// 8): the storage copied into a `SockAddr`, then `as_socket`.
+    fn sender_before(raw: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+        // SAFETY: as `RecvBatch::get` did: `raw` holds `len` octets of an
+        // address.
+        unsafe { socket2::SockAddr::new(*raw, len) }.as_socket()
+    }
+
+    /// Seeded addresses of both families (ports, flow labels and scopes
+    /// included), written as the kernel writes them, and storages of other
+    /// families and short lengths: `sender` reads each as socket2 did.
+    #[test]
+    fn sender_reads_as_socket2_reads_it() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..20_000u32 {
+            let r = next();
+            let addr: SocketAddr = if i % 2 == 0 {
+                SocketAddr::V4(std::net::SocketAddrV4::new(
+                    std::net::Ipv4Addr::from(r as u32),
+                    (r >> 32) as u16,
+                ))
+            } else {
+                let hi = u128::from(next()) << 64 | u128::from(r);
+                SocketAddr::V6(std::net::SocketAddrV6::new(
+                    std::net::Ipv6Addr::from(hi),
+                    (r >> 48) as u16,
+                    (next() as u32) & 0x000f_ffff,
+                    if i % 3 == 0 { (r >> 8) as u32 } else { 0 },
+                ))
+            };
+            let s = socket2::SockAddr::from(addr);
+            let len = s.len();
+            let raw = s.as_storage();
+            assert_eq!(sender(&raw, len), Some(addr));
+            assert_eq!(sender(&raw, len), sender_before(&raw, len));
+            // Whatever the length said (the kernel writes the family's
+            // whole size), and of another family: both read alike.
+            for cut in [0, 2, 8, len.saturating_sub(1)] {
+                assert_eq!(
+                    sender(&raw, cut),
+                    sender_before(&raw, cut),
+                    "{addr} cut to {cut}"
+                );
+            }
+            let mut other = raw;
+            other.ss_family = libc::AF_UNIX as libc::sa_family_t;
+            assert_eq!(sender(&other, len), None);
+            assert_eq!(sender_before(&other, len), None);
+        }
     }
 }

@@ -49,8 +49,9 @@ pub struct DnsLimits {
     /// Largest query datagram read: the most any EDNS client may send, as
     /// our advertised payload size is at most 4096.
     pub udp_query_bytes_max: usize,
-    /// Datagrams read without waiting after each awaited one (then the
-    /// executor's other tasks get their turn).
+    /// Datagrams read in one go once the socket is readable (then the
+    /// loop waits through the ring again, and the executor's other tasks
+    /// get their turn).
     pub recv_batch_max: usize,
     /// Proxies of one level pinged per verification follow-up: a query can
     /// trigger this much DSHT traffic, no more (the core's

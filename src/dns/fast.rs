@@ -203,6 +203,7 @@ fn head(rtype: u16, ttl: u32) -> [u8; 8] {
 /// Appends an address record: a pointer to its owner, its type, class,
 /// TTL and data (one copy of a record made on the stack, of a length known
 /// when compiled: no call to memcpy, issue 27).
+#[inline(always)]
 fn put_addr(buf: &mut Vec<u8>, owner: [u8; 2], ip: IpAddr, ttl: u32) {
     match ip {
         IpAddr::V4(a) => {
@@ -319,8 +320,8 @@ impl Dnssrv {
             Some(Place::BelowAlias(at)) => Some(at),
             _ => return self.respond(now, msg, Rrl::Send, client, transport, view, buf),
         };
-        let edns = q.edns;
-        let limit = self.size_limit(transport, &edns);
+        let edns = &q.edns;
+        let limit = self.size_limit(transport, edns);
         // As the builder's path: room left for the OPT record, and a push
         // must end below the limit (domain's `set_push_limit`).
         let opt_room = if edns.present { 11 + 24 } else { 0 };
@@ -400,7 +401,7 @@ impl Dnssrv {
         }
         let mut arcount = nscount;
         if edns.present {
-            self.put_opt(&mut buf, &edns, scope);
+            self.put_opt(&mut buf, edns, scope);
             arcount += 1;
         }
         put_header(&mut buf, msg.as_slice(), [ancount, nscount, arcount]);

@@ -549,7 +549,7 @@ impl Dnssrv {
         // IPv4-mapped IPv6 address: it is the IPv4 client, of its /24 (its
         // RTT, its rate limit, its probe), not of one /56 with every other
         // IPv4 client.
-        let client = SocketAddr::new(client.ip().to_canonical(), client.port());
+        let client = canonical(client);
         let retry = matches!(hold, Hold::Retry(_));
         if !retry {
             self.counters.queries += 1;
@@ -622,6 +622,19 @@ impl Dnssrv {
             self.held = self.held.saturating_sub(1);
         }
         o
+    }
+}
+
+/// A client's address as an answer sees it: an IPv4-mapped IPv6 address
+/// as the IPv4 client, any IPv6 address without its flow label and scope
+/// (`SocketAddr::new` of the canonical IP), an IPv4 one as it came, not
+/// rebuilt (about 10 instructions an answer, issue 27, session 8;
+/// `canonical_is_the_address_rebuilt_as_before`).
+#[inline]
+fn canonical(client: SocketAddr) -> SocketAddr {
+    match client {
+        SocketAddr::V4(_) => client,
+        SocketAddr::V6(a) => SocketAddr::new(IpAddr::V6(*a.ip()).to_canonical(), a.port()),
     }
 }
 

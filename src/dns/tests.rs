@@ -1349,3 +1349,42 @@ fn issue24_after_a_quiet_spell_an_unconfirmed_proxy_is_named_briefly() {
     let (_, r) = ask_at(&mut s, quiet, &v, &q, client(), Hold::Never);
     assert!(r.answer().iter().all(|a| a.2 == A_TTL_SECS_NEAR));
 }
+
+/// `canonical` (issue 27, session 8) against the rebuild it replaced, over
+/// seeded addresses of both families: IPv4, IPv4-mapped IPv6 (the
+/// dual-stack socket's IPv4 clients), and other IPv6 addresses with flow
+/// labels and scopes.
+#[test]
+fn canonical_is_the_address_rebuilt_as_before() {
+    use std::net::{SocketAddrV4, SocketAddrV6};
+    let before = |c: SocketAddr| SocketAddr::new(c.ip().to_canonical(), c.port());
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..30_000u32 {
+        let r = next();
+        let c = match i % 3 {
+            0 => SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(r as u32),
+                (r >> 32) as u16,
+            )),
+            1 => SocketAddr::V6(SocketAddrV6::new(
+                Ipv4Addr::from(r as u32).to_ipv6_mapped(),
+                (r >> 32) as u16,
+                (r >> 44) as u32 & 0xf_ffff,
+                (r >> 20) as u32,
+            )),
+            _ => SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(u128::from(next()) << 64 | u128::from(r)),
+                (r >> 32) as u16,
+                (r >> 44) as u32 & 0xf_ffff,
+                (r >> 20) as u32,
+            )),
+        };
+        assert_eq!(canonical(c), before(c), "{c}");
+    }
+}
