@@ -46,6 +46,10 @@ use crate::clock::Now;
 
 /// Edges collected per `epoll_wait`.
 const EVENTS_PER_WAIT: usize = 256;
+/// Dispatches that found edges in one turn of the executor at most, each
+/// after the connections the one before woke have run; then the ring poll
+/// (other I/O waits for the turn's end meanwhile).
+const DISPATCHES_PER_TURN_MAX: u32 = 4;
 /// Input buffers parked in a core's slots at most.
 const PARKED_BUFFERS_MAX: usize = crate::limits::PROXY.parked_input_buffers_max;
 /// The events that end a read wait: bytes, the peer's end of stream, a
@@ -423,7 +427,8 @@ impl Future for Writable<'_> {
 }
 
 /// The core's dispatcher: collects edges while there are any (once per
-/// turn of the executor), and waits through the ring when there are none.
+/// turn of the executor, waiting for the next turn without the ring), and
+/// waits through the ring when there are none.
 pub async fn run(r: Rc<Readiness>) {
     let ring = match glommio::io::PollableFd::new(EpollFd(r.epfd.as_raw_fd())) {
         Ok(p) => p,
@@ -432,11 +437,21 @@ pub async fn run(r: Rc<Readiness>) {
             return;
         }
     };
+    let mut rounds = 0;
     loop {
-        r.dispatch();
-        // Armed after every dispatch: with edges pending it completes at
-        // once (in the turn's submission, without an interrupt), so the next
-        // dispatch comes one turn later, after the woken connections ran.
+        if r.dispatch() > 0 && rounds < DISPATCHES_PER_TURN_MAX {
+            // Edges came: once the connections they woke have run, look
+            // again in the same turn (their clients may have sent more
+            // meanwhile), with nothing submitted to a ring; issue 27,
+            // session 8.
+            rounds += 1;
+            futures_lite::future::yield_now().await;
+            continue;
+        }
+        rounds = 0;
+        // Armed after the turn's last dispatch: with edges pending it
+        // completes at once (in the turn's submission, without an
+        // interrupt), so the next dispatch comes one turn later.
         if let Err(e) = ring.readable().await {
             tracing::warn!(error = %e, "proxy: waiting on the readiness set failed");
             glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
@@ -553,6 +568,80 @@ mod tests {
         assert!(kept, "an edge while nobody waited was lost");
         assert!(pending, "a wait resolved with no new bytes");
         assert!(woken, "bytes sent during a wait did not wake it");
+    }
+
+    /// Connections whose clients answer at once keep the dispatcher finding
+    /// edges turn after turn (its rounds within a turn, then the ring):
+    /// 32 connections each echo 300 bytes sent one at a time by a client
+    /// thread that sends the next only after the echo, so every wake must
+    /// come; and a timer of the executor still fires meanwhile (the rounds
+    /// are bounded, the ring is polled).
+    #[test]
+    fn busy_connections_are_all_woken_through_the_dispatch_rounds() {
+        const CONNS: usize = 32;
+        const BYTES: usize = 300;
+        let (ours, theirs): (Vec<_>, Vec<_>) = (0..CONNS).map(|_| pair()).unzip();
+        let client = std::thread::spawn(move || {
+            for _ in 0..BYTES {
+                for t in &theirs {
+                    send(t, b"p");
+                }
+                for t in &theirs {
+                    let mut b = [0u8; 1];
+                    let start = std::time::Instant::now();
+                    // SAFETY: `b` is writable for its length.
+                    while unsafe { libc::recv(t.as_raw_fd(), b.as_mut_ptr().cast(), 1, 0) } != 1 {
+                        assert!(start.elapsed() < Duration::from_secs(10), "no echo");
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        });
+        let ticks = LocalExecutorBuilder::new(Placement::Unbound)
+            .name("proxy-rounds")
+            .spawn(move || async move {
+                let r = Readiness::new().unwrap();
+                glommio::spawn_local(run(r.clone())).detach();
+                let ticks = Rc::new(Cell::new(0u32));
+                let t = ticks.clone();
+                glommio::spawn_local(async move {
+                    loop {
+                        glommio::timer::sleep(Duration::from_millis(2)).await;
+                        t.set(t.get() + 1);
+                    }
+                })
+                .detach();
+                let mut tasks = Vec::new();
+                for fd in ours {
+                    r.watch(fd.as_raw_fd()).unwrap();
+                    let r = r.clone();
+                    tasks.push(glommio::spawn_local(async move {
+                        let mut echoed = 0;
+                        while echoed < BYTES {
+                            r.readable(fd.as_raw_fd()).await;
+                            let n = drain(&fd);
+                            for _ in 0..n {
+                                send(&fd, b"e");
+                            }
+                            echoed += n;
+                        }
+                        r.forget(fd.as_raw_fd());
+                    }));
+                }
+                let all = glommio::future::timeout(Duration::from_secs(20), async {
+                    for t in tasks {
+                        t.await;
+                    }
+                })
+                .await;
+                assert!(all.is_ok(), "a connection was never woken");
+                ticks.get()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        client.join().unwrap();
+        assert!(ticks > 0, "the timer never fired during the rounds");
     }
 
     /// Counts its wakes.
