@@ -50,6 +50,8 @@ const EVENTS_PER_WAIT: usize = 256;
 /// after the connections the one before woke have run; then the ring poll
 /// (other I/O waits for the turn's end meanwhile).
 const DISPATCHES_PER_TURN_MAX: u32 = 4;
+/// While looking again in a turn finds nothing, one turn in this many tries.
+const LOOK_AGAIN_PROBE_TURNS: u32 = 8;
 /// Input buffers parked in a core's slots at most.
 const PARKED_BUFFERS_MAX: usize = crate::limits::PROXY.parked_input_buffers_max;
 /// The events that end a read wait: bytes, the peer's end of stream, a
@@ -437,9 +439,20 @@ pub async fn run(r: Rc<Readiness>) {
             return;
         }
     };
-    let mut rounds = 0;
+    let (mut rounds, mut turns) = (0, 0u32);
+    // Whether the last look again found edges: while they do (the core is
+    // the bottleneck, its clients' next requests are in by then) every turn
+    // looks again; while they do not (the clients are the slower side: an
+    // `epoll_wait` more a turn for nothing) one turn in
+    // `LOOK_AGAIN_PROBE_TURNS` tries.
+    let mut again_found = true;
     loop {
-        if r.dispatch() > 0 && rounds < DISPATCHES_PER_TURN_MAX {
+        let n = r.dispatch();
+        if rounds > 0 {
+            again_found = n > 0;
+        }
+        let look_again = again_found || turns % LOOK_AGAIN_PROBE_TURNS == 0;
+        if n > 0 && rounds < DISPATCHES_PER_TURN_MAX && look_again {
             // Edges came: once the connections they woke have run, look
             // again in the same turn (their clients may have sent more
             // meanwhile), with nothing submitted to a ring; issue 27,
@@ -449,6 +462,7 @@ pub async fn run(r: Rc<Readiness>) {
             continue;
         }
         rounds = 0;
+        turns = turns.wrapping_add(1);
         // Armed after the turn's last dispatch: with edges pending it
         // completes at once (in the turn's submission, without an
         // interrupt), so the next dispatch comes one turn later.
