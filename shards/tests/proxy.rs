@@ -1289,6 +1289,72 @@ fn fast_hits_follow_age_head_and_a_replaced_object() {
     assert!(closed);
 }
 
+/// A large object (2 MB) read slowly by real clients: curl at a limited
+/// rate, and a keep-alive client with a small receive buffer reading a
+/// piece at a time. The node's socket fills again and again, and each send
+/// waits for room (in the core's epoll set, issue 27 session 8) and goes
+/// on: the object arrives whole and byte-identical from the miss, the full
+/// path's hit and the fast path's hits, twice on one connection.
+#[test]
+fn a_large_object_read_slowly_arrives_whole_and_identical() {
+    let dir = temp_dir("slow-large");
+    let big = object(2_000_000, 5);
+    let root = common::web_root(dir.path(), &[("big.bin", &big)]);
+    let nginx = Nginx::start(dir.path(), "127.11.73.100:8080".parse().unwrap(), &root);
+    let node = proxy_node(dir.path(), "127.11.73.1", "127.11.73.100").start();
+    let url = coralized("www.origin.test", 8080, "/big.bin");
+    for i in 0..3 {
+        let a = node.curl(&url, &["--limit-rate", "2M"]);
+        assert!(a.curl_ok, "answer {i}: {}", a.curl_err);
+        assert_eq!(a.status, 200, "answer {i}");
+        assert_eq!(a.body.len(), big.len(), "answer {i}");
+        assert!(a.body == big, "answer {i}: other bytes");
+        if i > 0 {
+            assert!(a.header("cache-status").contains("hit"), "{i}: {a:?}");
+        }
+    }
+    // Two hits on one keep-alive connection, read 16 KiB at a time
+    // through a receive buffer of a few KiB.
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.connect_timeout(&node.http().into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!("GET /big.bin HTTP/1.1\r\nHost: www.origin.test.8080.{ALIAS}\r\n\r\n");
+    let mut pending = Vec::new();
+    for i in 0..2 {
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = [0u8; 16 << 10];
+        let head_end = loop {
+            if let Some(at) = find(&pending, b"\r\n\r\n") {
+                break at + 4;
+            }
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed in the head of answer {i}");
+            pending.extend_from_slice(&buf[..n]);
+        };
+        let head = String::from_utf8_lossy(&pending[..head_end]).to_string();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.contains("\r\nContent-Length: 2000000\r\n"), "{head}");
+        pending.drain(..head_end);
+        while pending.len() < big.len() {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed after {} body bytes", pending.len());
+            pending.extend_from_slice(&buf[..n]);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(pending.len(), big.len(), "answer {i}: more than the body");
+        assert!(pending == big, "keep-alive answer {i}: other bytes");
+        pending.clear();
+    }
+    assert_eq!(
+        nginx.requests("/big.bin"),
+        1,
+        "the hits came from the cache"
+    );
+}
+
 /// Reads from `s` until the node closes it; how long that took from `from`.
 fn closed_after(s: &mut TcpStream, from: Instant) -> Duration {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();

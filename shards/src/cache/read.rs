@@ -16,18 +16,22 @@ impl CoreCache {
         let shared = self.shared();
         let part = &shared.parts[self.owner_of(key)];
         loop {
-            let found = match self.last.get() {
-                Some((e, seq)) if e.key == *key && part.seq_now() == seq => Some((e, seq)),
-                _ => {
-                    let found = part.lookup(key);
-                    self.last.set(found);
-                    found
-                }
-            };
-            let Some((e, seq)) = found else {
+            // The memo read in place, not copied out of its cell and back
+            // (issue 27, session 8).
+            // SAFETY: `last` is this core's (`CoreCache` is `!Sync`) and
+            // nothing writes it while the reference lives: the one write is
+            // after its last use, the next reference is made after it.
+            let memo = unsafe { &*self.last.as_ptr() };
+            let fresh = matches!(memo, Some((e, seq)) if e.key == *key && part.seq_now() == *seq);
+            if !fresh {
+                self.last.set(part.lookup(key));
+            }
+            // SAFETY: as above; no write until the next turn of the loop.
+            let Some((e, seq)) = (unsafe { &*self.last.as_ptr() }) else {
                 self.misses.set(self.misses.get() + 1);
                 return None;
             };
+            let seq = *seq;
             let Some(slot) = shared.segs.get(e.seg as usize) else {
                 self.misses.set(self.misses.get() + 1);
                 return None;

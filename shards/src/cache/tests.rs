@@ -1178,3 +1178,140 @@ fn cleaning_that_frees_nothing_stops_and_the_store_evicts() {
         }
     }
 }
+
+/// `CoreCache::lookup` as it was before its memo was read in place
+/// (session 8): the entry copied out of the cell and back. The reference.
+fn lookup_before(c: &CoreCache, key: &Id) -> Option<ObjectRef> {
+    let shared = c.shared();
+    let part = &shared.parts[c.owner_of(key)];
+    loop {
+        let found = match c.last.get() {
+            Some((e, seq)) if e.key == *key && part.seq_now() == seq => Some((e, seq)),
+            _ => {
+                let found = part.lookup(key);
+                c.last.set(found);
+                found
+            }
+        };
+        let Some((e, seq)) = found else {
+            c.misses.set(c.misses.get() + 1);
+            return None;
+        };
+        let Some(slot) = shared.segs.get(e.seg as usize) else {
+            c.misses.set(c.misses.get() + 1);
+            return None;
+        };
+        let readers = shared.reader_count(c.core, e.seg);
+        readers.fetch_add(1, Ordering::SeqCst);
+        let ptr = slot.ptr.load(Ordering::Acquire);
+        if !part.unchanged_since(seq) {
+            readers.fetch_sub(1, Ordering::Release);
+            continue;
+        }
+        if ptr.is_null() {
+            readers.fetch_sub(1, Ordering::Release);
+            c.misses.set(c.misses.get() + 1);
+            return None;
+        }
+        part.count_hit(e.handle);
+        c.hits.set(c.hits.get() + 1);
+        return Some(ObjectRef {
+            local: c.local.clone(),
+            seg: e.seg,
+            // SAFETY: the entry's offset lies inside its segment.
+            rec: unsafe { ptr.add(e.off as usize) },
+            rec_off: u64::from(e.off),
+            head_len: e.head_len as usize,
+            complete_len: if e.state == index::COMPLETE {
+                e.body_len
+            } else {
+                u64::MAX
+            },
+            meta: ObjectMeta {
+                stored_secs: u64::from(e.stored_secs),
+                fresh_until_secs: u64::from(e.fresh_until_secs),
+                expected_len: (e.expected_len != u64::MAX).then_some(e.expected_len),
+            },
+            seq,
+        });
+    }
+}
+
+/// What a lookup answered, field by field.
+type Answered = Option<(u32, usize, u64, usize, u64, u64, u64, Option<u64>, u64)>;
+
+fn answered(r: Option<ObjectRef>) -> Answered {
+    r.map(|r| {
+        (
+            r.seg,
+            r.rec as usize,
+            r.rec_off,
+            r.head_len,
+            r.complete_len,
+            r.meta.stored_secs,
+            r.meta.fresh_until_secs,
+            r.meta.expected_len,
+            r.seq,
+        )
+    })
+}
+
+/// The lookup with its memo read in place answers as the one before, and
+/// counts the same hits and misses, over stores being written, finished,
+/// replaced, freshened, removed and evicted, lookups of the same key in a
+/// row (the memo), of other keys between them, and of absent keys.
+#[test]
+fn the_lookup_answers_as_the_one_before() {
+    let dir = TempDir::new("lookup-before");
+    let caches = open(&config(&dir.0, 200_000), 1).unwrap();
+    let c = &caches[0];
+    let mut compared = 0;
+    let mut check = |c: &CoreCache| {
+        for k in [1, 1, 2, 1, 7, 7, 1, 1] {
+            let (h, m) = (c.hits.get(), c.misses.get());
+            let before = answered(lookup_before(c, &key(k)));
+            let counted = (c.hits.get() - h, c.misses.get() - m);
+            let (h, m) = (c.hits.get(), c.misses.get());
+            let now = answered(c.lookup(&key(k)));
+            assert_eq!(now, before, "key {k}");
+            assert_eq!((c.hits.get() - h, c.misses.get() - m), counted, "key {k}");
+            compared += 1;
+        }
+    };
+    for round in 0..40u32 {
+        let body = pattern(round % 4, 4096 + (round as usize % 3));
+        let mut w = c
+            .begin(
+                key(1),
+                meta(Some(body.len() as u64)),
+                b"HTTP/1.1 200 OK\r\n\r\n",
+            )
+            .unwrap();
+        check(c);
+        w.append(&body).unwrap();
+        check(c);
+        w.finish().unwrap();
+        check(c);
+        if round % 3 == 0 {
+            c.touch_meta(
+                &key(1),
+                ObjectMeta {
+                    stored_secs: 1000 + u64::from(round),
+                    fresh_until_secs: 9000,
+                    expected_len: Some(body.len() as u64),
+                },
+            );
+            check(c);
+        }
+        if round % 2 == 0 {
+            store(&caches, key(2), &pattern(round, 3000));
+        }
+        store(&caches, key(100 + round), &pattern(round, 20_000));
+        check(c);
+        if round % 5 == 4 {
+            c.remove(&key(1));
+            check(c);
+        }
+    }
+    assert!(compared > 1000);
+}

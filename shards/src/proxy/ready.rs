@@ -26,6 +26,12 @@
 //! moves one parked for a whole sweep period to the core's pool, so an
 //! idle connection holds none for more than two seconds), and a dispatch
 //! reads the clocks once for all the connections it wakes ([`Now`]).
+//!
+//! A connection's sends wait here too (session 8): the socket is watched for
+//! `EPOLLOUT` as well, and a `sendfile` that found it full waits for its
+//! write edge ([`Readiness::writable`]) instead of arming a ring poll per
+//! wait. Read and write waits have a flag and a waker each, and each is
+//! woken only by its own events.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -40,8 +46,21 @@ use crate::clock::Now;
 
 /// Edges collected per `epoll_wait`.
 const EVENTS_PER_WAIT: usize = 256;
+/// Dispatches that found edges in one turn of the executor at most, each
+/// after the connections the one before woke have run; then the ring poll
+/// (other I/O waits for the turn's end meanwhile).
+const DISPATCHES_PER_TURN_MAX: u32 = 4;
+/// While looking again in a turn finds nothing, one turn in this many tries.
+const LOOK_AGAIN_PROBE_TURNS: u32 = 8;
 /// Input buffers parked in a core's slots at most.
 const PARKED_BUFFERS_MAX: usize = crate::limits::PROXY.parked_input_buffers_max;
+/// The events that end a read wait: bytes, the peer's end of stream, a
+/// hangup or an error (the next `recv` says which).
+const READ_EDGE: u32 = (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+/// The events that end a write wait: room to send, a hangup (the deadline
+/// sweep's `shutdown` of a stalled send) or an error (the next send says
+/// which).
+const WRITE_EDGE: u32 = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
 
 /// One core's readiness set.
 pub struct Readiness {
@@ -89,10 +108,18 @@ impl Slots {
 
 #[derive(Default)]
 struct Slot {
-    /// An edge came that no read has consumed yet.
+    /// A read edge came that no read has consumed yet.
     ready: bool,
     /// A read waits for the next edge (its waker is `waker`).
     waiting: bool,
+    /// A write edge (write space, hangup or error) came since the writer
+    /// last found the socket full ([`Readiness::writable`]).
+    writable: bool,
+    /// A write waits for the next write edge (its waker is `write_waker`).
+    write_waiting: bool,
+    /// The waiting writer's waker, kept between waits as `waker` is; woken
+    /// only while `write_waiting`.
+    write_waker: Option<Waker>,
     /// The waiting task's waker, kept between waits and woken by reference
     /// (issue 27: taking it on every wake and cloning it on every wait cost
     /// a reference count up and down and two executor lookups a request).
@@ -133,7 +160,7 @@ impl Readiness {
     /// Watches `fd` (a non-blocking socket) until [`forget`](Self::forget).
     pub fn watch(&self, fd: RawFd) -> io::Result<()> {
         let mut ev = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
             u64: fd as u64,
         };
         // SAFETY: both descriptors are open; `ev` is a valid event.
@@ -145,10 +172,7 @@ impl Readiness {
             fd,
             Slot {
                 ready: true,
-                waiting: false,
-                waker: None,
-                parked: None,
-                parked_old: false,
+                ..Slot::default()
             },
         );
         // A slot left by a descriptor never forgotten: its parked buffer
@@ -267,11 +291,26 @@ impl Readiness {
             let ev = unsafe { ev.assume_init_read() };
             let fd = ev.u64 as RawFd;
             if let Some(slot) = slots.get_mut(&fd) {
-                slot.ready = true;
-                if slot.waiting {
-                    slot.waiting = false;
-                    if let Some(w) = &slot.waker {
-                        w.wake_by_ref();
+                // The events are the socket's state when collected, not
+                // what woke it: a read edge says EPOLLOUT too while there is
+                // room, a write edge EPOLLIN while bytes wait unread. Each
+                // side is woken only by what it waits for.
+                if ev.events & READ_EDGE != 0 {
+                    slot.ready = true;
+                    if slot.waiting {
+                        slot.waiting = false;
+                        if let Some(w) = &slot.waker {
+                            w.wake_by_ref();
+                        }
+                    }
+                }
+                if ev.events & WRITE_EDGE != 0 {
+                    slot.writable = true;
+                    if slot.write_waiting {
+                        slot.write_waiting = false;
+                        if let Some(w) = &slot.write_waker {
+                            w.wake_by_ref();
+                        }
                     }
                 }
             }
@@ -341,8 +380,57 @@ impl Future for Readable<'_, '_> {
     }
 }
 
+impl Readiness {
+    /// The wait for room to send on `fd`, for a writer whose send (a
+    /// `sendfile`) just found the socket full: call it with no await since
+    /// that send. It forgets the write edges collected before (the send
+    /// found the socket full after them) and resolves with the first one
+    /// after, whenever it is polled: an edge that comes before the first
+    /// poll, or while the future is not polled, is kept. TCP signals room
+    /// only after a send found the socket full, so a connection whose sends
+    /// all fit costs no edge. Resolves with true then; with false when `fd`
+    /// is not watched (the caller waits some other way). A hangup or an
+    /// error ends the wait too (the deadline sweep's `shutdown` of a
+    /// stalled send).
+    pub fn writable(&self, fd: RawFd) -> Writable<'_> {
+        if let Some(slot) = self.slots.borrow_mut().get_mut(&fd) {
+            slot.writable = false;
+        }
+        Writable { r: self, fd }
+    }
+}
+
+/// See [`Readiness::writable`].
+pub struct Writable<'a> {
+    r: &'a Readiness,
+    fd: RawFd,
+}
+
+impl Future for Writable<'_> {
+    type Output = bool;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut slots = self.r.slots.borrow_mut();
+        let Some(slot) = slots.get_mut(&self.fd) else {
+            return Poll::Ready(false);
+        };
+        if slot.writable {
+            slot.writable = false;
+            slot.write_waiting = false;
+            return Poll::Ready(true);
+        }
+        match &mut slot.write_waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            w => *w = Some(cx.waker().clone()),
+        }
+        slot.write_waiting = true;
+        Poll::Pending
+    }
+}
+
 /// The core's dispatcher: collects edges while there are any (once per
-/// turn of the executor), and waits through the ring when there are none.
+/// turn of the executor, waiting for the next turn without the ring), and
+/// waits through the ring when there are none.
 pub async fn run(r: Rc<Readiness>) {
     let ring = match glommio::io::PollableFd::new(EpollFd(r.epfd.as_raw_fd())) {
         Ok(p) => p,
@@ -351,11 +439,33 @@ pub async fn run(r: Rc<Readiness>) {
             return;
         }
     };
+    let (mut rounds, mut turns) = (0, 0u32);
+    // Whether the last look again found edges: while they do (the core is
+    // the bottleneck, its clients' next requests are in by then) every turn
+    // looks again; while they do not (the clients are the slower side: an
+    // `epoll_wait` more a turn for nothing) one turn in
+    // `LOOK_AGAIN_PROBE_TURNS` tries.
+    let mut again_found = true;
     loop {
-        r.dispatch();
-        // Armed after every dispatch: with edges pending it completes at
-        // once (in the turn's submission, without an interrupt), so the next
-        // dispatch comes one turn later, after the woken connections ran.
+        let n = r.dispatch();
+        if rounds > 0 {
+            again_found = n > 0;
+        }
+        let look_again = again_found || turns % LOOK_AGAIN_PROBE_TURNS == 0;
+        if n > 0 && rounds < DISPATCHES_PER_TURN_MAX && look_again {
+            // Edges came: once the connections they woke have run, look
+            // again in the same turn (their clients may have sent more
+            // meanwhile), with nothing submitted to a ring; issue 27,
+            // session 8.
+            rounds += 1;
+            futures_lite::future::yield_now().await;
+            continue;
+        }
+        rounds = 0;
+        turns = turns.wrapping_add(1);
+        // Armed after the turn's last dispatch: with edges pending it
+        // completes at once (in the turn's submission, without an
+        // interrupt), so the next dispatch comes one turn later.
         if let Err(e) = ring.readable().await {
             tracing::warn!(error = %e, "proxy: waiting on the readiness set failed");
             glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
@@ -394,6 +504,12 @@ mod tests {
         // SAFETY: `b` is live for its length.
         let n = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), b.len(), 0) };
         assert_eq!(n, b.len() as isize);
+    }
+
+    fn send_from(s: &std::net::TcpStream, b: &[u8]) {
+        use std::io::Write;
+        let mut s = s;
+        s.write_all(b).unwrap();
     }
 
     fn drain(fd: &OwnedFd) -> usize {
@@ -466,6 +582,249 @@ mod tests {
         assert!(kept, "an edge while nobody waited was lost");
         assert!(pending, "a wait resolved with no new bytes");
         assert!(woken, "bytes sent during a wait did not wake it");
+    }
+
+    /// Connections whose clients answer at once keep the dispatcher finding
+    /// edges turn after turn (its rounds within a turn, then the ring):
+    /// 32 connections each echo 300 bytes sent one at a time by a client
+    /// thread that sends the next only after the echo, so every wake must
+    /// come; and a timer of the executor still fires meanwhile (the rounds
+    /// are bounded, the ring is polled).
+    #[test]
+    fn busy_connections_are_all_woken_through_the_dispatch_rounds() {
+        const CONNS: usize = 32;
+        const BYTES: usize = 300;
+        let (ours, theirs): (Vec<_>, Vec<_>) = (0..CONNS).map(|_| pair()).unzip();
+        let client = std::thread::spawn(move || {
+            for _ in 0..BYTES {
+                for t in &theirs {
+                    send(t, b"p");
+                }
+                for t in &theirs {
+                    let mut b = [0u8; 1];
+                    let start = std::time::Instant::now();
+                    // SAFETY: `b` is writable for its length.
+                    while unsafe { libc::recv(t.as_raw_fd(), b.as_mut_ptr().cast(), 1, 0) } != 1 {
+                        assert!(start.elapsed() < Duration::from_secs(10), "no echo");
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        });
+        let ticks = LocalExecutorBuilder::new(Placement::Unbound)
+            .name("proxy-rounds")
+            .spawn(move || async move {
+                let r = Readiness::new().unwrap();
+                glommio::spawn_local(run(r.clone())).detach();
+                let ticks = Rc::new(Cell::new(0u32));
+                let t = ticks.clone();
+                glommio::spawn_local(async move {
+                    loop {
+                        glommio::timer::sleep(Duration::from_millis(2)).await;
+                        t.set(t.get() + 1);
+                    }
+                })
+                .detach();
+                let mut tasks = Vec::new();
+                for fd in ours {
+                    r.watch(fd.as_raw_fd()).unwrap();
+                    let r = r.clone();
+                    tasks.push(glommio::spawn_local(async move {
+                        let mut echoed = 0;
+                        while echoed < BYTES {
+                            r.readable(fd.as_raw_fd()).await;
+                            let n = drain(&fd);
+                            for _ in 0..n {
+                                send(&fd, b"e");
+                            }
+                            echoed += n;
+                        }
+                        r.forget(fd.as_raw_fd());
+                    }));
+                }
+                let all = glommio::future::timeout(Duration::from_secs(20), async {
+                    for t in tasks {
+                        t.await;
+                    }
+                })
+                .await;
+                assert!(all.is_ok(), "a connection was never woken");
+                ticks.get()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        client.join().unwrap();
+        assert!(ticks > 0, "the timer never fired during the rounds");
+    }
+
+    /// Counts its wakes.
+    struct CountWaker(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for CountWaker {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Runs `dispatch` until it collects an edge (at most 5 s); how many.
+    fn dispatched(r: &Readiness) -> usize {
+        let start = std::time::Instant::now();
+        loop {
+            let n = r.dispatch();
+            if n > 0 {
+                return n;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "no edge came");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Sends until the socket is full; the bytes sent.
+    fn fill(fd: &OwnedFd) -> usize {
+        let chunk = [b'f'; 16 << 10];
+        let mut sent = 0;
+        loop {
+            // SAFETY: `chunk` is live for its length.
+            let n = unsafe {
+                libc::send(
+                    fd.as_raw_fd(),
+                    chunk.as_ptr().cast(),
+                    chunk.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n <= 0 {
+                assert_eq!(io::Error::last_os_error().kind(), io::ErrorKind::WouldBlock);
+                return sent;
+            }
+            sent += n as usize;
+        }
+    }
+
+    /// Reads `want` bytes from the client's end.
+    fn read_all(s: &mut std::net::TcpStream, want: usize) {
+        use std::io::Read;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut got = 0;
+        while got < want {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed after {got} of {want}");
+            got += n;
+        }
+    }
+
+    /// A writer that found a TCP socket full waits for the socket's write
+    /// edge in the epoll set and is woken by it: not by bytes coming in
+    /// while the socket is still full, and a waiting reader is not woken by
+    /// the room; a send that fits costs no edge at all; the hangup of a
+    /// `shutdown` (the send stall timeout's) ends a write wait. Polled by
+    /// hand with a waker that counts its wakes, the dispatch run directly.
+    #[test]
+    fn a_writer_waiting_on_a_full_socket_is_woken_by_its_edge_alone() {
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::sync::Arc;
+        let l = std::net::TcpListener::bind("127.18.8.1:0").unwrap();
+        let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut client = client;
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let ours = OwnedFd::from(server);
+        let fd = ours.as_raw_fd();
+        let r = Readiness::new().unwrap();
+        r.watch(fd).unwrap();
+        // Collect what came so far (a new socket has room: one edge).
+        while r.dispatch() > 0 {}
+        let counter = Arc::new(CountWaker(0.into()));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        let wakes = || counter.0.load(SeqCst);
+
+        // A send that fits, read by the client: no edge.
+        send(&ours, &[b's'; 4096]);
+        read_all(&mut client, 4096);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(r.dispatch(), 0, "a send that fit cost an edge");
+
+        // The socket full: the writer waits.
+        let mut sent = fill(&ours);
+        let mut w = r.writable(fd);
+        assert!(Pin::new(&mut w).poll(&mut cx).is_pending());
+        assert!(r.slots.borrow().get(&fd).unwrap().write_waiting);
+        // Bytes come in while it is still full: the reader's edge only.
+        send_from(&client, b"x");
+        dispatched(&r);
+        assert!(r.slots.borrow().get(&fd).unwrap().ready);
+        assert_eq!(wakes(), 0, "bytes coming in woke the writer");
+        assert!(Pin::new(&mut w).poll(&mut cx).is_pending());
+        // A reader waits too (the byte read first).
+        let mut rd = r.readable(fd);
+        assert!(Pin::new(&mut rd).poll(&mut cx).is_ready());
+        assert_eq!(drain(&ours), 1);
+        let mut rd = r.readable(fd);
+        assert!(Pin::new(&mut rd).poll(&mut cx).is_pending());
+        // The client reads: room, the writer's edge; the reader sleeps on.
+        read_all(&mut client, sent);
+        let start = std::time::Instant::now();
+        while wakes() == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the writer was never woken by its edge"
+            );
+            r.dispatch();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(wakes(), 1);
+        assert_eq!(Pin::new(&mut w).poll(&mut cx), Poll::Ready(true));
+        assert!(
+            Pin::new(&mut rd).poll(&mut cx).is_pending(),
+            "room woke the reader"
+        );
+        assert_eq!(wakes(), 1);
+
+        // Edges collected before the send that found the socket full are
+        // forgotten; one after it, before the first poll, is kept.
+        sent = fill(&ours);
+        r.slots.borrow_mut().get_mut(&fd).unwrap().writable = true;
+        let mut w = r.writable(fd);
+        assert!(
+            Pin::new(&mut w).poll(&mut cx).is_pending(),
+            "a stale edge ended the wait"
+        );
+        // A new wait (as after one dropped): the edge that comes before
+        // its first poll ends it.
+        let mut w = r.writable(fd);
+        read_all(&mut client, sent);
+        dispatched(&r);
+        assert_eq!(Pin::new(&mut w).poll(&mut cx), Poll::Ready(true));
+
+        // The stall timeout's shutdown: the hangup wakes a waiting writer
+        // (and the reader).
+        fill(&ours);
+        let mut w = r.writable(fd);
+        assert!(Pin::new(&mut w).poll(&mut cx).is_pending());
+        let before = wakes();
+        crate::accept::shut_down(fd, true);
+        dispatched(&r);
+        assert_eq!(
+            wakes(),
+            before + 2,
+            "the hangup woke the writer and the reader"
+        );
+        assert_eq!(Pin::new(&mut w).poll(&mut cx), Poll::Ready(true));
+        assert!(Pin::new(&mut rd).poll(&mut cx).is_ready());
+
+        // Not watched: resolves at once with false (the caller waits
+        // through the ring).
+        r.forget(fd);
+        let mut w = r.writable(fd);
+        assert_eq!(Pin::new(&mut w).poll(&mut cx), Poll::Ready(false));
     }
 
     /// A waiting connection's empty buffer is parked in its slot and handed

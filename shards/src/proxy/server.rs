@@ -259,6 +259,17 @@ impl<'a> Conn<'a> {
             .map(|a| a.ip())
     }
 
+    /// The core's readiness set when it watches this connection's socket
+    /// (its reads, and its sends' waits for room).
+    fn ready(&self) -> Option<&'a crate::proxy::ready::Readiness> {
+        let pc: &'a Rc<ProxyCore> = self.pc;
+        if self.watched {
+            pc.ready.as_deref()
+        } else {
+            None
+        }
+    }
+
     fn new(pc: &'a Rc<ProxyCore>, stream: TcpStream) -> Conn<'a> {
         let client = if crate::accesslog::enabled() {
             stream.peer_addr().ok()
@@ -847,8 +858,18 @@ impl<'a> Conn<'a> {
                 obj.ensure_resident(start, end).await;
                 let out = std::mem::take(&mut self.out);
                 let p = self.progress();
-                let r = send_complete(&mut self.stream, self.nonblocking, &out, obj, start, end, p)
-                    .await;
+                let ready = self.ready();
+                let r = send_complete(
+                    &mut self.stream,
+                    ready,
+                    self.nonblocking,
+                    &out,
+                    obj,
+                    start,
+                    end,
+                    p,
+                )
+                .await;
                 self.out = out;
                 if r.is_ok() {
                     self.resp.body_bytes = end - start;

@@ -247,7 +247,9 @@ impl Conn<'_> {
             match sent {
                 Ok(SentNow::All) => Ok(()),
                 Ok(sent) => {
-                    let r = send_file_rest(&mut self.stream, &out, &obj, sent, 0, len, p).await;
+                    let ready = self.ready();
+                    let r =
+                        send_file_rest(&mut self.stream, ready, &out, &obj, sent, 0, len, p).await;
                     if r.is_ok() {
                         p.done();
                     }
@@ -267,7 +269,18 @@ impl Conn<'_> {
                     }
                 }
             }
-            send_complete(&mut self.stream, self.nonblocking, &out, &obj, 0, len, p).await
+            let ready = self.ready();
+            send_complete(
+                &mut self.stream,
+                ready,
+                self.nonblocking,
+                &out,
+                &obj,
+                0,
+                len,
+                p,
+            )
+            .await
         };
         self.out = out;
         self.count_hit(head_only, sent.is_ok(), len, started);

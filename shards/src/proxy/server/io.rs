@@ -307,11 +307,14 @@ pub(super) fn is_nonblocking(fd: std::os::fd::RawFd) -> bool {
 /// `sendfile` from the cache's file (no copy through user space; the socket
 /// is non-blocking, so it never parks the executor) when the body is large
 /// enough to be worth a second syscall, else one `sendmsg` of head and body
-/// from the mapping. When the socket is full, `sendfile` waits for it
-/// through the ring and goes on. Progress is stamped in `p` (the send stall
-/// timeout).
+/// from the mapping. When the socket is full, `sendfile` waits for room
+/// (through `ready`, the core's readiness set, when it watches the socket,
+/// else through the ring) and goes on. Progress is stamped in `p` (the send
+/// stall timeout).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_complete(
     stream: &mut TcpStream,
+    ready: Option<&Readiness>,
     nonblocking: bool,
     head: &[u8],
     obj: &ObjectRef,
@@ -328,7 +331,7 @@ pub(super) async fn send_complete(
             SentNow::Head(n) => &head[n..],
             _ => &[],
         };
-        send_file_rest(stream, rest, obj, sent, start, end, p).await?;
+        send_file_rest(stream, ready, rest, obj, sent, start, end, p).await?;
     }
     p.done();
     Ok(())
@@ -405,13 +408,20 @@ pub(super) fn send_file_now(
 /// The rest of [`send_complete`] after [`send_file_now`] stopped at `sent`
 /// (not `All`) sending `[start, end)`, with `head_rest` the head's unsent
 /// bytes: the head through
-/// the ring, then the body with `sendfile`, waiting (one ring poll) whenever
-/// the socket is full, so a large body is never copied through user space
-/// (a 50 MB hit took 196 sends of 256 KiB through the ring before;
-/// benches/counts.sh). The send stall timeout still holds: the sweep shuts
-/// a stalled socket down, which ends the wait. Does not stamp `done`.
+/// the ring, then the body with `sendfile`, waiting whenever the socket is
+/// full, so a large body is never copied through user space (a 50 MB hit
+/// took 196 sends of 256 KiB through the ring before; benches/counts.sh).
+/// With `ready` (the core's readiness set watches the socket) the wait is
+/// for the socket's next write edge in the core's epoll set, which one
+/// `epoll_wait` a turn collects for all connections; else one ring poll
+/// per wait (issue 27, session 8: at 41 KB that was 0.6 `io_uring_enter`
+/// and submissions a hit). The send stall timeout still holds: the sweep
+/// shuts a stalled socket down, whose hangup ends the wait. Does not stamp
+/// `done`.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_file_rest(
     stream: &mut TcpStream,
+    ready: Option<&Readiness>,
     head_rest: &[u8],
     obj: &ObjectRef,
     sent: SentNow,
@@ -434,12 +444,16 @@ pub(super) async fn send_file_rest(
     };
     let fd = stream.as_raw_fd();
     while pos < end {
+        // No await since the send that found the socket full (the contract
+        // of `Readiness::writable`).
         if full {
-            glommio::io::PollableFd::new(Socket(fd))
-                .map_err(|e| std::io::Error::other(e.to_string()))?
-                .writable()
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            let by_edge = match ready {
+                Some(r) => r.writable(fd).await,
+                None => false,
+            };
+            if !by_edge {
+                ring_writable(fd).await?;
+            }
         }
         let (file, at) = obj.file_at(pos);
         let mut off = at as libc::off_t;
@@ -465,6 +479,15 @@ pub(super) async fn send_file_rest(
         write_through(stream, obj.body(pos, end), p).await?;
     }
     Ok(())
+}
+
+/// Waits through the ring (one `IORING_OP_POLL_ADD`) until `fd` has room.
+async fn ring_writable(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    glommio::io::PollableFd::new(Socket(fd))
+        .map_err(|e| std::io::Error::other(e.to_string()))?
+        .writable()
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
 }
 
 /// A client socket's descriptor, borrowed to wait for it through the ring
@@ -730,6 +753,8 @@ mod tests {
                 };
                 let caches = crate::cache::open(&config, 1).unwrap();
                 let cache = &caches[0];
+                let rs = Readiness::new().unwrap();
+                glommio::spawn_local(crate::proxy::ready::run(rs.clone())).detach();
                 let mut states = Vec::new();
                 for (i, len) in [4096u64, 41_000, 300_000, 3_000_000]
                     .into_iter()
@@ -752,9 +777,16 @@ mod tests {
                         let head: Vec<u8> = (0..head_len).map(|b| b"HTTP/1.1"[b % 8]).collect();
                         for start in [0, len / 3] {
                             let want = [&head[..], &body[start as usize..]].concat();
-                            for before in [false, true] {
+                            // The split send waits for room through the
+                            // ring, then through the readiness set.
+                            for (before, by_edge) in [(false, false), (false, true), (true, false)]
+                            {
                                 let (mut stream, reader) =
                                     slow_reader(Duration::from_millis(30)).await;
+                                let ready = by_edge.then_some(&*rs);
+                                if by_edge {
+                                    rs.watch(stream.as_raw_fd()).unwrap();
+                                }
                                 let table = RefCell::new(ConnTable::new());
                                 let slot = table.borrow_mut().register(stream.as_raw_fd());
                                 table.borrow_mut().busy(slot);
@@ -776,6 +808,7 @@ mod tests {
                                         };
                                         send_file_rest(
                                             &mut stream,
+                                            ready,
                                             rest,
                                             &obj,
                                             sent,
@@ -797,14 +830,20 @@ mod tests {
                                 table.borrow_mut().expired(&none, &mut expired);
                                 table.borrow_mut().expired(&none, &mut expired);
                                 assert!(expired.is_empty(), "the slot is busy after the send");
+                                if by_edge {
+                                    rs.forget(stream.as_raw_fd());
+                                }
                                 stream.close().await.unwrap();
                                 let got = reader.join().unwrap();
                                 assert_eq!(
                                     got.len(),
                                     want.len(),
-                                    "len {len} head {head_len} before {before}"
+                                    "len {len} head {head_len} before {before} by edge {by_edge}"
                                 );
-                                assert!(got == want, "len {len} head {head_len} before {before}");
+                                assert!(
+                                    got == want,
+                                    "len {len} head {head_len} before {before} by edge {by_edge}"
+                                );
                             }
                         }
                     }
@@ -842,7 +881,7 @@ mod tests {
                     table: &table,
                     slot,
                 };
-                send_file_rest(&mut stream, head, &obj, sent, 0, 41_000, p)
+                send_file_rest(&mut stream, None, head, &obj, sent, 0, 41_000, p)
                     .await
                     .unwrap();
                 stream.close().await.unwrap();
