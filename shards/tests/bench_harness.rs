@@ -9,7 +9,7 @@
 //!   compiled into this test and run with their quick arguments;
 //! - `benches/counts.sh` (`QUICK=1`), `benches/cores.sh --quick`,
 //!   `benches/dns.sh 1 1` and `benches/onecore.sh` (each also `TOGETHER=1`),
-//!   `benches/proxy_ab.sh`
+//!   `benches/proxy_ab.sh`, `benches/ring_ops.sh`
 //!   run as scripts, with
 //!   this test's `coral` and, for DSHT load, this very binary (it answers
 //!   `key`, `load` and `echo` as the dsht_udp bench does).
@@ -20,7 +20,7 @@
 //!
 //! `harness = false`: `cargo test -p coral-shards --test bench_harness
 //! [NAME...]` runs the named harnesses only (dsht_udp, proxy_hits,
-//! idle_conns, counts, cores, dns, proxy_ab, onecore).
+//! idle_conns, counts, cores, dns, proxy_ab, onecore, ring_ops).
 
 // Each bench compiled in below declares its own `mod common;` (the benches'
 // shared helpers): loaded once per bench here, as in the bench binaries.
@@ -150,6 +150,21 @@ fn counts() {
     }
     assert!(answers(&out, "coral dsht get") > 0);
     assert!(answers(&out, "echo") > 0);
+}
+
+fn ring_ops() {
+    if !have("perf") || !have("wrk") || !have("curl") || floor().is_none() {
+        println!("ring_ops: skipped (needs perf, wrk, curl and the floor example)");
+        return;
+    }
+    let out = script("benches/ring_ops.sh", &["4k", "1", "4"], &[]);
+    let requests: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("requests "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `requests N` line in:\n{out}"));
+    assert!(requests > 0, "{out}");
+    assert!(out.contains("system calls by number:"), "{out}");
 }
 
 fn cores() {
@@ -319,6 +334,9 @@ fn main() {
     }
     if want("onecore") {
         onecore();
+    }
+    if want("ring_ops") {
+        ring_ops();
     }
     // Last: it pins the calling thread (and what it starts after) to one CPU.
     if want("dsht_udp") {
