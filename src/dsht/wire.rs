@@ -634,7 +634,14 @@ pub fn put_header(
 
 /// Appends the body of a get reply (`Body::GetReply`) from its parts, so
 /// that a reply can be written without building the body.
-pub fn put_get_reply(buf: &mut Vec<u8>, level: u8, values: &[Value], contacts: &[Contact]) {
+///
+/// `values` are the values or references to them ([`crate::dsht::store::Store::get_refs`]).
+pub fn put_get_reply<V: std::borrow::Borrow<Value>>(
+    buf: &mut Vec<u8>,
+    level: u8,
+    values: &[V],
+    contacts: &[Contact],
+) {
     buf.push(level);
     put_values(buf, values);
     put_contacts(buf, contacts);
@@ -685,11 +692,11 @@ fn put_addr<B: Extend<u8>>(buf: &mut B, addr: SocketAddr) {
     buf.extend(addr.port().to_be_bytes());
 }
 
-fn put_values(buf: &mut Vec<u8>, values: &[Value]) {
+fn put_values<V: std::borrow::Borrow<Value>>(buf: &mut Vec<u8>, values: &[V]) {
     assert!(values.len() <= VALUES_MAX, "too many values");
     buf.push(values.len() as u8);
     for v in values {
-        put_value(buf, v);
+        put_value(buf, v.borrow());
     }
 }
 
