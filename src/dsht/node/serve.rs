@@ -929,11 +929,11 @@ mod tests {
                 Id::from_ip(from.ip())
             };
             let mut clusters = smallvec::SmallVec::new();
-            for level in 0..rng.below(3) as usize {
+            for (level, our) in ours.iter().enumerate().take(rng.below(3) as usize) {
                 let id = if rng.below(3) == 0 {
                     Id::hash(&[level as u8, 9])
                 } else {
-                    ours[level]
+                    *our
                 };
                 clusters.push(crate::dsht::wire::ClusterInfo {
                     id,
