@@ -196,7 +196,7 @@ fn raw_addr(to: SocketAddr) -> (RawAddr, libc::socklen_t) {
 }
 
 /// Datagrams to send in one `sendmmsg`: each slot's bytes (the node's
-/// encoded datagram, swapped in by `Node::poll_transmit`) and destination.
+/// encoded datagram, swapped in by `Node::poll_transmit_keeping`) and destination.
 pub(super) struct SendBatch {
     outs: Vec<Vec<u8>>,
     to: [SocketAddr; MMSG_BATCH],
@@ -225,7 +225,7 @@ impl SendBatch {
         self.blocked = false;
     }
 
-    /// The buffer the next datagram's bytes go into (`Node::poll_transmit`
+    /// The buffer the next datagram's bytes go into (`Node::poll_transmit_keeping`
     /// swaps its own in); [`SendBatch::push`] then takes it into the batch.
     /// Callers send before the batch is full.
     pub(super) fn slot(&mut self) -> &mut Vec<u8> {
@@ -335,10 +335,11 @@ impl SendBatch {
         if self.blocked {
             self.defer(done, len, deferred);
         }
-        // The buffers sent are freed now, so the allocator hands them (in
-        // cache) to the next datagrams the node encodes.
+        // The buffers sent go back to the node with the next datagrams
+        // (`Node::poll_transmit_keeping` swaps them in): it encodes later
+        // datagrams into them, with no allocation (issue 27).
         for out in self.outs.iter_mut().take(len) {
-            *out = Vec::new();
+            out.clear();
         }
     }
 

@@ -22,6 +22,8 @@
 //! - `serve.rs`: serving requests, and who may be served at which level;
 //! - `reply.rs`: replies and failed RPCs, fed to their operation or probe;
 //! - `send.rs`: the header, outstanding RPCs and the transmit queue;
+//! - `transmit.rs`: the transmit queue's slots, whose buffers a server's
+//!   node encodes its next datagrams into;
 //! - `tokens.rs`: write tokens and their rotating secret;
 //! - `verified.rs`: the cache of senders found bound to their address;
 //! - `clusters.rs`: reconsidering clusters (§4.4), internal operations, hints;
@@ -41,6 +43,7 @@ mod send;
 mod serve;
 mod timers;
 mod tokens;
+mod transmit;
 mod verified;
 
 use std::cmp::Reverse;
@@ -393,7 +396,7 @@ pub struct Node {
     /// the map, as driving it does, moves a pointer.
     ops: HashMap<u64, Box<Op>, FastBuildHasher>,
     events: VecDeque<Event>,
-    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    out: transmit::TransmitQueue,
     learned: VecDeque<(Level, Contact, Duration)>,
     /// Operations the node started for itself, by operation id.
     internal: HashMap<u64, Internal, FastBuildHasher>,
@@ -578,7 +581,7 @@ impl Node {
             ops: HashMap::default(),
             next_op: 1,
             next_txid,
-            out: VecDeque::new(),
+            out: transmit::TransmitQueue::default(),
             events: VecDeque::new(),
             secret,
             previous_secret,
@@ -826,10 +829,8 @@ impl Node {
     /// by the time the node sends again (at 10,000 simulated nodes, every
     /// line of it a miss; 2–4% of the hotspot run).
     pub fn poll_transmit(&mut self, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        // Freed once drained (`TransmitQueue::pop_front`).
         let (to, bytes) = self.out.pop_front()?;
-        if self.out.is_empty() {
-            self.out = VecDeque::new();
-        }
         *buf = bytes;
         self.stats.datagrams_out += 1;
         Some(to)
@@ -837,11 +838,15 @@ impl Node {
 
     /// [`Node::poll_transmit`] for a node that keeps its transmit queue's
     /// room once drained (a server's node, drained after every batch: the
-    /// queue regrew from nothing each time, issue 27), where the simulator's
-    /// 10,000 nodes free theirs. The same datagrams in the same order.
+    /// queue regrew from nothing each time, and each datagram had a buffer
+    /// allocated and freed, issue 27), where the simulator's 10,000 nodes
+    /// free theirs. The datagram's bytes are swapped into `buf`, whose old
+    /// buffer (emptied) the node encodes a later datagram into; what it keeps
+    /// is bounded (`dsht::limits::TRANSMIT_SLOTS_KEPT_MAX`,
+    /// `TRANSMIT_BUFFER_KEPT_BYTES`). The same datagrams in the same order.
+    #[inline]
     pub fn poll_transmit_keeping(&mut self, buf: &mut Vec<u8>) -> Option<SocketAddr> {
-        let (to, bytes) = self.out.pop_front()?;
-        *buf = bytes;
+        let to = self.out.pop_front_into(buf)?;
         self.stats.datagrams_out += 1;
         Some(to)
     }

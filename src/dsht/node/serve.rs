@@ -12,7 +12,7 @@ use crate::time::{Duration, Time};
 
 use super::pinged::Pinged;
 use super::send::Purpose;
-use super::{Node, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET};
+use super::{Node, MEMBER_FORGET};
 
 impl Node {
     /// Serves one request: answers it (if it is one this node answers), and
@@ -63,7 +63,7 @@ impl Node {
             return false;
         };
         self.stats.gets_served += 1;
-        let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
+        let mut bytes = self.datagram_buffer();
         {
             // The values by reference: written into the reply from the store.
             let mut values = ValueRefs::new();
@@ -323,7 +323,7 @@ impl Node {
         request_bytes: usize,
         verified: bool,
     ) {
-        let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
+        let mut bytes = self.datagram_buffer();
         wire::put_header(
             &mut bytes,
             reply.kind(),
