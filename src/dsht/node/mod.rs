@@ -813,6 +813,12 @@ impl Node {
                 return Err(Dropped::RateLimited);
             }
             self.on_request(now, from, &msg, datagram.len(), verified);
+            if msg.body.holds_no_heap() && !msg.header.clusters.spilled() {
+                // Nothing of it is on the heap: its drop glue is skipped
+                // (issue 27; a store's value or a hello's identity is
+                // dropped as usual).
+                std::mem::forget(msg);
+            }
             Ok(())
         } else {
             let r = self.on_reply(now, from, msg);
