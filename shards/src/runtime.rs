@@ -212,7 +212,8 @@ impl Shard {
             let mut tx = self.tx.borrow_mut();
             let fd = self.raw.as_raw_fd();
             tx.begin();
-            while let Some(to) = node.poll_transmit(tx.slot()) {
+            // The node keeps its queue's room: it fills again next batch.
+            while let Some(to) = node.poll_transmit_keeping(tx.slot()) {
                 tx.push(to);
                 if tx.is_full() {
                     tx.send(fd, &mut deferred, &mut errors);

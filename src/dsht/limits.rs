@@ -61,3 +61,17 @@ pub const CLAIM_BREADTH_NODES: usize = 8;
 /// all keys and levels together; a new one replaces an expired or the
 /// oldest entry.
 pub const RECALL_ENTRIES_MAX: usize = 256;
+
+/// Slots a drained transmit queue keeps for the next datagrams, in a
+/// server's node ([`Node::poll_transmit_keeping`]): a batch's replies and
+/// their pings (a burst of up to `transmit_queue_max` datagrams is freed
+/// once sent). With [`TRANSMIT_BUFFER_KEPT_BYTES`], at most about 270 KiB
+/// per core stays allocated after a burst.
+///
+/// [`Node::poll_transmit_keeping`]: super::node::Node::poll_transmit_keeping
+pub const TRANSMIT_SLOTS_KEPT_MAX: usize = 256;
+
+/// The largest buffer the transmit queue keeps for a later datagram: twice
+/// the 512 bytes a datagram's buffer starts with (a get's reply, a ping, a
+/// reply with a full set of contacts); a larger one is freed once sent.
+pub const TRANSMIT_BUFFER_KEPT_BYTES: usize = 1024;

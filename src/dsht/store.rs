@@ -54,6 +54,10 @@ pub struct StoredValue {
     pub source: Source,
 }
 
+/// Values under a key, by reference ([`Store::get_refs`]): as many as a
+/// get returns by default, inline.
+pub type ValueRefs<'a> = SmallVec<[&'a Value; 8]>;
+
 /// Who stored a value: the local node, or a remote storer named by its IP
 /// (and port, where node ids include the port: several nodes per address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -652,6 +656,33 @@ impl Store {
         out
     }
 
+    /// The values [`Store::get`] returns, in its order and drawing the same
+    /// random numbers, by reference (into `out`, cleared first): a get's
+    /// reply is written from them without a copy of each value, a vector of
+    /// values returned and dropped (issue 27).
+    pub fn get_refs<'a>(
+        &'a self,
+        key: &Key,
+        now: Time,
+        max: usize,
+        rng: &mut Rng,
+        out: &mut ValueRefs<'a>,
+    ) {
+        out.clear();
+        let Some(entry) = self.entries.get(key) else {
+            return;
+        };
+        // Pushed one by one: `SmallVec::extend` through a filter cost ~50
+        // instructions for one value.
+        for v in &entry.values {
+            if v.expires > now {
+                out.push(&v.value);
+            }
+        }
+        rng.shuffle(out);
+        out.truncate(max);
+    }
+
     /// Whether a live value from a source other than `source` is stored
     /// under `key` (a claim's test-and-set: the claimer's own value does not
     /// make it lose).
@@ -824,6 +855,44 @@ mod tests {
 
     fn v(x: u8) -> Value {
         Value::new(&[x]).unwrap()
+    }
+
+    /// `get_refs` is `get` by reference: the same values in the same order
+    /// and the same random state after, over seeded random stores (keys
+    /// absent, values expiring, more live values than a get returns).
+    #[test]
+    fn values_by_reference_are_the_values_get_returns() {
+        let mut rng = Rng::new(27);
+        let mut sample = 0;
+        for round in 0..2_000u64 {
+            let mut s = Store::new(1 + rng.below(12) as usize, 12, 100);
+            let keys: Vec<Key> = (0..3u8).map(|i| Id([i; 20])).collect();
+            let mut now = Time::ZERO;
+            for _ in 0..rng.below(40) {
+                let key = keys[rng.below(3) as usize];
+                let mut bytes = vec![0u8; 1 + rng.below(30) as usize];
+                rng.fill(&mut bytes);
+                let source =
+                    Source::Remote(SocketAddr::new([10, 0, 0, rng.below(20) as u8].into(), 0));
+                let ttl = Duration::from_secs(1 + rng.below(20));
+                s.store_from(&key, Value::new(&bytes).unwrap(), ttl, now, source);
+                now = now + Duration::from_millis(rng.below(3_000));
+            }
+            let (mut a, mut b) = (Rng::new(round), Rng::new(round));
+            let mut refs = ValueRefs::new();
+            for _ in 0..4 {
+                let key = keys[rng.below(3) as usize];
+                let max = 1 + rng.below(6) as usize;
+                let at = now + Duration::from_millis(rng.below(10_000));
+                let want = s.get(&key, at, max, &mut a);
+                s.get_refs(&key, at, max, &mut b, &mut refs);
+                let got: Vec<&Value> = refs.iter().copied().collect();
+                assert_eq!(got, want.iter().collect::<Vec<_>>(), "round {round}");
+                sample += usize::from(want.len() > 1);
+            }
+            assert_eq!(a.next_u64(), b.next_u64(), "round {round}");
+        }
+        assert!(sample > 500, "{sample} gets of several values");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::dsht::id::Id;
 use crate::dsht::wire::{Body, ClusterInfo, Header, Message};
 use crate::time::Time;
 
-use super::{Level, Node, DATAGRAM_BUFFER_BYTES};
+use super::{Level, Node};
 
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Purpose {
@@ -108,16 +108,24 @@ impl Node {
     }
 
     fn queue(&mut self, to: SocketAddr, msg: Message) {
-        let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
+        let mut bytes = self.out.take_buffer();
         msg.encode(&mut bytes);
         self.queue_bytes(to, bytes);
     }
 
+    /// A buffer to encode a datagram into, empty (a sent datagram's, or
+    /// new): queue it with [`Node::queue_bytes`].
+    #[inline]
+    pub(super) fn datagram_buffer(&mut self) -> Vec<u8> {
+        self.out.take_buffer()
+    }
+
+    #[inline]
     pub(super) fn queue_bytes(&mut self, to: SocketAddr, bytes: Vec<u8>) {
         if self.out.len() >= self.hot.transmit_queue_max {
-            self.out.pop_front();
+            self.out.drop_front();
             self.stats.transmit_dropped += 1;
         }
-        self.out.push_back((to, bytes));
+        self.out.push_back(to, bytes);
     }
 }

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use crate::dsht::id::{Id, Key};
-use crate::dsht::store::{ProbeState, Source, StoreOutcome};
+use crate::dsht::store::{ProbeState, Source, StoreOutcome, ValueRefs};
 use crate::dsht::wire::{
     self, Body, Contact, Contacts, ErrorCode, Header, Message, Token, Value, Values,
 };
@@ -12,7 +12,7 @@ use crate::time::{Duration, Time};
 
 use super::pinged::Pinged;
 use super::send::Purpose;
-use super::{Node, DATAGRAM_BUFFER_BYTES, MEMBER_FORGET};
+use super::{Node, MEMBER_FORGET};
 
 impl Node {
     /// Serves one request: answers it (if it is one this node answers), and
@@ -63,25 +63,33 @@ impl Node {
             return false;
         };
         self.stats.gets_served += 1;
-        let values = self.levels[l]
-            .store
-            .get(&key, now, self.hot.get_values_max, &mut self.rng);
-        let contacts = if values.is_empty() {
-            self.closest_for_reply(l, &target, &msg.header.sender)
-        } else {
-            Contacts::new()
-        };
-        let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
-        wire::put_header(
-            &mut bytes,
-            wire::kind::GET | wire::kind::REPLY,
-            msg.header.route,
-            msg.header.txid,
-            &self.id,
-            self.services,
-            self.our_clusters(now),
-        );
-        wire::put_get_reply(&mut bytes, level, &values, &contacts);
+        let mut bytes = self.datagram_buffer();
+        {
+            // The values by reference: written into the reply from the store.
+            let mut values = ValueRefs::new();
+            self.levels[l].store.get_refs(
+                &key,
+                now,
+                self.hot.get_values_max,
+                &mut self.rng,
+                &mut values,
+            );
+            let contacts = if values.is_empty() {
+                self.closest_for_reply(l, &target, &msg.header.sender)
+            } else {
+                Contacts::new()
+            };
+            wire::put_header(
+                &mut bytes,
+                wire::kind::GET | wire::kind::REPLY,
+                msg.header.route,
+                msg.header.txid,
+                &self.id,
+                self.services,
+                self.our_clusters(now),
+            );
+            wire::put_get_reply(&mut bytes, level, &values, &contacts);
+        }
         self.queue_bytes(from, bytes);
         self.observe_requester(now, from, &msg.header, true);
         true
@@ -315,7 +323,7 @@ impl Node {
         request_bytes: usize,
         verified: bool,
     ) {
-        let mut bytes = Vec::with_capacity(DATAGRAM_BUFFER_BYTES);
+        let mut bytes = self.datagram_buffer();
         wire::put_header(
             &mut bytes,
             reply.kind(),
@@ -513,10 +521,16 @@ impl Node {
         // And so is any sender that has not answered us yet: until it does,
         // it is held to the unverified rate and to small replies.
         let unverified = !verified && !self.has_answered(&header.sender, from);
+        // Level 0 is everyone's cluster and everyone is a member of it;
+        // a level above is shared only with a sender whose header names a
+        // cluster there: the levels past its entries are not looked at
+        // (a local sender's get, with none, reads level 0 only: issue 27).
+        // Every table is of our id, which has no room in any
+        // (`has_room_for` would find out by its distance).
+        let shared = self.levels.len().min(header.clusters.len() + 1);
         let wanted = unverified
-            || (0..self.levels.len()).any(|level| {
-                // Every table is of our id, which has no room in any
-                // (`has_room_for` would find out by its distance).
+            || (header.sender != self.id && self.levels[0].table.has_room_for(&header.sender))
+            || (1..shared).any(|level| {
                 self.shares_cluster(header, level)
                     && ((header.sender != self.id
                         && self.levels[level].table.has_room_for(&header.sender))
@@ -858,6 +872,179 @@ mod tests {
         assert!(written > 500, "{written} gets written straight");
         assert!(fast.stats.wrong_cluster > 100, "some gets refused");
         assert_eq!(fast.stats.gets_served, written as u64);
+    }
+
+    /// `verify_wanted` before issue 27's cut: every level tried in turn.
+    fn verify_wanted_before(
+        node: &Node,
+        now: Time,
+        from: SocketAddr,
+        header: &Header,
+        verified: bool,
+    ) -> bool {
+        let unverified = !verified && !node.has_answered(&header.sender, from);
+        let wanted = unverified
+            || (0..node.levels.len()).any(|level| {
+                node.shares_cluster(header, level)
+                    && ((header.sender != node.id
+                        && node.levels[level].table.has_room_for(&header.sender))
+                        || !node.is_member(level, &header.sender, from))
+            });
+        wanted
+            && node.verify_pings_in_flight < node.hot.verify_pings_max
+            && node
+                .pinged
+                .get(&from)
+                .is_none_or(|p| !p.recent(now) || (unverified && p.answered))
+    }
+
+    /// Whether a requester is pinged is what it was before the levels past
+    /// its header's cluster entries were left out, over seeded random
+    /// requests (local and remote senders, our id and theirs, cluster
+    /// claims ours and not, at every level) to a node whose tables, members
+    /// and pings fill as its peers answer its pings.
+    #[test]
+    fn a_requester_is_pinged_as_before() {
+        let mut rng = crate::rng::Rng::new(8);
+        let me: SocketAddr = NODE.parse().unwrap();
+        let mut node = Node::new(Config::default(), me, Time::ZERO, 3).unwrap();
+        let ours = [Id::hash(b"c1"), Id::hash(b"c2")];
+        node.set_cluster(1, ours[0], Time::ZERO);
+        node.set_cluster(2, ours[1], Time::ZERO);
+        let mut now = Time::ZERO + Duration::from_secs(1);
+        let (mut wanted, mut checks) = (0, 0);
+        let mut buf = Vec::new();
+        for round in 0..20_000u32 {
+            now = now + Duration::from_millis(rng.below(500));
+            if rng.below(50) == 0 {
+                node.handle_timeout(now);
+            }
+            let from: SocketAddr = match rng.below(3) {
+                0 => SocketAddr::new(me.ip(), 40_000 + rng.below(3) as u16),
+                _ => SocketAddr::new([10, 0, 1, rng.below(64) as u8].into(), 7000),
+            };
+            let sender = if from.ip() == me.ip() && rng.below(4) != 0 {
+                node.id
+            } else {
+                Id::from_ip(from.ip())
+            };
+            let mut clusters = smallvec::SmallVec::new();
+            for (level, our) in ours.iter().enumerate().take(rng.below(3) as usize) {
+                let id = if rng.below(3) == 0 {
+                    Id::hash(&[level as u8, 9])
+                } else {
+                    *our
+                };
+                clusters.push(crate::dsht::wire::ClusterInfo {
+                    id,
+                    age_secs: 5,
+                    size: 3,
+                });
+            }
+            let header = Header {
+                route: 0,
+                txid: round,
+                sender,
+                services: crate::dsht::wire::Services::NONE,
+                clusters,
+            };
+            for verified in [false, true] {
+                let got = node.verify_wanted(now, from, &header, verified);
+                assert_eq!(
+                    got,
+                    verify_wanted_before(&node, now, from, &header, verified),
+                    "round {round}, verified {verified}"
+                );
+                wanted += usize::from(got);
+                checks += 1;
+            }
+            let level = rng.below(3) as u8;
+            let key = Id::hash(&round.to_be_bytes());
+            let body = match rng.below(3) {
+                0 => Body::Ping,
+                1 => Body::FindNode { level, target: key },
+                _ => Body::Get {
+                    level,
+                    key,
+                    target: key,
+                },
+            };
+            let _ = node.handle(
+                now,
+                from,
+                &Message {
+                    header: header.clone(),
+                    body,
+                }
+                .to_bytes(),
+            );
+            // The peers answer the node's pings, most of them from our
+            // clusters: they enter its tables and become members.
+            let mut pongs = Vec::new();
+            while let Some(to) = node.poll_transmit(&mut buf) {
+                let m = Message::decode(&buf).unwrap();
+                if m.body == Body::Ping && to.ip() != me.ip() && rng.below(4) != 0 {
+                    let mut h = header.clone();
+                    h.txid = m.header.txid;
+                    h.sender = Id::from_ip(to.ip());
+                    pongs.push((
+                        to,
+                        Message {
+                            header: h,
+                            body: Body::Pong,
+                        }
+                        .to_bytes(),
+                    ));
+                }
+            }
+            for (to, pong) in pongs {
+                let _ = node.handle(now, to, &pong);
+            }
+        }
+        assert!(
+            wanted > checks / 20 && wanted < checks - checks / 20,
+            "{wanted} of {checks} wanted"
+        );
+        assert!(node.levels[0].table.len() > 10, "the table filled");
+    }
+
+    /// A node drained with `poll_transmit_keeping` sends what one drained
+    /// with `poll_transmit` sends: the same datagrams, counters and random
+    /// state, over seeded random requests.
+    #[test]
+    fn a_node_that_keeps_its_queue_sends_the_same() {
+        let mut rng = crate::rng::Rng::new(5);
+        let me: SocketAddr = NODE.parse().unwrap();
+        let mut keeps = Node::new(Config::default(), me, Time::ZERO, 9).unwrap();
+        let mut frees = Node::new(Config::default(), me, Time::ZERO, 9).unwrap();
+        let mut now = Time::ZERO;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut sent = 0;
+        for round in 0..2_000u32 {
+            now = now + Duration::from_millis(rng.below(300));
+            let from = SocketAddr::new([10, 0, 2, rng.below(30) as u8].into(), 7000);
+            let bytes = if rng.below(2) == 0 {
+                get(from, round)
+            } else {
+                request(from, round, Body::Ping)
+            };
+            for _ in 0..rng.below(4) {
+                let x = keeps.handle(now, from, &bytes);
+                assert_eq!(x, frees.handle(now, from, &bytes));
+            }
+            loop {
+                let x = keeps.poll_transmit_keeping(&mut a);
+                assert_eq!(x, frees.poll_transmit(&mut b), "round {round}");
+                if x.is_none() {
+                    break;
+                }
+                assert_eq!(a, b, "round {round}");
+                sent += 1;
+            }
+            assert_eq!(keeps.stats, frees.stats);
+            assert_eq!(keeps.rng.next_u64(), frees.rng.next_u64());
+        }
+        assert!(sent > 2_000, "{sent} datagrams");
     }
 
     /// Whether a sender is bound to its address is what it was before the
