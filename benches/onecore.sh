@@ -8,6 +8,7 @@
 # /proc/<pid>/stat), answers per server-CPU second and per wall second.
 #
 # Usage: benches/onecore.sh OLD_CORAL NEW_CORAL [SECONDS] [ROUNDS]
+#   FILES="4k" (default "4k 41k"): the objects measured
 # Environment: FLOOR (default target/release/examples/floor), WRK (default
 # from PATH), LOADGEN_LIBS (a folder of .so files wrk needs), the CPUs:
 # C_OLD, C_NEW, C_FLOOR (servers), C_ORIGIN, C_LOAD (wrk's), defaults for a
@@ -83,7 +84,7 @@ if [ -n "${TOGETHER:-}" ]; then
     C_LOAD_OLD=${C_LOAD_OLD:-4-6} C_LOAD_NEW=${C_LOAD_NEW:-7-9} C_LOAD_FLOOR=${C_LOAD_FLOOR:-10-12}
     declare -A T0 S0
     echo "together: wrk -t3 -c63 -d${SECS}s for each at once; old on CPU $C_OLD (load $C_LOAD_OLD), new on $C_NEW ($C_LOAD_NEW), floor on $C_FLOOR ($C_LOAD_FLOOR); $(nproc) CPUs"
-    for f in 4k 41k; do
+    for f in ${FILES:-4k 41k}; do
         for r in $(seq 1 "$ROUNDS"); do
 
             for who in "old $C1 $C_OLD" "new $C2 $C_NEW" "floor $F $C_FLOOR"; do
@@ -112,7 +113,7 @@ if [ -n "${TOGETHER:-}" ]; then
     exit 0
 fi
 echo "wrk -t4 -c64 -d${SECS}s on CPUs $C_LOAD; old on CPU $C_OLD, new on $C_NEW, floor on $C_FLOOR; $(nproc) CPUs"
-for f in 4k 41k; do
+for f in ${FILES:-4k 41k}; do
     for r in $(seq 1 "$ROUNDS"); do
         for who in "old $C1 127.0.0.1:8090 $H" "new $C2 127.0.0.2:8090 $H" "floor $F 127.0.0.1:8070 floor.test"; do
             # shellcheck disable=SC2086

@@ -271,6 +271,18 @@ fn security_md_limits_are_true() {
                 _ => panic!("SECURITY.md: no {name}"),
             };
             assert_eq!(v.to_string(), value, "SECURITY.md: {name}");
+        } else if name.starts_with("coral::dsht::limits::") {
+            assert_eq!(set_by, "fixed", "{name}");
+            let v = match name {
+                "coral::dsht::limits::TRANSMIT_SLOTS_KEPT_MAX" => {
+                    coral::dsht::limits::TRANSMIT_SLOTS_KEPT_MAX
+                }
+                "coral::dsht::limits::TRANSMIT_BUFFER_KEPT_BYTES" => {
+                    coral::dsht::limits::TRANSMIT_BUFFER_KEPT_BYTES
+                }
+                _ => panic!("SECURITY.md: no {name}"),
+            };
+            assert_eq!(v.to_string(), value, "SECURITY.md: {name}");
         } else if let Some(field) = name.strip_prefix("coral::Config::") {
             let at = core
                 .find(&format!(" {field}: "))
