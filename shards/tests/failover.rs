@@ -425,6 +425,19 @@ fn issue_24_a_peer_dead_before_the_first_byte_fails_over_as_before() {
     let (ok, failed) = outcomes(clients(&nodes[1], &url, 20), &sha1_hex(&body));
     assert!(failed.is_empty(), "{failed:?}\n{}", nodes[1].log());
     assert_eq!(ok, 20);
+    // Node 2 asks once node 1's pointer is stored: under load node 1's put
+    // can still be waiting on the dead node when its clients are done, and
+    // node 2 would find only the dead holder and go to the origin.
+    let key = "url:http://www.origin.test:8080/big/early.bin";
+    let holder = nodes[1].http().to_string();
+    wait_until(START_WAIT, Duration::from_millis(100), || {
+        let out = nodes[2].client_output(&["get", key]);
+        if String::from_utf8_lossy(&out.stdout).contains(&holder) {
+            Ok(())
+        } else {
+            Err(format!("no pointer to node 1's proxy {holder} for {key}"))
+        }
+    });
     let b = nodes[2].curl(&url, &[]);
     assert_eq!(b.status, 200);
     assert!(b.body == body);
