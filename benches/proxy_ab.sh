@@ -53,9 +53,12 @@ taskset -c "$SERVER_CPU" nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -g 'da
 PIDS+=($!)
 NGINX_MASTER=$!
 
+# Each node on addresses of its own: with the default DNS address both would
+# ask for the same one, and the second to start refuses to (it once did).
 start_node() { # binary n -> pid
     RUST_LOG=warn taskset -c "$SERVER_CPU" "$1" node --cores 1 --dsht "$IP:$((7000 + $2))" \
-        --admin "$IP:$((7080 + $2))" --http "$IP:$((8090 + $2))" --cache-dir "$TMP/cache$2" --state-dir "$TMP/state$2" \
+        --admin "$IP:$((7080 + $2))" --http "$IP:$((8090 + $2))" --dns "$IP:$((5300 + $2))" \
+        --cache-dir "$TMP/cache$2" --state-dir "$TMP/state$2" \
         --allow-private-origins --resolve "origin.test=$IP" >"$TMP/node$2.log" 2>&1 &
     echo $!
 }
