@@ -18,11 +18,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use coral::config::Config;
-use coral::dsht::node::Node;
 use coral::dsht::wire::{kind, Body, Message};
-use coral::sim::hotspot::{join_gap, HotspotParams};
-use coral::sim::net::{sim_addr, Sim};
+use coral::sim::hotspot::{experiment_config, join_all, join_gap, network, HotspotParams};
 use coral::sim::world::World;
 use coral::time::Duration;
 
@@ -48,30 +45,9 @@ fn main() {
         baseline: false,
         ..HotspotParams::default()
     };
-    // As `hotspot::experiment_config`.
-    let config = Config {
-        level_thresholds_ms: vec![u32::MAX],
-        b: params.b,
-        beta_per_min: params.beta,
-        values_per_key_max: params.values_per_key,
-        require_id_binding: false,
-        ..Config::default()
-    };
     let links = World::planetlab(n, &mut coral::rng::Rng::new(seed));
     let started = std::time::Instant::now();
-    let mut sim = Sim::new(links, params.seed);
-    sim.reserve(n);
-    let config = std::sync::Arc::new(config);
-    for i in 0..n {
-        let node = Node::with_shared_config(
-            config.clone(),
-            sim_addr(i),
-            sim.now(),
-            params.seed ^ (i as u64) << 20,
-        )
-        .expect("experiment config is valid");
-        sim.add(node);
-    }
+    let mut sim = network(&params, experiment_config(&params), links);
     let counts: Rc<RefCell<Counts>> = Default::default();
     let c = counts.clone();
     sim.set_tap(Some(Box::new(move |_at, _from, _to, bytes: &[u8]| {
@@ -92,12 +68,7 @@ fn main() {
         }
     })));
     let gap = join_gap(n);
-    let mut join_rng = coral::rng::Rng::new(params.seed ^ 0x101);
-    for i in 1..n {
-        let via = join_rng.below(i as u64) as usize;
-        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(via)]));
-        sim.run_for(gap);
-    }
+    join_all(&params, &mut sim);
     let joined = (*counts.borrow(), sim.stats(), started.elapsed());
     sim.run_for(Duration::from_secs(60));
     let settled = (*counts.borrow(), sim.stats(), started.elapsed());

@@ -197,7 +197,7 @@ pub fn run_with_progress<L: Links + Clone>(
 
 /// The nodes' configuration in the experiment: one level, the parameters'
 /// b, β and l.
-fn experiment_config(params: &HotspotParams) -> Config {
+pub fn experiment_config(params: &HotspotParams) -> Config {
     Config {
         level_thresholds_ms: vec![u32::MAX],
         b: params.b,
@@ -257,9 +257,18 @@ fn count_found<L: Links>(sim: &mut Sim<L>, key: &Id, busy: &mut [u8]) -> u64 {
 }
 
 /// The experiment's network before the load: `params.nodes` nodes made
-/// and joined one at a time (each through node 0 or a random earlier node),
-/// then a minute to settle.
+/// ([`network`]) and joined one at a time ([`join_all`]), then a minute to
+/// settle.
 fn join<L: Links>(params: &HotspotParams, config: Config, links: L) -> Sim<L> {
+    let mut sim = network(params, config, links);
+    join_all(params, &mut sim);
+    sim.run_for(Duration::from_secs(60));
+    sim
+}
+
+/// The experiment's `params.nodes` nodes on `links`, made with `config`
+/// (shared) and not yet joined.
+pub fn network<L: Links>(params: &HotspotParams, config: Config, links: L) -> Sim<L> {
     let n = params.nodes;
     let mut sim = Sim::new(links, params.seed);
     sim.reserve(n);
@@ -274,7 +283,13 @@ fn join<L: Links>(params: &HotspotParams, config: Config, links: L) -> Sim<L> {
         .expect("experiment config is valid");
         sim.add(node);
     }
-    // Join one at a time, then let the network settle for a minute.
+    sim
+}
+
+/// Joins nodes 1.. of [`network`] one at a time, [`join_gap`] apart, each
+/// through node 0 or a random earlier node (`params.bootstrap`).
+pub fn join_all<L: Links>(params: &HotspotParams, sim: &mut Sim<L>) {
+    let n = params.nodes;
     let join_gap = join_gap(n);
     let mut join_rng = crate::rng::Rng::new(params.seed ^ 0x101);
     for i in 1..n {
@@ -285,8 +300,6 @@ fn join<L: Links>(params: &HotspotParams, config: Config, links: L) -> Sim<L> {
         sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(via)]));
         sim.run_for(join_gap);
     }
-    sim.run_for(Duration::from_secs(60));
-    sim
 }
 
 /// The key every node puts and gets in a run with this seed.
