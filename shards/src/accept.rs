@@ -19,8 +19,11 @@
 //!   closed at once (counted [`Tally::refused`]), so the client learns it
 //!   now and the backlog does not fill with connections nobody will serve.
 //!   An evicted connection still counts until its task ends (at once: its
-//!   socket is shut down), so at most `connections_max` are served and at
-//!   most as many more are closing.
+//!   socket is shut down, but on a busy core "at once" can be many
+//!   accepts later), so at most `connections_max` are served and at most
+//!   [`ACCEPT.closing_max`](crate::limits::ACCEPT) more are closing (never
+//!   more than the cap): past that the loop accepts nothing until a task
+//!   ends, and new clients wait in the listen backlog, not as descriptors.
 //! - **A deadline per connection**, where the listener sets one. Each
 //!   connection's whole handling, not each read, must finish within
 //!   [`Limits::deadline`]; then it is dropped and its descriptor closed (a
@@ -33,10 +36,13 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use futures_lite::FutureExt;
 use glommio::net::{TcpListener, TcpStream};
+
+use crate::limits::ACCEPT;
 
 /// First sleep after an accept error.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -131,6 +137,12 @@ pub fn shut_down(fd: std::os::fd::RawFd, abortive: bool) {
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }
 
+/// Connections a listener with cap `connections_max` holds open at most:
+/// those served and those evicted but still closing.
+pub fn open_max(connections_max: usize) -> usize {
+    connections_max + ACCEPT.closing_max.min(connections_max)
+}
+
 /// The next backoff after `current` (doubling, within the limits).
 pub fn next_backoff(current: Duration) -> Duration {
     (current * 2).clamp(BACKOFF_MIN, BACKOFF_MAX)
@@ -153,8 +165,25 @@ pub async fn run<T, S, F, Fut>(
     Fut: Future<Output = ()> + 'static,
 {
     let open = Rc::new(Cell::new(0usize));
+    // The accept loop's waker while it waits for a connection's task to
+    // end (over the cap with `closing_max` closing).
+    let waiting: Rc<Cell<Option<Waker>>> = Rc::default();
+    let open_max = open_max(limits.connections_max);
     let mut backoff = Duration::ZERO;
     while !stopping() {
+        if open.get() >= open_max {
+            let (open, waiting) = (&open, &waiting);
+            std::future::poll_fn(|cx| {
+                if open.get() < open_max {
+                    Poll::Ready(())
+                } else {
+                    waiting.set(Some(cx.waker().clone()));
+                    Poll::Pending
+                }
+            })
+            .await;
+            continue;
+        }
         let stream = match listener.accept().await {
             Ok(s) => {
                 backoff = Duration::ZERO;
@@ -171,10 +200,8 @@ pub async fn run<T, S, F, Fut>(
             }
         };
         // Evicted connections close at once but count until they have:
-        // at most `connections_max` more than the cap.
-        if open.get() >= limits.connections_max
-            && (open.get() >= 2 * limits.connections_max || !tally.evict())
-        {
+        // at most `open_max` in all (above).
+        if open.get() >= limits.connections_max && !tally.evict() {
             tally.refused();
             drop(stream);
             continue;
@@ -186,7 +213,7 @@ pub async fn run<T, S, F, Fut>(
         // where it is awaited), and a connection's task is most of what an
         // idle keep-alive connection costs (issue 27, "Many connections").
         let mut served = Box::pin(handle(stream));
-        let (open, tally) = (open.clone(), tally.clone());
+        let (open, tally, waiting) = (open.clone(), tally.clone(), waiting.clone());
         let deadline = limits.deadline;
         let task = async move {
             match deadline {
@@ -208,6 +235,9 @@ pub async fn run<T, S, F, Fut>(
                 None => served.await,
             }
             open.set(open.get() - 1);
+            if let Some(w) = waiting.take() {
+                w.wake();
+            }
         };
         glommio::spawn_local(task).detach();
     }
@@ -226,5 +256,13 @@ mod tests {
             seen.push(b.as_millis());
         }
         assert_eq!(seen, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
+    }
+
+    #[test]
+    fn a_listener_holds_its_cap_and_at_most_closing_max_more() {
+        assert_eq!(open_max(1), 2);
+        assert_eq!(open_max(140), 140 + ACCEPT.closing_max);
+        assert_eq!(open_max(10_000), 10_000 + ACCEPT.closing_max);
+        assert!(ACCEPT.closing_max < 140, "the slowloris test's cap");
     }
 }

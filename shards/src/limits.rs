@@ -43,6 +43,21 @@ pub const ADMIN: AdminLimits = AdminLimits {
     connections_max: 64,
 };
 
+/// The one TCP accept loop (`accept.rs`), for every listener.
+pub struct AcceptLimits {
+    /// Connections evicted at a listener's cap that may still be closing
+    /// (their tasks not yet ended, their descriptors still open) before
+    /// the listener accepts again; at most its `connections_max` too.
+    /// With the cap, a listener holds at most `connections_max` plus this
+    /// many descriptors (it held up to twice its cap: 280 of a node's 256
+    /// descriptors at a cap of 140 under a slowloris flood, so `accept`
+    /// met EMFILE).
+    pub closing_max: usize,
+}
+
+/// The accept loop's limits.
+pub const ACCEPT: AcceptLimits = AcceptLimits { closing_max: 32 };
+
 /// dnssrv's runtime (`dns.rs`); the answers' own limits are `[dnssrv]`
 /// fields and `coral::dns` constants.
 pub struct DnsLimits {
@@ -322,6 +337,7 @@ pub fn value_of(name: &str) -> Option<String> {
         "limits::ADMIN.request_timeout" => secs(ADMIN.request_timeout),
         "limits::ADMIN.connection_deadline" => secs(ADMIN.connection_deadline),
         "limits::ADMIN.connections_max" => n(ADMIN.connections_max as u64),
+        "limits::ACCEPT.closing_max" => n(ACCEPT.closing_max as u64),
         "limits::DNS.udp_query_bytes_max" => n(DNS.udp_query_bytes_max as u64),
         "limits::DNS.recv_batch_max" => n(DNS.recv_batch_max as u64),
         "limits::DNS.verify_proxy_pings_per_level_max" => {

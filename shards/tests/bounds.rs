@@ -354,6 +354,15 @@ fn slowloris_heads_are_cut_at_the_head_deadline() {
     assert_cut("slowloris", &a, CONNS);
     assert_good("slowloris", good);
     assert!(fd_max < NOFILE as usize, "the node ran out of descriptors");
+    // The proxy holds its 140 and at most `limits::ACCEPT.closing_max`
+    // evicted ones still closing (it held up to twice its cap: 280); a few
+    // more are the origin's connections and the good clients' in flight.
+    const CLOSING_MAX: usize = 32; // `limits::ACCEPT.closing_max` (SECURITY.md)
+    let bound = fd0 + 140 + CLOSING_MAX + 16;
+    assert!(
+        fd_max <= bound,
+        "fds peaked at {fd_max}, over {bound}: evicted connections pile up"
+    );
     stops_on_sigterm(node);
 }
 
