@@ -263,6 +263,5 @@ mod tests {
         assert_eq!(open_max(1), 2);
         assert_eq!(open_max(140), 140 + ACCEPT.closing_max);
         assert_eq!(open_max(10_000), 10_000 + ACCEPT.closing_max);
-        assert!(ACCEPT.closing_max < 140, "the slowloris test's cap");
     }
 }
