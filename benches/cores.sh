@@ -88,17 +88,12 @@ else
 fi
 IP=127.16.200.1
 HZ=$(getconf CLK_TCK)
-TMP=$(mktemp -d /tmp/coral-cores.XXXXXX)
-PGIDS=()
-cleanup() {
-    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    # KEEP_LOG=FILE keeps the servers' own output (a node's panic or error).
+. "$(dirname "$0")/lib.sh"
+bench_setup cores
+# KEEP_LOG=FILE keeps the servers' own output (a node's panic or error).
+bench_keep() {
     if [ -n "${KEEP_LOG:-}" ]; then cp "$TMP/servers.log" "$KEEP_LOG" 2>/dev/null || true; fi
-    rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
 
 [ -x "$CORAL" ] || { echo "no coral binary at $CORAL (set CORAL)" >&2; exit 1; }
 loadgen() { env LD_LIBRARY_PATH="$LOADGEN_LIBS" "$@"; }

@@ -41,15 +41,8 @@ WRK=${WRK:-$(command -v wrk || true)}
 DNSPERF=${DNSPERF:-$(command -v dnsperf || true)}
 NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
 PERF=${PERF:-$(command -v perf || true)}
-TMP=$(mktemp -d /tmp/coral-counts.XXXXXX)
-PGIDS=()
-cleanup() {
-    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
+. "$(dirname "$0")/lib.sh"
+bench_setup counts
 
 abs() { if [ -n "$1" ] && [ -e "$1" ]; then realpath "$1"; else echo "$1"; fi; }
 CORAL=$(abs "$CORAL") FLOOR=$(abs "$FLOOR") DSHT_UDP=$(abs "$DSHT_UDP")
@@ -167,21 +160,7 @@ if [ -n "$http_any" ]; then
         head -c 50000000 /dev/zero | tr '\0' w >"$TMP/www/50m.bin"
         chmod 755 "$TMP" "$TMP/www"
         chmod 644 "$TMP"/www/*.bin
-        mkdir -p "$TMP/nginx"
-        cat >"$TMP/nginx/nginx.conf" <<EOF
-worker_processes 1;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log;
-events { worker_connections 4096; }
-http {
-    access_log off; sendfile on; tcp_nopush on; tcp_nodelay on;
-    keepalive_requests 10000000; keepalive_timeout 75s;
-    client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
-    fastcgi_temp_path $TMP/nginx/f; uwsgi_temp_path $TMP/nginx/u; scgi_temp_path $TMP/nginx/s;
-    default_type application/octet-stream;
-    server { listen $IP:8080; root $TMP/www; }
-}
-EOF
+        nginx_static_conf "$TMP/nginx" "$IP:8080" "$TMP/www"
         # The origin coral fetches from, and nginx static's row.
         if [ -x "$NGINX" ]; then
             start "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -g 'daemon off;'

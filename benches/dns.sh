@@ -47,14 +47,8 @@ fi
 IP=127.13.200.1
 CORAL=${CORAL:-$(dirname "$0")/../target/release/coral}
 FLOOR=${FLOOR:-$(dirname "$CORAL")/examples/floor}
-TMP=$(mktemp -d /tmp/coral-dns-bench.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+bench_setup dns-bench
 
 # The queries: 10,000 distinct Coralized names.
 for i in $(seq 1 10000); do

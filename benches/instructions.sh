@@ -37,16 +37,11 @@ for t in valgrind callgrind_control python3; do
     command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 1; }
 done
 [ -x "$CORAL" ] || { echo "no coral binary at $CORAL" >&2; exit 1; }
-TMP=$(mktemp -d /tmp/coral-instr.XXXXXX)
-PGIDS=()
-cleanup() {
-    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+. "$(dirname "$0")/lib.sh"
+bench_setup instr
+bench_keep() {
     if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$TMP"/*.cg.* "$KEEP"/ 2>/dev/null || true; fi
-    rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
 
 start() { # LOG COMMAND...: in $TMP, a process group of its own; sets PID
     local log=$1

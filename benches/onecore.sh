@@ -37,14 +37,8 @@ else
     L=$(($(nproc) > 1 ? 1 : 0))
     C_OLD=${C_OLD:-0} C_NEW=${C_NEW:-0} C_FLOOR=${C_FLOOR:-0} C_ORIGIN=${C_ORIGIN:-$L} C_LOAD=${C_LOAD:-$L}
 fi
-TMP=$(mktemp -d /tmp/coral-onecore.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+bench_setup onecore
 wrk() { env LD_LIBRARY_PATH="${LOADGEN_LIBS:-}" "$WRK" "$@"; }
 mkdir "$TMP/www"
 head -c 41000 /dev/zero | tr '\0' y >"$TMP/www/41k.bin"

@@ -21,34 +21,15 @@ ROUNDS=${5:-6}
 IP=127.11.201.1
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
-TMP=$(mktemp -d /tmp/coral-proxy-ab.XXXXXX)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+bench_setup proxy-ab
 
 mkdir -p "$TMP/www" "$TMP/nginx"
 head -c "$BYTES" /dev/zero | tr '\0' x > "$TMP/www/object.bin"
 # nginx's worker runs as another user: it must read the file.
 chmod 755 "$TMP" "$TMP/www"
 chmod 644 "$TMP/www/object.bin"
-cat > "$TMP/nginx/nginx.conf" <<EOF
-worker_processes 1;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log;
-events { worker_connections 4096; }
-http {
-    access_log off; sendfile on; tcp_nopush on; tcp_nodelay on;
-    keepalive_requests 10000000; keepalive_timeout 75s;
-    client_body_temp_path $TMP/nginx/body; proxy_temp_path $TMP/nginx/proxy;
-    fastcgi_temp_path $TMP/nginx/f; uwsgi_temp_path $TMP/nginx/u; scgi_temp_path $TMP/nginx/s;
-    default_type application/octet-stream;
-    server { listen $IP:8080; root $TMP/www; }
-}
-EOF
+nginx_static_conf "$TMP/nginx" "$IP:8080" "$TMP/www"
 taskset -c "$SERVER_CPU" nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -g 'daemon off;' &
 PIDS+=($!)
 NGINX_MASTER=$!

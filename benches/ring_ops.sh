@@ -23,15 +23,8 @@ CORAL=$(realpath "${CORAL:-$HERE/../target/release/coral}")
 FLOOR=$(realpath "${FLOOR:-$(dirname "$CORAL")/examples/floor}")
 IP=${IP:-127.14.202.1}
 for t in perf wrk curl; do command -v "$t" >/dev/null || { echo "$t is required" >&2; exit 1; }; done
-TMP=$(mktemp -d /tmp/coral-ring-ops.XXXXXX)
-PGIDS=()
-cleanup() {
-    for g in "${PGIDS[@]}"; do kill -TERM -- "-$g" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
+. "$(dirname "$0")/lib.sh"
+bench_setup ring-ops
 start() {
     (cd "$TMP" && exec setsid taskset -c 0 "$@" >"$TMP/server.$RANDOM.log" 2>&1) &
     PID=$!
