@@ -629,3 +629,93 @@ fn a_burst_from_many_senders_is_answered_each_to_its_sender() {
         }
     }
 }
+
+/// `query` with an EDNS OPT record whose Padding option (RFC 7830, code
+/// 12) makes the whole datagram `total` octets: a valid query of any size.
+fn padded_query(id: u16, name: &str, total: usize) -> Vec<u8> {
+    let mut q = query(id, name, 1, false);
+    q[11] = 1; // ARCOUNT
+               // OPT: root name, type 41, payload 1232, rcode/version/flags 0.
+    q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0]);
+    let pad = total - q.len() - 2 - 4;
+    q.extend_from_slice(&((pad + 4) as u16).to_be_bytes());
+    q.extend_from_slice(&[0, 12]);
+    q.extend_from_slice(&(pad as u16).to_be_bytes());
+    q.resize(total, 0);
+    q
+}
+
+/// A UDP datagram longer than dnssrv reads (`limits::DNS.udp_query_bytes_max`,
+/// 4,096 octets) was read cut and answered as if whole (issue 27, session
+/// 9): now the kernel's MSG_TRUNC drops it unread and counts it
+/// (`oversized`), and the next query is answered. RFC 1035 §4.2.1 bounds a
+/// plain query at 512 octets and RFC 6891 §6.2.5 lets a requester offer at
+/// most its own payload size; no query comes near 4,096 (a question is at
+/// most 259 octets, RFC 8467 pads queries to 128-octet blocks). Knot and NSD
+/// read up to 64 KiB a datagram; coral reads 4,096 and drops the rest
+/// rather than answer a prefix, or FORMERR bytes the sender never sent as a
+/// message. Real datagrams from a small client: a padded EDNS query of
+/// exactly 4,096 octets is answered, the same at 4,097 and 9,000 octets (and
+/// one of 5,000 with plain trailing bytes, which a cut read answers
+/// NOERROR) get nothing; over TCP, where the frame says its length and is
+/// read whole, the 5,000-octet padded query is answered.
+#[test]
+fn rfc6891_a_udp_query_over_the_receive_buffer_is_dropped_and_counted() {
+    common::own_network();
+    let node = DnsNode::start("127.13.17.1", DNS_PORT, "");
+    let name = "www.x.com.coral.test";
+    let s = UdpSocket::bind("127.13.17.10:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut recv = |s: &UdpSocket| -> Vec<u8> {
+        let (n, from) = s.recv_from(&mut buf).expect("an answer");
+        assert_eq!(from, node.dns);
+        buf[..n].to_vec()
+    };
+    // The largest datagram read whole is answered.
+    let whole = padded_query(7, name, 4096);
+    assert_eq!(whole.len(), 4096);
+    s.send_to(&whole, node.dns).unwrap();
+    let a = recv(&s);
+    assert_eq!((a[1], rcode(&a)), (7, 0), "a 4,096-octet query is answered");
+    let before = node.node.dns_counters()["oversized"].as_u64();
+    assert_eq!(before, Some(0));
+    // One octet more, far more, and a plain query with trailing bytes:
+    // each followed at once by a small query from the same socket. The
+    // node reads its socket in order, so the first answer to come is the
+    // small query's, and nothing comes after it.
+    let mut trailing = query(13, name, 1, false);
+    trailing.resize(5000, 0xab);
+    for (big, id) in [
+        (padded_query(11, name, 4097), 11u16),
+        (padded_query(12, name, 9000), 12),
+        (trailing, 13),
+    ] {
+        s.send_to(&big, node.dns).unwrap();
+        s.send_to(&query(100 + id, name, 1, false), node.dns)
+            .unwrap();
+        let a = recv(&s);
+        assert_eq!(
+            u16::from_be_bytes([a[0], a[1]]),
+            100 + id,
+            "the oversized query {id} got an answer"
+        );
+        assert_eq!(rcode(&a), 0);
+    }
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(s.recv_from(&mut [0u8; 16]).is_err(), "a late answer");
+    let c = node.node.dns_counters();
+    assert_eq!(c["oversized"].as_u64(), Some(3), "{c}");
+    // Over TCP the frame is read whole: the padded 5,000 octets answered.
+    let big = padded_query(21, name, 5000);
+    let mut t = TcpStream::connect(node.dns).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    t.write_all(&(big.len() as u16).to_be_bytes()).unwrap();
+    t.write_all(&big).unwrap();
+    let mut len = [0u8; 2];
+    t.read_exact(&mut len).unwrap();
+    let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
+    t.read_exact(&mut a).unwrap();
+    assert_eq!((a[1], rcode(&a)), (21, 0));
+}
