@@ -15,6 +15,9 @@
 #   WORKLOADS: any of hits4k hits41k hits2m hits50m dns dsht (default: all)
 #   QUICK=1: one second per run, one round (the CI check that the harness
 #   works; it judges nothing).
+#   CORES=N (DNS only, default 1): coral --cores N and N floors on CPUs
+#   SERVER_CPU..SERVER_CPU+N-1, 4 dnsperf clients a core, the queries each
+#   of coral's cores answered printed after its line (issue 27 goal 5).
 # Binaries: CORAL (default target/release/coral), FLOOR (its examples/floor),
 #   DSHT_UDP (the dsht_udp bench binary, default: the newest in
 #   target/release/deps), WRK, DNSPERF, NGINX (default: from PATH or
