@@ -1065,49 +1065,6 @@ fn measure_rtt(ip: IpAddr, timeout: Duration) -> Option<Duration> {
 mod tests {
     use super::*;
 
-    /// A wake from another core is never lost while this one sleeps: the
-    /// executor's sleep now pairs a SeqCst fence with one in the sender's
-    /// notify (vendor/glommio-ng, issue 27 session 9) where the release sent
-    /// a `membarrier` IPI to the other core at every sleep. Two executors on
-    /// two threads pass a counter back and forth 20,000 times over shared
-    /// channels, each sleeping between messages (no timers armed: a lost
-    /// wake would leave both asleep and the test hanging).
-    #[test]
-    fn a_wake_from_the_other_core_is_never_lost_while_it_sleeps() {
-        use glommio::channels::shared_channel;
-        use glommio::{LocalExecutorBuilder, Placement};
-        const TRIPS: u32 = 20_000;
-        let (to_b, from_a) = shared_channel::new_bounded::<u32>(1);
-        let (to_a, from_b) = shared_channel::new_bounded::<u32>(1);
-        let (done_tx, done_rx) = mpsc::channel();
-        let a = LocalExecutorBuilder::new(Placement::Unbound)
-            .spawn(move || async move {
-                let (tx, rx) = (to_b.connect().await, from_b.connect().await);
-                for i in 0..TRIPS {
-                    tx.send(i).await.unwrap();
-                    assert_eq!(rx.recv().await, Some(i + 1));
-                }
-            })
-            .unwrap();
-        let b = LocalExecutorBuilder::new(Placement::Unbound)
-            .spawn(move || async move {
-                let (rx, tx) = (from_a.connect().await, to_a.connect().await);
-                while let Some(i) = rx.recv().await {
-                    tx.send(i + 1).await.unwrap();
-                }
-            })
-            .unwrap();
-        std::thread::spawn(move || {
-            a.join().unwrap();
-            b.join().unwrap();
-            let _ = done_tx.send(());
-        });
-        assert!(
-            done_rx.recv_timeout(Duration::from_secs(120)).is_ok(),
-            "a wake was lost: {TRIPS} round trips did not finish in two minutes"
-        );
-    }
-
     /// The sender's address as socket2 read it before (issue 27, session
     /// 8): the storage copied into a `SockAddr`, then `as_socket`.
     fn sender_before(raw: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {

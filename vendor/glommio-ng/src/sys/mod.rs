@@ -375,11 +375,6 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
-        // coral: pairs with the sleeper's fence between its flag store and
-        // its reading of the channels (`Reactor::sleep`'s replacement of
-        // `membarrier::heavy()`): what this sender wrote is seen by the
-        // sleeper's last sweep, or the sleeper's flag is seen here.
-        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)

@@ -35,7 +35,7 @@ use crate::{
         self,
         blocking::{BlockingThreadOp, BlockingThreadPool},
         dma_buffer::{BufferStorage, DmaBuffer},
-        DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
+        membarrier, DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
         PollableStatus, SockAddrStorage, Source, SourceType, Statx, TimeSpec64,
     },
     GlommioError, IoRequirements, IoStats, ReactorErrorKind, RingIoStats, TaskQueueHandle,
@@ -2154,18 +2154,10 @@ impl Reactor {
             // last time until now it could be that something happened in a remote executor
             // that opened up room. If it did we bail on sleep and go process it.
             self.notifier.prepare_to_sleep();
-            // coral: a SeqCst fence, paired with the one in
-            // `SleepNotifier::notify` (a Dekker handshake: our flag store
-            // before our reading of the channels, their channel write before
-            // their reading of the flag), where the release had
-            // `membarrier::heavy()`: `membarrier(PRIVATE_EXPEDITED)` sends a
-            // synchronous IPI to every other CPU running one of the process's
-            // threads, so with two busy cores every sleep of one interrupted
-            // the other and waited for it (issue 27 goal 5, benches/README.md
-            // "Session 9, DNS on two cores"). The barrier was to spare remote
-            // senders a fence (Seastar's scheme), but `notify` pays a locked
-            // compare-exchange anyway.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            // See https://www.scylladb.com/2018/02/15/memory-barriers-seastar-linux/ for
+            // details. This translates to `sys_membarrier()` /
+            // `MEMBARRIER_CMD_PRIVATE_EXPEDITED`
+            membarrier::heavy();
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
                 if self.eventfd_src.is_installed().unwrap() {
