@@ -244,12 +244,27 @@ for n in $CORES; do
                 echo "(dns skipped: set DNSPERF)"
                 continue
             fi
+            # The queries each of coral's cores answered so far (the kernel's
+            # reuseport hash spreads dnsperf's clients; an uneven split
+            # leaves one core drier, sleeping more per answer).
+            dns_by_core() {
+                "$CORAL" stats --json --node "$IP:7080" 2>/dev/null | python3 -c '
+import json, sys
+print(" ".join(str((c.get("dns") or {}).get("queries", 0)) for c in json.load(sys.stdin)["cores"]))' 2>/dev/null || true
+            }
             for port in 5400 5403; do
                 [ "$port" = 5403 ] && [ ! -x "$FLOOR" ] && continue
                 server=coral pids=$coral_pid
                 [ "$port" = 5403 ] && server=floor pids=$floor_pids
+                [ "$port" = 5400 ] && by_core0=$(dns_by_core)
                 run_load dns "$server" "$n" "$pids" -- sh -c \
                     "taskset -c $load_cpus env LD_LIBRARY_PATH='$LOADGEN_LIBS' '$DNSPERF' -s $IP -p $port -d '$TMP/queries' -l $SECS -T $load_n -c $((4 * load_n)) -q $((200 * load_n)) 2>&1 | awk '/Queries completed:/ {print \$3}'"
+                if [ "$port" = 5400 ] && [ "$n" -gt 1 ] && command -v python3 >/dev/null; then
+                    by_core1=$(dns_by_core)
+                    echo "dns   coral  cores $n  queries by core: $(awk -v a="$by_core0" -v b="$by_core1" 'BEGIN {
+                        n = split(a, x, " "); split(b, y, " "); s = "";
+                        for (i = 1; i <= n; i++) s = s (i > 1 ? " " : "") (y[i] - x[i]); print s }')"
+                fi
             done
             ;;
         dsht)

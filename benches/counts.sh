@@ -15,6 +15,9 @@
 #   WORKLOADS: any of hits4k hits41k hits2m hits50m dns dsht (default: all)
 #   QUICK=1: one second per run, one round (the CI check that the harness
 #   works; it judges nothing).
+#   CORES=N (DNS only, default 1): coral --cores N and N floors on CPUs
+#   SERVER_CPU..SERVER_CPU+N-1, 4 dnsperf clients a core, the queries each
+#   of coral's cores answered printed after its line (issue 27 goal 5).
 # Binaries: CORAL (default target/release/coral), FLOOR (its examples/floor),
 #   DSHT_UDP (the dsht_udp bench binary, default: the newest in
 #   target/release/deps), WRK, DNSPERF, NGINX (default: from PATH or
@@ -54,10 +57,18 @@ EVENTS=()
 for e in raw_syscalls:sys_enter syscalls:sys_enter_io_uring_enter syscalls:sys_enter_epoll_wait \
          syscalls:sys_enter_recvfrom syscalls:sys_enter_recvmmsg syscalls:sys_enter_sendto \
          syscalls:sys_enter_sendmsg syscalls:sys_enter_sendmmsg syscalls:sys_enter_sendfile64 \
-         io_uring:io_uring_submit_req context-switches irq_vectors:reschedule_entry task-clock; do
+         io_uring:io_uring_submit_req context-switches irq_vectors:reschedule_entry task-clock \
+         syscalls:sys_enter_membarrier syscalls:sys_enter_write irq_vectors:call_function_entry \
+         irq_vectors:call_function_single_entry; do
     if "$PERF" stat -e "$e" -- true >/dev/null 2>&1; then EVENTS+=("$e"); fi
 done
 EVLIST=$(IFS=,; echo "${EVENTS[*]}")
+# recvmmsg calls that brought datagrams (a filtered tracepoint: its own -e),
+# for the datagrams per call ("rx-batch": answers / such calls).
+RXARGS=()
+if "$PERF" stat -e syscalls:sys_exit_recvmmsg --filter 'ret > 0' -- true >/dev/null 2>&1; then
+    RXARGS=(-e syscalls:sys_exit_recvmmsg --filter 'ret > 0')
+fi
 
 # Starts "$@" pinned to SERVER_CPU in a process group of its own, in $TMP
 # (a node keeps its state under its working directory); sets PID.
@@ -85,9 +96,11 @@ counts() {
     awk -F, -v n="$name" -v a="$answers" '
         function short(e) { sub(/^syscalls:sys_enter_/, "", e); sub(/^raw_syscalls:sys_enter$/, "syscalls", e);
                             sub(/^io_uring:io_uring_submit_req$/, "sqes", e); sub(/^irq_vectors:reschedule_entry$/, "resched-IPIs", e);
-                            sub(/^context-switches$/, "ctx-sw", e); return e }
+                            sub(/^context-switches$/, "ctx-sw", e); sub(/^irq_vectors:call_function_entry$/, "call-IPIs", e);
+                            sub(/^irq_vectors:call_function_single_entry$/, "call1-IPIs", e); return e }
         $3 != "" && $1 ~ /^[0-9.]+$/ {
             if ($3 == "task-clock") { line = line sprintf("  cpu-us %.2f", ($1 * 1000) / a) }
+            else if ($3 == "syscalls:sys_exit_recvmmsg") { if ($1 > 0) line = line sprintf("  rx-batch %.1f", a / $1) }
             else if ($1 > 0) { line = line sprintf("  %s %.3f", short($3), $1 / a) }
         }
         END { printf "%-22s %9d answers%s\n", n, a, line }' "$TMP/perf.csv"
@@ -100,7 +113,7 @@ measure() {
     local name=$1 pid=$2 pids=$2 c
     shift 3
     for c in $(pgrep -P "$pid" || true); do pids="$pids,$c"; done
-    "$PERF" stat -x, -e "$EVLIST" -p "$pids" -o "$TMP/perf.csv" -- sleep "$((SECS + 1))" &
+    "$PERF" stat -x, -e "$EVLIST" "${RXARGS[@]}" -p "$pids" -o "$TMP/perf.csv" -- sleep "$((SECS + 1))" &
     local perf_pid=$!
     sleep 0.5
     local answers t0 t1
@@ -140,8 +153,39 @@ wrk_requests() { # url host conns: prints the requests wrk completed
         | awk '/requests in/ {print $1}'
 }
 dnsperf_answers() { # port
-    taskset -c "$CLIENT_CPU" "$DNSPERF" -s "$IP" -p "$1" -d "$TMP/queries" -l "$SECS" -c 4 -q 200 2>&1 \
-        | awk '/Queries completed:/ {print $3}'
+    taskset -c "$DNS_CLIENT_CPUS" "$DNSPERF" -s "$IP" -p "$1" -d "$TMP/queries" -l "$SECS" \
+        -c "$DNS_CLIENTS" -q 200 2>&1 | awk '/Queries completed:/ {print $3}'
+}
+# DNS on several cores (issue 27 goal 5): CORES=N runs `coral node --cores N`
+# on CPUs SERVER_CPU..SERVER_CPU+N-1 and N floors, one pinned to each of
+# them, in one reuseport group; dnsperf then uses 4 clients (source ports)
+# per core and, on a machine with no CPU left over, shares the servers' CPUs
+# (DNS_CLIENT_CPUS; compare counts, not rates). CORES=1 is the default and
+# the workload as it always was.
+CORES=${CORES:-1}
+DNS_SERVER_CPUS=$SERVER_CPU
+[ "$CORES" -gt 1 ] && DNS_SERVER_CPUS="$SERVER_CPU-$((SERVER_CPU + CORES - 1))"
+DNS_CLIENTS=$((4 * CORES))
+if [ "$CORES" -gt 1 ] && [ "$CLIENT_CPU" -ge "$SERVER_CPU" ] && [ "$CLIENT_CPU" -lt $((SERVER_CPU + CORES)) ]; then
+    DNS_CLIENT_CPUS=${DNS_CLIENT_CPUS:-0-$(($(nproc) - 1))}
+else
+    DNS_CLIENT_CPUS=${DNS_CLIENT_CPUS:-$CLIENT_CPU}
+fi
+# start_on CPUS COMMAND...: as `start`, pinned to CPUS.
+start_on() {
+    local cpus=$1
+    shift
+    (cd "$TMP" && exec setsid taskset -c "$cpus" "$@" >"$TMP/server.$RANDOM.log" 2>&1) &
+    PID=$!
+    PGIDS+=("$PID")
+}
+# dns_split ADMIN_PORT: the queries each of coral's cores answered, as
+# "core 0: A, core 1: B" (the kernel's reuseport hash spreads the clients).
+dns_split() {
+    "$CORAL" stats --json --node "$IP:$1" 2>/dev/null | python3 -c '
+import json, sys
+cores = json.load(sys.stdin)["cores"]
+print(", ".join("core %d: %s" % (i, (c.get("dns") or {}).get("queries")) for i, c in enumerate(cores)))' || true
 }
 
 mkdir -p "$TMP/www"
@@ -213,18 +257,28 @@ if want dns; then
     else
         for i in $(seq 1 10000); do echo "www.site$i.example.com.http.L2.L1.L0.coralcdn.test A"; done >"$TMP/queries"
         printf 'http = "%s:8091"\n[dnssrv]\nrrl_responses_per_sec = 0\n' "$IP" >"$TMP/coral-dns.toml"
-        RUST_LOG=warn start "$CORAL" node --cores 1 --dsht "$IP:7001" --admin "$IP:7081" \
+        echo "dns: $CORES core(s) on CPUs $DNS_SERVER_CPUS, dnsperf -c $DNS_CLIENTS on CPUs $DNS_CLIENT_CPUS"
+        RUST_LOG=warn start_on "$DNS_SERVER_CPUS" "$CORAL" node --cores "$CORES" --dsht "$IP:7001" --admin "$IP:7081" \
             --dns "$IP:5400" --state-dir "$TMP/state-dns" --config "$TMP/coral-dns.toml"
         CORAL_PID=$PID
         wait_tcp 7081
+        [ "$CORES" -gt 1 ] && before=$(dns_split 7081)
         measure "coral dns" "$CORAL_PID" -- dnsperf_answers 5400
+        [ "$CORES" -gt 1 ] && echo "  coral's queries by core: before $before; after $(dns_split 7081)"
         stop "$CORAL_PID"
         if [ -x "$FLOOR" ]; then
-            start "$FLOOR" dns "$IP:5403"
-            FLOOR_PID=$PID
-            sleep 0.2
-            measure "floor dns" "$FLOOR_PID" -- dnsperf_answers 5403
-            stop "$FLOOR_PID"
+            FLOOR_PIDS=()
+            for c in $(seq 0 $((CORES - 1))); do
+                start_on "$((SERVER_CPU + c))" "$FLOOR" dns "$IP:5403"
+                FLOOR_PIDS+=("$PID")
+            done
+            # Until all the floors' sockets are bound (port 5403 is 151B in hex).
+            for _ in $(seq 1 1200); do
+                [ "$(awk '$2 ~ /:151B$/' /proc/net/udp | wc -l)" -ge "$CORES" ] && break
+                sleep 0.05
+            done
+            measure "floor dns" "$(IFS=,; echo "${FLOOR_PIDS[*]}")" -- dnsperf_answers 5403
+            for p in "${FLOOR_PIDS[@]}"; do stop "$p"; done
         fi
     fi
 fi

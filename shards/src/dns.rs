@@ -56,6 +56,7 @@ use glommio::net::{TcpListener, TcpStream, UdpSocket};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::NodeConfig;
+use crate::runtime::batch::socket_addr;
 use crate::runtime::Shard;
 
 /// How often a core re-reads its snapshot from its node.
@@ -425,40 +426,6 @@ async fn udp_loop(core: Rc<Core>, udp: UdpSocket, raw: std::mem::ManuallyDrop<So
     }
 }
 
-/// A sender's address as `recvmmsg` wrote it (`len` octets of `raw`), as a
-/// `SocketAddr`: read from the `sockaddr_in` or `sockaddr_in6` in place,
-/// as socket2's `SockAddr::as_socket` reads it (by the family alone), without
-/// first copying the whole 128-octet storage into a `SockAddr` (issue 27,
-/// session 8; `sender_reads_as_socket2_reads_it`).
-#[inline]
-fn sender(raw: &libc::sockaddr_storage, _len: libc::socklen_t) -> Option<SocketAddr> {
-    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
-    match i32::from(raw.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: a whole `sockaddr_storage` is larger than, and aligned
-            // for, every address type; its family says it holds a
-            // `sockaddr_in`.
-            let a = unsafe { &*(raw as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above, a `sockaddr_in6`.
-            let a =
-                unsafe { &*(raw as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
 /// Receive buffers for one `recvmmsg`, with the headers and iovecs that
 /// point at them, made once: each `recv` only restores the name lengths
 /// the last one's datagrams overwrote (filling 32 headers per batch cost
@@ -557,21 +524,51 @@ impl RecvBatch {
         self.filled
     }
 
-    /// Datagram `i` of the last `recv`, its sender, and the sender's
-    /// address as the kernel wrote it (with its length), for the answer.
-    fn get(
-        &self,
-        i: usize,
-    ) -> Option<(&[u8], SocketAddr, &libc::sockaddr_storage, libc::socklen_t)> {
+    /// Datagram `i` of the last `recv`: whole, with its sender and the
+    /// sender's address as the kernel wrote it (with its length), for the
+    /// answer; or longer than its buffer; or not one to answer (past the
+    /// batch, or from a sender that is no IP address).
+    fn get(&self, i: usize) -> Datagram<'_> {
         if i >= self.filled {
-            return None;
+            return Datagram::Unreadable;
         }
-        let h = &self.hdrs.get(i)?;
+        let Some(h) = self.hdrs.get(i) else {
+            return Datagram::Unreadable;
+        };
+        // The kernel cut a datagram longer than the buffer and said so: what
+        // was read is a prefix of it, not the query (issue 27, session 9).
+        if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+            return Datagram::Oversized;
+        }
         let (len, namelen) = (h.msg_len as usize, h.msg_hdr.msg_namelen);
-        let raw = self.addrs.get(i)?;
-        let from = sender(raw, namelen)?;
-        Some((self.bufs.get(i)?.get(..len)?, from, raw, namelen))
+        let (Some(raw), Some(buf)) = (self.addrs.get(i), self.bufs.get(i)) else {
+            return Datagram::Unreadable;
+        };
+        match (socket_addr(raw, namelen), buf.get(..len)) {
+            (Some(from), Some(q)) => Datagram::Whole(q, from, raw, namelen),
+            _ => Datagram::Unreadable,
+        }
     }
+}
+
+/// A datagram of a receive batch, as [`RecvBatch::get`] read it.
+enum Datagram<'b> {
+    /// All of it, its sender, and the sender's address as the kernel wrote
+    /// it (with its length).
+    Whole(
+        &'b [u8],
+        SocketAddr,
+        &'b libc::sockaddr_storage,
+        libc::socklen_t,
+    ),
+    /// Longer than `UDP_QUERY_BYTES_MAX`, the buffer it was read into
+    /// (`MSG_TRUNC`): dropped unread and counted (`Dnssrv::on_oversized`).
+    /// No query is that long; a FORMERR would answer bytes the sender did
+    /// not send as a message (its sections cut), and a spoofed flood of such
+    /// datagrams gets no answer at all.
+    Oversized,
+    /// Past the batch, or from a sender that is no IP address.
+    Unreadable,
 }
 
 /// The most octets of an address `recvmmsg` writes for an IPv4 or IPv6
@@ -631,9 +628,17 @@ impl SendBatch {
             let mut held = None;
             while i < n {
                 let at = self.len;
-                let Some((q, from, to, to_len)) = rx.get(i) else {
-                    i += 1;
-                    continue;
+                let (q, from, to, to_len) = match rx.get(i) {
+                    Datagram::Whole(q, from, to, to_len) => (q, from, to, to_len),
+                    Datagram::Oversized => {
+                        srv.on_oversized();
+                        i += 1;
+                        continue;
+                    }
+                    Datagram::Unreadable => {
+                        i += 1;
+                        continue;
+                    }
                 };
                 i += 1;
                 let (Some(out), Some(slot), Some(iov), Some(hdr)) = (
@@ -711,7 +716,7 @@ impl SendBatch {
             if let (Some(out), Some(to), Some(hdr)) =
                 (self.outs.get(done), self.to.get(done), self.hdrs.get(done))
             {
-                if let Some(to) = sender(to, hdr.msg_hdr.msg_namelen) {
+                if let Some(to) = socket_addr(to, hdr.msg_hdr.msg_namelen) {
                     let _ = udp.send_to(out, to).await;
                 }
             }
@@ -1069,8 +1074,12 @@ mod tests {
     }
 
     /// Seeded addresses of both families (ports, flow labels and scopes
-    /// included), written as the kernel writes them, and storages of other
-    /// families and short lengths: `sender` reads each as socket2 did.
+    /// included), written as the kernel writes them: the one reader the UDP
+    /// loop and the DSHT's batches share (`runtime::batch::socket_addr`,
+    /// which replaced dns.rs's `sender`, issue 27 session 9) reads each as
+    /// socket2 did; a length shorter than the family's address, which the
+    /// kernel never writes, reads as none (socket2 read past it), and a
+    /// storage of another family as none.
     #[test]
     fn sender_reads_as_socket2_reads_it() {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -1099,20 +1108,17 @@ mod tests {
             let s = socket2::SockAddr::from(addr);
             let len = s.len();
             let raw = s.as_storage();
-            assert_eq!(sender(&raw, len), Some(addr));
-            assert_eq!(sender(&raw, len), sender_before(&raw, len));
-            // Whatever the length said (the kernel writes the family's
-            // whole size), and of another family: both read alike.
+            assert_eq!(socket_addr(&raw, len), Some(addr));
+            assert_eq!(socket_addr(&raw, len), sender_before(&raw, len));
+            // The whole storage offered (a length the kernel did not cut).
+            let whole = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            assert_eq!(socket_addr(&raw, whole), Some(addr));
             for cut in [0, 2, 8, len.saturating_sub(1)] {
-                assert_eq!(
-                    sender(&raw, cut),
-                    sender_before(&raw, cut),
-                    "{addr} cut to {cut}"
-                );
+                assert_eq!(socket_addr(&raw, cut), None, "{addr} cut to {cut}");
             }
             let mut other = raw;
             other.ss_family = libc::AF_UNIX as libc::sa_family_t;
-            assert_eq!(sender(&other, len), None);
+            assert_eq!(socket_addr(&other, len), None);
             assert_eq!(sender_before(&other, len), None);
         }
     }

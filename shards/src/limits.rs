@@ -62,7 +62,8 @@ pub const ACCEPT: AcceptLimits = AcceptLimits { closing_max: 32 };
 /// fields and `coral::dns` constants.
 pub struct DnsLimits {
     /// Largest query datagram read: the most any EDNS client may send, as
-    /// our advertised payload size is at most 4096.
+    /// our advertised payload size is at most 4096. A longer datagram is
+    /// dropped unread (the kernel's MSG_TRUNC) and counted (`oversized`).
     pub udp_query_bytes_max: usize,
     /// Datagrams read in one go once the socket is readable (then the
     /// loop waits through the ring again, and the executor's other tasks

@@ -761,7 +761,7 @@ pub const ORIGIN_ERROR_REASONS: [&str; 8] = [
 /// dnssrv's fields rendered by name (`coral::dns::Counters`); any other
 /// numeric field a newer dnssrv reports is rendered as
 /// `coral_dns_events_total{event="<field>"}`.
-const DNS_KNOWN: [(&str, &str, &str); 19] = [
+const DNS_KNOWN: [(&str, &str, &str); 20] = [
     (
         "probes_sent",
         "coral_dns_rtt_probes_total",
@@ -856,6 +856,11 @@ const DNS_KNOWN: [(&str, &str, &str); 19] = [
         "rrl_slipped",
         "coral_dns_rrl_slipped_total",
         "Rate-limited answers sent truncated (RRL slip).",
+    ),
+    (
+        "oversized",
+        "coral_dns_oversized_total",
+        "UDP datagrams longer than dnssrv reads (limits::DNS.udp_query_bytes_max), dropped unread.",
     ),
 ];
 

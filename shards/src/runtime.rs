@@ -50,7 +50,7 @@ use crate::config::NodeConfig;
 use crate::lifecycle::{self, Control, Reload};
 use crate::steer;
 
-mod batch;
+pub(crate) mod batch;
 
 /// io_uring memory per executor: small, because `ulimit -l` is often 8 MiB
 /// for the whole process (see tuning/).

@@ -147,6 +147,18 @@ fn counts() {
     }
     if have("dnsperf") {
         assert!(answers(&out, "coral dns") > 0);
+        // DNS on two cores (`CORES=2`, issue 27 goal 5): coral --cores 2
+        // and two floors, and the queries each core answered.
+        let two = script(
+            "benches/counts.sh",
+            &["1", "dns"],
+            &[("QUICK", "1"), ("CORES", "2")],
+        );
+        assert!(answers(&two, "coral dns") > 0);
+        assert!(two.contains("coral's queries by core:"), "{two}");
+        if floor().is_some() {
+            assert!(answers(&two, "floor dns") > 0);
+        }
     }
     assert!(answers(&out, "coral dsht get") > 0);
     assert!(answers(&out, "echo") > 0);

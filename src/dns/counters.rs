@@ -51,7 +51,8 @@ pub struct Counters {
     pub answers_hinted: u64,
     /// UDP answers truncated for size (TC; the client retries over TCP).
     pub truncated: u64,
-    /// Datagrams not answered: responses, runts, and `rrl_dropped`.
+    /// Datagrams not answered: responses, runts, `rrl_dropped` and
+    /// `oversized`.
     pub dropped: u64,
     /// Responses dropped by response rate limiting.
     pub rrl_dropped: u64,
@@ -84,6 +85,10 @@ pub struct Counters {
     pub held_expired: u64,
     /// Queries not held because `held_max` were already held.
     pub held_refused: u64,
+    /// UDP datagrams longer than the runtime reads (`udp_query_bytes_max`):
+    /// dropped unread, never answered from a cut prefix (also counted in
+    /// `dropped`).
+    pub oversized: u64,
     /// Answers sent, by query type, response code and the client's level
     /// (see [`AnswerCounts`]).
     pub answers: AnswerCounts,
@@ -91,7 +96,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, for the metrics JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 36] {
+    pub fn fields(&self) -> [(&'static str, u64); 37] {
         [
             ("queries", self.queries),
             ("queries_a", self.queries_a),
@@ -126,6 +131,7 @@ impl Counters {
             ("held_answered", self.held_answered),
             ("held_expired", self.held_expired),
             ("held_refused", self.held_refused),
+            ("oversized", self.oversized),
             ("checks_sent", self.checks_sent),
             ("checks_refused", self.checks_refused),
             ("proxies_withheld", self.proxies_withheld),

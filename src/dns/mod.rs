@@ -473,6 +473,13 @@ impl Dnssrv {
         }
     }
 
+    /// The runtime received a UDP datagram longer than it reads
+    /// (`MSG_TRUNC`) and dropped it unread: counted, never answered.
+    pub fn on_oversized(&mut self) {
+        self.counters.oversized += 1;
+        self.counters.dropped += 1;
+    }
+
     /// The runtime could not carry out a probe asked for (its queue full).
     pub fn on_probe_dropped(&mut self) {
         self.counters.probes_sent = self.counters.probes_sent.saturating_sub(1);

@@ -128,8 +128,15 @@ impl RecvBatch {
 const ADDR_BYTES: libc::socklen_t = std::mem::size_of::<libc::sockaddr_storage>() as _;
 
 /// The address the kernel wrote (`namelen` octets of `raw`), as socket2
-/// reads it (`SockAddr::as_socket`), without copying the whole storage.
-fn socket_addr(raw: &libc::sockaddr_storage, namelen: libc::socklen_t) -> Option<SocketAddr> {
+/// reads it (`SockAddr::as_socket`), without copying the whole storage; a
+/// length too short for the family's address reads as none (socket2 would
+/// read past what was written). The DSHT's batches and dnssrv's UDP loop
+/// (`dns.rs`) both read their senders with it.
+#[inline]
+pub(crate) fn socket_addr(
+    raw: &libc::sockaddr_storage,
+    namelen: libc::socklen_t,
+) -> Option<SocketAddr> {
     let namelen = namelen as usize;
     match i32::from(raw.ss_family) {
         libc::AF_INET if namelen >= std::mem::size_of::<libc::sockaddr_in>() => {
