@@ -131,8 +131,11 @@ struct InFlight {
 /// to the time of a wake-up still queued takes that one's place, as the
 /// first of a node's wake-ups queued for a time fired when every move was
 /// queued: each wake-up fires where it fired then, and every other event
-/// keeps its number.
+/// keeps its number. One cache line a node: read on every input to the
+/// node, it must cost no more than the 16-byte deadline it replaced
+/// (benches/README.md, "Session 9, the simulator's CPU").
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 struct Wake {
     /// The node's next deadline ([`Time::MAX`]: none).
     at: Time,
@@ -142,14 +145,14 @@ struct Wake {
     /// earliest first ([`Time::MAX`]: none); one pushed out of the last
     /// entry is still queued, and fires or is skipped by its time alone.
     queued: [(Time, u64); WAKES_KEPT],
-    /// Deadlines set before and left without a wake-up queued for them
-    /// (a later one waited for an earlier wake-up), latest first: one
-    /// that comes back takes its first place.
+    /// Deadlines set before and left, or pushed out of `queued`, whose
+    /// wake-ups would still be to come: one that comes back takes its
+    /// first place. The latest are kept (see [`Wake::leave`]).
     left: [(Time, u64); LEFT_KEPT],
 }
 
 /// The deadlines left that [`Wake`] keeps.
-const LEFT_KEPT: usize = 2;
+const LEFT_KEPT: usize = 1;
 
 /// The wake-ups queued for a node that [`Wake`] keeps track of.
 const WAKES_KEPT: usize = 2;
@@ -499,6 +502,16 @@ impl<L: Links> Sim<L> {
         self.nodes[n].prefetch();
         crate::dsht::prefetch::prefetch((&self.wakes[n] as *const Wake).cast(), 1);
         Some(n)
+    }
+
+    /// Starts loading node `i` and its wake-up's line (a cache hint for a
+    /// driver about to call [`Sim::with_node`] on it: results never
+    /// depend on it).
+    pub fn prefetch(&self, i: usize) {
+        if let (Some(node), Some(w)) = (self.nodes.get(i), self.wakes.get(i)) {
+            node.prefetch();
+            crate::dsht::prefetch::prefetch((w as *const Wake).cast(), 1);
+        }
     }
 
     /// Runs for `d` of virtual time.
