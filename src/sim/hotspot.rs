@@ -399,7 +399,7 @@ fn run_one<L: Links>(
                 // step of the chain node → levels → the top level's store
                 // per call (a cache hint: see `Sim::prefetch_next`).
                 if let Some(&(_, j)) = offsets.get(k + 3) {
-                    sim.node(j).prefetch();
+                    sim.prefetch(j);
                 }
                 if let Some(&(_, j)) = offsets.get(k + 2) {
                     sim.node(j).prefetch_levels();

@@ -117,12 +117,26 @@ impl<T: Copy> EventQueue<T> {
 
     /// Queues `item` at `at`.
     pub fn push(&mut self, at: Time, item: T) {
+        let seq = self.reserve();
+        self.push_keyed(at, seq, item);
+    }
+
+    /// Takes the next insertion number without queueing anything: the
+    /// place in the order of an event that may be queued later, with
+    /// [`EventQueue::push_keyed`] (the simulator's wake-ups: one queued per
+    /// node, at its earliest deadline, the later ones queued when it fires).
+    pub fn reserve(&mut self) -> u64 {
         self.seq += 1;
-        let e = Entry {
-            at,
-            seq: self.seq,
-            item,
-        };
+        self.seq
+    }
+
+    /// Queues `item` at `at` with an insertion number from
+    /// [`EventQueue::reserve`]: it leaves among events of the same time as
+    /// if it had been pushed when the number was taken. The key (`at`,
+    /// `seq`) must not be earlier than the last event popped.
+    pub fn push_keyed(&mut self, at: Time, seq: u64, item: T) {
+        debug_assert!(seq <= self.seq, "an insertion number not reserved");
+        let e = Entry { at, seq, item };
         let slot = slot_of(at).max(self.cursor);
         if slot - self.cursor >= WHEEL_SLOTS as u64 {
             self.overflow.push(Reverse(e));
@@ -145,6 +159,11 @@ impl<T: Copy> EventQueue<T> {
 
     /// Removes and returns the earliest event if it is due at or before `until`.
     pub fn pop_until(&mut self, until: Time) -> Option<(Time, T)> {
+        self.pop_until_keyed(until).map(|(at, _, item)| (at, item))
+    }
+
+    /// [`EventQueue::pop_until`], with the event's insertion number.
+    pub fn pop_until_keyed(&mut self, until: Time) -> Option<(Time, u64, T)> {
         loop {
             if self.current_sorted {
                 let idx = (self.cursor & SLOT_MASK) as usize;
@@ -164,7 +183,7 @@ impl<T: Copy> EventQueue<T> {
                         }
                     }
                     self.on_wheel -= 1;
-                    return Some((e.at, e.item));
+                    return Some((e.at, e.seq, e.item));
                 }
             }
             // The current slot is drained (or not yet sorted): turn the wheel
