@@ -1614,6 +1614,9 @@ impl LocalExecutor {
             pin!(future);
 
             let mut pre_time = Instant::now();
+            // coral: whether a task ran since the executor last parked
+            // (`Reactor::keep_preempt_timer_in_sleep`).
+            let mut ran_since_park = false;
             loop {
                 if let Poll::Ready(t) = future.as_mut().poll(cx) {
                     // can't be canceled, and join handle is None only upon
@@ -1634,6 +1637,7 @@ impl LocalExecutor {
 
                 // run user code
                 let run = this.run_task_queues();
+                ran_since_park |= run;
 
                 // account for runtime and poll/sleep if possible
                 let cur_time = Instant::now();
@@ -1649,6 +1653,10 @@ impl LocalExecutor {
                     } else {
                         while !this.reactor.spin_poll_io().unwrap() {
                             if pre_time.elapsed() > spin_before_park {
+                                this.reactor
+                                    .sys
+                                    .keep_preempt_timer_in_sleep(ran_since_park);
+                                ran_since_park = false;
                                 this.parker
                                     .park()
                                     .expect("Failed to park! This is actually pretty bad!");
