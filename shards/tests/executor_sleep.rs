@@ -179,6 +179,60 @@ fn a_foreign_wake_wakes_a_sleeping_executor() {
     assert_eq!(woken, ROUNDS);
 }
 
+/// A readiness poll armed by the turn's last task, just before the executor
+/// runs out of work and sleeps, reaches the kernel (it goes with the
+/// sleep's own `io_uring_enter`): a task waits for a socket to become
+/// readable, reads a byte and answers it, 500 times, while a plain thread
+/// writes each byte after a pause in which the executor sleeps with no timer
+/// at all. A poll left behind in the ring would never fire.
+#[test]
+fn a_poll_armed_before_a_sleep_reaches_the_kernel() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    const ROUNDS: u32 = 500;
+    let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
+    ours.set_nonblocking(true).expect("non-blocking");
+    theirs
+        .set_read_timeout(Some(DEADLINE))
+        .expect("a read timeout");
+    let peer = thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        for i in 0..ROUNDS {
+            thread::sleep(Duration::from_micros(u64::from(i % 3) * 200));
+            theirs
+                .write_all(&[i as u8])
+                .expect("the executor's end is open");
+            theirs
+                .read_exact(&mut byte)
+                .expect("the executor answers each byte");
+            assert_eq!(byte[0], (i as u8).wrapping_add(1));
+        }
+    });
+    let answered = on_executor("poll", PREEMPT_NEVER, move || async move {
+        let mut ours = ours;
+        let fd = glommio::io::PollableFd::new(ours.try_clone().expect("a second handle"))
+            .expect("a pollable descriptor");
+        let mut byte = [0u8; 1];
+        let mut answered = 0u32;
+        while answered < ROUNDS {
+            fd.readable().await.expect("the poll completes");
+            match ours.read(&mut byte) {
+                Ok(1) => {
+                    ours.write_all(&[byte[0].wrapping_add(1)])
+                        .expect("the peer's end is open");
+                    answered += 1;
+                }
+                Ok(_) => panic!("the peer closed its end early"),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        answered
+    });
+    peer.join().expect("the peer's thread ends");
+    assert_eq!(answered, ROUNDS);
+}
+
 /// Preemption still comes after a sleep, at most one preemption period
 /// later: a task sleeps (1 ms, or 30 ms, longer than the period, so the timer
 /// fires while the executor sleeps), then spins until `need_preempt`, 60

@@ -1164,6 +1164,27 @@ pub(crate) fn schedule_runnable(runnable: multitask::Runnable) {
     }
 }
 
+/// Whether this thread's executor has no task to run and parks without
+/// spinning (coral): the main ring's submissions then wait in the ring for
+/// the sleep's `io_uring_enter` instead of a call of their own
+/// (`Reactor::wait`, `Reactor::poll_io`). False when it cannot tell.
+pub(crate) fn main_submissions_can_wait() -> bool {
+    let can_wait = |local_ex: &LocalExecutor| {
+        local_ex
+            .queues
+            .try_borrow()
+            .is_ok_and(|q| q.active_executors.is_empty() && q.spin_before_park.is_none())
+    };
+    #[cfg(any(not(nightly), not(feature = "native-thread-local")))]
+    {
+        LOCAL_EX.is_set() && LOCAL_EX.with(can_wait)
+    }
+    #[cfg(all(nightly, feature = "native-thread-local"))]
+    unsafe {
+        !LOCAL_EX.is_null() && can_wait(&*LOCAL_EX)
+    }
+}
+
 // coral: used by the native-thread-local path only since `schedule_runnable`
 // activates under its own borrow.
 #[allow(dead_code)]
