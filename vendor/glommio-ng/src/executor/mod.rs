@@ -1164,27 +1164,6 @@ pub(crate) fn schedule_runnable(runnable: multitask::Runnable) {
     }
 }
 
-/// Whether this thread's executor has no task to run and parks without
-/// spinning (coral): the main ring's submissions then wait in the ring for
-/// the sleep's `io_uring_enter` instead of a call of their own
-/// (`Reactor::wait`, `Reactor::poll_io`). False when it cannot tell.
-pub(crate) fn main_submissions_can_wait() -> bool {
-    let can_wait = |local_ex: &LocalExecutor| {
-        local_ex
-            .queues
-            .try_borrow()
-            .is_ok_and(|q| q.active_executors.is_empty() && q.spin_before_park.is_none())
-    };
-    #[cfg(any(not(nightly), not(feature = "native-thread-local")))]
-    {
-        LOCAL_EX.is_set() && LOCAL_EX.with(can_wait)
-    }
-    #[cfg(all(nightly, feature = "native-thread-local"))]
-    unsafe {
-        !LOCAL_EX.is_null() && can_wait(&*LOCAL_EX)
-    }
-}
-
 // coral: used by the native-thread-local path only since `schedule_runnable`
 // activates under its own borrow.
 #[allow(dead_code)]
@@ -1671,6 +1650,21 @@ impl LocalExecutor {
                         // test again here. We can't test *just* here because the main
                         // future is probably the one setting up the task queues and etc.
                         break t.unwrap();
+                    } else if spin_before_park.is_zero() {
+                        // coral: no spin before the park: the park polls the
+                        // rings, the timers and the shared channels before it
+                        // sleeps (`Reactor::react`), as the one `spin_poll_io`
+                        // here did, and returns at once if they woke a task;
+                        // that spin polled every ring and swept the timers and
+                        // channels a second time on every park.
+                        this.reactor
+                            .sys
+                            .keep_preempt_timer_in_sleep(ran_since_park);
+                        ran_since_park = false;
+                        this.parker
+                            .park()
+                            .expect("Failed to park! This is actually pretty bad!");
+                        pre_time = Instant::now();
                     } else {
                         while !this.reactor.spin_poll_io().unwrap() {
                             if pre_time.elapsed() > spin_before_park {

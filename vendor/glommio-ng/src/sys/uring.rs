@@ -868,7 +868,11 @@ pub(crate) trait UringCommon {
         queue: &mut VecDeque<UringDescriptor>,
         mut dispatch: bool,
     ) -> io::Result<usize> {
-        loop {
+        // coral: an empty queue has nothing to push; `submit_one_event`
+        // would find that only after cloning the allocator's `Rc` and
+        // borrowing the source map, and this runs for every ring several
+        // times a turn and a park, mostly on empty queues.
+        while !queue.is_empty() {
             match self.submit_one_event(queue) {
                 None => {
                     dispatch = true;
@@ -1144,22 +1148,6 @@ impl SleepableRing {
         std::os::unix::io::AsRawFd::as_raw_fd(&self.ring)
     }
 
-    /// Moves the queued cancellations and submissions into the ring without
-    /// entering the kernel (coral): they go with the next call that enters,
-    /// the sleep's wait among them. Enters only if the ring fills.
-    fn stage_queues(&mut self) -> io::Result<usize> {
-        let q = self.submission_queue();
-        let mut queue = q.borrow_mut();
-        let cancelled = self.consume_sqe_queue(&mut queue.cancellations, false)?;
-        Ok(cancelled + self.consume_sqe_queue(&mut queue.submissions, false)?)
-    }
-
-    /// `can_sleep`, but with entries in the ring that the sleep's call will
-    /// submit (coral: `stage_queues`).
-    fn can_sleep_staged(&mut self) -> bool {
-        self.submission_queue.borrow().is_empty() && self.waiting_kernel_collection() == 0
-    }
-
     /// This function prepares a timer that fires unconditionally after a
     /// certain duration. The timer is added at the front of the queue such
     /// that it will be the first SQE submitted the next time we enter the
@@ -1301,12 +1289,12 @@ impl SleepableRing {
     /// (`IORING_ENTER_EXT_ARG`, 5.11): the next user timer without a timeout
     /// request to arm before the sleep or to cancel after it. The release
     /// submitted the poll in a call of its own, then waited in a second.
-    ///
-    /// Entries already in the ring (`stage_queues`: the turn's last
-    /// submissions, such as a poll a task armed before the executor ran out
-    /// of tasks) are submitted by the same call.
     fn sleep(&mut self, link: Option<&Source>, timeout: Option<Duration>) -> io::Result<usize> {
-        let staged = self.waiting_kernel_submission();
+        assert_eq!(
+            self.waiting_kernel_submission(),
+            0,
+            "sleeping with pending SQEs"
+        );
         if let Some(link) = link {
             if self.ring.submission().is_full() {
                 // Can't link rings because we ran out of `SQE`s. Just can't
@@ -1336,7 +1324,7 @@ impl SleepableRing {
                     .expect("submission queue was checked to have room");
             }
         }
-        let to_submit = staged + usize::from(link.is_some());
+        let linking = usize::from(link.is_some());
 
         // The kernel waits only once everything given was submitted: if the
         // poll that links the rings did not go in, this returns without
@@ -1359,7 +1347,7 @@ impl SleepableRing {
         .or_else(Reactor::again_ok)
         .or_else(Reactor::intr_ok)?;
         self.in_kernel += submitted;
-        if submitted != to_submit {
+        if submitted != linking {
             // We failed to submit the `SQE` that links the rings, so the
             // kernel did not wait. The entry stays queued rather than being
             // repaired. io-uring cannot rewrite an entry once pushed, and
@@ -2070,19 +2058,7 @@ impl Reactor {
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
         self.poll_ring.borrow_mut().poll(woke)?;
-        if crate::executor::main_submissions_can_wait() {
-            // coral: nothing to run, so the executor parks next: the main
-            // ring's submissions go with the sleep's `io_uring_enter`.
-            let mut main_ring = self.main_ring.borrow_mut();
-            main_ring
-                .stage_queues()
-                .or_else(Reactor::busy_ok)
-                .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)?;
-            main_ring.consume_completion_queue(woke);
-        } else {
-            self.main_ring.borrow_mut().poll(woke)?;
-        }
+        self.main_ring.borrow_mut().poll(woke)?;
         self.latency_ring.borrow_mut().poll(woke)?;
         *woke += self.flush_syscall_thread();
         Ok(())
@@ -2220,29 +2196,12 @@ impl Reactor {
             ));
         }
 
-        // coral: when no task is left to run the executor parks next, and
-        // the main ring's submissions (the turn's last: a poll a task armed
-        // before it ran out of work) wait in the ring for the sleep's call
-        // instead of a call of their own; a wait that does not sleep
-        // submits them before it returns, as does the next turn's poll if a
-        // task became runnable in between (`main_submissions_can_wait`).
-        let stage_main = woke == 0 && crate::executor::main_submissions_can_wait();
-
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
         flush_cancellations!(into &mut woke; lat_ring, poll_ring, main_ring);
         // ... which happens right here. If you ever reorder this code just
         // be careful about this dependency.
-        flush_rings!(lat_ring, poll_ring)?;
-        if stage_main {
-            main_ring
-                .stage_queues()
-                .or_else(Reactor::busy_ok)
-                .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)?;
-        } else {
-            flush_rings!(main_ring)?;
-        }
+        flush_rings!(lat_ring, poll_ring, main_ring)?;
         // pick up the results of any cancellations
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
@@ -2250,7 +2209,7 @@ impl Reactor {
         let should_sleep = preempt_timer().is_none()
             && (woke == 0)
             && poll_ring.can_sleep()
-            && main_ring.can_sleep_staged()
+            && main_ring.can_sleep()
             && lat_ring.can_sleep();
 
         if should_sleep {
@@ -2308,13 +2267,7 @@ impl Reactor {
                 .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
             self.latency_preemption_deadline
                 .set(Some(Instant::now() + preempt));
-            flush_rings!(lat_ring)?;
-        }
-        // coral: the main ring's staged entries are submitted here unless
-        // this wait slept (its call submitted them) or the executor parks
-        // next (`stage_main`, the poll before a park: they go with the sleep).
-        if !(stage_main && woke == 0 && preempt_timer().is_some()) {
-            flush_rings!(main_ring)?;
+            flush_rings!(lat_ring, main_ring)?;
         }
 
         // A Note about `need_preempt`:
