@@ -1614,6 +1614,9 @@ impl LocalExecutor {
             pin!(future);
 
             let mut pre_time = Instant::now();
+            // coral: whether a task ran since the executor last parked
+            // (`Reactor::keep_preempt_timer_in_sleep`).
+            let mut ran_since_park = false;
             loop {
                 if let Poll::Ready(t) = future.as_mut().poll(cx) {
                     // can't be canceled, and join handle is None only upon
@@ -1634,6 +1637,7 @@ impl LocalExecutor {
 
                 // run user code
                 let run = this.run_task_queues();
+                ran_since_park |= run;
 
                 // account for runtime and poll/sleep if possible
                 let cur_time = Instant::now();
@@ -1646,9 +1650,28 @@ impl LocalExecutor {
                         // test again here. We can't test *just* here because the main
                         // future is probably the one setting up the task queues and etc.
                         break t.unwrap();
+                    } else if spin_before_park.is_zero() {
+                        // coral: no spin before the park: the park polls the
+                        // rings, the timers and the shared channels before it
+                        // sleeps (`Reactor::react`), as the one `spin_poll_io`
+                        // here did, and returns at once if they woke a task;
+                        // that spin polled every ring and swept the timers and
+                        // channels a second time on every park.
+                        this.reactor
+                            .sys
+                            .keep_preempt_timer_in_sleep(ran_since_park);
+                        ran_since_park = false;
+                        this.parker
+                            .park()
+                            .expect("Failed to park! This is actually pretty bad!");
+                        pre_time = Instant::now();
                     } else {
                         while !this.reactor.spin_poll_io().unwrap() {
                             if pre_time.elapsed() > spin_before_park {
+                                this.reactor
+                                    .sys
+                                    .keep_preempt_timer_in_sleep(ran_since_park);
+                                ran_since_park = false;
                                 this.parker
                                     .park()
                                     .expect("Failed to park! This is actually pretty bad!");

@@ -375,6 +375,13 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // coral: the work this notifies of (a value sent or room made in a
+        // shared channel, a queued foreign waker, a blocking call's result)
+        // is published before `should_notify` is read; the sleeper's fence
+        // between setting it and sweeping for work is the other half
+        // (`Reactor::wait`). Either the sleeper sees the work or this sees
+        // it asleep. It replaces the sleeper's `membarrier`.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)

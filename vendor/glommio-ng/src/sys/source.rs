@@ -241,6 +241,13 @@ impl Source {
         self.inner.borrow().wakers.result.is_some()
     }
 
+    /// Whether this source is still in a ring (queued or in the kernel):
+    /// its completion has not been consumed yet (coral: the kept poll that
+    /// links the rings is re-armed only once it completed).
+    pub(crate) fn is_enqueued(&self) -> bool {
+        self.inner.borrow().enqueued.is_some()
+    }
+
     pub(crate) fn result(&self) -> Option<io::Result<usize>> {
         let mut inner = self.inner.borrow_mut();
         let ret = inner

@@ -35,7 +35,7 @@ use crate::{
         self,
         blocking::{BlockingThreadOp, BlockingThreadPool},
         dma_buffer::{BufferStorage, DmaBuffer},
-        membarrier, DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
+        DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
         PollableStatus, SockAddrStorage, Source, SourceType, Statx, TimeSpec64,
     },
     GlommioError, IoRequirements, IoStats, ReactorErrorKind, RingIoStats, TaskQueueHandle,
@@ -868,7 +868,11 @@ pub(crate) trait UringCommon {
         queue: &mut VecDeque<UringDescriptor>,
         mut dispatch: bool,
     ) -> io::Result<usize> {
-        loop {
+        // coral: an empty queue has nothing to push; `submit_one_event`
+        // would find that only after cloning the allocator's `Rc` and
+        // borrowing the source map, and this runs for every ring several
+        // times a turn and a park, mostly on empty queues.
+        while !queue.is_empty() {
             match self.submit_one_event(queue) {
                 None => {
                     dispatch = true;
@@ -1276,13 +1280,28 @@ impl SleepableRing {
         }
     }
 
-    fn sleep(&mut self, link: &Source) -> io::Result<usize> {
+    /// Sleeps until a completion comes to this ring, in one `io_uring_enter`
+    /// (coral): `link`, the poll of the other sleepable ring's fd, is given
+    /// only when the one an earlier sleep armed has completed (a poll still
+    /// armed keeps linking the rings: it fires at the other ring's next
+    /// completion, whether or not we sleep), and is submitted by the same
+    /// call that waits; `timeout`, where given, is the wait's own timeout
+    /// (`IORING_ENTER_EXT_ARG`, 5.11): the next user timer without a timeout
+    /// request to arm before the sleep or to cancel after it. The release
+    /// submitted the poll in a call of its own, then waited in a second.
+    fn sleep(&mut self, link: Option<&Source>, timeout: Option<Duration>) -> io::Result<usize> {
         assert_eq!(
             self.waiting_kernel_submission(),
             0,
             "sleeping with pending SQEs"
         );
-        if !self.ring.submission().is_full() {
+        if let Some(link) = link {
+            if self.ring.submission().is_full() {
+                // Can't link rings because we ran out of `SQE`s. Just can't
+                // sleep; once we're out of here we'll consume completions and
+                // at some point will be able to sleep again.
+                return Ok(0);
+            }
             let op = UringDescriptor {
                 fd: link.raw(),
                 flags: squeue::Flags::empty(),
@@ -1296,7 +1315,7 @@ impl SleepableRing {
             let entry = fill_sqe(&op, DmaBuffer::new, &mut self.source_map.borrow_mut());
             // SAFETY: the poll targets the latency ring's fd, which outlives
             // this reactor, and the source is held by the `SourceMap` until its
-            // completion is reaped. The emptiness check above means the push
+            // completion is reaped. The fullness check above means the push
             // cannot fail.
             unsafe {
                 self.ring
@@ -1304,46 +1323,43 @@ impl SleepableRing {
                     .push(&entry)
                     .expect("submission queue was checked to have room");
             }
+        }
+        let linking = usize::from(link.is_some());
 
-            // We have now prepared the SQE that links the two rings. We now need to submit
-            // it successfully to be able to safely sleep.
-
-            if self
-                .submit_sqes()
-                .or_else(Reactor::busy_ok)
-                .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)?
-                != 1
-            {
-                // We failed to submit the `SQE` that links the rings. Just can't sleep.
-                // Waiting here is unsafe because we could end up waiting much longer than
-                // needed.
-                //
-                // The entry stays queued rather than being repaired. io-uring
-                // cannot rewrite an entry once pushed, and does not need to:
-                // the poll goes out with the next submit, arms on the latency
-                // ring, and completes almost immediately, and that completion
-                // is what retires the source registration. A `LinkRings`
-                // completion wakes nobody, so the only cost is a spurious CQE.
-                // See docs/investigations/iou-replacement/sleep-failure-path.md.
-                Err(io::Error::from_raw_os_error(libc::EBUSY))
-            } else {
-                // The rings are linked. Goodnight!
-                self.ring
-                    .submit_and_wait(1)
-                    .map(|_| 1)
-                    .or_else(Reactor::busy_ok)
-                    .or_else(Reactor::again_ok)
-                    .or_else(Reactor::intr_ok)
+        // The kernel waits only once everything given was submitted: if the
+        // poll that links the rings did not go in, this returns without
+        // waiting, which is the release's "just can't sleep". A wait that
+        // times out with nothing submitted is `ETIME`: the user timer's wake.
+        let timespec;
+        let entered = match timeout {
+            Some(d) => {
+                timespec = types::Timespec::from(d);
+                let args = types::SubmitArgs::new().timespec(&timespec);
+                self.ring.submitter().submit_with_args(1, &args)
             }
+            None => self.ring.submit_and_wait(1),
+        };
+        let submitted = match entered {
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(0),
+            other => other,
+        }
+        .or_else(Reactor::busy_ok)
+        .or_else(Reactor::again_ok)
+        .or_else(Reactor::intr_ok)?;
+        self.in_kernel += submitted;
+        if submitted != linking {
+            // We failed to submit the `SQE` that links the rings, so the
+            // kernel did not wait. The entry stays queued rather than being
+            // repaired. io-uring cannot rewrite an entry once pushed, and
+            // does not need to: the poll goes out with the next submit, arms
+            // on the latency ring, and completes almost immediately, and that
+            // completion is what retires the source registration. A
+            // `LinkRings` completion wakes nobody, so the only cost is a
+            // spurious CQE. See
+            // docs/investigations/iou-replacement/sleep-failure-path.md.
+            Err(io::Error::from_raw_os_error(libc::EBUSY))
         } else {
-            // Can't link rings because we ran out of `CQE`s. Just can't sleep.
-            // Submit what we have, once we're out of here we'll consume them
-            // and at some point will be able to sleep again.
-            self.submit_sqes()
-                .or_else(Reactor::busy_ok)
-                .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)
+            Ok(1)
         }
     }
 }
@@ -1450,6 +1466,19 @@ pub(crate) struct Reactor {
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
+    /// The poll of `link_fd` on the main ring that the last sleep armed
+    /// (coral): kept while it has not completed, so that a sleep woken by
+    /// the main ring leaves it armed for the next one instead of adding
+    /// another.
+    link_rings_src: RefCell<Option<Source>>,
+    /// Whether the main ring's `io_uring_enter` takes a wait timeout
+    /// (`IORING_FEAT_EXT_ARG`, 5.11; coral): a sleep then waits for the next
+    /// user timer with the wait's own timeout instead of a timeout request on
+    /// the latency ring, and may keep the preemption timer armed.
+    sleep_timeout_in_wait: bool,
+    /// Whether the next sleep keeps the preemption timer armed (coral; set
+    /// by the executor before it parks, `keep_preempt_timer_in_sleep`).
+    sleep_keeps_preempt: Cell<bool>,
 
     // This keeps the `eventfd` alive. Drop will close it when we're done
     notifier: Arc<sys::SleepNotifier>,
@@ -1568,6 +1597,7 @@ impl Reactor {
         }
 
         let link_fd = latency_ring.ring_fd();
+        let sleep_timeout_in_wait = main_ring.ring.params().is_feature_ext_arg();
 
         let eventfd_src = Source::new(
             IoRequirements::default(),
@@ -1590,6 +1620,9 @@ impl Reactor {
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
+            link_rings_src: RefCell::new(None),
+            sleep_timeout_in_wait,
+            sleep_keeps_preempt: Cell::new(false),
             notifier,
             eventfd_src,
             source_map,
@@ -1984,17 +2017,43 @@ impl Reactor {
     /// what we do is we take advantage of the fact that the ring's `ring_fd` is
     /// pollable and register a `POLL_ADD` event into the ring we will wait on.
     ///
+    /// coral: the poll is kept while it has not completed (a sleep woken by
+    /// the main ring leaves it armed, and the next sleep arms no other), and
+    /// a new one goes to the kernel with the wait (`SleepableRing::sleep`).
+    /// `timeout` is the next user timer, where the wait takes a timeout.
+    ///
     /// We may not be able to register an `SQE` at this point, so we return an
     /// Error and will just not sleep.
-    fn link_rings_and_sleep(&self, ring: &mut SleepableRing) -> io::Result<()> {
-        let link_rings = Source::new(
-            IoRequirements::default(),
-            self.link_fd,
-            SourceType::LinkRings,
-            None,
-            None,
-        );
-        ring.sleep(&link_rings).or_else(Self::busy_ok).map(|_| {})
+    fn link_rings_and_sleep(
+        &self,
+        ring: &mut SleepableRing,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        let mut kept = self.link_rings_src.borrow_mut();
+        let link_rings = match kept.as_ref() {
+            Some(src) if src.is_enqueued() => None,
+            _ => Some(Source::new(
+                IoRequirements::default(),
+                self.link_fd,
+                SourceType::LinkRings,
+                None,
+                None,
+            )),
+        };
+        let slept = ring.sleep(link_rings.as_ref(), timeout);
+        if let Some(src) = link_rings.filter(|src| src.is_enqueued()) {
+            *kept = Some(src);
+        }
+        slept.or_else(Self::busy_ok).map(|_| {})
+    }
+
+    /// Whether the next sleep keeps the preemption timer armed (coral): the
+    /// executor says yes when a task ran since it last parked, so that a
+    /// busy executor's short sleeps neither cancel the timer before nor
+    /// re-arm it after; it says no when it woke and ran nothing, so that an
+    /// idle executor is woken by the timer at most once, not every period.
+    pub(crate) fn keep_preempt_timer_in_sleep(&self, keep: bool) {
+        self.sleep_keeps_preempt.set(keep);
     }
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
@@ -2080,6 +2139,12 @@ impl Reactor {
         // the task queues are then preempted at most one preempt period
         // after this turn, as before, and a busy executor does not cancel
         // and re-arm it (a system call on the latency ring) on every turn.
+        // Where the wait takes the user timer as its timeout (so the
+        // latency-ring timer is only ever a preemption timer), a sleep keeps
+        // it too when the executor asks (a task ran since it last parked):
+        // cancelling it before a short sleep and arming it after cost two
+        // system calls a sleep, and a timer that fires in a sleep wakes the
+        // executor once, after which it is not re-armed before a task runs.
         // Otherwise (it fired, it is a sleep's longer user timer, or no
         // preempt timer is wanted because we may sleep) it is cancelled, as
         // before: if we will sleep, a timer left armed would wake us.
@@ -2090,6 +2155,14 @@ impl Reactor {
         ) {
             (Some(preempt), Some(deadline), Some(src))
                 if !src.has_result() && deadline <= Instant::now() + preempt =>
+            {
+                self.latency_preemption_timeout_src.set(Some(src));
+                true
+            }
+            (None, Some(_), Some(src))
+                if self.sleep_timeout_in_wait
+                    && self.sleep_keeps_preempt.get()
+                    && !src.has_result() =>
             {
                 self.latency_preemption_timeout_src.set(Some(src));
                 true
@@ -2141,27 +2214,43 @@ impl Reactor {
 
         if should_sleep {
             // We are about to go to sleep. It's ok to sleep, but if there
-            // is a timer set, we need to make sure we wake up to handle it.
+            // is a timer set, we need to make sure we wake up to handle it:
+            // the wait's own timeout where the kernel takes one (coral),
+            // else a timeout request on the latency ring, as in the release.
+            let mut sleep_timeout = None;
             if let Some(dur) = user_timer {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                self.latency_preemption_deadline
-                    .set(Some(Instant::now() + dur));
-                assert!(flush_rings!(lat_ring)? > 0);
+                if self.sleep_timeout_in_wait {
+                    sleep_timeout = Some(dur);
+                } else {
+                    self.latency_preemption_timeout_src
+                        .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                    self.latency_preemption_deadline
+                        .set(Some(Instant::now() + dur));
+                    assert!(flush_rings!(lat_ring)? > 0);
+                }
             }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
             // last time until now it could be that something happened in a remote executor
             // that opened up room. If it did we bail on sleep and go process it.
             self.notifier.prepare_to_sleep();
-            // See https://www.scylladb.com/2018/02/15/memory-barriers-seastar-linux/ for
-            // details. This translates to `sys_membarrier()` /
-            // `MEMBARRIER_CMD_PRIVATE_EXPEDITED`
-            membarrier::heavy();
+            // coral: a SeqCst fence, paired with the one every notifier
+            // (`SleepNotifier::notify`: a remote executor's send or receive,
+            // a foreign waker, the blocking thread) runs between publishing
+            // its work and reading `should_notify`: either this sweep sees
+            // the work or the notifier sees us asleep and writes the
+            // eventfd. The release paired a `membarrier` here (a system call
+            // that interrupts every CPU running a thread of the process, on
+            // every sleep) with a compiler fence there; see
+            // https://www.scylladb.com/2018/02/15/memory-barriers-seastar-linux/.
+            // The fence costs this side an `mfence` a sleep and a notifier
+            // one `mfence` a notification, where its compare-exchange is
+            // already a locked instruction on x86.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
                 if self.eventfd_src.is_installed().unwrap() {
-                    self.link_rings_and_sleep(&mut main_ring)
+                    self.link_rings_and_sleep(&mut main_ring, sleep_timeout)
                         .expect("some error");
                     // May have new cancellations related to the link ring fd.
                     flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
