@@ -20,7 +20,6 @@ use std::{
     thread::JoinHandle,
 };
 
-use super::membarrier;
 
 // So hard to copy/clone io::Error, plus need to send between threads. Best to
 // do all i64.
@@ -201,7 +200,7 @@ impl BlockingThreadPool {
         // https://github.com/DataDog/glommio/issues/652
         // An alternative solution is to pull in https://crates.io/crates/ctor as a dependency and run this
         // that way - then the public API to call early_init can be elided wholesale.
-        membarrier::initialize_strategy();
+        // coral: no membarrier registration (see `executor::early_init`).
 
         let (in_tx, in_rx) = flume::bounded(4 << 10);
         let (out_tx, out_rx) = flume::bounded(4 << 10);

@@ -240,8 +240,9 @@ pub(crate) fn sendmsg_syscall(
 }
 
 mod dma_buffer;
+// coral: unused since the sleep fences instead (`Reactor::wait`).
+#[allow(dead_code)]
 mod membarrier;
-pub(crate) use membarrier::initialize_strategy as initialize_membarrier_strategy;
 pub(crate) mod source;
 pub(crate) mod sysfs;
 mod uring;
