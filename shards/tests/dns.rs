@@ -582,28 +582,59 @@ fn a_burst_from_many_senders_is_answered_each_to_its_sender() {
     );
     const SENDERS: u16 = 8;
     const EACH: u16 = 24;
-    let socks: Vec<UdpSocket> = (0..SENDERS)
+    let socks = senders("127.13.16", SENDERS);
+    burst_until_answered(&socks, node.dns, EACH, "unanswered", |i, j, a| {
+        assert!(j < EACH);
+        // The question is echoed: the answer is to this query.
+        let q = query(i * 1000 + j, &burst_name(i, j), 1, false);
+        assert_eq!(&a[12..q.len()], &q[12..]);
+        assert!(u16::from_be_bytes([a[6], a[7]]) >= 1, "an address record");
+    });
+}
+
+/// `n` UDP sockets on `net`.10, .11, ... (a /24 of the test's own), each
+/// waiting at most half a second for an answer.
+fn senders(net: &str, n: u16) -> Vec<UdpSocket> {
+    (0..n)
         .map(|i| {
-            let s = UdpSocket::bind(format!("127.13.16.{}:0", 10 + i)).unwrap();
+            let s = UdpSocket::bind(format!("{net}.{}:0", 10 + i)).unwrap();
             s.set_read_timeout(Some(Duration::from_millis(500)))
                 .unwrap();
             s
         })
-        .collect();
-    let name = |i: u16, j: u16| format!("www.s{i}q{j}.example.com.http.L2.L1.L0.coralcdn.test");
-    let mut missing: Vec<Vec<u16>> = (0..SENDERS).map(|_| (0..EACH).collect()).collect();
+        .collect()
+}
+
+/// The name sender `i`'s query `j` of a burst asks for.
+fn burst_name(i: u16, j: u16) -> String {
+    format!("www.s{i}q{j}.example.com.http.L2.L1.L0.coralcdn.test")
+}
+
+/// Each of `socks` sends its `each` queries (id `1000 × sender + j`) to `dns`
+/// at once, without waiting, so that they queue at the node's socket
+/// together; those unanswered are sent again until every one is answered
+/// (within a minute, else panics with `what`). Every answer must come from
+/// `dns` to the sender that asked, with NOERROR; `check(sender, j, answer)`
+/// looks at each one too. Returns the queries answered.
+fn burst_until_answered(
+    socks: &[UdpSocket],
+    dns: SocketAddr,
+    each: u16,
+    what: &str,
+    mut check: impl FnMut(u16, u16, &[u8]),
+) -> u64 {
+    let mut missing: Vec<Vec<u16>> = socks.iter().map(|_| (0..each).collect()).collect();
+    let mut answered = 0;
     let start = Instant::now();
     while missing.iter().any(|m| !m.is_empty()) {
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "unanswered after a minute: {missing:?}"
+            "{what} after a minute: {missing:?}"
         );
-        // Every sender's missing queries at once, without waiting: they
-        // queue at the node's socket together.
         for (i, s) in socks.iter().enumerate() {
             for &j in &missing[i] {
                 let id = i as u16 * 1000 + j;
-                s.send_to(&query(id, &name(i as u16, j), 1, false), node.dns)
+                s.send_to(&query(id, &burst_name(i as u16, j), 1, false), dns)
                     .unwrap();
             }
         }
@@ -613,21 +644,20 @@ fn a_burst_from_many_senders_is_answered_each_to_its_sender() {
                 let Ok((n, from)) = s.recv_from(&mut buf) else {
                     break;
                 };
-                assert_eq!(from, node.dns);
+                assert_eq!(from, dns);
                 let a = &buf[..n];
                 let id = u16::from_be_bytes([a[0], a[1]]);
                 assert_eq!(id / 1000, i as u16, "an answer for another sender");
-                let j = id % 1000;
-                assert!(j < EACH);
                 assert_eq!(rcode(a), 0);
-                // The question is echoed: the answer is to this query.
-                let q = query(id, &name(i as u16, j), 1, false);
-                assert_eq!(&a[12..q.len()], &q[12..]);
-                assert!(u16::from_be_bytes([a[6], a[7]]) >= 1, "an address record");
-                missing[i].retain(|&m| m != j);
+                check(i as u16, id % 1000, a);
+                if let Some(k) = missing[i].iter().position(|&m| m == id % 1000) {
+                    missing[i].swap_remove(k);
+                    answered += 1;
+                }
             }
         }
     }
+    answered
 }
 
 /// `query` with an EDNS OPT record whose Padding option (RFC 7830, code
@@ -800,48 +830,16 @@ fn two_cores_answer_each_on_its_own_with_no_barrier_or_wake_between_them() {
     const SENDERS: u16 = 32;
     const ROUNDS: u16 = 8;
     const EACH: u16 = 16;
-    let socks: Vec<UdpSocket> = (0..SENDERS)
-        .map(|i| {
-            let s = UdpSocket::bind(format!("127.13.18.{}:0", 10 + i)).unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(500)))
-                .unwrap();
-            s
-        })
-        .collect();
-    let name = |i: u16, j: u16| format!("www.s{i}q{j}.example.com.http.L2.L1.L0.coralcdn.test");
+    let socks = senders("127.13.18", SENDERS);
     let mut answered = 0u64;
     for round in 0..ROUNDS {
-        let mut missing: Vec<Vec<u16>> = (0..SENDERS).map(|_| (0..EACH).collect()).collect();
-        let start = Instant::now();
-        while missing.iter().any(|m| !m.is_empty()) {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "round {round} unanswered after a minute"
-            );
-            for (i, s) in socks.iter().enumerate() {
-                for &j in &missing[i] {
-                    let id = i as u16 * 1000 + j;
-                    s.send_to(&query(id, &name(i as u16, j), 1, false), dns)
-                        .unwrap();
-                }
-            }
-            for (i, s) in socks.iter().enumerate() {
-                let mut buf = [0u8; 4096];
-                while !missing[i].is_empty() {
-                    let Ok((n, from)) = s.recv_from(&mut buf) else {
-                        break;
-                    };
-                    assert_eq!(from, dns);
-                    let id = u16::from_be_bytes([buf[0], buf[1]]);
-                    assert_eq!(id / 1000, i as u16, "an answer for another sender");
-                    assert_eq!(rcode(&buf[..n]), 0);
-                    if let Some(k) = missing[i].iter().position(|&m| m == id % 1000) {
-                        missing[i].swap_remove(k);
-                        answered += 1;
-                    }
-                }
-            }
-        }
+        answered += burst_until_answered(
+            &socks,
+            dns,
+            EACH,
+            &format!("round {round} unanswered"),
+            |_, _, _| {},
+        );
     }
     let after = node.admin_get("/stats").2;
     // strace detaches on SIGINT and writes out what it has.
