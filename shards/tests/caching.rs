@@ -327,7 +327,11 @@ fn rfc9211_cache_status_says_what_happened() {
     let dir = temp_dir("caching-status");
     let origin = Origin::start("127.46.4.100:8080", |path, mode| match (path, mode) {
         ("/zero", _) => ok("Cache-Control: max-age=0\r\n", "zero"),
-        (_, 0) => ok("Cache-Control: max-age=1\r\n", "one"),
+        // Three seconds, not one: freshness counts whole seconds, so two
+        // requests a few milliseconds apart that straddle a second's edge
+        // already see an age of 1, and max-age=1 made the hit below stale
+        // (a CI failure on a loaded machine: "fwd=stale; stored; ttl=1").
+        (_, 0) => ok("Cache-Control: max-age=3\r\n", "one"),
         _ => None,
     });
     let node = node(dir.path(), "127.46.4.1", "127.46.4.100", "");
@@ -354,7 +358,9 @@ fn rfc9211_cache_status_says_what_happened() {
     assert!(cs.starts_with("coral; hit; ttl="), "{cs}");
     assert!(!cs.contains("fwd") && !cs.contains("stored"), "{cs}");
     // Stale, the origin gone: stale-on-error, not stored.
-    std::thread::sleep(Duration::from_millis(2100));
+    // The freshness itself is what is waited out here: past max-age by a
+    // whole second, so that the ttl shown is negative (whole seconds).
+    std::thread::sleep(Duration::from_millis(4100));
     origin.set_mode(1);
     let stale = node.curl(&url("/one"), &[]);
     assert_eq!(stale.body, b"one");
