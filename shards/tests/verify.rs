@@ -497,15 +497,47 @@ fn node_key(state: &Path) -> coral::identity::PublicKey {
 
 /// Waits until `node`'s DSHT holds evidence against the node whose state
 /// directory is `state` (an accuser's pointer under its evidence key):
-/// the accuser's put has landed.
-fn wait_evidence(node: &Node, state: &Path) {
+/// the accuser's put has landed. If it never does, the panic carries what
+/// explains it (the issue 27 session 10 flake): every node of `trio`'s get
+/// of that key (which of them holds it), its levels and its DSHT and
+/// evidence counters.
+fn wait_evidence(node: &Node, state: &Path, trio: [&Node; 3]) {
     let key = coral::verify::evidence::evidence_key(&node_key(state));
-    wait_until(START_WAIT, Duration::from_millis(100), || {
+    let start = std::time::Instant::now();
+    loop {
         let got = node.client(&["get", &key.to_string()]);
-        (got["values"].as_array().is_some_and(|v| !v.is_empty()))
-            .then_some(())
-            .ok_or_else(|| format!("no evidence under {key}: {got}"))
-    });
+        if got["values"].as_array().is_some_and(|v| !v.is_empty()) {
+            return;
+        }
+        if start.elapsed() >= START_WAIT {
+            panic!(
+                "no evidence under {key} from {}: {got}\n{}",
+                node.ip,
+                dsht_state(&trio, &key.to_string())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// For a failure message: each node's get of `key`, its levels (contacts,
+/// clusters) and its DSHT and evidence counters (`dsht`, `verify` blocks of
+/// its status).
+fn dsht_state(nodes: &[&Node], key: &str) -> String {
+    let mut out = String::new();
+    for n in nodes {
+        let get = n.client_output(&["get", key]);
+        let levels = n.client_output(&["levels"]);
+        let status = n.status_json();
+        out += &format!(
+            "node {}:\n  get {key}: {}\n  levels: {}\n  status: {}\n",
+            n.ip,
+            String::from_utf8_lossy(&get.stdout).trim(),
+            String::from_utf8_lossy(&levels.stdout).trim(),
+            status,
+        );
+    }
+    out
 }
 
 /// Waits until `event` on `node` reaches `n`.
@@ -551,7 +583,7 @@ fn issue22_item5c_evidence_in_the_dsht_makes_other_nodes_refuse_a_forger() {
     let _ = b.curl(&url, &[]);
     wait_event(&b, "audit_failed", 1.0);
     wait_event(&b, "evidence_stored", 1.0);
-    wait_evidence(&c, &state_of(dir.path(), "f"));
+    wait_evidence(&c, &state_of(dir.path(), "f"), [&f, &b, &c]);
     // f signs another forgery; c has never heard of f's lie.
     let url = coralized("www.origin.test", 8080, "/other.bin");
     assert!(f.curl(&url, &[]).body != other);
@@ -623,7 +655,7 @@ fn issue22_item5c_a_false_accusation_costs_the_accuser_not_the_accused() {
     wait_pointer(&l, &h, "/page.bin");
     assert!(l.curl(&url, &[]).body == page);
     wait_event(&l, "evidence_stored", 1.0);
-    wait_evidence(&c, &state_of(dir.path(), "f"));
+    wait_evidence(&c, &state_of(dir.path(), "f"), [&h, &l, &c]);
     assert_eq!(event(&l, "audit_failed"), 0.0, "the audit passed");
     let url = coralized("www.origin.test", 8080, "/other.bin");
     assert!(h.curl(&url, &[]).body == other);
@@ -693,7 +725,7 @@ fn issue22_item5c_a_repr_digest_catch_is_evidence_for_every_node() {
     assert!(b.curl(&url, &[]).body == page, "b served the forgery");
     assert_eq!(event(&b, "forged"), 1.0);
     wait_event(&b, "evidence_stored", 1.0);
-    wait_evidence(&c, &state_of(dir.path(), "f"));
+    wait_evidence(&c, &state_of(dir.path(), "f"), [&f, &b, &c]);
     let url = coralized("www.origin.test", 8080, "/other.bin");
     assert!(f.curl(&url, &[]).body != other);
     wait_pointer(&c, &f, "/other.bin");
