@@ -456,10 +456,19 @@ impl ProxyCore {
                     .shard
                     .dsht_op(|n, now| n.put(now, key, value.clone(), ttl, None))
                     .await;
+                // Landed only where every node can find it: in the global
+                // level's (0) store, or where the put stopped at a full and
+                // loaded node (the key is stored widely already). A put that
+                // stored only in this node's own cluster levels (a node
+                // still alone in its level-1 and level-2 clusters stores
+                // there locally) while the global step failed is not
+                // published: it is tried again.
                 let landed = matches!(
                     &done,
                     Some(Event::PutDone { levels, .. })
-                        if levels.iter().any(|l| l.stored_at.is_some())
+                        if levels.iter().any(|l| {
+                            l.stopped_at_loaded || (l.level == 0 && l.stored_at.is_some())
+                        })
                 );
                 if landed {
                     bump(&pc.verify.evidence_stored);
