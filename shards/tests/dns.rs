@@ -95,6 +95,24 @@ fn unbound(dir: &Path, listen: SocketAddr, stub: &str, verbosity: u8) -> Proc {
     proc
 }
 
+/// One length-prefixed DNS message read from a TCP stream (RFC 7766 §8).
+fn read_tcp_message(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len)?;
+    let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
+    s.read_exact(&mut a)?;
+    Ok(a)
+}
+
+/// `q` over a new TCP connection to `server`, framed, and its answer.
+fn tcp_exchange(server: SocketAddr, q: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(server).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&(q.len() as u16).to_be_bytes()).unwrap();
+    s.write_all(q).unwrap();
+    read_tcp_message(&mut s).unwrap()
+}
+
 fn udp_exchange(server: SocketAddr, q: &[u8], wait: Duration) -> Option<Vec<u8>> {
     let s = UdpSocket::bind("127.13.0.200:0").ok()?;
     s.set_read_timeout(Some(wait)).ok()?;
@@ -261,10 +279,7 @@ fn rfc7766_tc_over_udp_and_the_whole_answer_over_pipelined_tcp() {
     }
     s.write_all(&batch).unwrap();
     for (id, rc) in [(11u16, 0u8), (12, 0), (13, 5)] {
-        let mut len = [0u8; 2];
-        s.read_exact(&mut len).unwrap();
-        let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
-        s.read_exact(&mut a).unwrap();
+        let a = read_tcp_message(&mut s).unwrap();
         assert_eq!(u16::from_be_bytes([a[0], a[1]]), id);
         assert_eq!(rcode(&a), rc);
         assert_eq!(a[2] & 0x02, 0, "no TC over TCP");
@@ -303,14 +318,7 @@ fn malformed_packets_get_formerr_or_silence_and_the_next_query_is_answered() {
     let a = udp_exchange(node.dns, &good, Duration::from_secs(5)).expect("still answering");
     assert_eq!(rcode(&a), 0);
     // Over TCP too.
-    let mut s = TcpStream::connect(node.dns).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(&(looped.len() as u16).to_be_bytes()).unwrap();
-    s.write_all(&looped).unwrap();
-    let mut len = [0u8; 2];
-    s.read_exact(&mut len).unwrap();
-    let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
-    s.read_exact(&mut a).unwrap();
+    let a = tcp_exchange(node.dns, &looped);
     assert_eq!(rcode(&a), 1);
 }
 
@@ -358,10 +366,7 @@ fn rfc7766_tcp_connections_are_capped_and_idle_ones_closed() {
         let q = query(id, "a.coral.test", 1, false);
         s.write_all(&(q.len() as u16).to_be_bytes())?;
         s.write_all(&q)?;
-        let mut len = [0u8; 2];
-        s.read_exact(&mut len)?;
-        let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
-        s.read_exact(&mut a)?;
+        let a = read_tcp_message(s)?;
         Ok(u16::from_be_bytes([a[0], a[1]]))
     };
     let open = || {
@@ -740,14 +745,7 @@ fn rfc6891_a_udp_query_over_the_receive_buffer_is_dropped_and_counted() {
     assert_eq!(node.node.metric("coral_dns_oversized_total"), 3.0);
     // Over TCP the frame is read whole: the padded 5,000 octets answered.
     let big = padded_query(21, name, 5000);
-    let mut t = TcpStream::connect(node.dns).unwrap();
-    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    t.write_all(&(big.len() as u16).to_be_bytes()).unwrap();
-    t.write_all(&big).unwrap();
-    let mut len = [0u8; 2];
-    t.read_exact(&mut len).unwrap();
-    let mut a = vec![0u8; u16::from_be_bytes(len) as usize];
-    t.read_exact(&mut a).unwrap();
+    let a = tcp_exchange(node.dns, &big);
     assert_eq!((a[1], rcode(&a)), (21, 0));
 }
 
