@@ -111,9 +111,16 @@ fn nodes_at_any_address_reach_one_another() {
     sim.restart(4, Node::new(config.clone(), moved, sim.now(), 44).unwrap());
     sim.with_node(4, |node, now| node.bootstrap(now, &[addr(2)]));
     sim.run_for(Duration::from_secs(60));
+    // Each node knows most of the 15 others. Not all: four nodes share
+    // 192.0.2.0/24 and four 2001:db8::/48, and a bucket takes two of each
+    // (`RoutingTable::set_address_limits`), so node 4's far bucket holds
+    // at most 8 of the 12 nodes in its range; which of them it holds
+    // depends on which answered its walks. (Node 4 held 10 before rule 10
+    // of ARCHITECTURE.md "No hot spot for any id set", 9 with it: the
+    // others' refills change which nodes answer its join.)
     for i in 0..16 {
         let t = sim.node(i).routing_table(0).unwrap();
-        assert!(t.len() >= 10, "node {i} knows only {} nodes", t.len());
+        assert!(t.len() >= 9, "node {i} knows only {} nodes", t.len());
     }
     let key = Id::hash(b"anywhere");
     put(&mut sim, 2, key, b"v", 3600);

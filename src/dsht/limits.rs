@@ -18,6 +18,14 @@ pub const LEARNED_CONTACTS_MAX: usize = 1024;
 /// the buckets of a network of millions, without a burst of lookups.
 pub const JOIN_REFRESHES_MAX: usize = 20;
 
+/// Growth of a node's estimate of the network's size (a factor) since it
+/// last filled a level's far buckets at which it fills them again
+/// (`Node::refill_if_grown`, rule 10 of ARCHITECTURE.md "No hot spot for
+/// any id set"). A node refills at most log_4(2^32) = 16 times a level in
+/// its life, whatever its estimate does: it refills only past 4× the
+/// estimate of its last fill, which never falls.
+pub const REFILL_GROWTH_FACTOR: u32 = 4;
+
 /// Cluster changes kept for
 /// [`Node::poll_cluster_change`](super::node::Node::poll_cluster_change)
 /// before the oldest are dropped.

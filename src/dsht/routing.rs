@@ -570,6 +570,12 @@ impl RoutingTable {
         }
     }
 
+    /// Whether bucket `bi` (holding distances of bit length `bi + 1`) holds
+    /// k contacts.
+    pub fn bucket_is_full(&self, bi: usize) -> bool {
+        self.span(bi).1 >= self.bucket_size
+    }
+
     /// Whether `insert` of a new contact `id` would add it without a ping:
     /// used to decide whether an unverified sender is worth a verifying ping.
     pub fn has_room_for(&self, id: &Id) -> bool {

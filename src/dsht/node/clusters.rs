@@ -48,6 +48,7 @@ impl Node {
             state.store.clear();
             state.size_estimate = 1;
             state.estimated_at = None;
+            state.filled_for = 0;
             state.members.clear();
             state.members.shrink_to_fit();
             self.managers[l - 1].on_switched();

@@ -94,7 +94,7 @@ impl Node {
                     match o.kind {
                         OpKind::Get => self.finish_get_miss(op, o, now, closest),
                         OpKind::Refresh if o.key == self.id => {
-                            self.refresh_far_buckets(now, o.level)
+                            self.refresh_far_buckets(now, o.level, false)
                         }
                         OpKind::JoinRefresh => self.adopt_join_refresh(now, o.level, lookup),
                         _ => {}

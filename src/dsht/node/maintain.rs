@@ -4,7 +4,7 @@
 use smallvec::SmallVec;
 
 use crate::dsht::id::Id;
-use crate::dsht::limits::JOIN_REFRESHES_MAX;
+use crate::dsht::limits::{JOIN_REFRESHES_MAX, REFILL_GROWTH_FACTOR};
 use crate::dsht::lookup::Lookup;
 use crate::dsht::wire::Contact;
 use crate::time::{Duration, Time};
@@ -36,6 +36,9 @@ impl Node {
                 l.store
                     .set_probes_per_min_target((bound / 2).min(u64::from(u32::MAX)) as u32);
             }
+        }
+        for level in 0..self.levels.len() {
+            self.refill_if_grown(now, level as Level);
         }
         if now.saturating_since(self.last_sweep) >= SWEEP_INTERVAL {
             self.last_sweep = now;
@@ -89,10 +92,45 @@ impl Node {
         }
     }
 
+    /// Rule 10 (issue 27): a node fills its full far buckets again, as it
+    /// did when it joined, once its estimate of the network's size has grown
+    /// [`REFILL_GROWTH_FACTOR`]-fold since it last did. A join fills each
+    /// far bucket with a random neighbourhood of its range (rule 9), a fair
+    /// sample of the network *as it was*; the nodes that join later enter
+    /// it only when a contact fails, since a full bucket keeps contacts of
+    /// known uptime. So a node that joined when the network was j nodes
+    /// was adopted by each later joiner with a chance that falls as 1/j,
+    /// and the early joiners sat in many times the median node's tables:
+    /// at 10,000 nodes (seed 1) the 65th to join was in 526 tables against
+    /// the median's 58, the first hop of 95 nodes' walks toward the key,
+    /// and took 185 put RPCs in the load's first minute, before anything
+    /// was loaded; at 1,000,000 nodes its like took 583 against the bound
+    /// 240. Refilled at each 4-fold growth, a table is a sample of a
+    /// network at least a quarter of today's (a bucket with room needs no
+    /// refill: it takes every node it hears from). The preference for uptime is
+    /// given up for the contacts the refill finds in their place: a bucket
+    /// takes the k closest answers to a random id in its range, ahead of
+    /// older contacts (`RoutingTable::adopt`), which keep only the room
+    /// left. At most 16 refills a level in a node's life
+    /// ([`REFILL_GROWTH_FACTOR`]); levels above 0 start again when the node
+    /// switches cluster.
+    fn refill_if_grown(&mut self, now: Time, level: Level) {
+        let l = &self.levels[level as usize];
+        if l.filled_for > 0 && l.size_estimate >= l.filled_for.saturating_mul(REFILL_GROWTH_FACTOR)
+        {
+            self.refresh_far_buckets(now, level, true);
+        }
+    }
+
     /// After a lookup for our own id (joining), refresh every bucket farther
     /// than our closest neighbour with a lookup for a random id in it, as
-    /// Kademlia does, so the table holds contacts across the whole id space.
-    pub(super) fn refresh_far_buckets(&mut self, now: Time, level: Level) {
+    /// Kademlia does, so the table holds contacts across the whole id space;
+    /// each refresh's answers take its bucket (rule 9). Also a refill
+    /// ([`Node::refill_if_grown`]), `only_full`: a bucket with room takes
+    /// every node it hears from, so only a full one holds a stale sample.
+    pub(super) fn refresh_far_buckets(&mut self, now: Time, level: Level, only_full: bool) {
+        let l = &mut self.levels[level as usize];
+        l.filled_for = l.filled_for.max(l.table.size_estimate()).max(1);
         let table = &self.levels[level as usize].table;
         let Some(nearest) = table
             .entries()
@@ -107,6 +145,9 @@ impl Node {
             .rev()
             .take(JOIN_REFRESHES_MAX)
         {
+            if only_full && !self.levels[level as usize].table.bucket_is_full(bucket) {
+                continue;
+            }
             let target = self.random_id_in_bucket(bucket);
             self.refresh_as(now, target, level, OpKind::JoinRefresh);
         }

@@ -310,6 +310,9 @@ struct LevelState {
     /// reads every contact of the lowest buckets, and most maintenance
     /// rounds find the table holding the same contacts as the last.
     estimated_at: Option<u64>,
+    /// The size estimate when this level's far buckets were last filled by
+    /// refreshes (`Node::refresh_far_buckets`), 0 before the join's.
+    filled_for: u32,
     /// Nodes known first-hand to share this level's cluster: each answered
     /// one of our RPCs from this address with our cluster in its header,
     /// within the level's RTT threshold. A request at this level is served
@@ -553,6 +556,7 @@ impl Node {
                     .with_limits(quotas, keyed_hasher(&hash_secret, "store")),
                     size_estimate: 1,
                     estimated_at: None,
+                    filled_for: 0,
                     members: HashMap::with_hasher(keyed_hasher(&hash_secret, "members")),
                 }
             })

@@ -53,7 +53,8 @@ pub(super) enum OpKind {
     /// A store at the key's closest node, whatever it holds ([`Node::pin`]).
     Pin,
     Refresh,
-    /// A joining node's refresh of one far bucket: its answers take the
+    /// A joining node's refresh of one far bucket, or a refill's after the
+    /// network grew (`Node::refill_if_grown`): its answers take the
     /// bucket ([`Node::adopt_join_refresh`]).
     JoinRefresh,
 }
