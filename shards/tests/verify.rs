@@ -65,20 +65,32 @@ fn event(node: &Node, event: &str) -> f64 {
 }
 
 /// Waits until `node`'s DSHT names `holder`'s proxy under the key of
-/// `path` (so its next miss goes to `holder` as a peer).
+/// `path` (so its next miss goes to `holder` as a peer). If it never does,
+/// the panic carries what explains it, as [`wait_evidence`]'s does: both
+/// nodes' gets of the key, their levels and their DSHT counters.
 fn wait_pointer(node: &Node, holder: &Node, path: &str) {
     let key = coral::proxy::names::cache_key(&format!("http://www.origin.test:8080{path}"));
     let want = format!("{}:8090", holder.ip);
-    wait_until(START_WAIT, Duration::from_millis(100), || {
+    let start = std::time::Instant::now();
+    loop {
         let got = node.client(&["get", &key.to_string()]);
-        got["values"]
+        let found = got["values"]
             .as_array()
             .into_iter()
             .flatten()
-            .any(|v| v["addr"].as_str() == Some(&want))
-            .then_some(())
-            .ok_or_else(|| format!("no pointer to {want} for {path}: {got}"))
-    });
+            .any(|v| v["addr"].as_str() == Some(&want));
+        if found {
+            return;
+        }
+        if start.elapsed() >= START_WAIT {
+            panic!(
+                "no pointer to {want} for {path} under {key} at {}: {got}\n{}",
+                node.ip,
+                dsht_state(&[node, holder], &key.to_string())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Two nodes: `a` (first, started with `a_env`) and `b` (bootstrapped
