@@ -602,3 +602,39 @@ fn answered_rpcs_leave_no_deadline_behind() {
     sim.run_for(Duration::from_secs(5));
     assert!(sim.node(1).stats().rpc_timeouts > before);
 }
+
+/// A node that is itself the closest to a key stores what it puts there in
+/// its own store (§4.2: the put's path starts at the putting node,
+/// "including itself", and the reverse phase stores at the closest node of
+/// it that is not full). It used to try itself last: it stored at the next
+/// closest node, and a get from any other node, which ends once the
+/// closest node has been asked, found nothing. Three nodes, every key of
+/// 64 whose closest node is the putter: each other node's get finds the
+/// value (before the fix: issue 27 session 11, the evidence a node
+/// published in `shards/tests/verify.rs` item 5c, unseen by the third).
+#[test]
+fn a_putter_closest_to_its_key_stores_it_where_others_look() {
+    let mut sim = network(
+        3,
+        &config_levels(1),
+        ConstantLinks(Duration::from_millis(10)),
+        7,
+    );
+    let ids: Vec<Id> = (0..3).map(|i| sim.node(i).id()).collect();
+    let mut checked = 0;
+    for k in 0..64u32 {
+        let key = Id::hash(format!("closest-putter-{k}").as_bytes());
+        let closest = (0..3).min_by_key(|&i| ids[i].distance(&key)).unwrap();
+        put(&mut sim, closest, key, b"here", 3600);
+        for other in (0..3).filter(|&i| i != closest) {
+            let got = get(&mut sim, other, key, None);
+            assert_eq!(
+                values_of(&got).len(),
+                1,
+                "key {k}: node {closest} is the closest and put it; node {other}'s get: {got:?}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 64);
+}

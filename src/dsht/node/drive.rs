@@ -173,7 +173,7 @@ impl Node {
                 } else if o.kind == OpKind::Pin {
                     claim_stack(lookup, self.id, None)
                 } else {
-                    put_stack(lookup, std::mem::take(stack), stop)
+                    put_stack(lookup, std::mem::take(stack), stop, self.id)
                 };
                 o.phase = Phase::Reverse {
                     stack,
@@ -499,12 +499,26 @@ fn claim_stack(lookup: &Lookup, local: Id, local_holds: Option<bool>) -> Vec<Sta
     entries
 }
 
-/// A put's reverse stack (§4.2): `stack` (the local node, farthest, first
-/// pushed, when eligible), then every answered node that was not full (a
-/// full node refuses the store, so storing there costs an RPC for nothing),
-/// ordered by distance to the key; when the walk `stopped` at a loaded node,
-/// only that node and nodes farther from the key. Popped closest first.
-fn put_stack(lookup: &Lookup, mut stack: Vec<StackEntry>, stopped: bool) -> Vec<StackEntry> {
+/// A put's reverse stack (§4.2): `stack` (the local node `local`, when
+/// eligible) and every answered node that was not full (a full node refuses
+/// the store, so storing there costs an RPC for nothing), ordered by
+/// distance to the key; when the walk `stopped` at a loaded node, only that
+/// node and nodes farther from the key, and the local node. Popped closest
+/// first. The local node is the path's first node ("including itself"),
+/// so every node the walk went on to is closer and is tried before it;
+/// but when no node the walk found is closer than the local node, the local
+/// node is the closest and the value is stored here. (It was always tried
+/// last: a putter closest to its key stored at the next closest node, and a
+/// get from another node, which ends at the closest node, found nothing.
+/// Issue 27 session 11: the evidence a node published against a forger,
+/// stored at the second closest of three nodes, was never found by the
+/// third: `verify::issue22_item5c_evidence_in_the_dsht_makes_other_nodes_refuse_a_forger`.)
+fn put_stack(
+    lookup: &Lookup,
+    mut stack: Vec<StackEntry>,
+    stopped: bool,
+    local: Id,
+) -> Vec<StackEntry> {
     let mut remote: Vec<StackEntry> = lookup
         .answered_by_distance()
         .into_iter()
@@ -535,8 +549,21 @@ fn put_stack(lookup: &Lookup, mut stack: Vec<StackEntry>, stopped: bool) -> Vec<
             });
         }
     }
-    // Pop order: closest first, so push farthest first.
+    // Pop order: closest first, so push farthest first. The local node
+    // goes below every remote node closer to the key than it.
     remote.reverse();
-    stack.extend(remote);
-    stack
+    let key = lookup.key();
+    let mine = local.distance(&key);
+    let closer = remote
+        .iter()
+        .position(|e| match e.at {
+            StoredAt::Remote(c) => c.id.distance(&key) < mine,
+            StoredAt::Local => false,
+        })
+        .unwrap_or(remote.len());
+    let mut out = Vec::with_capacity(stack.len() + remote.len());
+    out.extend(remote.drain(..closer));
+    out.append(&mut stack);
+    out.append(&mut remote);
+    out
 }
