@@ -608,9 +608,8 @@ fn answered_rpcs_leave_no_deadline_behind() {
 /// "including itself", and the reverse phase stores at the closest node of
 /// it that is not full). It used to try itself last: it stored at the next
 /// closest node, and a get from any other node, which ends once the
-/// closest node has been asked, found nothing. Three nodes, every key of
-/// 64 whose closest node is the putter: each other node's get finds the
-/// value (before the fix: issue 27 session 11, the evidence a node
+/// closest node has been asked, found nothing. Three nodes, 64 keys, each
+/// put by its closest node: each other node's get finds the value (before the fix: issue 27 session 11, the evidence a node
 /// published in `shards/tests/verify.rs` item 5c, unseen by the third).
 #[test]
 fn a_putter_closest_to_its_key_stores_it_where_others_look() {
@@ -621,7 +620,6 @@ fn a_putter_closest_to_its_key_stores_it_where_others_look() {
         7,
     );
     let ids: Vec<Id> = (0..3).map(|i| sim.node(i).id()).collect();
-    let mut checked = 0;
     for k in 0..64u32 {
         let key = Id::hash(format!("closest-putter-{k}").as_bytes());
         let closest = (0..3).min_by_key(|&i| ids[i].distance(&key)).unwrap();
@@ -634,7 +632,5 @@ fn a_putter_closest_to_its_key_stores_it_where_others_look() {
                 "key {k}: node {closest} is the closest and put it; node {other}'s get: {got:?}"
             );
         }
-        checked += 1;
     }
-    assert_eq!(checked, 64);
 }

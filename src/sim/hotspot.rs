@@ -599,6 +599,24 @@ pub struct Busiest {
     pub in_tables_median: usize,
 }
 
+/// For each node, how many nodes' level-0 routing tables hold it.
+fn in_tables<L: Links>(sim: &Sim<L>) -> Vec<usize> {
+    let mut in_degree = vec![0usize; sim.len()];
+    for t in 0..sim.len() {
+        for e in sim
+            .node(t)
+            .routing_table(0)
+            .into_iter()
+            .flat_map(|rt| rt.entries())
+        {
+            if let Some(j) = crate::sim::net::sim_index(e.contact.addr) {
+                in_degree[j] += 1;
+            }
+        }
+    }
+    in_degree
+}
+
 #[allow(clippy::too_many_arguments)]
 fn busiest_node<L: Links>(
     sim: &Sim<L>,
@@ -645,16 +663,7 @@ fn busiest_node<L: Links>(
             .is_some_and(|rt| rt.get(who).is_some())
     };
     let senders_knowing_it = senders.iter().filter(|&&s| knows(s as usize, &id)).count();
-    let mut in_degree = vec![0usize; sim.len()];
-    for t in 0..sim.len() {
-        if let Some(rt) = sim.node(t).routing_table(0) {
-            for e in rt.entries() {
-                if let Some(j) = crate::sim::net::sim_index(e.contact.addr) {
-                    in_degree[j] += 1;
-                }
-            }
-        }
-    }
+    let mut in_degree = in_tables(sim);
     let in_tables = in_degree[i];
     in_degree.sort_unstable();
     Some(Busiest {
@@ -730,19 +739,7 @@ mod tests {
                 println!("seed {seed} key {k}: most first hops at one node {most}");
                 most_by_key.push(most);
             }
-            let mut in_tables = vec![0usize; nodes];
-            for t in 0..nodes {
-                for e in sim
-                    .node(t)
-                    .routing_table(0)
-                    .into_iter()
-                    .flat_map(|rt| rt.entries())
-                {
-                    if let Some(j) = crate::sim::net::sim_index(e.contact.addr) {
-                        in_tables[j] += 1;
-                    }
-                }
-            }
+            let mut in_tables = in_tables(&sim);
             in_tables.sort_unstable();
             let (median, most) = (in_tables[nodes / 2], in_tables[nodes - 1]);
             println!("seed {seed}: in routing tables: median node {median}, most {most}");

@@ -459,10 +459,12 @@ impl ProxyCore {
                 // Landed only where every node can find it: in the global
                 // level's (0) store, or where the put stopped at a full and
                 // loaded node (the key is stored widely already). A put that
-                // stored only in this node's own cluster levels (a node
-                // still alone in its level-1 and level-2 clusters stores
-                // there locally) while the global step failed is not
-                // published: it is tried again.
+                // stored only in a cluster level (one a new node may be
+                // alone in) while the global step failed is not published:
+                // it is tried again. (Not the cause of the session 10 CI
+                // failure of verify item 5c, as first thought: that was a
+                // putter closest to the key storing at the next node,
+                // `dsht::node::drive::put_stack`.)
                 let landed = matches!(
                     &done,
                     Some(Event::PutDone { levels, .. })

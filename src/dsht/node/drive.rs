@@ -513,12 +513,7 @@ fn claim_stack(lookup: &Lookup, local: Id, local_holds: Option<bool>) -> Vec<Sta
 /// Issue 27 session 11: the evidence a node published against a forger,
 /// stored at the second closest of three nodes, was never found by the
 /// third: `verify::issue22_item5c_evidence_in_the_dsht_makes_other_nodes_refuse_a_forger`.)
-fn put_stack(
-    lookup: &Lookup,
-    mut stack: Vec<StackEntry>,
-    stopped: bool,
-    local: Id,
-) -> Vec<StackEntry> {
+fn put_stack(lookup: &Lookup, stack: Vec<StackEntry>, stopped: bool, local: Id) -> Vec<StackEntry> {
     let mut remote: Vec<StackEntry> = lookup
         .answered_by_distance()
         .into_iter()
@@ -561,9 +556,6 @@ fn put_stack(
             StoredAt::Local => false,
         })
         .unwrap_or(remote.len());
-    let mut out = Vec::with_capacity(stack.len() + remote.len());
-    out.extend(remote.drain(..closer));
-    out.append(&mut stack);
-    out.append(&mut remote);
-    out
+    remote.splice(closer..closer, stack);
+    remote
 }
