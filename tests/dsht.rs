@@ -634,3 +634,98 @@ fn a_putter_closest_to_its_key_stores_it_where_others_look() {
         }
     }
 }
+
+/// A node whose bootstrap node is down when it starts joins once that node
+/// is up; and a node all of whose contacts die keeps the last one (flagged,
+/// Kademlia §4.1) and joins again through its bootstrap node when that is
+/// back. Without `REBOOTSTRAP_INTERVAL`'s retries it stays alone forever:
+/// a node bootstraps once, and nobody else knows it.
+#[test]
+fn a_node_alone_contacts_its_bootstrap_node_again_until_it_joins() {
+    use coral::dsht::limits::REBOOTSTRAP_INTERVAL;
+    use coral::dsht::routing::CONTACT_FAILURES_MAX;
+    let config = config_levels(1);
+    let fresh =
+        |i: usize, now: Time, seed: u64| Node::new(config.clone(), sim_addr(i), now, seed).unwrap();
+    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), 7);
+    for i in 0..3 {
+        let node = fresh(i, sim.now(), 7000 + i as u64);
+        sim.add(node);
+    }
+    // Node 0, the bootstrap node, is down when node 1 starts.
+    sim.crash(0);
+    sim.with_node(1, |n, now| n.bootstrap(now, &[sim_addr(0)]));
+    sim.run_for(Duration::from_secs(30));
+    assert!(sim.node(1).routing_table(0).unwrap().is_empty());
+    let node = fresh(0, sim.now(), 7100);
+    sim.restart(0, node);
+    sim.with_node(2, |n, now| n.bootstrap(now, &[sim_addr(0)]));
+    sim.run_for(REBOOTSTRAP_INTERVAL + Duration::from_secs(15));
+    let ids: Vec<Id> = (0..3).map(|i| sim.node(i).id()).collect();
+    let t1 = sim.node(1).routing_table(0).unwrap();
+    assert!(
+        t1.get(&ids[0]).is_some() && t1.get(&ids[2]).is_some(),
+        "node 1 did not join once its bootstrap node was up: {} contacts",
+        t1.len()
+    );
+    // Nodes 0 and 2 die; node 1's lookups fail at both.
+    sim.crash(0);
+    sim.crash(2);
+    for k in 0..2 * CONTACT_FAILURES_MAX {
+        get(&mut sim, 1, Id::hash(&[k]), None);
+    }
+    let t1 = sim.node(1).routing_table(0).unwrap();
+    assert_eq!(t1.len(), 1, "node 1 keeps its last contact");
+    assert!(t1.is_stranded().is_some());
+    // Node 0 comes back (state lost): node 1 finds it again.
+    let node = fresh(0, sim.now(), 7200);
+    sim.restart(0, node);
+    sim.run_for(REBOOTSTRAP_INTERVAL + Duration::from_secs(15));
+    let t1 = sim.node(1).routing_table(0).unwrap();
+    assert!(t1.is_stranded().is_none(), "node 1 is still cut off");
+    assert_eq!(t1.get(&ids[0]).map(|e| e.failures), Some(0));
+}
+
+/// A node dropped as dead that restarts at its address is taken back at its
+/// first request, even within the minute in which a ping of ours (answered
+/// before it died) would otherwise hold off another verification ping.
+#[test]
+fn a_contact_dropped_as_dead_is_taken_back_when_it_restarts() {
+    use coral::dsht::routing::CONTACT_FAILURES_MAX;
+    let config = config_levels(1);
+    let fresh =
+        |i: usize, now: Time, seed: u64| Node::new(config.clone(), sim_addr(i), now, seed).unwrap();
+    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), 8);
+    for i in 0..3 {
+        let node = fresh(i, sim.now(), 8000 + i as u64);
+        sim.add(node);
+    }
+    for i in 1..3 {
+        sim.with_node(i, |n, now| n.bootstrap(now, &[sim_addr(0)]));
+    }
+    sim.run_for(Duration::from_secs(2));
+    let id1 = sim.node(1).id();
+    assert!(sim.node(0).routing_table(0).unwrap().get(&id1).is_some());
+    sim.crash(1);
+    let mut k = 0u8;
+    while sim.node(0).routing_table(0).unwrap().get(&id1).is_some() {
+        assert!(
+            k < 4 * CONTACT_FAILURES_MAX,
+            "node 0 never dropped the dead node 1"
+        );
+        sim.with_node(0, |n, now| n.get(now, Id::hash(&[k]), None));
+        sim.run_for(Duration::from_secs(3));
+        k += 1;
+    }
+    // Node 1 restarts (state lost) and joins through node 0, well within a
+    // minute of node 0's first ping of it.
+    assert!(sim.now() < Time::ZERO + Duration::from_secs(40));
+    let node = fresh(1, sim.now(), 8100);
+    sim.restart(1, node);
+    sim.with_node(1, |n, now| n.bootstrap(now, &[sim_addr(0)]));
+    sim.run_for(Duration::from_secs(5));
+    assert!(
+        sim.node(0).routing_table(0).unwrap().get(&id1).is_some(),
+        "node 0 did not take node 1 back"
+    );
+}

@@ -107,8 +107,34 @@ fn joined(node: &Node, contacts: u64) {
 /// only when the new one talks to it; lookups route through the rest).
 fn rejoined(nodes: &[Node], restarted: usize) {
     for (i, n) in nodes.iter().enumerate() {
-        joined(n, if i == restarted { 2 } else { 1 });
+        let want = if i == restarted { 2 } else { 1 };
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| joined(n, want))).is_err() {
+            panic!(
+                "node {} did not rejoin ({want} contacts) after {} restarted:\n{}",
+                n.ip,
+                nodes[restarted].ip,
+                dsht_state(nodes)
+            );
+        }
     }
+}
+
+/// Every node's levels, DSHT counters (RPC timeouts, rate-limited
+/// requests) and log: what a failed wait prints.
+fn dsht_state(nodes: &[Node]) -> String {
+    let mut out = String::new();
+    for n in nodes {
+        let levels = n.client_output(&["levels"]);
+        let (_, _, stats) = n.admin_get("/stats");
+        out += &format!(
+            "node {}:\n  levels: {}\n  stats: {}\n  log:\n{}\n",
+            n.ip,
+            String::from_utf8_lossy(&levels.stdout).trim(),
+            stats.trim(),
+            n.log()
+        );
+    }
+    out
 }
 
 /// nginx on 127.24.`net`.100:8080 sending `/big/*` at `ORIGIN_RATE` per

@@ -26,6 +26,12 @@ pub const JOIN_REFRESHES_MAX: usize = 20;
 /// estimate of its last fill, which never falls.
 pub const REFILL_GROWTH_FACTOR: u32 = 4;
 
+/// How often a node whose level 0 holds no live contact contacts its
+/// bootstrap nodes again ([`Node::bootstrap`](super::node::Node::bootstrap)):
+/// a node started before its bootstrap nodes, or cut off from the network,
+/// joins once one answers. One ping per bootstrap node a minute.
+pub const REBOOTSTRAP_INTERVAL: crate::time::Duration = crate::time::Duration::from_secs(60);
+
 /// Cluster changes kept for
 /// [`Node::poll_cluster_change`](super::node::Node::poll_cluster_change)
 /// before the oldest are dropped.

@@ -17,7 +17,8 @@ use crate::dsht::wire::{Contact, Services};
 use crate::time::{Duration, Time};
 
 /// RPC failures in a row after which a contact is dropped even when no
-/// replacement waits for its place.
+/// replacement waits for its place (unless it is the table's last contact:
+/// [`RoutingTable::on_failure`]).
 pub const CONTACT_FAILURES_MAX: u8 = 3;
 /// A full bucket's least recently seen contact that answered within this
 /// long is taken to be alive without a ping: the newcomer waits as the
@@ -576,6 +577,18 @@ impl RoutingTable {
         self.span(bi).1 >= self.bucket_size
     }
 
+    /// The address of the table's one contact if it is all the table holds
+    /// and has failed [`CONTACT_FAILURES_MAX`] RPCs in a row (kept by
+    /// [`RoutingTable::on_failure`] as the last): the node may be cut off
+    /// from the network. None if the table is empty or holds a live contact.
+    pub fn is_stranded(&self) -> Option<SocketAddr> {
+        if self.len != 1 {
+            return None;
+        }
+        let i = usize::from(self.buckets.iter().find(|b| b.len > 0)?.base);
+        (self.reach[i].failures() >= CONTACT_FAILURES_MAX).then(|| self.entry_at(i).contact.addr)
+    }
+
     /// Whether `insert` of a new contact `id` would add it without a ping:
     /// used to decide whether an unverified sender is worth a verifying ping.
     pub fn has_room_for(&self, id: &Id) -> bool {
@@ -586,8 +599,13 @@ impl RoutingTable {
     }
 
     /// Records a failed RPC to `id`. The contact is replaced if a verified
-    /// replacement waits, or dropped after [`CONTACT_FAILURES_MAX`] failures.
-    /// Returns true if it was removed.
+    /// replacement waits, or dropped after [`CONTACT_FAILURES_MAX`] failures
+    /// unless it is the table's last contact: that one stays, its failures
+    /// counted, until it answers again or another contact arrives (Kademlia
+    /// §4.1 flags stale contacts rather than void the tables, "if a node's
+    /// own network connection goes down temporarily"; a node left with no
+    /// contact would hear of the network again only if someone wrote to
+    /// it). Returns true if it was removed.
     pub fn on_failure(&mut self, id: &Id) -> bool {
         let Some(bi) = self.bucket_index(id) else {
             return false;
@@ -604,7 +622,7 @@ impl RoutingTable {
             self.push(j, &replacement.entry());
             self.generation += 1;
             true
-        } else if self.reach[i].failures() >= CONTACT_FAILURES_MAX {
+        } else if self.reach[i].failures() >= CONTACT_FAILURES_MAX && self.len > 1 {
             self.remove_at(j, i, base + len);
             self.len -= 1;
             self.generation += 1;
@@ -1040,12 +1058,45 @@ mod tests {
     fn contact_without_replacement_is_dropped_after_failures() {
         let mut t = RoutingTable::new(Id::ZERO, 2);
         let a = contact(id_with_prefix(0x80, 1), 1);
+        let b = contact(id_with_prefix(0x40, 2), 2);
         t.insert(a, Time(1), None);
+        t.insert(b, Time(1), None);
         for _ in 1..CONTACT_FAILURES_MAX {
             assert!(!t.on_failure(&a.id));
         }
         assert!(t.on_failure(&a.id));
-        assert!(t.is_empty());
+        assert!(t.get(&a.id).is_none());
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn the_last_contact_stays_flagged_until_it_answers_or_another_arrives() {
+        let mut t = RoutingTable::new(Id::ZERO, 2);
+        let a = contact(id_with_prefix(0x80, 1), 1);
+        t.insert(a, Time(1), None);
+        assert!(t.is_stranded().is_none(), "a contact that never failed");
+        for _ in 0..2 * CONTACT_FAILURES_MAX {
+            assert!(!t.on_failure(&a.id));
+        }
+        assert_eq!(t.len(), 1);
+        assert_eq!(
+            t.get(&a.id).map(|e| e.failures),
+            Some(2 * CONTACT_FAILURES_MAX)
+        );
+        assert_eq!(t.is_stranded(), Some(a.addr));
+        // It answers: its failures are forgotten.
+        t.insert(a, Time(2), None);
+        assert_eq!(t.get(&a.id).map(|e| e.failures), Some(0));
+        assert!(t.is_stranded().is_none());
+        // Failing again with another contact in the table, it goes.
+        for _ in 1..CONTACT_FAILURES_MAX {
+            assert!(!t.on_failure(&a.id));
+        }
+        let b = contact(id_with_prefix(0x40, 2), 2);
+        t.insert(b, Time(3), None);
+        assert!(t.on_failure(&a.id));
+        assert_eq!(t.len(), 1);
+        assert!(t.get(&b.id).is_some());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use smallvec::SmallVec;
 
 use crate::dsht::id::Id;
-use crate::dsht::limits::{JOIN_REFRESHES_MAX, REFILL_GROWTH_FACTOR};
+use crate::dsht::limits::{JOIN_REFRESHES_MAX, REBOOTSTRAP_INTERVAL, REFILL_GROWTH_FACTOR};
 use crate::dsht::lookup::Lookup;
 use crate::dsht::wire::Contact;
 use crate::time::{Duration, Time};
@@ -39,6 +39,12 @@ impl Node {
         }
         for level in 0..self.levels.len() {
             self.refill_if_grown(now, level as Level);
+        }
+        if !self.bootstrap_addrs.is_empty()
+            && now.saturating_since(self.bootstrapped_at) >= REBOOTSTRAP_INTERVAL
+            && (self.levels[0].table.is_empty() || self.levels[0].table.is_stranded().is_some())
+        {
+            self.send_bootstrap(now);
         }
         if now.saturating_since(self.last_sweep) >= SWEEP_INTERVAL {
             self.last_sweep = now;

@@ -446,6 +446,11 @@ pub struct Node {
     hints: Vec<Key>,
     /// Whether a bootstrap node has answered.
     joined: bool,
+    /// The nodes [`Node::bootstrap`] was given (not our own address), tried
+    /// again while level 0 holds no live contact ([`Node::maintain`]).
+    bootstrap_addrs: Box<[SocketAddr]>,
+    /// When we last contacted them.
+    bootstrapped_at: Time,
     /// Whether a hint renewal is scheduled.
     hints_renewing: bool,
     /// Whether the current hints have been stored.
@@ -608,6 +613,8 @@ impl Node {
             next_tag: 1,
             shard: (0, 1),
             hints: Vec::new(),
+            bootstrap_addrs: Box::default(),
+            bootstrapped_at: now,
             joined: false,
             hints_renewing: false,
             hints_stored: false,
@@ -762,12 +769,22 @@ impl Node {
 
     /// Contacts the nodes at `addrs` to join the network; once one answers, a
     /// lookup for our own id seeds the routing tables (§4.4).
+    /// They are tried again, every
+    /// [`REBOOTSTRAP_INTERVAL`](crate::dsht::limits::REBOOTSTRAP_INTERVAL), while level 0
+    /// holds no live contact: none answered (they started after us), or
+    /// every contact since failed (our link went down, or the network we
+    /// knew died); see `RoutingTable::is_stranded`.
     pub fn bootstrap(&mut self, now: Time, addrs: &[SocketAddr]) {
-        for &addr in addrs {
-            if addr != self.addr {
-                let body = self.ping_body();
-                self.send_request(now, addr, None, self.route_hint, body, Purpose::Bootstrap);
-            }
+        self.bootstrap_addrs = addrs.iter().copied().filter(|a| *a != self.addr).collect();
+        self.send_bootstrap(now);
+    }
+
+    pub(super) fn send_bootstrap(&mut self, now: Time) {
+        self.bootstrapped_at = now;
+        for i in 0..self.bootstrap_addrs.len() {
+            let addr = self.bootstrap_addrs[i];
+            let body = self.ping_body();
+            self.send_request(now, addr, None, self.route_hint, body, Purpose::Bootstrap);
         }
     }
 

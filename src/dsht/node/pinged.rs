@@ -109,6 +109,18 @@ impl PingedAddrs {
         }
     }
 
+    /// Forgets the ping sent to `addr`.
+    pub(super) fn remove(&mut self, addr: &SocketAddr) {
+        match key_v4(addr) {
+            Some(k) => {
+                self.v4.remove(&k);
+            }
+            None => {
+                self.other.remove(addr);
+            }
+        }
+    }
+
     /// Records that `addr` answered its ping, if one is held.
     pub(super) fn set_answered(&mut self, addr: &SocketAddr) {
         match key_v4(addr) {

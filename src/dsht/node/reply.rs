@@ -172,8 +172,17 @@ impl Node {
     pub(super) fn on_rpc_failed(&mut self, now: Time, txid: u32, p: Pending) {
         self.stats.rpc_timeouts += 1;
         if let Some(id) = p.to_id {
+            let mut removed = false;
             for l in &mut self.levels {
-                l.table.on_failure(&id);
+                removed |= l.table.on_failure(&id);
+            }
+            if removed {
+                // Dropped as dead: if it was restarted at its address, it
+                // is pinged back in at its next request, not held out for
+                // the rest of the minute by our last ping of it (which it
+                // answered, before it died). One ping per removal, and a
+                // removal needs our own RPCs to fail.
+                self.pinged.remove(&p.to);
             }
         }
         match p.purpose {
