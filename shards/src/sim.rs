@@ -204,6 +204,7 @@ pub struct LatencyArgs {
 
 pub fn run(experiment: Experiment) -> ExitCode {
     keep_freed_memory();
+    fewer_heap_walks();
     match experiment {
         Experiment::Hotspot(args) => hotspot(args),
         Experiment::OriginLoad(args) => origin_load(args),
@@ -221,10 +222,17 @@ const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 // global allocator is a counting one), so that `mi_option_set` resolves.
 use mimalloc as _;
 
+/// mimalloc 3's `generic_collect` option (its place in `mi_option_t`: 36 in
+/// mimalloc 2): the allocations that miss a page's free list between two
+/// collections of the whole heap. Its default.
+const MI_OPTION_GENERIC_COLLECT: std::ffi::c_int = 34;
+const GENERIC_COLLECT_DEFAULT: std::ffi::c_long = 10_000;
+
 extern "C" {
-    /// mimalloc's option setter (linked with the allocator; the `mimalloc`
-    /// crate exports it only under its `extended` feature).
+    /// mimalloc's option setter and getter (linked with the allocator; the
+    /// `mimalloc` crate exports them only under its `extended` feature).
     fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
 }
 
 /// A simulation keeps the memory it freed instead of handing it back to the
@@ -238,6 +246,26 @@ fn keep_freed_memory() {
     // allocator's option table; purge_delay is read at each purge, so
     // setting it after the allocator started is allowed.
     unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+}
+
+/// A simulation collects mimalloc's whole heap a hundred times less often
+/// (every million allocations that miss a page's free list, mimalloc's
+/// most, not every 10,000). A collection visits every page of the heap;
+/// at a million simulated nodes (a heap of up to 19 GB) that was 15 % of the
+/// run's CPU (`perf`, session 12, benches/README.md "Session 12"). The
+/// simulator is one thread that frees its own blocks, which mimalloc takes
+/// back as they are freed: the walk finds little to collect. Set only if
+/// the option at this place reads its default (mimalloc 3), so that a
+/// mimalloc whose options are numbered otherwise is left alone.
+fn fewer_heap_walks() {
+    // SAFETY: both take and return integers and touch only the allocator's
+    // option table; generic_collect is read at each collection's check,
+    // so setting it after the allocator started is allowed.
+    unsafe {
+        if mi_option_get(MI_OPTION_GENERIC_COLLECT) == GENERIC_COLLECT_DEFAULT {
+            mi_option_set(MI_OPTION_GENERIC_COLLECT, 1_000_000);
+        }
+    }
 }
 
 /// Reports failed invariants with the seed that reproduces them.
@@ -1288,4 +1316,27 @@ fn hotspot_seeds(
         eprintln!("invariant failed: {f}");
     }
     ExitCode::from(3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The option's place is mimalloc 3's: its default reads there, and
+    /// the simulator's setting takes. (A mimalloc that numbers its options
+    /// otherwise fails this test rather than have another option set.)
+    #[test]
+    fn generic_collect_is_mimallocs_option_and_takes() {
+        // SAFETY: as in `fewer_heap_walks`.
+        let before = unsafe { mi_option_get(MI_OPTION_GENERIC_COLLECT) };
+        assert!(
+            before == GENERIC_COLLECT_DEFAULT || before == 1_000_000,
+            "option {MI_OPTION_GENERIC_COLLECT} reads {before}"
+        );
+        fewer_heap_walks();
+        assert_eq!(
+            unsafe { mi_option_get(MI_OPTION_GENERIC_COLLECT) },
+            1_000_000
+        );
+    }
 }
