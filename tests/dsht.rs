@@ -635,6 +635,21 @@ fn a_putter_closest_to_its_key_stores_it_where_others_look() {
     }
 }
 
+/// A fresh level-0-only node at `sim_addr(i)`.
+fn fresh_node(i: usize, now: Time, seed: u64) -> Node {
+    Node::new(config_levels(1), sim_addr(i), now, seed).unwrap()
+}
+
+/// `n` fresh nodes that know nobody; node `i`'s seed is `seed × 1000 + i`.
+fn unjoined(n: usize, seed: u64) -> Sim<ConstantLinks> {
+    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), seed);
+    for i in 0..n {
+        let node = fresh_node(i, sim.now(), seed * 1000 + i as u64);
+        sim.add(node);
+    }
+    sim
+}
+
 /// A node whose bootstrap node is down when it starts joins once that node
 /// is up; and a node all of whose contacts die keeps the last one (flagged,
 /// Kademlia §4.1) and joins again through its bootstrap node when that is
@@ -644,20 +659,13 @@ fn a_putter_closest_to_its_key_stores_it_where_others_look() {
 fn a_node_alone_contacts_its_bootstrap_node_again_until_it_joins() {
     use coral::dsht::limits::REBOOTSTRAP_INTERVAL;
     use coral::dsht::routing::CONTACT_FAILURES_MAX;
-    let config = config_levels(1);
-    let fresh =
-        |i: usize, now: Time, seed: u64| Node::new(config.clone(), sim_addr(i), now, seed).unwrap();
-    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), 7);
-    for i in 0..3 {
-        let node = fresh(i, sim.now(), 7000 + i as u64);
-        sim.add(node);
-    }
+    let mut sim = unjoined(3, 7);
     // Node 0, the bootstrap node, is down when node 1 starts.
     sim.crash(0);
     sim.with_node(1, |n, now| n.bootstrap(now, &[sim_addr(0)]));
     sim.run_for(Duration::from_secs(30));
     assert!(sim.node(1).routing_table(0).unwrap().is_empty());
-    let node = fresh(0, sim.now(), 7100);
+    let node = fresh_node(0, sim.now(), 7100);
     sim.restart(0, node);
     sim.with_node(2, |n, now| n.bootstrap(now, &[sim_addr(0)]));
     sim.run_for(REBOOTSTRAP_INTERVAL + Duration::from_secs(15));
@@ -678,7 +686,7 @@ fn a_node_alone_contacts_its_bootstrap_node_again_until_it_joins() {
     assert_eq!(t1.len(), 1, "node 1 keeps its last contact");
     assert!(t1.is_stranded().is_some());
     // Node 0 comes back (state lost): node 1 finds it again.
-    let node = fresh(0, sim.now(), 7200);
+    let node = fresh_node(0, sim.now(), 7200);
     sim.restart(0, node);
     sim.run_for(REBOOTSTRAP_INTERVAL + Duration::from_secs(15));
     let t1 = sim.node(1).routing_table(0).unwrap();
@@ -692,14 +700,7 @@ fn a_node_alone_contacts_its_bootstrap_node_again_until_it_joins() {
 #[test]
 fn a_contact_dropped_as_dead_is_taken_back_when_it_restarts() {
     use coral::dsht::routing::CONTACT_FAILURES_MAX;
-    let config = config_levels(1);
-    let fresh =
-        |i: usize, now: Time, seed: u64| Node::new(config.clone(), sim_addr(i), now, seed).unwrap();
-    let mut sim = Sim::new(ConstantLinks(Duration::from_millis(10)), 8);
-    for i in 0..3 {
-        let node = fresh(i, sim.now(), 8000 + i as u64);
-        sim.add(node);
-    }
+    let mut sim = unjoined(3, 8);
     for i in 1..3 {
         sim.with_node(i, |n, now| n.bootstrap(now, &[sim_addr(0)]));
     }
@@ -720,7 +721,7 @@ fn a_contact_dropped_as_dead_is_taken_back_when_it_restarts() {
     // Node 1 restarts (state lost) and joins through node 0, well within a
     // minute of node 0's first ping of it.
     assert!(sim.now() < Time::ZERO + Duration::from_secs(40));
-    let node = fresh(1, sim.now(), 8100);
+    let node = fresh_node(1, sim.now(), 8100);
     sim.restart(1, node);
     sim.with_node(1, |n, now| n.bootstrap(now, &[sim_addr(0)]));
     sim.run_for(Duration::from_secs(5));
