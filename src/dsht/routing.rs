@@ -272,6 +272,8 @@ pub struct RoutingTable {
     /// Contacts one bucket may hold from one IP, and from one /24 (/48).
     per_ip_max: usize,
     per_prefix_max: usize,
+    /// Whether the last contact stays when it fails ([`RoutingTable::on_failure`]).
+    keeps_last: bool,
 }
 
 const OCCUPIED_WORDS: usize = (ID_BITS as usize).div_ceil(64);
@@ -292,7 +294,14 @@ impl RoutingTable {
             generation: 0,
             per_ip_max: usize::MAX,
             per_prefix_max: usize::MAX,
+            keeps_last: false,
         }
+    }
+
+    /// Makes the table keep its last contact when it fails (level 0's, the
+    /// node's way back into the network; see [`RoutingTable::on_failure`]).
+    pub fn keep_last_contact(&mut self) {
+        self.keeps_last = true;
     }
 
     /// Limits the contacts one bucket may hold from one IP address and from
@@ -600,12 +609,15 @@ impl RoutingTable {
 
     /// Records a failed RPC to `id`. The contact is replaced if a verified
     /// replacement waits, or dropped after [`CONTACT_FAILURES_MAX`] failures
-    /// unless it is the table's last contact: that one stays, its failures
+    /// unless it is the last contact of a table that keeps it
+    /// ([`RoutingTable::keep_last_contact`], level 0's): that one stays, its failures
     /// counted, until it answers again or another contact arrives (Kademlia
     /// §4.1 flags stale contacts rather than void the tables, "if a node's
     /// own network connection goes down temporarily"; a node left with no
     /// contact would hear of the network again only if someone wrote to
-    /// it). Returns true if it was removed.
+    /// it). A cluster level's table drops its last contact as any other: a
+    /// lookup there would wait on a dead node before falling back to the
+    /// level below. Returns true if it was removed.
     pub fn on_failure(&mut self, id: &Id) -> bool {
         let Some(bi) = self.bucket_index(id) else {
             return false;
@@ -622,7 +634,9 @@ impl RoutingTable {
             self.push(j, &replacement.entry());
             self.generation += 1;
             true
-        } else if self.reach[i].failures() >= CONTACT_FAILURES_MAX && self.len > 1 {
+        } else if self.reach[i].failures() >= CONTACT_FAILURES_MAX
+            && (!self.keeps_last || self.len > 1)
+        {
             self.remove_at(j, i, base + len);
             self.len -= 1;
             self.generation += 1;
@@ -1071,8 +1085,17 @@ mod tests {
 
     #[test]
     fn the_last_contact_stays_flagged_until_it_answers_or_another_arrives() {
+        // A table that does not keep it drops it.
         let mut t = RoutingTable::new(Id::ZERO, 2);
         let a = contact(id_with_prefix(0x80, 1), 1);
+        t.insert(a, Time(1), None);
+        for _ in 1..CONTACT_FAILURES_MAX {
+            assert!(!t.on_failure(&a.id));
+        }
+        assert!(t.on_failure(&a.id));
+        assert!(t.is_empty());
+        let mut t = RoutingTable::new(Id::ZERO, 2);
+        t.keep_last_contact();
         t.insert(a, Time(1), None);
         assert!(t.is_stranded().is_none(), "a contact that never failed");
         for _ in 0..2 * CONTACT_FAILURES_MAX {

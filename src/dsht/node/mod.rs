@@ -552,7 +552,13 @@ impl Node {
                         id: cid,
                         created: now,
                     },
-                    table: new_table(&config, id),
+                    table: {
+                        let mut t = new_table(&config, id);
+                        if level == 0 {
+                            t.keep_last_contact();
+                        }
+                        t
+                    },
                     store: Store::new(
                         config.values_per_key_max,
                         config.beta_per_min,
