@@ -17,8 +17,8 @@ use crate::dsht::wire::{Contact, Services};
 use crate::time::{Duration, Time};
 
 /// RPC failures in a row after which a contact is dropped even when no
-/// replacement waits for its place (unless it is the table's last contact:
-/// [`RoutingTable::on_failure`]).
+/// replacement waits for its place (unless it is the last contact of a
+/// table that keeps it, level 0's: [`RoutingTable::on_failure`]).
 pub const CONTACT_FAILURES_MAX: u8 = 3;
 /// A full bucket's least recently seen contact that answered within this
 /// long is taken to be alive without a ping: the newcomer waits as the
