@@ -15,7 +15,7 @@
 
 use smallvec::SmallVec;
 
-use crate::dsht::id::{next_target, words, Distance, Id};
+use crate::dsht::id::{next_target, splice, words, Id};
 use crate::dsht::wire::{Contact, Token};
 use crate::time::{Duration, Time};
 
@@ -92,7 +92,31 @@ impl Kind {
     }
 }
 
-/// XOR distance of two ids given as [`words`], ordered as [`Distance`] is.
+/// The first set bit of an id in [`words`] form, counted from the top (bit
+/// 0 is the most significant, as in [`splice`]); `w` is not zero.
+fn first_bit(w: (u64, u64, u32)) -> u32 {
+    if w.0 != 0 {
+        w.0.leading_zeros()
+    } else if w.1 != 0 {
+        64 + w.1.leading_zeros()
+    } else {
+        128 + w.2.leading_zeros()
+    }
+}
+
+/// The last set bit of an id in [`words`] form, counted as [`first_bit`];
+/// `w` is not zero.
+fn last_bit(w: (u64, u64, u32)) -> u32 {
+    if w.2 != 0 {
+        159 - w.2.trailing_zeros()
+    } else if w.1 != 0 {
+        127 - w.1.trailing_zeros()
+    } else {
+        63 - w.0.trailing_zeros()
+    }
+}
+
+/// XOR distance of two ids given as [`words`], ordered as [`Distance`](crate::dsht::id::Distance) is.
 fn xor(a: (u64, u64, u32), b: (u64, u64, u32)) -> (u64, u64, u32) {
     (a.0 ^ b.0, a.1 ^ b.1, a.2 ^ b.2)
 }
@@ -399,54 +423,103 @@ impl Lookup {
                 }
                 CandidateState::InFlight { .. } => return self.widen(now, outstanding),
                 CandidateState::Answered => {
-                    match next_target(&self.key, &self.target, self.i, self.b) {
-                        Some((t, i)) => {
-                            self.target = t;
-                            self.i = i;
-                        }
-                        None => {
-                            // t = k and the closest live node to k has answered. If it
-                            // was asked about an earlier target, its table may still
-                            // hold a node closer to k (Kademlia's routing property):
-                            // ask it about k itself once before ending.
-                            let reask = self.reask_closest && !c.asked_key;
-                            if reask && outstanding == 0 {
-                                return Step::Send {
-                                    contact: c.contact,
-                                    target: self.key,
-                                };
-                            }
-                            if reask {
-                                return Step::Wait(None);
-                            }
-                            if self.breadth > 1 {
-                                return self.widen_to_breadth(c.contact, outstanding);
-                            }
-                            // RPCs still outstanding went to nodes no closer to k:
-                            // their answers cannot change the result.
-                            return Step::Done {
-                                closest: Some(c.contact),
-                            };
-                        }
+                    if self.advance_past(best) {
+                        continue;
                     }
+                    // t = k and the closest live node to k has answered. If it
+                    // was asked about an earlier target, its table may still
+                    // hold a node closer to k (Kademlia's routing property):
+                    // ask it about k itself once before ending.
+                    let reask = self.reask_closest && !c.asked_key;
+                    if reask && outstanding == 0 {
+                        return Step::Send {
+                            contact: c.contact,
+                            target: self.key,
+                        };
+                    }
+                    if reask {
+                        return Step::Wait(None);
+                    }
+                    if self.breadth > 1 {
+                        return self.widen_to_breadth(c.contact, outstanding);
+                    }
+                    // RPCs still outstanding went to nodes no closer to k:
+                    // their answers cannot change the result.
+                    return Step::Done {
+                        closest: Some(c.contact),
+                    };
                 }
                 CandidateState::Failed => unreachable!("best_for skips failed candidates"),
             }
         }
     }
 
+    /// Moves t toward k past the targets to which candidate `c`, closest
+    /// to t, stays the closest; true when t has moved to one where another
+    /// may be closer, false when t has reached k with `c` the closest.
+    ///
+    /// Which of `c` and a candidate x is closer to t depends only on t's bit
+    /// where their ids first differ, so `c` stays the closest while t's
+    /// moves change none of those bits ([`Lookup::rivals`]), and t moves on
+    /// without a scan of the candidates. At the end of a walk t moved a bit
+    /// at a time through the ~150 bits past log2 n with the closest node
+    /// fixed: a scan for each was most of the lookup's CPU (issue 27).
+    fn advance_past(&mut self, c: usize) -> bool {
+        let rivals = self.rivals(c);
+        // The bits t has still to change: t is k's first b·i bits, then the
+        // start's, so each step of `next_target` changes the b-bit block
+        // holding the first of them. No step is taken one at a time: t goes
+        // at once to the step that changes the first rival bit, or, if it
+        // changes none, to the last step (t = k).
+        let left = xor(words(&self.target.0), words(&self.key.0));
+        if left == (0, 0, 0) {
+            return false;
+        }
+        let hits = (left.0 & rivals.0, left.1 & rivals.1, left.2 & rivals.2);
+        let (bit, rival) = if hits != (0, 0, 0) {
+            (first_bit(hits), true)
+        } else {
+            (last_bit(left), false)
+        };
+        let i = (bit / self.b + 1).max(self.i + 1);
+        self.target = splice(&self.key, &self.target, i, self.b);
+        self.i = i;
+        rival
+    }
+
+    /// The bits where candidate `c`'s id first differs from each other live
+    /// candidate's (the top bit of their XOR), as a mask in [`words`] form.
+    fn rivals(&self, c: usize) -> (u64, u64, u32) {
+        let id = self.keys[c].id;
+        let mut m = (0u64, 0u64, 0u32);
+        for k in &self.keys {
+            if k.kind == Kind::Failed {
+                continue;
+            }
+            let d = xor(k.id, id);
+            if d.0 != 0 {
+                m.0 |= 1 << (63 - d.0.leading_zeros());
+            } else if d.1 != 0 {
+                m.1 |= 1 << (63 - d.1.leading_zeros());
+            } else if d.2 != 0 {
+                m.2 |= 1 << (31 - d.2.leading_zeros());
+            }
+        }
+        m
+    }
+
     /// The closest node has answered; ask the rest of the `breadth` closest
     /// live nodes about the key, up to α at a time, then end.
     fn widen_to_breadth(&self, closest: Contact, outstanding: usize) -> Step {
-        let key = self.key;
+        let key = words(&self.key.0);
         // The `breadth` closest live candidates, closest first (no two are at
         // the same distance: ids are distinct), without allocating.
-        let mut live: SmallVec<[(Distance, usize); 64]> = self
-            .candidates
+        let mut live: SmallVec<[((u64, u64, u32), usize); 64]> = self
+            .keys
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.state != CandidateState::Failed)
-            .map(|(i, c)| (c.contact.id.distance(&key), i))
+            .filter(|(_, k)| k.kind != Kind::Failed)
+            .map(|(i, k)| (xor(k.id, key), i))
             .collect();
         if live.len() > self.breadth {
             live.select_nth_unstable(self.breadth);
@@ -459,7 +532,7 @@ impl Lookup {
                 CandidateState::Fresh if outstanding < self.alpha => {
                     return Step::Send {
                         contact: c.contact,
-                        target: key,
+                        target: self.key,
                     };
                 }
                 CandidateState::Fresh | CandidateState::InFlight { .. } => waiting = true,
@@ -686,7 +759,7 @@ mod tests {
 
     /// `keys` mirrors `candidates` (ids and states) through learning over
     /// capacity, sends, answers, known answers and failures, and `best_for`
-    /// over it picks what a scan of the candidates by [`Distance`] picks.
+    /// over it picks what a scan of the candidates by [`Distance`](crate::dsht::id::Distance) picks.
     #[test]
     fn keys_follow_the_candidates_through_every_change() {
         let ids = network(300, 7);
@@ -742,7 +815,10 @@ mod tests {
                     0 => l.on_failure(&contact.id),
                     1 => {
                         // Another fresh candidate known without asking.
-                        let fresh = l.candidates.iter().find(|c| c.state == CandidateState::Fresh);
+                        let fresh = l
+                            .candidates
+                            .iter()
+                            .find(|c| c.state == CandidateState::Fresh);
                         if let Some(id) = fresh.map(|c| c.contact.id) {
                             l.on_known(&id, probe);
                         }
@@ -757,6 +833,121 @@ mod tests {
             }
         }
         assert!(ops.iter().all(|&n| n > 10), "{ops:?}");
+    }
+
+    /// `step` as it was before `advance_past`: a scan of the candidates for
+    /// every target t moves through.
+    fn step_by_scans(l: &mut Lookup, now: Time) -> Step {
+        loop {
+            let (best, outstanding) = l.best_for(&l.target, false);
+            let Some(best) = best else {
+                return if outstanding == 0 {
+                    Step::Done { closest: None }
+                } else {
+                    Step::Wait(None)
+                };
+            };
+            let c = l.candidates[best];
+            match c.state {
+                CandidateState::Fresh if outstanding == 0 => {
+                    return Step::Send {
+                        contact: c.contact,
+                        target: l.rpc_target(),
+                    }
+                }
+                CandidateState::Fresh | CandidateState::InFlight { .. } => {
+                    return l.widen(now, outstanding)
+                }
+                CandidateState::Answered => match next_target(&l.key, &l.target, l.i, l.b) {
+                    Some((t, i)) => {
+                        l.target = t;
+                        l.i = i;
+                    }
+                    None => {
+                        let reask = l.reask_closest && !c.asked_key;
+                        if reask && outstanding == 0 {
+                            return Step::Send {
+                                contact: c.contact,
+                                target: l.key,
+                            };
+                        }
+                        if reask {
+                            return Step::Wait(None);
+                        }
+                        if l.breadth > 1 {
+                            return l.widen_to_breadth(c.contact, outstanding);
+                        }
+                        return Step::Done {
+                            closest: Some(c.contact),
+                        };
+                    }
+                },
+                CandidateState::Failed => unreachable!(),
+            }
+        }
+    }
+
+    /// Skipping the targets to which the closest node stays the closest
+    /// decides every step as a scan for each target did, and leaves t and i
+    /// where it left them: b = 1, 2 and 4, walks with failures, stalls
+    /// (α = 3), breadth 1 and 8, with and without the re-ask.
+    #[test]
+    fn skipping_targets_steps_as_a_scan_for_each_did() {
+        let ids = network(400, 11);
+        let mut rng = Rng::new(12);
+        let mut sends = 0;
+        for trial in 0..120 {
+            let mut key = Id::ZERO;
+            rng.fill(&mut key.0);
+            if trial % 10 == 0 {
+                // A key held by a node: t reaches k with it the closest.
+                key = ids[trial + 1];
+            }
+            let me = ids[trial];
+            let b = [1, 2, 4][trial % 3];
+            let seeds = closest_to(&ids, &me, 8, &me);
+            let mut fast = Lookup::new(key, me, b, 3, Duration::from_millis(500), 16, seeds);
+            if trial % 4 == 1 {
+                fast = fast.with_breadth(8);
+            }
+            if trial % 4 == 2 {
+                fast = fast.without_reask();
+            }
+            let mut slow = fast.clone();
+            let mut now = Time::ZERO;
+            let mut in_flight: Vec<(Contact, Id)> = Vec::new();
+            for txid in 0..200 {
+                now = now + Duration::from_millis(200);
+                let a = fast.step(now);
+                let e = step_by_scans(&mut slow, now);
+                assert_eq!(a, e, "trial {trial} step {txid}");
+                assert_eq!((fast.target, fast.i), (slow.target, slow.i));
+                match a {
+                    Step::Send { contact, target } => {
+                        sends += 1;
+                        fast.sent(&contact.id, target, txid, now);
+                        slow.sent(&contact.id, target, txid, now);
+                        in_flight.push((contact, target));
+                    }
+                    Step::Wait(_) if in_flight.is_empty() => break,
+                    Step::Wait(_) => {}
+                    Step::Done { .. } => break,
+                }
+                // Answer or fail one of the RPCs in flight, or none (a stall).
+                if !in_flight.is_empty() && rng.below(3) > 0 {
+                    let (c, t) = in_flight.remove(rng.below(in_flight.len() as u64) as usize);
+                    if rng.below(5) == 0 {
+                        fast.on_failure(&c.id);
+                        slow.on_failure(&c.id);
+                    } else {
+                        let reply = closest_to(&ids, &t, 8, &c.id);
+                        assert!(fast.on_answer(&c.id, None, &reply));
+                        assert!(slow.on_answer(&c.id, None, &reply));
+                    }
+                }
+            }
+        }
+        assert!(sends > 600, "{sends}");
     }
 
     #[test]
