@@ -13,10 +13,12 @@
 //! known live node to k has answered, or when no candidate is left. Every
 //! candidate is asked at most once and t only moves toward k, so it ends.
 
+use std::net::SocketAddr;
+
 use smallvec::SmallVec;
 
 use crate::dsht::id::{next_target, splice, words, Id};
-use crate::dsht::wire::{Contact, Token};
+use crate::dsht::wire::{Contact, Services, Token};
 use crate::time::{Duration, Time};
 
 /// The state of one candidate node.
@@ -64,12 +66,51 @@ pub struct Candidate {
     pub asked_key: bool,
 }
 
+/// A candidate as the lookup holds it: a [`Candidate`] less its id, which
+/// is in [`Lookup`]'s `keys`.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    addr: SocketAddr,
+    services: Services,
+    state: CandidateState,
+    probe: Option<ProbeReply>,
+    asked_key: bool,
+}
+
+/// The id whose [`words`] these are.
+fn id_of(w: (u64, u64, u32)) -> Id {
+    let mut b = [0u8; 20];
+    b[..8].copy_from_slice(&w.0.to_be_bytes());
+    b[8..16].copy_from_slice(&w.1.to_be_bytes());
+    b[16..].copy_from_slice(&w.2.to_be_bytes());
+    Id(b)
+}
+
 /// A candidate's id as [`words`] and its state's kind: one entry of
-/// [`Lookup`]'s `keys`.
+/// [`Lookup`]'s `keys`, 24 bytes (the words as fields, not a tuple, so that
+/// the kind sits in what would be the tuple's padding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Key {
-    id: (u64, u64, u32),
+    hi: u64,
+    mid: u64,
+    lo: u32,
     kind: Kind,
+}
+
+impl Key {
+    fn new(id: (u64, u64, u32), kind: Kind) -> Key {
+        Key {
+            hi: id.0,
+            mid: id.1,
+            lo: id.2,
+            kind,
+        }
+    }
+
+    /// The id as [`words`].
+    fn id(&self) -> (u64, u64, u32) {
+        (self.hi, self.mid, self.lo)
+    }
 }
 
 /// [`CandidateState`] without its fields.
@@ -146,7 +187,9 @@ pub struct Lookup {
     alpha: usize,
     stall: Duration,
     capacity: usize,
-    candidates: Vec<Candidate>,
+    /// The candidates, less their ids (in `keys`): 64 bytes each, so that
+    /// with `keys` a candidate costs what a [`Candidate`] (88 bytes) did.
+    candidates: Vec<Held>,
     /// The same candidates' ids as big-endian words and their states, in
     /// 24 bytes each where a [`Candidate`] is 88: what the lookup's scans
     /// read (the closest to a target on every step, an id on every reply
@@ -259,24 +302,22 @@ impl Lookup {
         let keys = &self.keys;
         let at = self
             .order
-            .partition_point(|&j| xor(keys[usize::from(j)].id, key) < d);
+            .partition_point(|&j| xor(keys[usize::from(j)].id(), key) < d);
         if self
             .order
             .get(at)
-            .is_some_and(|&j| keys[usize::from(j)].id == id)
+            .is_some_and(|&j| keys[usize::from(j)].id() == id)
         {
             return;
         }
-        let new = Candidate {
-            contact,
+        let new = Held {
+            addr: contact.addr,
+            services: contact.services,
             state: CandidateState::Fresh,
             probe: None,
             asked_key: false,
         };
-        let new_key = Key {
-            id,
-            kind: Kind::Fresh,
-        };
+        let new_key = Key::new(id, Kind::Fresh);
         if self.candidates.len() < self.capacity {
             self.order.insert(at, self.candidates.len() as u16);
             self.candidates.push(new);
@@ -307,7 +348,7 @@ impl Lookup {
     /// The position of the candidate with this id.
     fn position(&self, id: &Id) -> Option<usize> {
         let id = words(&id.0);
-        self.keys.iter().position(|k| k.id == id)
+        self.keys.iter().position(|k| k.id() == id)
     }
 
     /// Sets candidate `i`'s state (and its kind in `keys`).
@@ -381,15 +422,33 @@ impl Lookup {
 
     /// Candidates that answered, closest to the key first.
     pub fn answered_by_distance(&self) -> Vec<Candidate> {
-        let mut v: Vec<Candidate> = self
-            .candidates
+        self.order
             .iter()
-            .filter(|c| c.state == CandidateState::Answered)
-            .copied()
-            .collect();
-        let key = self.key;
-        v.sort_by_key(|c| c.contact.id.distance(&key));
-        v
+            .map(|&j| usize::from(j))
+            .filter(|&j| self.keys[j].kind == Kind::Answered)
+            .map(|j| self.candidate(j))
+            .collect()
+    }
+
+    /// Candidate `i`'s contact.
+    fn contact(&self, i: usize) -> Contact {
+        let c = &self.candidates[i];
+        Contact {
+            id: id_of(self.keys[i].id()),
+            addr: c.addr,
+            services: c.services,
+        }
+    }
+
+    /// Candidate `i`, whole.
+    fn candidate(&self, i: usize) -> Candidate {
+        let c = &self.candidates[i];
+        Candidate {
+            contact: self.contact(i),
+            state: c.state,
+            probe: c.probe,
+            asked_key: c.asked_key,
+        }
     }
 
     /// The closest candidate to `target` that has not failed (and, with
@@ -413,7 +472,7 @@ impl Lookup {
                 Kind::Answered if skip_in_flight => continue,
                 _ => {}
             }
-            let d = xor(k.id, t);
+            let d = xor(k.id(), t);
             if best.is_none_or(|(bd, _)| d < bd) {
                 best = Some((d, i));
             }
@@ -432,7 +491,7 @@ impl Lookup {
                     Step::Wait(None)
                 };
             };
-            let c = self.candidates[best];
+            let c = self.candidate(best);
             match c.state {
                 CandidateState::Fresh => {
                     if outstanding == 0 {
@@ -512,13 +571,13 @@ impl Lookup {
     /// The bits where candidate `c`'s id first differs from each other live
     /// candidate's (the top bit of their XOR), as a mask in [`words`] form.
     fn rivals(&self, c: usize) -> (u64, u64, u32) {
-        let id = self.keys[c].id;
+        let id = self.keys[c].id();
         let mut m = (0u64, 0u64, 0u32);
         for k in &self.keys {
             if k.kind == Kind::Failed {
                 continue;
             }
-            let d = xor(k.id, id);
+            let d = xor(k.id(), id);
             if d.0 != 0 {
                 m.0 |= 1 << (63 - d.0.leading_zeros());
             } else if d.1 != 0 {
@@ -541,7 +600,7 @@ impl Lookup {
             .filter(|&j| self.keys[j].kind != Kind::Failed)
             .take(self.breadth);
         let mut waiting = false;
-        for c in live.map(|j| &self.candidates[j]) {
+        for c in live.map(|j| self.candidate(j)) {
             match c.state {
                 CandidateState::Fresh if outstanding < self.alpha => {
                     return Step::Send {
@@ -583,7 +642,7 @@ impl Lookup {
         }
         match self.best_for(&self.target, true).0 {
             Some(i) => Step::Send {
-                contact: self.candidates[i].contact,
+                contact: self.contact(i),
                 target: self.rpc_target(),
             },
             None => Step::Wait(None),
@@ -780,17 +839,31 @@ mod tests {
         let mut rng = Rng::new(8);
         let check = |l: &Lookup| {
             assert_eq!(l.keys.len(), l.candidates.len());
-            let mut by_key: Vec<usize> = (0..l.candidates.len()).collect();
-            by_key.sort_by_key(|&i| l.candidates[i].contact.id.distance(&l.key));
+            let all: Vec<Candidate> = (0..l.candidates.len()).map(|i| l.candidate(i)).collect();
+            let mut by_key: Vec<usize> = (0..all.len()).collect();
+            by_key.sort_by_key(|&i| all[i].contact.id.distance(&l.key));
             let order: Vec<usize> = l.order.iter().map(|&j| usize::from(j)).collect();
             assert_eq!(order, by_key);
-            for (k, c) in l.keys.iter().zip(&l.candidates) {
-                assert_eq!(k.id, words(&c.contact.id.0));
+            for (k, c) in l.keys.iter().zip(&all) {
                 assert_eq!(k.kind, Kind::of(&c.state));
+                // The id comes back whole from its words.
+                assert!(ids.contains(&c.contact.id));
+                assert_eq!(c.contact.addr, SocketAddr::from(([127, 0, 0, 1], 1)));
             }
+            let mut answered: Vec<Id> = all
+                .iter()
+                .filter(|c| c.state == CandidateState::Answered)
+                .map(|c| c.contact.id)
+                .collect();
+            answered.sort_by_key(|id| id.distance(&l.key));
+            let got: Vec<Id> = l
+                .answered_by_distance()
+                .iter()
+                .map(|c| c.contact.id)
+                .collect();
+            assert_eq!(got, answered);
             for skip in [false, true] {
-                let by_distance = l
-                    .candidates
+                let by_distance = all
                     .iter()
                     .enumerate()
                     .filter(|(_, c)| match c.state {
@@ -833,9 +906,8 @@ mod tests {
                     0 => l.on_failure(&contact.id),
                     1 => {
                         // Another fresh candidate known without asking.
-                        let fresh = l
-                            .candidates
-                            .iter()
+                        let fresh = (0..l.candidates.len())
+                            .map(|i| l.candidate(i))
                             .find(|c| c.state == CandidateState::Fresh);
                         if let Some(id) = fresh.map(|c| c.contact.id) {
                             l.on_known(&id, probe);
@@ -865,7 +937,7 @@ mod tests {
                     Step::Wait(None)
                 };
             };
-            let c = l.candidates[best];
+            let c = l.candidate(best);
             match c.state {
                 CandidateState::Fresh if outstanding == 0 => {
                     return Step::Send {
@@ -966,6 +1038,20 @@ mod tests {
             }
         }
         assert!(sends > 600, "{sends}");
+    }
+
+    /// A candidate costs the lookup no more than a whole [`Candidate`] did
+    /// before its id and state moved to `keys`.
+    #[test]
+    fn a_candidate_costs_what_it_did() {
+        use std::mem::size_of;
+        assert!(
+            size_of::<Held>() + size_of::<Key>() <= size_of::<Candidate>(),
+            "{} + {} > {}",
+            size_of::<Held>(),
+            size_of::<Key>(),
+            size_of::<Candidate>()
+        );
     }
 
     #[test]
