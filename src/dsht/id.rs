@@ -261,6 +261,44 @@ pub(crate) fn words(b: &[u8; ID_BYTES]) -> (u64, u64, u32) {
     )
 }
 
+/// The id whose [`words`] these are.
+pub(crate) fn id_of(w: (u64, u64, u32)) -> Id {
+    let mut b = [0u8; 20];
+    b[..8].copy_from_slice(&w.0.to_be_bytes());
+    b[8..16].copy_from_slice(&w.1.to_be_bytes());
+    b[16..].copy_from_slice(&w.2.to_be_bytes());
+    Id(b)
+}
+
+/// The first set bit of an id in [`words`] form, counted from the top (bit
+/// 0 is the most significant, as in [`splice`]); `w` is not zero.
+pub(crate) fn first_bit(w: (u64, u64, u32)) -> u32 {
+    if w.0 != 0 {
+        w.0.leading_zeros()
+    } else if w.1 != 0 {
+        64 + w.1.leading_zeros()
+    } else {
+        128 + w.2.leading_zeros()
+    }
+}
+
+/// The last set bit of an id in [`words`] form, counted as [`first_bit`];
+/// `w` is not zero.
+pub(crate) fn last_bit(w: (u64, u64, u32)) -> u32 {
+    if w.2 != 0 {
+        159 - w.2.trailing_zeros()
+    } else if w.1 != 0 {
+        127 - w.1.trailing_zeros()
+    } else {
+        63 - w.0.trailing_zeros()
+    }
+}
+
+/// XOR distance of two ids given as [`words`], ordered as [`Distance`] is.
+pub(crate) fn xor(a: (u64, u64, u32), b: (u64, u64, u32)) -> (u64, u64, u32) {
+    (a.0 ^ b.0, a.1 ^ b.1, a.2 ^ b.2)
+}
+
 impl Distance {
     fn words(&self) -> (u64, u64, u32) {
         words(&self.0)
@@ -441,6 +479,25 @@ mod tests {
         assert_eq!(s.0[0], 0xff);
         assert_eq!(s.0[1], 0xf0);
         assert_eq!(splice(&k, &r, 1000, 1), k);
+    }
+
+    /// `id_of` undoes `words`; `first_bit` and `last_bit` find an id's
+    /// first and last set bits, counted from the top, at every position.
+    #[test]
+    fn words_helpers_agree_with_the_bytes() {
+        for pos in 0..ID_BITS {
+            let mut id = Id::ZERO;
+            id.0[(pos / 8) as usize] = 0x80 >> (pos % 8);
+            assert_eq!(id_of(words(&id.0)), id);
+            assert_eq!(first_bit(words(&id.0)), pos);
+            assert_eq!(last_bit(words(&id.0)), pos);
+            let mut two = id;
+            two.0[19] |= 1;
+            assert_eq!(first_bit(words(&two.0)), pos);
+            assert_eq!(last_bit(words(&two.0)), ID_BITS - 1);
+            let a = Id::hash(&pos.to_be_bytes());
+            assert_eq!(id_of(xor(words(&a.0), words(&id.0))).0, a.distance(&id).0);
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 
 use smallvec::SmallVec;
 
-use crate::dsht::id::{next_target, splice, words, Id};
+use crate::dsht::id::{first_bit, id_of, last_bit, next_target, splice, words, xor, Id};
 use crate::dsht::wire::{Contact, Services, Token};
 use crate::time::{Duration, Time};
 
@@ -77,15 +77,6 @@ struct Held {
     asked_key: bool,
 }
 
-/// The id whose [`words`] these are.
-fn id_of(w: (u64, u64, u32)) -> Id {
-    let mut b = [0u8; 20];
-    b[..8].copy_from_slice(&w.0.to_be_bytes());
-    b[8..16].copy_from_slice(&w.1.to_be_bytes());
-    b[16..].copy_from_slice(&w.2.to_be_bytes());
-    Id(b)
-}
-
 /// A candidate's id as [`words`] and its state's kind: one entry of
 /// [`Lookup`]'s `keys`, 24 bytes (the words as fields, not a tuple, so that
 /// the kind sits in what would be the tuple's padding).
@@ -131,35 +122,6 @@ impl Kind {
             CandidateState::Failed => Kind::Failed,
         }
     }
-}
-
-/// The first set bit of an id in [`words`] form, counted from the top (bit
-/// 0 is the most significant, as in [`splice`]); `w` is not zero.
-fn first_bit(w: (u64, u64, u32)) -> u32 {
-    if w.0 != 0 {
-        w.0.leading_zeros()
-    } else if w.1 != 0 {
-        64 + w.1.leading_zeros()
-    } else {
-        128 + w.2.leading_zeros()
-    }
-}
-
-/// The last set bit of an id in [`words`] form, counted as [`first_bit`];
-/// `w` is not zero.
-fn last_bit(w: (u64, u64, u32)) -> u32 {
-    if w.2 != 0 {
-        159 - w.2.trailing_zeros()
-    } else if w.1 != 0 {
-        127 - w.1.trailing_zeros()
-    } else {
-        63 - w.0.trailing_zeros()
-    }
-}
-
-/// XOR distance of two ids given as [`words`], ordered as [`Distance`](crate::dsht::id::Distance) is.
-fn xor(a: (u64, u64, u32), b: (u64, u64, u32)) -> (u64, u64, u32) {
-    (a.0 ^ b.0, a.1 ^ b.1, a.2 ^ b.2)
 }
 
 /// What the lookup wants done next.

@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use smallvec::SmallVec;
 
-use crate::dsht::id::{words, Id, ID_BITS};
+use crate::dsht::id::{words, xor, Id, ID_BITS};
 use crate::dsht::wire::{Contact, Services};
 use crate::time::{Duration, Time};
 
@@ -826,8 +826,7 @@ impl RoutingTable {
         let mut consider = |bi: usize, best: &mut SmallVec<[((u64, u64, u32), usize); 16]>| {
             let (base, len) = self.span(bi);
             for (i, id) in self.ids[base..base + len].iter().enumerate() {
-                let w = words(&id.0);
-                let d = (w.0 ^ t.0, w.1 ^ t.1, w.2 ^ t.2);
+                let d = xor(words(&id.0), t);
                 if best.len() == count && d >= best[count - 1].0 {
                     continue;
                 }
