@@ -15,8 +15,7 @@
 //! deliveries are wake-ups (timers, including wake-ups left stale by a
 //! moved deadline).
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use coral::dsht::wire::{kind, Body, Message};
 use coral::sim::hotspot::{experiment_config, join_all, join_gap, network, HotspotParams};
@@ -48,10 +47,10 @@ fn main() {
     let links = World::planetlab(n, &mut coral::rng::Rng::new(seed));
     let started = std::time::Instant::now();
     let mut sim = network(&params, experiment_config(&params), links);
-    let counts: Rc<RefCell<Counts>> = Default::default();
+    let counts: Arc<Mutex<Counts>> = Default::default();
     let c = counts.clone();
     sim.set_tap(Some(Box::new(move |_at, _from, _to, bytes: &[u8]| {
-        let mut c = c.borrow_mut();
+        let mut c = c.lock().unwrap();
         c.delivered += 1;
         match bytes.get(1).copied() {
             Some(kind::PING) => c.pings += 1,
@@ -69,9 +68,9 @@ fn main() {
     })));
     let gap = join_gap(n);
     join_all(&params, &mut sim);
-    let joined = (*counts.borrow(), sim.stats(), started.elapsed());
+    let joined = (*counts.lock().unwrap(), sim.stats(), started.elapsed());
     sim.run_for(Duration::from_secs(60));
-    let settled = (*counts.borrow(), sim.stats(), started.elapsed());
+    let settled = (*counts.lock().unwrap(), sim.stats(), started.elapsed());
     let per = |x: u64| x as f64 / n as f64;
     println!("nodes {n} seed {seed} (join gap {} us)", gap.as_micros());
     let mut prev = (Counts::default(), coral::sim::net::NetStats::default());

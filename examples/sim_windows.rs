@@ -20,8 +20,7 @@
 //! Wake-ups (timers) are not counted: since session 9 they are about a
 //! tenth of the join's events, each on its own node's partition.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use coral::sim::hotspot::{experiment_config, join_all, network, HotspotParams};
 use coral::sim::world::World;
@@ -135,17 +134,17 @@ fn main() {
         ..HotspotParams::default()
     };
     let mut sim = network(&params, experiment_config(&params), world);
-    let windows = Rc::new(RefCell::new(Windows::new()));
+    let windows = Arc::new(Mutex::new(Windows::new()));
     let w = windows.clone();
     sim.set_tap(Some(Box::new(move |at, _from, to, _bytes: &[u8]| {
-        w.borrow_mut().see(at.as_micros() / window_us, to);
+        w.lock().unwrap().see(at.as_micros() / window_us, to);
     })));
     let started = std::time::Instant::now();
     join_all(&params, &mut sim);
     let events = sim.stats().events;
-    windows.borrow_mut().report("join");
+    windows.lock().unwrap().report("join");
     sim.run_for(Duration::from_secs(60));
-    windows.borrow_mut().report("settle");
+    windows.lock().unwrap().report("settle");
     println!(
         "events: join {events}, settle {}; {:.1} s",
         sim.stats().events - events,

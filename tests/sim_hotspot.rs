@@ -168,3 +168,23 @@ fn hotspot_names_the_busiest_node_and_its_senders() {
     assert_eq!((by_target, by_sender), (b.probes, b.probes));
     assert!(b.index < p.nodes && b.rank < p.nodes);
 }
+
+/// Issue 27: the simulator on several threads (`HotspotParams::threads`,
+/// `coral sim hotspot --threads`) runs exactly what it runs on one: each
+/// lane's nodes see the same datagrams in the same order, so every figure
+/// of the report is the same, the plain-DHT baseline's too. Three threads
+/// on CI's two cores also takes the barrier's path that yields the CPU.
+#[test]
+fn hotspot_report_is_the_same_on_several_threads() {
+    let one = run(&params(), links());
+    for threads in [2, 3] {
+        let p = HotspotParams {
+            threads,
+            ..params()
+        };
+        let mut r = run(&p, links());
+        assert_eq!(r.params.threads, threads);
+        r.params.threads = 1;
+        assert_eq!(r, one, "{threads} threads");
+    }
+}

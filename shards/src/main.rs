@@ -26,6 +26,7 @@ mod proxy;
 mod runtime;
 mod serve;
 mod sim;
+mod sim_threads;
 mod status;
 mod steer;
 mod top;

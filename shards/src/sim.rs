@@ -166,6 +166,11 @@ pub struct HotspotArgs {
     /// way (the paper's nodes were non-concurrent: the default waits).
     #[arg(long)]
     concurrent: bool,
+    /// Threads that run the simulated nodes, one lane of nodes each, in
+    /// windows of the world's least one-way delay: the same report on any
+    /// number (issue 27).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
     /// How nodes join.
     #[arg(long, value_enum, default_value_t = BootstrapMode::Random)]
     bootstrap: BootstrapMode,
@@ -205,6 +210,8 @@ pub struct LatencyArgs {
 pub fn run(experiment: Experiment) -> ExitCode {
     keep_freed_memory();
     fewer_heap_walks();
+    // `--threads N`: each lane of nodes on a thread of its own.
+    coral::sim::net::set_lane_runner(&crate::sim_threads::THREADS);
     match experiment {
         Experiment::Hotspot(args) => hotspot(args),
         Experiment::OriginLoad(args) => origin_load(args),
@@ -830,6 +837,7 @@ fn hotspot(a: HotspotArgs) -> ExitCode {
             BootstrapMode::WellKnown => Bootstrap::WellKnown,
         },
         concurrent: a.concurrent,
+        threads: usize::from(a.threads),
     };
     if let Some(range) = &a.seeds {
         let Some(seeds) = parse_seed_range(range) else {
@@ -964,6 +972,7 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
         "dht": r.dht.as_ref().map(run),
         "wall_seconds": wall_secs,
         "events_per_second": hotspot_events(r) as f64 / wall_secs.max(1e-9),
+        "threads": r.params.threads,
     })
 }
 
@@ -1060,10 +1069,12 @@ fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
     println!();
     let events = hotspot_events(r);
     println!(
-        "  simulated {} datagrams, {} events in {:.1} s ({:.0} events/s{})",
+        "  simulated {} datagrams, {} events in {:.1} s on {} thread{} ({:.0} events/s{})",
         r.dsht.datagrams + r.dht.as_ref().map_or(0, |d| d.datagrams),
         events,
         wall_secs,
+        r.params.threads,
+        if r.params.threads == 1 { "" } else { "s" },
         events as f64 / wall_secs.max(1e-9),
         if r.dht.is_some() {
             ", DSHT and DHT baseline together"

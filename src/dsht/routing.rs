@@ -822,8 +822,10 @@ impl RoutingTable {
         // comparisons below then swap no bytes (issue 27: this loop is 5 % of
         // the simulator's CPU).
         let t = words(&target.0);
-        let mut best: SmallVec<[((u64, u64, u32), usize); 16]> = SmallVec::new();
-        let mut consider = |bi: usize, best: &mut SmallVec<[((u64, u64, u32), usize); 16]>| {
+        // (distance as words, slot), nearest first.
+        type Best = SmallVec<[((u64, u64, u32), usize); 16]>;
+        let mut best: Best = SmallVec::new();
+        let mut consider = |bi: usize, best: &mut Best| {
             let (base, len) = self.span(bi);
             for (i, id) in self.ids[base..base + len].iter().enumerate() {
                 let d = xor(words(&id.0), t);

@@ -14,10 +14,11 @@
 
 use crate::config::Config;
 use crate::dsht::id::Id;
+use crate::dsht::node::Event;
 use crate::dsht::node::Node;
 use crate::dsht::wire::Value;
-use crate::sim::net::{sim_addr, Links, Sim};
-use crate::time::Duration;
+use crate::sim::net::{sim_addr, Driver, Links, Sim};
+use crate::time::{Duration, Time};
 
 /// Parameters of the hot-spot experiment.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +49,9 @@ pub struct HotspotParams {
     /// every tick whatever is outstanding (up to ten walks in flight per
     /// node at the start, when no put ends locally).
     pub concurrent: bool,
+    /// Threads that run the nodes (`coral sim --threads`): the same run on
+    /// any number (`Sim::with_threads`).
+    pub threads: usize,
 }
 
 /// How nodes join the network before the load starts.
@@ -76,6 +80,7 @@ impl Default for HotspotParams {
             baseline: true,
             bootstrap: Bootstrap::Random,
             concurrent: false,
+            threads: 1,
         }
     }
 }
@@ -237,23 +242,68 @@ fn put_rpcs(node: &Node) -> u64 {
     node.stats().put_probes_received + node.stats().stores_received
 }
 
-/// Drains the completed operations, counting each node's outstanding ones
-/// down in `busy`; returns how many were gets that found a value.
-fn count_found<L: Links>(sim: &mut Sim<L>, key: &Id, busy: &mut [u8]) -> u64 {
-    let mut found = 0;
-    for (i, e) in sim.drain_events() {
-        match e {
-            crate::dsht::node::Event::GetDone { key: k, values, .. } if k == *key => {
-                found += u64::from(!values.is_empty());
-            }
-            crate::dsht::node::Event::PutDone { key: k, .. } if k == *key => {}
-            _ => continue,
+/// The experiment's driver, one a lane (`Sim::run_until_with`): during the
+/// join it bootstraps each node at its turn; during the load it starts each
+/// node's put/get pairs at its ticks and counts what they found.
+struct Drive<'a> {
+    /// Each node's bootstrap node (node 0's is unused).
+    via: &'a [u32],
+    load: Option<Load>,
+}
+
+/// The load's state in one lane.
+struct Load {
+    key: Id,
+    period: Duration,
+    /// No tick at or after this.
+    end: Time,
+    concurrent: bool,
+    /// Operations of the hot key under way, per node (of every lane: the
+    /// lane's own nodes' entries are the ones used).
+    busy: Vec<u8>,
+    puts: u64,
+    gets: u64,
+    gets_found: u64,
+}
+
+impl Driver for Drive<'_> {
+    fn fire(&mut self, i: usize, node: &mut Node, now: Time) -> Option<Time> {
+        let Some(load) = self.load.as_mut() else {
+            let via = self.via[i] as usize;
+            node.bootstrap(now, &[sim_addr(via)]);
+            return None;
+        };
+        // Back-to-back: a pair starts only once the last one is done.
+        if load.concurrent || load.busy[i] == 0 {
+            // A value of its own for every node and tick.
+            let v = ((i as u64) << 40 | now.as_micros()).to_be_bytes();
+            let value = Value::new(&v).expect("8 bytes");
+            node.put(now, load.key, value, 3600, None);
+            node.get(now, load.key, None);
+            load.busy[i] = load.busy[i].saturating_add(2);
+            load.puts += 1;
+            load.gets += 1;
         }
-        if let Some(b) = busy.get_mut(i) {
+        let next = now + load.period;
+        (next < load.end).then_some(next)
+    }
+
+    fn completed(&mut self, i: usize, e: &Event) -> bool {
+        let Some(load) = self.load.as_mut() else {
+            return false;
+        };
+        match e {
+            Event::GetDone { key, values, .. } if *key == load.key => {
+                load.gets_found += u64::from(!values.is_empty());
+            }
+            Event::PutDone { key, .. } if *key == load.key => {}
+            _ => return false,
+        }
+        if let Some(b) = load.busy.get_mut(i) {
             *b = b.saturating_sub(1);
         }
+        false
     }
-    found
 }
 
 /// The experiment's network before the load: `params.nodes` nodes made
@@ -270,7 +320,7 @@ fn join<L: Links>(params: &HotspotParams, config: Config, links: L) -> Sim<L> {
 /// (shared) and not yet joined.
 pub fn network<L: Links>(params: &HotspotParams, config: Config, links: L) -> Sim<L> {
     let n = params.nodes;
-    let mut sim = Sim::new(links, params.seed);
+    let mut sim = Sim::with_threads(links, params.seed, params.threads);
     sim.reserve(n);
     let config = std::sync::Arc::new(config);
     for i in 0..n {
@@ -292,14 +342,26 @@ pub fn join_all<L: Links>(params: &HotspotParams, sim: &mut Sim<L>) {
     let n = params.nodes;
     let join_gap = join_gap(n);
     let mut join_rng = crate::rng::Rng::new(params.seed ^ 0x101);
-    for i in 1..n {
-        let via = match params.bootstrap {
+    let mut via = vec![0u32; n];
+    let start = sim.now();
+    for (i, via) in via.iter_mut().enumerate().skip(1) {
+        *via = match params.bootstrap {
             Bootstrap::WellKnown => 0,
-            Bootstrap::Random => join_rng.below(i as u64) as usize,
+            Bootstrap::Random => join_rng.below(i as u64) as u32,
         };
-        sim.with_node(i, |node, now| node.bootstrap(now, &[sim_addr(via)]));
-        sim.run_for(join_gap);
+        sim.schedule(
+            i,
+            start + Duration::from_micros(join_gap.as_micros() * (i as u64 - 1)),
+        );
     }
+    let mut drivers: Vec<Drive<'_>> = (0..sim.threads())
+        .map(|_| Drive {
+            via: &via,
+            load: None,
+        })
+        .collect();
+    let end = start + Duration::from_micros(join_gap.as_micros() * (n.max(1) as u64 - 1));
+    sim.run_until_with(end, &mut drivers);
 }
 
 /// The key every node puts and gets in a run with this seed.
@@ -328,106 +390,73 @@ fn run_one<L: Links>(
     // At least a microsecond: a rate over a million a second (or infinite)
     // would otherwise make a zero period, and the tick loop would never end.
     let period = Duration::from_micros(((1e6 / params.rate.max(1e-3)) as u64).max(1));
-    let mut offsets: Vec<(Duration, usize)> = (0..n)
-        .map(|i| {
-            (
-                Duration::from_micros(rng.below(period.as_micros().max(1))),
-                i,
-            )
+    let offsets: Vec<Duration> = (0..n)
+        .map(|_| Duration::from_micros(rng.below(period.as_micros().max(1))))
+        .collect();
+    let start = sim.now();
+    let end = start + Duration::from_secs(60 * u64::from(params.minutes));
+    for (i, &off) in offsets.iter().enumerate() {
+        if start + off < end {
+            sim.schedule(i, start + off);
+        }
+    }
+    let mut drivers: Vec<Drive<'_>> = (0..sim.threads())
+        .map(|_| Drive {
+            via: &[],
+            load: Some(Load {
+                key,
+                period,
+                end,
+                concurrent: params.concurrent,
+                busy: vec![0; n],
+                puts: 0,
+                gets: 0,
+                gets_found: 0,
+            }),
         })
         .collect();
-    offsets.sort();
-    let start = sim.now();
-    let mut baseline: Vec<u64> = sim.nodes().iter().map(put_rpcs).collect();
+    let mut baseline: Vec<u64> = sim.nodes().map(put_rpcs).collect();
     let mut per_node: Vec<Vec<u64>> = vec![Vec::new(); n];
-    let (mut puts, mut gets) = (0u64, 0u64);
-    let mut gets_found = 0u64;
-    let mut value_seq = 0u64;
-    // Operations of the hot key under way, per node.
-    let mut busy = vec![0u8; n];
     // The probes of the first minute and of the last (the same minute when
-    // there is only one).
-    let probes_first: std::rc::Rc<std::cell::RefCell<Vec<ProbeSeen>>> = Default::default();
-    let probes: std::rc::Rc<std::cell::RefCell<Vec<ProbeSeen>>> = Default::default();
+    // there is only one), sent by each lane's tap.
+    let (first_tx, first_rx) = std::sync::mpsc::channel::<ProbeSeen>();
+    let (last_tx, last_rx) = std::sync::mpsc::channel::<ProbeSeen>();
     // Each node's first hop for the key when the load starts: the contact
     // its routing table holds closest to its first target (§4.1).
     let first_hops = first_hops(&sim, &key, params.b);
     for minute in 0..params.minutes {
         let last = minute + 1 == params.minutes;
         if minute == 0 || last {
-            let seen = [
-                (minute == 0).then(|| probes_first.clone()),
-                last.then(|| probes.clone()),
-            ];
-            sim.set_tap(Some(Box::new(move |_at, from, to, bytes: &[u8]| {
-                if bytes.get(1) != Some(&crate::dsht::wire::kind::PUT_PROBE) {
-                    return;
-                }
-                if let Ok(m) = crate::dsht::wire::Message::decode(bytes) {
-                    if let crate::dsht::wire::Body::PutProbe { key, target, .. } = m.body {
-                        let p = ProbeSeen {
-                            from: from as u32,
-                            to: to as u32,
-                            target_bits: key.distance(&target).leading_zeros() as u8,
-                        };
-                        for s in seen.iter().flatten() {
-                            s.borrow_mut().push(p);
+            sim.set_taps(|_lane| {
+                let seen = [
+                    (minute == 0).then(|| first_tx.clone()),
+                    last.then(|| last_tx.clone()),
+                ];
+                Box::new(move |_at, from, to, bytes: &[u8]| {
+                    if bytes.get(1) != Some(&crate::dsht::wire::kind::PUT_PROBE) {
+                        return;
+                    }
+                    if let Ok(m) = crate::dsht::wire::Message::decode(bytes) {
+                        if let crate::dsht::wire::Body::PutProbe { key, target, .. } = m.body {
+                            let p = ProbeSeen {
+                                from: from as u32,
+                                to: to as u32,
+                                target_bits: key.distance(&target).leading_zeros() as u8,
+                            };
+                            for s in seen.iter().flatten() {
+                                // The receiver outlives every tap.
+                                let _ = s.send(p);
+                            }
                         }
                     }
-                }
-            })));
+                })
+            });
         } else {
-            sim.set_tap(None);
+            sim.clear_taps();
         }
         let minute_end = start + Duration::from_secs(60 * (u64::from(minute) + 1));
-        let mut tick = start + Duration::from_secs(60 * u64::from(minute));
-        while tick < minute_end {
-            for (k, &(off, i)) in offsets.iter().enumerate() {
-                let at = tick + off;
-                if at >= minute_end {
-                    continue;
-                }
-                if !params.concurrent {
-                    // Back-to-back: done with the last pair by now?
-                    sim.run_until(at);
-                    gets_found += count_found(&mut sim, &key, &mut busy);
-                    if busy[i] > 0 {
-                        continue;
-                    }
-                }
-                // The next three callers' state starts loading now, one
-                // step of the chain node → levels → the top level's store
-                // per call (a cache hint: see `Sim::prefetch_next`).
-                if let Some(&(_, j)) = offsets.get(k + 3) {
-                    sim.prefetch(j);
-                }
-                if let Some(&(_, j)) = offsets.get(k + 2) {
-                    sim.node(j).prefetch_levels();
-                }
-                if let Some(&(_, j)) = offsets.get(k + 1) {
-                    sim.node(j).prefetch_top_store();
-                }
-                sim.run_until(at);
-                value_seq += 1;
-                let mut v = [0u8; 8];
-                v.copy_from_slice(&value_seq.to_be_bytes());
-                let value = Value::new(&v).expect("8 bytes");
-                sim.with_node(i, |node, now| {
-                    node.put(now, key, value, 3600, None);
-                    node.get(now, key, None);
-                });
-                busy[i] = busy[i].saturating_add(2);
-                puts += 1;
-                gets += 1;
-                // After every call, so that each event's memory is freed
-                // while hot and reused by the next call's.
-                gets_found += count_found(&mut sim, &key, &mut busy);
-            }
-            tick = tick + period;
-        }
-        sim.run_until(minute_end);
-        gets_found += count_found(&mut sim, &key, &mut busy);
-        for (i, node) in sim.nodes().iter().enumerate() {
+        sim.run_until_with(minute_end, &mut drivers);
+        for (i, node) in sim.nodes().enumerate() {
             let now_count = put_rpcs(node);
             per_node[i].push(now_count - baseline[i]);
             baseline[i] = now_count;
@@ -439,7 +468,16 @@ fn run_one<L: Links>(
             events: sim.stats().events,
         });
     }
-    sim.set_tap(None);
+    let (mut puts, mut gets, mut gets_found) = (0u64, 0u64, 0u64);
+    for l in drivers.iter().filter_map(|d| d.load.as_ref()) {
+        puts += l.puts;
+        gets += l.gets;
+        gets_found += l.gets_found;
+    }
+    sim.clear_taps();
+    drop((first_tx, last_tx));
+    let (probes, probes_first): (Vec<ProbeSeen>, Vec<ProbeSeen>) =
+        (last_rx.iter().collect(), first_rx.iter().collect());
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| sim.node(i).id().distance(&key));
     let busiest = busiest_node(
@@ -449,7 +487,7 @@ fn run_one<L: Links>(
         &order,
         &per_node,
         per_node.first().map_or(0, Vec::len).saturating_sub(1),
-        &probes.borrow(),
+        &probes,
         &first_hops,
     );
     let busiest_first = busiest_node(
@@ -459,7 +497,7 @@ fn run_one<L: Links>(
         &order,
         &per_node,
         0,
-        &probes_first.borrow(),
+        &probes_first,
         &first_hops,
     );
     let per_minute: Vec<Vec<u64>> = order.iter().map(|&i| per_node[i].clone()).collect();
@@ -497,7 +535,6 @@ fn run_one<L: Links>(
         events: sim.stats().events,
         max_values_per_node: sim
             .nodes()
-            .iter()
             .map(|node| node.store(0).map_or(0, |s| s.values(&key, sim.now()).len()))
             .max()
             .unwrap_or(0),
@@ -792,7 +829,7 @@ mod tests {
         let config = experiment_config(&params);
         let k = config.bucket_size;
         let sim = join(&params, config, links);
-        let ids: Vec<Id> = sim.nodes().iter().map(|n| n.id()).collect();
+        let ids: Vec<Id> = sim.nodes().map(|n| n.id()).collect();
         let (mut missing, mut checked) = (0, 0);
         for i in ids.len() - 200..ids.len() {
             // Nodes join in index order: those before i were there.

@@ -248,7 +248,7 @@ impl<L: Links> Hunt<L> {
         };
         let mut holders_level0 = 0;
         let mut holders_any = 0;
-        for (i, n) in self.sim.nodes().iter().enumerate() {
+        for (i, n) in self.sim.nodes().enumerate() {
             if self.joined_at[i].is_none() {
                 continue;
             }
@@ -641,12 +641,7 @@ pub fn run<L: Links>(params: &HuntParams, links: L) -> HuntReport {
             }
         }
     }
-    let cluster_switches = w
-        .sim
-        .nodes()
-        .iter()
-        .map(|x| x.stats().cluster_switches)
-        .sum();
+    let cluster_switches = w.sim.nodes().map(|x| x.stats().cluster_switches).sum();
     HuntReport {
         params: params.clone(),
         origin_fetches: w.origin_fetches,

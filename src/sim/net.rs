@@ -3,15 +3,29 @@
 //!
 //! Time jumps from one event to the next; nothing sleeps. Every datagram is
 //! encoded and parsed exactly as on a real socket, so the simulator exercises
-//! the same bytes the server does. Ties in time are broken by insertion
-//! order, and loss draws from the simulator's own seeded [`Rng`], so one seed
-//! gives one run.
+//! the same bytes the server does. Ties in time are broken by the node that
+//! made the event (the sender of a datagram, the node of a wake-up) and that
+//! node's own count of the events it made, and loss is drawn from a hash of
+//! the seed and that same key, so one seed gives one run: the same run on
+//! one thread or several.
+//!
+//! **In lanes** ([`Sim::with_threads`]): node `i` lives in lane `i mod P`,
+//! each lane with its own event queue. No datagram arrives sooner than
+//! [`Links::min_one_way`] after it is sent, so virtual time is cut into
+//! windows of that length: within one, the lanes' events are independent
+//! (what a node sends in it arrives after it), each lane runs its own, and
+//! datagrams for another lane wait in a mailbox until the window's end (a
+//! conservative, window-synchronous parallel simulation). Each node sees
+//! the same inputs in the same order whatever P is, so the run is the
+//! same. The core crate starts no thread: the `coral` binary registers a
+//! [`LaneRunner`] that runs each lane on a thread of its own; without one
+//! the lanes take turns on the caller's.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::OnceLock;
 
 use crate::dsht::node::{Event, Node};
-use crate::rng::Rng;
 use crate::sim::queue::EventQueue;
 use crate::time::{Duration, Time};
 
@@ -24,9 +38,14 @@ pub type HintPath = (Vec<IpAddr>, Vec<(IpAddr, u8)>);
 pub const DATAGRAMS_IN_FLIGHT_MAX: usize = 1 << 22;
 
 /// The links between simulated nodes, by node index.
-pub trait Links {
+pub trait Links: Sync {
     /// One-way delay from `a` to `b`.
     fn one_way(&self, a: usize, b: usize) -> Duration;
+    /// A lower bound on every [`Links::one_way`]: the lookahead of a run on
+    /// several threads (zero: one thread only).
+    fn min_one_way(&self) -> Duration {
+        Duration::ZERO
+    }
     /// Probability that a datagram from `a` to `b` is lost.
     fn loss(&self, _a: usize, _b: usize) -> f64 {
         0.0
@@ -44,6 +63,10 @@ pub struct ConstantLinks(pub Duration);
 
 impl Links for ConstantLinks {
     fn one_way(&self, _a: usize, _b: usize) -> Duration {
+        self.0
+    }
+
+    fn min_one_way(&self) -> Duration {
         self.0
     }
 }
@@ -73,6 +96,10 @@ impl Links for HashedLinks {
             .saturating_sub(self.min.as_micros())
             .max(1);
         Duration::from_micros(self.min.as_micros() + x % span)
+    }
+
+    fn min_one_way(&self) -> Duration {
+        self.min
     }
 }
 
@@ -106,6 +133,8 @@ enum What {
     Deliver(u32),
     /// Wake this node for its timers.
     Wake(u32),
+    /// Call the driver for this node ([`Sim::schedule`], [`Driver`]).
+    Drive(u32),
 }
 
 /// A datagram on the wire. Its buffer is recycled: once delivered, it goes
@@ -226,132 +255,68 @@ pub struct NetStats {
     pub stale_wakes: u64,
 }
 
-/// Many nodes on one simulated network.
-pub struct Sim<L: Links> {
-    now: Time,
-    nodes: Vec<Node>,
-    alive: Vec<bool>,
-    wakes: Vec<Wake>,
-    /// The (time, insertion number) of the last event popped: a wake-up
-    /// keyed later is still queued.
-    popped: (Time, u64),
-    /// Test builds: each node's moves to each deadline, by insertion number.
-    #[cfg(test)]
-    moves_to: HashMap<(usize, Time), Vec<u64>>,
-    /// Test builds: deadlines given another place than queueing every
-    /// move would give them.
-    #[cfg(test)]
-    misplaced_wakes: u64,
-    /// Whether node `i` has the address [`sim_addr`]`(i)`: such nodes are
-    /// found from their address with no look-up (every node of the
-    /// experiments; a hash probe per datagram was a cache miss at 10,000
-    /// nodes). Nodes with any other address are in `by_addr`.
-    at_home: Vec<bool>,
-    by_addr: HashMap<SocketAddr, usize, crate::dsht::id::FastBuildHasher>,
-    queue: EventQueue<What>,
-    /// Datagrams on the wire, by slot; at most [`DATAGRAMS_IN_FLIGHT_MAX`].
-    in_flight: Vec<InFlight>,
-    /// Free slots of `in_flight`.
-    free: Vec<u32>,
-    rng: Rng,
-    links: L,
-    events: Vec<(usize, Event)>,
-    buf: Vec<u8>,
-    stats: NetStats,
-    /// Sees every datagram delivered (see [`Sim::set_tap`]).
-    tap: Option<Tap>,
+impl NetStats {
+    fn add(&mut self, o: &NetStats) {
+        self.datagrams += o.datagrams;
+        self.bytes += o.bytes;
+        self.lost += o.lost;
+        self.unroutable += o.unroutable;
+        self.events += o.events;
+        self.stale_wakes += o.stale_wakes;
+    }
 }
 
-/// A callback that sees every delivered datagram: (time, sender index,
-/// receiver index, bytes). For experiments that ask who sends what to whom
-/// (the hot-spot experiment's busiest node); results never depend on it.
-pub type Tap = Box<dyn FnMut(Time, usize, usize, &[u8])>;
+/// Bits of an event's key that count the events its node made; the node's
+/// index takes the bits above (a node may make 2^40 events).
+const KEY_COUNT_BITS: u32 = 40;
 
-impl<L: Links> Sim<L> {
-    /// An empty network at time zero; `seed` drives link loss.
-    pub fn new(links: L, seed: u64) -> Sim<L> {
-        Sim {
-            now: Time::ZERO,
-            nodes: Vec::new(),
-            alive: Vec::new(),
-            wakes: Vec::new(),
-            popped: (Time::ZERO, 0),
-            #[cfg(test)]
-            moves_to: HashMap::new(),
-            #[cfg(test)]
-            misplaced_wakes: 0,
-            at_home: Vec::new(),
-            by_addr: HashMap::default(),
-            queue: EventQueue::new(),
-            in_flight: Vec::new(),
-            free: Vec::new(),
-            rng: Rng::new(seed),
-            links,
-            events: Vec::new(),
-            buf: Vec::with_capacity(2048),
-            stats: NetStats::default(),
-            tap: None,
-        }
+/// What the simulator calls at a node's driver events ([`Sim::schedule`]):
+/// an experiment's load, given to [`Sim::run_until_with`], one driver a
+/// lane. It runs on the lane's thread, between the node's other events.
+pub trait Driver: Send {
+    /// Node `i`'s driver event came at `now`: call into the node (its
+    /// output is sent after); returns when to come again, if ever.
+    fn fire(&mut self, i: usize, node: &mut Node, now: Time) -> Option<Time>;
+    /// Node `i` completed an operation; false drops it, true keeps it for
+    /// [`Sim::take_events`].
+    fn completed(&mut self, _i: usize, _e: &Event) -> bool {
+        true
     }
+}
 
-    /// The current virtual time.
-    pub fn now(&self) -> Time {
-        self.now
+/// The driver of a run with no driver events.
+struct NoDriver;
+
+impl Driver for NoDriver {
+    fn fire(&mut self, _i: usize, _node: &mut Node, _now: Time) -> Option<Time> {
+        None
     }
+}
 
-    /// The links.
-    pub fn links(&self) -> &L {
-        &self.links
-    }
+/// A datagram for another lane, held until the window's end (opaque: a
+/// [`LaneRunner`] only moves it from lane to lane).
+pub struct Mail {
+    at: Time,
+    key: u64,
+    to: usize,
+    from: SocketAddr,
+    bytes: Vec<u8>,
+}
 
-    /// The links, to change them mid-run (a rise in latency, a partition).
-    pub fn links_mut(&mut self) -> &mut L {
-        &mut self.links
-    }
+/// Buffers a lane keeps for datagrams that came from other lanes' nodes,
+/// to encode its own next datagrams into.
+const SPARE_BUFFERS_KEPT: usize = 256;
 
-    /// Network-wide counters.
-    pub fn stats(&self) -> NetStats {
-        self.stats
-    }
+/// What every lane reads and none changes while the lanes run: the links
+/// and where each address leads.
+struct Wires<'a, L> {
+    links: &'a L,
+    at_home: &'a [bool],
+    by_addr: &'a HashMap<SocketAddr, usize, crate::dsht::id::FastBuildHasher>,
+    seed: u64,
+}
 
-    /// Calls `tap` with every datagram delivered from now on (None: stop).
-    pub fn set_tap(&mut self, tap: Option<Tap>) {
-        self.tap = tap;
-    }
-
-    /// Makes room for `additional` more nodes at once, so that adding them
-    /// does not double the nodes' array past what it needs (a node is
-    /// 1.7 KB inline: at 100,000 nodes, doubling to 131,072 slots held 53 MB
-    /// for nobody).
-    pub fn reserve(&mut self, additional: usize) {
-        self.nodes.reserve_exact(additional);
-        self.alive.reserve_exact(additional);
-        self.wakes.reserve_exact(additional);
-        self.at_home.reserve_exact(additional);
-    }
-
-    /// Adds a node; returns its index.
-    pub fn add(&mut self, node: Node) -> usize {
-        let i = self.nodes.len();
-        self.at_home.push(false);
-        self.bind(i, node.addr());
-        self.nodes.push(node);
-        self.alive.push(true);
-        self.wakes.push(Wake::NONE);
-        self.flush(i);
-        i
-    }
-
-    /// Makes `addr` reach node `i`.
-    fn bind(&mut self, i: usize, addr: SocketAddr) {
-        if sim_index(addr) == Some(i) {
-            self.at_home[i] = true;
-        } else {
-            self.at_home[i] = false;
-            self.by_addr.insert(addr, i);
-        }
-    }
-
+impl<L> Wires<'_, L> {
     /// The node at `addr`, if any.
     fn index_of(&self, addr: SocketAddr) -> Option<usize> {
         match sim_index(addr) {
@@ -359,83 +324,103 @@ impl<L: Links> Sim<L> {
             _ => self.by_addr.get(&addr).copied(),
         }
     }
+}
 
-    /// Number of nodes.
-    pub fn len(&self) -> usize {
-        self.nodes.len()
+/// One thread's share of the network: the nodes `i` with `i mod lanes ==
+/// index`, at `i / lanes` in its arrays, and their events.
+struct Lane {
+    index: usize,
+    lanes: usize,
+    now: Time,
+    nodes: Vec<Node>,
+    alive: Vec<bool>,
+    wakes: Vec<Wake>,
+    /// Each node's count of the events it made: the low bits of their keys.
+    made: Vec<u64>,
+    /// The key (time, node and count) of the last event popped: a wake-up
+    /// keyed later is still queued.
+    popped: (Time, u64),
+    /// Test builds: each node's moves to each deadline, by key.
+    #[cfg(test)]
+    moves_to: HashMap<(usize, Time), Vec<u64>>,
+    /// Test builds: deadlines given another place than queueing every
+    /// move would give them.
+    #[cfg(test)]
+    misplaced_wakes: u64,
+    queue: EventQueue<What>,
+    /// Datagrams on the wire to this lane's nodes, by slot; at most
+    /// [`DATAGRAMS_IN_FLIGHT_MAX`] over all lanes.
+    in_flight: Vec<InFlight>,
+    /// Free slots of `in_flight`.
+    free: Vec<u32>,
+    /// Datagrams for other lanes sent in this window, by lane.
+    out: Vec<Vec<Mail>>,
+    /// Buffers of datagrams that came from other lanes.
+    spare: Vec<Vec<u8>>,
+    events: Vec<(usize, Event)>,
+    buf: Vec<u8>,
+    stats: NetStats,
+    /// Sees every datagram delivered to this lane's nodes.
+    tap: Option<Tap>,
+}
+
+impl Lane {
+    fn new(index: usize, lanes: usize) -> Lane {
+        Lane {
+            index,
+            lanes,
+            now: Time::ZERO,
+            nodes: Vec::new(),
+            alive: Vec::new(),
+            wakes: Vec::new(),
+            made: Vec::new(),
+            popped: (Time::ZERO, 0),
+            #[cfg(test)]
+            moves_to: HashMap::new(),
+            #[cfg(test)]
+            misplaced_wakes: 0,
+            queue: EventQueue::new(),
+            in_flight: Vec::new(),
+            free: Vec::new(),
+            out: (0..lanes).map(|_| Vec::new()).collect(),
+            spare: Vec::new(),
+            events: Vec::new(),
+            buf: Vec::with_capacity(2048),
+            stats: NetStats::default(),
+            tap: None,
+        }
     }
 
-    /// Whether there are no nodes.
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+    /// Node `i`'s place in this lane's arrays.
+    fn local(&self, i: usize) -> usize {
+        debug_assert_eq!(i % self.lanes, self.index);
+        i / self.lanes
     }
 
-    /// Node `i`.
-    pub fn node(&self, i: usize) -> &Node {
-        &self.nodes[i]
+    /// The key of the next event node `i` makes: the node, then its count.
+    fn next_key(&mut self, i: usize) -> u64 {
+        let l = self.local(i);
+        let n = self.made[l];
+        assert!(n < 1 << KEY_COUNT_BITS, "node {i} made 2^40 events");
+        self.made[l] = n + 1;
+        (i as u64) << KEY_COUNT_BITS | n
     }
 
-    /// All nodes.
-    pub fn nodes(&self) -> &[Node] {
-        &self.nodes
-    }
-
-    /// Whether node `i` is running.
-    pub fn is_alive(&self, i: usize) -> bool {
-        self.alive[i]
-    }
-
-    /// Calls into node `i` at the current time (an API call such as `put`),
-    /// then sends what it produced.
-    pub fn with_node<R>(&mut self, i: usize, f: impl FnOnce(&mut Node, Time) -> R) -> R {
-        let now = self.now;
-        let r = f(&mut self.nodes[i], now);
-        self.flush(i);
-        r
-    }
-
-    /// Crashes node `i`: datagrams to it are lost until it is replaced.
-    pub fn crash(&mut self, i: usize) {
-        self.alive[i] = false;
-        self.set_deadline(i, Time::MAX);
-    }
-
-    /// Replaces node `i` with a fresh one (a restart: state is lost).
-    pub fn restart(&mut self, i: usize, node: Node) {
-        self.by_addr.remove(&self.nodes[i].addr());
-        self.bind(i, node.addr());
-        self.nodes[i] = node;
-        self.alive[i] = true;
-        self.set_deadline(i, Time::MAX);
-        self.flush(i);
-    }
-
-    /// Delivers a raw datagram to node `to` at the current time, as if sent
-    /// from `from` (for injecting malformed input).
-    pub fn inject(&mut self, to: usize, from: SocketAddr, bytes: &[u8]) {
-        let now = self.now;
-        let _ = self.nodes[to].handle(now, from, bytes);
-        self.flush(to);
-    }
-
-    /// Completed operations since the last call, with the node that completed them.
-    pub fn take_events(&mut self) -> Vec<(usize, Event)> {
-        std::mem::take(&mut self.events)
-    }
-
-    /// Completed operations since the last call, drained in place: unlike
-    /// [`Sim::take_events`], the buffer keeps its capacity, so a driver that
-    /// drains often allocates nothing for them.
-    pub fn drain_events(&mut self) -> std::vec::Drain<'_, (usize, Event)> {
-        self.events.drain(..)
-    }
-
-    /// Processes every event up to and including `until`, then sets the
-    /// clock to `until`.
-    pub fn run_until(&mut self, until: Time) {
-        while let Some((at, seq, what)) = self.queue.pop_until_keyed(until) {
+    /// Processes every event of this lane up to and including `until`.
+    ///
+    /// A node's state depends only on its own events (datagrams to it, its
+    /// wake-ups and driver events), all in its lane, and a lane pops them
+    /// in key order: (time, the node that made the event, that node's
+    /// count). Nothing is queued behind the event being handled (a
+    /// datagram takes at least [`Links::min_one_way`] to another lane, a
+    /// wake-up comes at least a microsecond later), and the wake-ups'
+    /// bookkeeping compares keys only with the key of the node's own event
+    /// being handled, or with (`until`, max) between runs. So every node
+    /// sees the same events in the same order on any number of lanes.
+    fn run<L: Links, D: Driver>(&mut self, until: Time, wires: &Wires<'_, L>, driver: &mut D) {
+        while let Some((at, key, what)) = self.queue.pop_until_keyed(until) {
             self.now = at;
-            self.popped = (at, seq);
+            self.popped = (at, key);
             self.stats.events += 1;
             let next = self.prefetch_next();
             match what {
@@ -443,24 +428,24 @@ impl<L: Links> Sim<L> {
                     self.free.push(slot);
                     let d = &self.in_flight[slot as usize];
                     let to = d.to;
-                    if !self.alive[to] {
+                    let l = to / self.lanes;
+                    if !self.alive[l] {
                         self.stats.lost += 1;
                         continue;
                     }
-                    if self.tap.is_some() {
-                        let from = self.index_of(d.from).unwrap_or(usize::MAX);
-                        if let Some(tap) = self.tap.as_mut() {
-                            tap(at, from, to, &d.bytes);
-                        }
+                    if let Some(tap) = self.tap.as_mut() {
+                        let from = wires.index_of(d.from).unwrap_or(usize::MAX);
+                        tap(at, from, to, &d.bytes);
                     }
-                    let _ = self.nodes[to].handle(at, d.from, &d.bytes);
-                    self.flush(to);
+                    let _ = self.nodes[l].handle(at, d.from, &d.bytes);
+                    self.flush(to, wires);
                 }
                 What::Wake(node) => {
                     let node = node as usize;
-                    let w = &mut self.wakes[node];
-                    w.came(at, seq);
-                    let alive = self.alive[node];
+                    let l = self.local(node);
+                    let w = &mut self.wakes[l];
+                    w.came(at, key);
+                    let alive = self.alive[l];
                     if !alive || w.at != at {
                         self.stats.stale_wakes += 1;
                         // The deadline moved later: queue it now, unless
@@ -474,22 +459,42 @@ impl<L: Links> Sim<L> {
                     // `arm` keeps the deadline at the node's next one, so a
                     // wake-up that is still current finds a timer due.
                     self.set_deadline(node, Time::MAX);
-                    self.nodes[node].handle_timeout(at);
-                    self.flush(node);
+                    self.nodes[l].handle_timeout(at);
+                    self.flush(node, wires);
                 }
+                What::Drive(node) => {
+                    let node = node as usize;
+                    let l = self.local(node);
+                    if !self.alive[l] {
+                        continue;
+                    }
+                    let again = driver.fire(node, &mut self.nodes[l], at);
+                    self.flush(node, wires);
+                    if let Some(t) = again {
+                        self.schedule(node, t.max(at));
+                    }
+                }
+            }
+            if !self.events.is_empty() {
+                self.events.retain(|(i, e)| driver.completed(*i, e));
             }
             if let Some(n) = next {
                 self.nodes[n].prefetch_levels();
             }
         }
         self.now = self.now.max(until);
+        // Every event up to `until` has come: the same place for the calls
+        // between runs (`Sim::with_node`, crashes) on any number of lanes,
+        // where the last event popped would differ from lane to lane.
+        self.popped = self.popped.max((until, u64::MAX));
     }
 
     /// Prefetching, in two steps an event apart: at 10,000 nodes nearly
     /// every line a node reads is a cache miss, and the misses depend on one
     /// another (the node, then its levels). Before each event, the next
     /// event's node starts loading, with its datagram; after it, that node's
-    /// levels. A hint only: results never depend on it. Returns that node.
+    /// levels. A hint only: results never depend on it. Returns that node's
+    /// place in the lane.
     fn prefetch_next(&self) -> Option<usize> {
         let n = match *self.queue.peek_hint()? {
             What::Deliver(slot) => {
@@ -497,58 +502,92 @@ impl<L: Links> Sim<L> {
                 crate::dsht::prefetch::prefetch(d.bytes.as_ptr(), d.bytes.len());
                 d.to
             }
-            What::Wake(n) => n as usize,
-        };
+            What::Wake(n) | What::Drive(n) => n as usize,
+        } / self.lanes;
         self.nodes[n].prefetch();
         crate::dsht::prefetch::prefetch((&self.wakes[n] as *const Wake).cast(), 1);
         Some(n)
     }
 
-    /// Starts loading node `i` and its wake-up's line (a cache hint for a
-    /// driver about to call [`Sim::with_node`] on it: results never
-    /// depend on it).
-    pub fn prefetch(&self, i: usize) {
-        if let (Some(node), Some(w)) = (self.nodes.get(i), self.wakes.get(i)) {
-            node.prefetch();
-            crate::dsht::prefetch::prefetch((w as *const Wake).cast(), 1);
+    /// Queues a driver event for node `i` at `at`.
+    fn schedule(&mut self, i: usize, at: Time) {
+        let key = self.next_key(i);
+        self.queue.push_keyed(at, key, What::Drive(i as u32));
+    }
+
+    /// Takes a datagram from another lane onto this lane's queue.
+    fn receive(&mut self, m: Mail) {
+        let Some(slot) = self.slot() else {
+            self.stats.lost += 1;
+            return;
+        };
+        let d = &mut self.in_flight[slot as usize];
+        d.to = m.to;
+        d.from = m.from;
+        let old = std::mem::replace(&mut d.bytes, m.bytes);
+        if self.spare.len() < SPARE_BUFFERS_KEPT {
+            self.spare.push(old);
+        }
+        self.queue.push_keyed(m.at, m.key, What::Deliver(slot));
+    }
+
+    /// A free slot of `in_flight`, if the lane may hold one more datagram.
+    fn slot(&mut self) -> Option<u32> {
+        match self.free.pop() {
+            Some(slot) => Some(slot),
+            None if self.in_flight.len() < DATAGRAMS_IN_FLIGHT_MAX / self.lanes => {
+                self.in_flight.push(InFlight {
+                    to: 0,
+                    from: sim_addr(0),
+                    bytes: Vec::new(),
+                });
+                Some((self.in_flight.len() - 1) as u32)
+            }
+            None => None,
         }
     }
 
-    /// Runs for `d` of virtual time.
-    pub fn run_for(&mut self, d: Duration) {
-        let until = self.now + d;
-        self.run_until(until);
-    }
-
     /// Sends everything node `i` has queued and schedules its next wake-up.
-    fn flush(&mut self, i: usize) {
+    fn flush<L: Links>(&mut self, i: usize, wires: &Wires<'_, L>) {
         let now = self.now;
-        let from = self.nodes[i].addr();
-        while let Some(to_addr) = self.nodes[i].poll_transmit(&mut self.buf) {
+        let l = self.local(i);
+        let from = self.nodes[l].addr();
+        while let Some(to_addr) = self.nodes[l].poll_transmit(&mut self.buf) {
             self.stats.datagrams += 1;
             self.stats.bytes += self.buf.len() as u64;
-            let Some(to) = self.index_of(to_addr) else {
+            let key = self.next_key(i);
+            let Some(to) = wires.index_of(to_addr) else {
                 self.stats.unroutable += 1;
                 continue;
             };
-            if self.rng.chance(self.links.loss(i, to)) {
+            let loss = wires.links.loss(i, to);
+            if loss > 0.0 && crate::rng::Rng::new(wires.seed ^ key.rotate_left(17)).chance(loss) {
                 self.stats.lost += 1;
                 continue;
             }
-            let slot = match self.free.pop() {
-                Some(slot) => slot,
-                None if self.in_flight.len() < DATAGRAMS_IN_FLIGHT_MAX => {
-                    self.in_flight.push(InFlight {
-                        to,
-                        from,
-                        bytes: Vec::new(),
-                    });
-                    (self.in_flight.len() - 1) as u32
-                }
-                None => {
-                    self.stats.lost += 1;
-                    continue;
-                }
+            let one_way = wires.links.one_way(i, to);
+            let at = now + one_way;
+            let lane = to % self.lanes;
+            if lane != self.index {
+                // It must arrive after the window the lanes are running.
+                assert!(
+                    one_way >= wires.links.min_one_way(),
+                    "a link's delay under the links' min_one_way"
+                );
+                let fresh = self.spare.pop().unwrap_or_default();
+                let bytes = std::mem::replace(&mut self.buf, fresh);
+                self.out[lane].push(Mail {
+                    at,
+                    key,
+                    to,
+                    from,
+                    bytes,
+                });
+                continue;
+            }
+            let Some(slot) = self.slot() else {
+                self.stats.lost += 1;
+                continue;
             };
             // The datagram moves into the slot; the slot's old buffer goes
             // back to the next node that sends.
@@ -556,15 +595,14 @@ impl<L: Links> Sim<L> {
             d.to = to;
             d.from = from;
             std::mem::swap(&mut d.bytes, &mut self.buf);
-            let at = now + self.links.one_way(i, to);
-            self.queue.push(at, What::Deliver(slot));
+            self.queue.push_keyed(at, key, What::Deliver(slot));
         }
-        while let Some(e) = self.nodes[i].poll_event() {
+        while let Some(e) = self.nodes[l].poll_event() {
             self.events.push((i, e));
         }
         // Contacts a node learnt are for other cores of a real node; here
         // nobody wants them (left alone, each node would hold 1,024).
-        while self.nodes[i].poll_learned().is_some() {}
+        while self.nodes[l].poll_learned().is_some() {}
         self.arm(i);
     }
 
@@ -574,15 +612,20 @@ impl<L: Links> Sim<L> {
     /// deadline earlier than the wake-up queued for the node is queued; a
     /// later one waits for that wake-up (see [`Wake`]).
     fn arm(&mut self, i: usize) {
-        // A deadline at `Time::MAX` is never reached: none.
-        let next = self.nodes[i]
+        let l = self.local(i);
+        // A deadline at `Time::MAX` is never reached: none. One due now
+        // comes a microsecond later, after every event of this time: a
+        // wake-up is never queued behind the event being handled, so its
+        // key is later than every key popped (the order of a node's events
+        // on any number of lanes depends on that; see `Lane::run`).
+        let next = self.nodes[l]
             .poll_timeout()
-            .map_or(Time::MAX, |t| t.max(self.now));
-        if next == self.wakes[i].at {
+            .map_or(Time::MAX, |t| t.max(self.now + Duration::from_micros(1)));
+        if next == self.wakes[l].at {
             return;
         }
         self.set_deadline(i, next);
-        let w = &mut self.wakes[i];
+        let w = &mut self.wakes[l];
         if next < w.queued[0].0 {
             w.queue(next, w.seq, self.popped);
             self.queue.push_keyed(next, w.seq, What::Wake(i as u32));
@@ -590,18 +633,21 @@ impl<L: Links> Sim<L> {
     }
 
     /// Sets node `i`'s next deadline to `next` (`Time::MAX`: none), taking
-    /// its place in the order: the next insertion number, or that of a
-    /// wake-up still queued for that time (see [`Wake`]).
+    /// its place in the order: the node's next key, or that of a wake-up
+    /// still queued for that time (see [`Wake`]).
     fn set_deadline(&mut self, i: usize, next: Time) {
-        let w = &mut self.wakes[i];
+        let l = self.local(i);
+        let popped = self.popped;
+        let w = &mut self.wakes[l];
         if w.at != Time::MAX && w.queued.iter().all(|&(t, _)| t != w.at) {
-            w.leave(w.at, w.seq, self.popped);
+            w.leave(w.at, w.seq, popped);
         }
         w.at = next;
         if next == Time::MAX {
             return;
         }
-        let reserved = self.queue.reserve();
+        let reserved = self.next_key(i);
+        let w = &mut self.wakes[l];
         let mut seq = reserved;
         for &(t, s) in &w.queued {
             if t == next {
@@ -609,7 +655,7 @@ impl<L: Links> Sim<L> {
             }
         }
         for &(t, s) in &w.left {
-            if t == next && (t, s) > self.popped {
+            if t == next && (t, s) > popped {
                 seq = seq.min(s);
             }
         }
@@ -632,12 +678,460 @@ impl<L: Links> Sim<L> {
             self.misplaced_wakes += 1;
         }
     }
+}
+
+/// Many nodes on one simulated network.
+pub struct Sim<L: Links> {
+    now: Time,
+    /// The nodes and their events, in lanes (one per thread).
+    lanes: Vec<Lane>,
+    len: usize,
+    /// Whether node `i` has the address [`sim_addr`]`(i)`: such nodes are
+    /// found from their address with no look-up (every node of the
+    /// experiments; a hash probe per datagram was a cache miss at 10,000
+    /// nodes). Nodes with any other address are in `by_addr`.
+    at_home: Vec<bool>,
+    by_addr: HashMap<SocketAddr, usize, crate::dsht::id::FastBuildHasher>,
+    seed: u64,
+    links: L,
+}
+
+/// A callback that sees every delivered datagram: (time, sender index,
+/// receiver index, bytes). For experiments that ask who sends what to whom
+/// (the hot-spot experiment's busiest node); results never depend on it.
+/// On several threads, each lane has its own ([`Sim::set_taps`]).
+pub type Tap = Box<dyn FnMut(Time, usize, usize, &[u8]) + Send>;
+
+impl<L: Links> Sim<L> {
+    /// An empty network at time zero, run on one thread; `seed` drives
+    /// link loss.
+    pub fn new(links: L, seed: u64) -> Sim<L> {
+        Sim::with_threads(links, seed, 1)
+    }
+
+    /// An empty network at time zero whose nodes are run by `threads`
+    /// threads (at least one; one lane each): the same run as on one
+    /// thread. More than one needs links with a [`Links::min_one_way`]
+    /// above zero.
+    pub fn with_threads(links: L, seed: u64, threads: usize) -> Sim<L> {
+        let lanes = threads.max(1);
+        assert!(
+            lanes == 1 || links.min_one_way() > Duration::ZERO,
+            "several threads need links with a least one-way delay"
+        );
+        Sim {
+            now: Time::ZERO,
+            lanes: (0..lanes).map(|k| Lane::new(k, lanes)).collect(),
+            len: 0,
+            at_home: Vec::new(),
+            by_addr: HashMap::default(),
+            seed,
+            links,
+        }
+    }
+
+    /// The threads (lanes) the nodes are run by.
+    pub fn threads(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// The links.
+    pub fn links(&self) -> &L {
+        &self.links
+    }
+
+    /// The links, to change them mid-run (a rise in latency, a partition).
+    pub fn links_mut(&mut self) -> &mut L {
+        &mut self.links
+    }
+
+    /// Network-wide counters.
+    pub fn stats(&self) -> NetStats {
+        let mut s = NetStats::default();
+        for lane in &self.lanes {
+            s.add(&lane.stats);
+        }
+        s
+    }
+
+    /// Calls `tap` with every datagram delivered from now on (None: stop).
+    /// One thread only: see [`Sim::set_taps`].
+    pub fn set_tap(&mut self, tap: Option<Tap>) {
+        assert_eq!(self.lanes.len(), 1, "set_tap on several threads");
+        self.lanes[0].tap = tap;
+    }
+
+    /// Gives each lane the tap `make(lane)`, called for the datagrams
+    /// delivered to the lane's nodes (on its thread).
+    pub fn set_taps(&mut self, mut make: impl FnMut(usize) -> Tap) {
+        for (k, lane) in self.lanes.iter_mut().enumerate() {
+            lane.tap = Some(make(k));
+        }
+    }
+
+    /// Removes every lane's tap.
+    pub fn clear_taps(&mut self) {
+        for lane in &mut self.lanes {
+            lane.tap = None;
+        }
+    }
+
+    /// Makes room for `additional` more nodes at once, so that adding them
+    /// does not double the nodes' array past what it needs (a node is
+    /// 1.7 KB inline: at 100,000 nodes, doubling to 131,072 slots held 53 MB
+    /// for nobody).
+    pub fn reserve(&mut self, additional: usize) {
+        let p = self.lanes.len();
+        for (k, lane) in self.lanes.iter_mut().enumerate() {
+            let more = (self.len + additional + p - 1 - k) / p - lane.nodes.len();
+            lane.nodes.reserve_exact(more);
+            lane.alive.reserve_exact(more);
+            lane.wakes.reserve_exact(more);
+            lane.made.reserve_exact(more);
+        }
+        self.at_home.reserve_exact(additional);
+    }
+
+    /// The lane of node `i`, with the wires, at the current time.
+    fn lane_of(&mut self, i: usize) -> (&mut Lane, Wires<'_, L>) {
+        let p = self.lanes.len();
+        let lane = &mut self.lanes[i % p];
+        lane.now = self.now;
+        let wires = Wires {
+            links: &self.links,
+            at_home: &self.at_home,
+            by_addr: &self.by_addr,
+            seed: self.seed,
+        };
+        (lane, wires)
+    }
+
+    /// Adds a node; returns its index.
+    pub fn add(&mut self, node: Node) -> usize {
+        let i = self.len;
+        self.len += 1;
+        self.at_home.push(false);
+        self.bind(i, node.addr());
+        let (lane, wires) = self.lane_of(i);
+        lane.nodes.push(node);
+        lane.alive.push(true);
+        lane.wakes.push(Wake::NONE);
+        lane.made.push(0);
+        lane.flush(i, &wires);
+        i
+    }
+
+    /// Makes `addr` reach node `i`.
+    fn bind(&mut self, i: usize, addr: SocketAddr) {
+        if sim_index(addr) == Some(i) {
+            self.at_home[i] = true;
+        } else {
+            self.at_home[i] = false;
+            self.by_addr.insert(addr, i);
+        }
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Node `i`.
+    pub fn node(&self, i: usize) -> &Node {
+        let p = self.lanes.len();
+        &self.lanes[i % p].nodes[i / p]
+    }
+
+    /// All nodes, in index order.
+    pub fn nodes(&self) -> impl ExactSizeIterator<Item = &Node> + '_ {
+        (0..self.len).map(move |i| self.node(i))
+    }
+
+    /// Whether node `i` is running.
+    pub fn is_alive(&self, i: usize) -> bool {
+        let p = self.lanes.len();
+        self.lanes[i % p].alive[i / p]
+    }
+
+    /// Calls into node `i` at the current time (an API call such as `put`),
+    /// then sends what it produced.
+    pub fn with_node<R>(&mut self, i: usize, f: impl FnOnce(&mut Node, Time) -> R) -> R {
+        let now = self.now;
+        let (lane, wires) = self.lane_of(i);
+        let l = lane.local(i);
+        let r = f(&mut lane.nodes[l], now);
+        lane.flush(i, &wires);
+        r
+    }
+
+    /// Queues a driver event for node `i` at `at` (not before now): the
+    /// [`Driver`] given to [`Sim::run_until_with`] is called for it. With
+    /// [`Sim::run_until`] such an event does nothing.
+    pub fn schedule(&mut self, i: usize, at: Time) {
+        let at = at.max(self.now);
+        let (lane, _) = self.lane_of(i);
+        lane.schedule(i, at);
+    }
+
+    /// Crashes node `i`: datagrams to it are lost until it is replaced.
+    pub fn crash(&mut self, i: usize) {
+        let (lane, _) = self.lane_of(i);
+        let l = lane.local(i);
+        lane.alive[l] = false;
+        lane.set_deadline(i, Time::MAX);
+    }
+
+    /// Replaces node `i` with a fresh one (a restart: state is lost).
+    pub fn restart(&mut self, i: usize, node: Node) {
+        let old = self.node(i).addr();
+        self.by_addr.remove(&old);
+        self.bind(i, node.addr());
+        let (lane, wires) = self.lane_of(i);
+        let l = lane.local(i);
+        lane.nodes[l] = node;
+        lane.alive[l] = true;
+        lane.set_deadline(i, Time::MAX);
+        lane.flush(i, &wires);
+    }
+
+    /// Delivers a raw datagram to node `to` at the current time, as if sent
+    /// from `from` (for injecting malformed input).
+    pub fn inject(&mut self, to: usize, from: SocketAddr, bytes: &[u8]) {
+        let now = self.now;
+        let (lane, wires) = self.lane_of(to);
+        let l = lane.local(to);
+        let _ = lane.nodes[l].handle(now, from, bytes);
+        lane.flush(to, &wires);
+    }
+
+    /// Completed operations since the last call, with the node that
+    /// completed them (lane by lane: on one thread, in the order completed).
+    pub fn take_events(&mut self) -> Vec<(usize, Event)> {
+        if self.lanes.len() == 1 {
+            return std::mem::take(&mut self.lanes[0].events);
+        }
+        self.drain_events().collect()
+    }
+
+    /// Completed operations since the last call, drained in place: unlike
+    /// [`Sim::take_events`], the buffers keep their capacity, so a driver
+    /// that drains often allocates nothing for them.
+    pub fn drain_events(&mut self) -> impl Iterator<Item = (usize, Event)> + '_ {
+        self.lanes.iter_mut().flat_map(|lane| lane.events.drain(..))
+    }
+
+    /// Processes every event up to and including `until`, then sets the
+    /// clock to `until`.
+    pub fn run_until(&mut self, until: Time) {
+        let mut none: Vec<NoDriver> = (0..self.lanes.len()).map(|_| NoDriver).collect();
+        self.run_until_with(until, &mut none);
+    }
+
+    /// [`Sim::run_until`], calling `drivers[k]` for the driver events of
+    /// lane `k`'s nodes (node `i` is in lane `i mod threads`); on several
+    /// threads, in windows of [`Links::min_one_way`].
+    pub fn run_until_with<D: Driver>(&mut self, until: Time, drivers: &mut [D]) {
+        assert_eq!(drivers.len(), self.lanes.len(), "one driver a lane");
+        let wires = Wires {
+            links: &self.links,
+            at_home: &self.at_home,
+            by_addr: &self.by_addr,
+            seed: self.seed,
+        };
+        if self.lanes.len() == 1 {
+            self.lanes[0].run(until, &wires, &mut drivers[0]);
+        } else if until >= self.now {
+            run_windows(&mut self.lanes, self.now, until, &wires, drivers);
+        }
+        self.now = self.now.max(until);
+        for lane in &mut self.lanes {
+            lane.now = self.now;
+        }
+    }
+
+    /// Starts loading node `i` and its wake-up's line (a cache hint for a
+    /// driver about to call [`Sim::with_node`] on it: results never
+    /// depend on it).
+    pub fn prefetch(&self, i: usize) {
+        let p = self.lanes.len();
+        let lane = &self.lanes[i % p];
+        if let (Some(node), Some(w)) = (lane.nodes.get(i / p), lane.wakes.get(i / p)) {
+            node.prefetch();
+            crate::dsht::prefetch::prefetch((w as *const Wake).cast(), 1);
+        }
+    }
+
+    /// Runs for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        self.run_until(until);
+    }
 
     /// Test builds: deadlines given another place than queueing every
     /// move would give (see `check_place`): none, or the run may differ.
     #[cfg(test)]
     pub(crate) fn misplaced_wakes(&self) -> u64 {
-        self.misplaced_wakes
+        self.lanes.iter().map(|l| l.misplaced_wakes).sum()
+    }
+}
+
+/// One lane's part of a run in windows ([`LaneRunner`]): what a runner on
+/// several threads calls, each lane on its own thread.
+pub trait LaneWindow: Send {
+    /// The lane's index: node `i` is in lane `i mod lanes`.
+    fn index(&self) -> usize;
+    /// Runs the lane's events before `end` (µs of virtual time); returns
+    /// when its next event is: the earliest of its queue's and of the
+    /// datagrams it sent to other lanes in the window (µs; `u64::MAX`:
+    /// none).
+    fn run_window(&mut self, end: u64) -> u64;
+    /// Moves the datagrams sent in the window to lane `to` onto `into`.
+    fn send_to(&mut self, to: usize, into: &mut Vec<Mail>);
+    /// Takes datagrams sent to this lane by other lanes' nodes (in any
+    /// order: a lane's queue orders them by key), leaving `mail` empty.
+    fn receive(&mut self, mail: &mut Vec<Mail>);
+}
+
+/// Runs the lanes of a run in windows at once, one thread each (the
+/// `coral` binary's, registered with [`set_lane_runner`]: the core crate
+/// starts no thread). A runner does what [`run_windows_in_turn`] does, in
+/// the same windows: from `from`, each window ends at [`window_end`]; in
+/// it every lane runs ([`LaneWindow::run_window`]); then every lane's mail
+/// goes to its lane, and the next window starts at [`next_start`] of the
+/// window's end and the earliest time any lane returned; the run ends once
+/// that is past `until`.
+pub trait LaneRunner: Sync {
+    /// Runs `lanes` from `from` to `until` (µs of virtual time, inclusive)
+    /// in windows of `lookahead` µs.
+    fn run(&self, lanes: &mut [&mut dyn LaneWindow], from: u64, until: u64, lookahead: u64);
+}
+
+static LANE_RUNNER: OnceLock<&'static dyn LaneRunner> = OnceLock::new();
+
+/// Makes `runner` run every simulation on several lanes from now on (once
+/// a process; later calls change nothing). Without one, the lanes of a
+/// window run one after another on the caller's thread: the same run,
+/// slower.
+pub fn set_lane_runner(runner: &'static dyn LaneRunner) {
+    let _ = LANE_RUNNER.set(runner);
+}
+
+/// The end (exclusive, µs) of the window that starts at `start`: a
+/// lookahead later, or just past `until`.
+pub fn window_end(start: u64, lookahead: u64, until: u64) -> u64 {
+    start
+        .saturating_add(lookahead.max(1))
+        .min(until.saturating_add(1))
+}
+
+/// Where the window after one that ended at `end` starts, when the
+/// earliest next event of any lane is at `earliest`: empty spans of time
+/// are skipped.
+pub fn next_start(end: u64, earliest: u64) -> u64 {
+    end.max(earliest)
+}
+
+/// A lane with what it needs to run windows.
+struct LaneJob<'a, 'w, L, D> {
+    lane: &'a mut Lane,
+    driver: &'a mut D,
+    wires: &'a Wires<'w, L>,
+}
+
+impl<L: Links, D: Driver> LaneWindow for LaneJob<'_, '_, L, D> {
+    fn index(&self) -> usize {
+        self.lane.index
+    }
+
+    fn run_window(&mut self, end: u64) -> u64 {
+        let lane = &mut *self.lane;
+        lane.run(Time(end.saturating_sub(1)), self.wires, self.driver);
+        let mut next = lane.queue.earliest().map_or(u64::MAX, |t| t.as_micros());
+        for m in lane.out.iter().flatten() {
+            next = next.min(m.at.as_micros());
+        }
+        next
+    }
+
+    fn send_to(&mut self, to: usize, into: &mut Vec<Mail>) {
+        into.append(&mut self.lane.out[to]);
+    }
+
+    fn receive(&mut self, mail: &mut Vec<Mail>) {
+        for m in mail.drain(..) {
+            self.lane.receive(m);
+        }
+    }
+}
+
+/// Runs the lanes from `from` to `until` (inclusive) in windows of the
+/// links' least one-way delay: on the registered [`LaneRunner`]'s threads,
+/// or else [`run_windows_in_turn`].
+fn run_windows<L: Links, D: Driver>(
+    lanes: &mut [Lane],
+    from: Time,
+    until: Time,
+    wires: &Wires<'_, L>,
+    drivers: &mut [D],
+) {
+    let lookahead = wires.links.min_one_way().as_micros().max(1);
+    let mut jobs: Vec<LaneJob<'_, '_, L, D>> = lanes
+        .iter_mut()
+        .zip(drivers.iter_mut())
+        .map(|(lane, driver)| LaneJob {
+            lane,
+            driver,
+            wires,
+        })
+        .collect();
+    let mut windows: Vec<&mut dyn LaneWindow> =
+        jobs.iter_mut().map(|j| j as &mut dyn LaneWindow).collect();
+    let (from, until) = (from.as_micros(), until.as_micros());
+    match LANE_RUNNER.get() {
+        Some(runner) => runner.run(&mut windows, from, until, lookahead),
+        None => run_windows_in_turn(&mut windows, from, until, lookahead),
+    }
+}
+
+/// [`LaneRunner::run`] on one thread: in each window the lanes run one
+/// after another, then their mail goes round.
+pub fn run_windows_in_turn(
+    lanes: &mut [&mut dyn LaneWindow],
+    from: u64,
+    until: u64,
+    lookahead: u64,
+) {
+    let p = lanes.len();
+    let mut mail = Vec::new();
+    let mut start = from;
+    loop {
+        let end = window_end(start, lookahead, until);
+        let mut earliest = u64::MAX;
+        for lane in lanes.iter_mut() {
+            earliest = earliest.min(lane.run_window(end));
+        }
+        for src in 0..p {
+            for dst in 0..p {
+                if src != dst {
+                    lanes[src].send_to(dst, &mut mail);
+                    lanes[dst].receive(&mut mail);
+                }
+            }
+        }
+        start = next_start(end, earliest);
+        if start > until {
+            break;
+        }
     }
 }
 
@@ -721,5 +1215,97 @@ mod tests {
         let st = sim.stats();
         assert_eq!(sim.misplaced_wakes(), 0, "{st:?}");
         assert!(st.events > 20_000, "{st:?}");
+    }
+
+    /// Links with hashed delays of at least 5 ms and 2 % loss.
+    #[derive(Clone, Copy)]
+    struct LossyHashed(HashedLinks);
+
+    impl Links for LossyHashed {
+        fn one_way(&self, a: usize, b: usize) -> Duration {
+            self.0.one_way(a, b)
+        }
+        fn min_one_way(&self) -> Duration {
+            self.0.min_one_way()
+        }
+        fn loss(&self, _a: usize, _b: usize) -> f64 {
+            0.02
+        }
+    }
+
+    /// Issue 27: a run on several threads is the run on one. Every node
+    /// of every lane ends with the same id, counters and completed
+    /// operations, through a join, loss, crashes, restarts and load given
+    /// between windows, with four lanes on CI's two cores.
+    #[test]
+    fn several_threads_run_what_one_runs() {
+        let run = |threads: usize| {
+            let params = HotspotParams {
+                nodes: 240,
+                seed: 5,
+                baseline: false,
+                threads,
+                ..HotspotParams::default()
+            };
+            let links = LossyHashed(HashedLinks {
+                min: Duration::from_millis(5),
+                max: Duration::from_millis(60),
+                seed: 5,
+            });
+            let mut sim = network(&params, experiment_config(&params), links);
+            assert_eq!(sim.threads(), threads);
+            join_all(&params, &mut sim);
+            sim.run_for(Duration::from_secs(20));
+            let key = Id::hash(b"lanes");
+            for round in 0..12u64 {
+                if round == 3 {
+                    for i in (5..240).step_by(13) {
+                        sim.crash(i);
+                    }
+                }
+                if round == 6 {
+                    for i in (5..240).step_by(13) {
+                        let node = Node::new(
+                            experiment_config(&params),
+                            sim_addr(i),
+                            sim.now(),
+                            round ^ i as u64,
+                        )
+                        .expect("valid config");
+                        sim.restart(i, node);
+                        sim.with_node(i, |n, now| n.bootstrap(now, &[sim_addr(0)]));
+                    }
+                }
+                for i in (0..240).step_by(5) {
+                    let v = Value::new(&(round * 1000 + i as u64).to_be_bytes()).expect("8 bytes");
+                    sim.with_node(i, |n, now| {
+                        n.put(now, key, v, 600, None);
+                        n.get(now, key, None);
+                    });
+                }
+                sim.run_for(Duration::from_millis(1700));
+            }
+            let mut events = sim.take_events();
+            // Lane by lane on several threads; each node's in its order.
+            events.sort_by_key(|&(i, _)| i);
+            let nodes: Vec<String> = sim
+                .nodes()
+                .map(|n| format!("{:?} {:?}", n.id(), n.stats()))
+                .collect();
+            // With loss, deadlines move more often than `Wake` keeps their
+            // places: a few take a new one, the same on every lane count.
+            (
+                sim.stats(),
+                format!("{events:?}"),
+                nodes,
+                sim.misplaced_wakes(),
+            )
+        };
+        let one = run(1);
+        assert!(one.0.lost > 100, "{:?}", one.0);
+        assert!(one.0.events > 50_000, "{:?}", one.0);
+        for threads in [2, 4] {
+            assert!(run(threads) == one, "{threads} threads ran another run");
+        }
     }
 }

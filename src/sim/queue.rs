@@ -130,12 +130,13 @@ impl<T: Copy> EventQueue<T> {
         self.seq
     }
 
-    /// Queues `item` at `at` with an insertion number from
-    /// [`EventQueue::reserve`]: it leaves among events of the same time as
-    /// if it had been pushed when the number was taken. The key (`at`,
-    /// `seq`) must not be earlier than the last event popped.
+    /// Queues `item` at `at` with the tie-break `seq`: a number from
+    /// [`EventQueue::reserve`] (it leaves among events of the same time as
+    /// if it had been pushed when the number was taken), or a key of the
+    /// caller's (the simulator's: the node that made the event and that
+    /// node's count). The key (`at`, `seq`) must not be earlier than the
+    /// last event popped.
     pub fn push_keyed(&mut self, at: Time, seq: u64, item: T) {
-        debug_assert!(seq <= self.seq, "an insertion number not reserved");
         let e = Entry { at, seq, item };
         let slot = slot_of(at).max(self.cursor);
         if slot - self.cursor >= WHEEL_SLOTS as u64 {
@@ -155,6 +156,21 @@ impl<T: Copy> EventQueue<T> {
         self.slots[(self.cursor & SLOT_MASK) as usize]
             .last()
             .map(|e| &e.item)
+    }
+
+    /// The time of the earliest event queued, if any.
+    pub fn earliest(&self) -> Option<Time> {
+        if self.on_wheel == 0 {
+            // Every event beyond the wheel's horizon is later than every
+            // event on it: it would have moved on as the wheel turned.
+            return self.overflow.peek().map(|Reverse(e)| e.at);
+        }
+        let s = self.next_occupied()?;
+        let slot = &self.slots[(s & SLOT_MASK) as usize];
+        if s == self.cursor && self.current_sorted {
+            return slot.last().map(|e| e.at);
+        }
+        slot.iter().map(|e| e.at).min()
     }
 
     /// Removes and returns the earliest event if it is due at or before `until`.

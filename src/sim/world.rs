@@ -450,6 +450,16 @@ impl World {
         Duration::from_micros(self.rtt(a, b).as_micros() / 2)
     }
 
+    /// A lower bound on the one-way delay between any two distinct nodes:
+    /// the shorter of a site's LAN and the routers between two sites, plus
+    /// four of the least access delays, without jitter (which only adds),
+    /// halved and rounded down: the lookahead of a run on several threads
+    /// (`Links::min_one_way`; 474 µs).
+    pub fn min_one_way() -> Duration {
+        let rtt_ms = LAN_RTT_MS_MIN.min(ROUTER_RTT_MS_MIN) + 4.0 * ACCESS_MS_MIN;
+        Duration::from_micros(((rtt_ms * 1000.0).floor() as u64).saturating_sub(1) / 2)
+    }
+
     /// A synthetic router path and subnet for `node`, for its clustering
     /// hints (§4.4): the site's gateway (private at every other site, as
     /// many campuses are, so it is never a hint), the site's border router, a
@@ -500,6 +510,10 @@ impl World {
 impl Links for World {
     fn one_way(&self, a: usize, b: usize) -> Duration {
         World::one_way(self, a, b)
+    }
+
+    fn min_one_way(&self) -> Duration {
+        World::min_one_way()
     }
 
     fn hint_path(&self, node: usize) -> Option<HintPath> {
@@ -748,6 +762,25 @@ mod tests {
             }
         }
         assert!(checked > 0);
+    }
+
+    /// The lookahead of a run on several threads must not exceed any
+    /// link's delay, or a datagram could arrive inside the window it was
+    /// sent in, on a lane that has run past it.
+    #[test]
+    fn no_one_way_delay_is_under_the_bound() {
+        let mut rng = Rng::new(5);
+        let w = World::planetlab(3000, &mut rng);
+        let bound = World::min_one_way();
+        assert!(bound >= Duration::from_micros(400), "{bound:?}");
+        let mut least = Duration::from_secs(1);
+        for a in 0..w.len() {
+            for b in (a + 1..w.len()).step_by(7) {
+                least = least.min(w.one_way(a, b));
+            }
+        }
+        assert!(least >= bound, "{least:?} < {bound:?}");
+        assert!(least < bound + Duration::from_micros(200), "{least:?}");
     }
 
     #[test]
