@@ -1183,38 +1183,73 @@ mod tests {
         );
         join_all(&params, &mut sim);
         sim.run_for(Duration::from_secs(30));
-        let key = Id::hash(b"k");
-        for round in 0..20u64 {
-            if round == 5 {
-                for i in (10..200).step_by(17) {
-                    sim.crash(i);
-                }
-            }
-            if round == 8 {
-                for i in (10..200).step_by(17) {
-                    let node = Node::new(
-                        experiment_config(&params),
-                        sim_addr(i),
-                        sim.now(),
-                        round ^ i as u64,
-                    )
-                    .expect("valid config");
-                    sim.restart(i, node);
-                    sim.with_node(i, |n, now| n.bootstrap(now, &[sim_addr(0)]));
-                }
-            }
-            for i in (0..200).step_by(7) {
-                let v = Value::new(&round.to_be_bytes()).expect("8 bytes");
-                sim.with_node(i, |n, now| {
-                    n.put(now, key, v, 600, None);
-                    n.get(now, key, None);
-                });
-            }
-            sim.run_for(Duration::from_millis(1500));
-        }
+        let churn = Churn {
+            key: Id::hash(b"k"),
+            rounds: 20,
+            crash_at: 5,
+            restart_at: 8,
+            churned: (10, 17),
+            loaded: 7,
+            gap: Duration::from_millis(1500),
+        };
+        churn.run(&mut sim, &params, |round, _| round);
         let st = sim.stats();
         assert_eq!(sim.misplaced_wakes(), 0, "{st:?}");
         assert!(st.events > 20_000, "{st:?}");
+    }
+
+    /// Rounds of load with churn on a joined network of `params.nodes`:
+    /// each round every `loaded`th node puts and gets `key`; at round
+    /// `crash_at` the nodes `churned.0, churned.0 + churned.1, ...` crash,
+    /// at `restart_at` they restart and join again through node 0.
+    struct Churn {
+        key: Id,
+        rounds: u64,
+        crash_at: u64,
+        restart_at: u64,
+        churned: (usize, usize),
+        loaded: usize,
+        gap: Duration,
+    }
+
+    impl Churn {
+        fn run<L: Links>(
+            &self,
+            sim: &mut Sim<L>,
+            params: &HotspotParams,
+            value: impl Fn(u64, usize) -> u64,
+        ) {
+            let n = params.nodes;
+            let churned = (self.churned.0..n).step_by(self.churned.1);
+            for round in 0..self.rounds {
+                if round == self.crash_at {
+                    for i in churned.clone() {
+                        sim.crash(i);
+                    }
+                }
+                if round == self.restart_at {
+                    for i in churned.clone() {
+                        let node = Node::new(
+                            experiment_config(params),
+                            sim_addr(i),
+                            sim.now(),
+                            round ^ i as u64,
+                        )
+                        .expect("valid config");
+                        sim.restart(i, node);
+                        sim.with_node(i, |n, now| n.bootstrap(now, &[sim_addr(0)]));
+                    }
+                }
+                for i in (0..n).step_by(self.loaded) {
+                    let v = Value::new(&value(round, i).to_be_bytes()).expect("8 bytes");
+                    sim.with_node(i, |node, now| {
+                        node.put(now, self.key, v, 600, None);
+                        node.get(now, self.key, None);
+                    });
+                }
+                sim.run_for(self.gap);
+            }
+        }
     }
 
     /// Links with hashed delays of at least 5 ms and 2 % loss.
@@ -1256,35 +1291,16 @@ mod tests {
             assert_eq!(sim.threads(), threads);
             join_all(&params, &mut sim);
             sim.run_for(Duration::from_secs(20));
-            let key = Id::hash(b"lanes");
-            for round in 0..12u64 {
-                if round == 3 {
-                    for i in (5..240).step_by(13) {
-                        sim.crash(i);
-                    }
-                }
-                if round == 6 {
-                    for i in (5..240).step_by(13) {
-                        let node = Node::new(
-                            experiment_config(&params),
-                            sim_addr(i),
-                            sim.now(),
-                            round ^ i as u64,
-                        )
-                        .expect("valid config");
-                        sim.restart(i, node);
-                        sim.with_node(i, |n, now| n.bootstrap(now, &[sim_addr(0)]));
-                    }
-                }
-                for i in (0..240).step_by(5) {
-                    let v = Value::new(&(round * 1000 + i as u64).to_be_bytes()).expect("8 bytes");
-                    sim.with_node(i, |n, now| {
-                        n.put(now, key, v, 600, None);
-                        n.get(now, key, None);
-                    });
-                }
-                sim.run_for(Duration::from_millis(1700));
-            }
+            let churn = Churn {
+                key: Id::hash(b"lanes"),
+                rounds: 12,
+                crash_at: 3,
+                restart_at: 6,
+                churned: (5, 13),
+                loaded: 5,
+                gap: Duration::from_millis(1700),
+            };
+            churn.run(&mut sim, &params, |round, i| round * 1000 + i as u64);
             let mut events = sim.take_events();
             // Lane by lane on several threads; each node's in its order.
             events.sort_by_key(|&(i, _)| i);
