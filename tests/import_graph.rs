@@ -45,7 +45,18 @@ const SHARDS_LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("services", &["cache", "status", "proxy", "dns", "admin"]),
-    ("cli", &["serve", "client", "top", "sim", "demo", "crate"]),
+    (
+        "cli",
+        &[
+            "serve",
+            "client",
+            "top",
+            "sim",
+            "sim_threads",
+            "demo",
+            "crate",
+        ],
+    ),
 ];
 
 /// A module path: `[]` is the crate root.
