@@ -12,7 +12,7 @@
 //! Each mailbox has one writer and one reader, at different phases: its
 //! lock is never contended.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use coral::sim::net::{next_start, window_end, LaneRunner, LaneWindow, Mail};
@@ -28,10 +28,13 @@ pub struct Threads;
 /// lets more lanes than free cores still progress.
 const BARRIER_SPINS: u32 = 20_000;
 
-/// A barrier for the lanes' threads at each window's end.
+/// A barrier for the lanes' threads at each window's end. A lane that
+/// panics poisons it, so that the others panic too rather than wait for it
+/// forever (the run's panic then reaches the caller, as on one thread).
 struct SpinBarrier {
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    poisoned: AtomicBool,
     parties: usize,
 }
 
@@ -40,8 +43,13 @@ impl SpinBarrier {
         SpinBarrier {
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            poisoned: AtomicBool::new(false),
             parties,
         }
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
     }
 
     fn wait(&self) {
@@ -53,6 +61,9 @@ impl SpinBarrier {
         }
         let mut spins = 0u32;
         while self.generation.load(Ordering::Acquire) == g {
+            if self.poisoned.load(Ordering::Acquire) {
+                panic!("another lane of the simulation panicked");
+            }
             if spins < BARRIER_SPINS {
                 spins += 1;
                 std::hint::spin_loop();
@@ -72,7 +83,7 @@ impl LaneRunner for Threads {
             [0, 1].map(|_| (0..p * p).map(|_| Mutex::new(Vec::new())).collect());
         let earliest: [Vec<AtomicU64>; 2] =
             [0, 1].map(|_| (0..p).map(|_| AtomicU64::new(u64::MAX)).collect());
-        let lane_loop = |lane: &mut dyn LaneWindow| {
+        let window_loop = |lane: &mut dyn LaneWindow| {
             let me = lane.index();
             let mut start = from;
             let mut set = 0;
@@ -105,6 +116,13 @@ impl LaneRunner for Threads {
                 }
             }
         };
+        let lane_loop = |lane: &mut dyn LaneWindow| {
+            let run = std::panic::AssertUnwindSafe(|| window_loop(lane));
+            if let Err(panic) = std::panic::catch_unwind(run) {
+                barrier.poison();
+                std::panic::resume_unwind(panic);
+            }
+        };
         std::thread::scope(|s| {
             let mut rest = lanes.iter_mut();
             let first = rest.next();
@@ -120,7 +138,21 @@ impl LaneRunner for Threads {
 
 #[cfg(test)]
 mod tests {
+    use super::SpinBarrier;
     use coral::sim::hotspot::{run, HotspotParams};
+
+    /// A lane that panics poisons the barrier: the lanes waiting at it
+    /// panic too, where they would otherwise wait for it forever.
+    #[test]
+    fn a_lane_that_panics_stops_the_others() {
+        let barrier = SpinBarrier::new(2);
+        let waited = std::thread::scope(|s| {
+            let waiter = s.spawn(|| barrier.wait());
+            barrier.poison();
+            waiter.join()
+        });
+        assert!(waited.is_err(), "the waiting lane returned");
+    }
     use coral::sim::net::HashedLinks;
     use coral::Duration;
 
