@@ -243,12 +243,12 @@ fn put_rpcs(node: &Node) -> u64 {
 }
 
 /// The experiment's driver, one a lane (`Sim::run_until_with`): during the
-/// join it bootstraps each node at its turn; during the load it starts each
-/// node's put/get pairs at its ticks and counts what they found.
-struct Drive<'a> {
-    /// Each node's bootstrap node (node 0's is unused).
-    via: &'a [u32],
-    load: Option<Load>,
+/// join it bootstraps each node at its turn (through the node it names);
+/// during the load it starts each node's put/get pairs at its ticks and
+/// counts what they found.
+enum Drive<'a> {
+    Join(&'a [u32]),
+    Load(Load),
 }
 
 /// The load's state in one lane.
@@ -268,10 +268,12 @@ struct Load {
 
 impl Driver for Drive<'_> {
     fn fire(&mut self, i: usize, node: &mut Node, now: Time) -> Option<Time> {
-        let Some(load) = self.load.as_mut() else {
-            let via = self.via[i] as usize;
-            node.bootstrap(now, &[sim_addr(via)]);
-            return None;
+        let load = match self {
+            Drive::Join(via) => {
+                node.bootstrap(now, &[sim_addr(via[i] as usize)]);
+                return None;
+            }
+            Drive::Load(load) => load,
         };
         // Back-to-back: a pair starts only once the last one is done.
         if load.concurrent || load.busy[i] == 0 {
@@ -289,7 +291,7 @@ impl Driver for Drive<'_> {
     }
 
     fn completed(&mut self, i: usize, e: &Event) -> bool {
-        let Some(load) = self.load.as_mut() else {
+        let Drive::Load(load) = self else {
             return false;
         };
         match e {
@@ -354,12 +356,7 @@ pub fn join_all<L: Links>(params: &HotspotParams, sim: &mut Sim<L>) {
             start + Duration::from_micros(join_gap.as_micros() * (i as u64 - 1)),
         );
     }
-    let mut drivers: Vec<Drive<'_>> = (0..sim.threads())
-        .map(|_| Drive {
-            via: &via,
-            load: None,
-        })
-        .collect();
+    let mut drivers: Vec<Drive<'_>> = (0..sim.threads()).map(|_| Drive::Join(&via)).collect();
     let end = start + Duration::from_micros(join_gap.as_micros() * (n.max(1) as u64 - 1));
     sim.run_until_with(end, &mut drivers);
 }
@@ -390,20 +387,17 @@ fn run_one<L: Links>(
     // At least a microsecond: a rate over a million a second (or infinite)
     // would otherwise make a zero period, and the tick loop would never end.
     let period = Duration::from_micros(((1e6 / params.rate.max(1e-3)) as u64).max(1));
-    let offsets: Vec<Duration> = (0..n)
-        .map(|_| Duration::from_micros(rng.below(period.as_micros().max(1))))
-        .collect();
     let start = sim.now();
     let end = start + Duration::from_secs(60 * u64::from(params.minutes));
-    for (i, &off) in offsets.iter().enumerate() {
-        if start + off < end {
-            sim.schedule(i, start + off);
+    for i in 0..n {
+        let first = start + Duration::from_micros(rng.below(period.as_micros().max(1)));
+        if first < end {
+            sim.schedule(i, first);
         }
     }
     let mut drivers: Vec<Drive<'_>> = (0..sim.threads())
-        .map(|_| Drive {
-            via: &[],
-            load: Some(Load {
+        .map(|_| {
+            Drive::Load(Load {
                 key,
                 period,
                 end,
@@ -412,7 +406,7 @@ fn run_one<L: Links>(
                 puts: 0,
                 gets: 0,
                 gets_found: 0,
-            }),
+            })
         })
         .collect();
     let mut baseline: Vec<u64> = sim.nodes().map(put_rpcs).collect();
@@ -469,7 +463,8 @@ fn run_one<L: Links>(
         });
     }
     let (mut puts, mut gets, mut gets_found) = (0u64, 0u64, 0u64);
-    for l in drivers.iter().filter_map(|d| d.load.as_ref()) {
+    for d in &drivers {
+        let Drive::Load(l) = d else { continue };
         puts += l.puts;
         gets += l.gets;
         gets_found += l.gets_found;

@@ -129,7 +129,7 @@ pub fn sim_index(addr: SocketAddr) -> Option<usize> {
 /// An event: small and `Copy`, so the queue moves no bytes of datagrams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum What {
-    /// Deliver the datagram in this slot of `Sim::in_flight`.
+    /// Deliver the datagram in this slot of `Lane::in_flight`.
     Deliver(u32),
     /// Wake this node for its timers.
     Wake(u32),
@@ -155,8 +155,8 @@ struct InFlight {
 /// stale (issue 27). So a wake-up is queued only when the deadline moves
 /// earlier than every one queued for the node; a deadline that moves later
 /// is found when the earliest queued wake-up comes, and queued then. Every
-/// deadline still takes its place in the order (an insertion number,
-/// [`EventQueue::reserve`]) when it is set, and a deadline that comes back
+/// deadline still takes its place in the order (the node's next key,
+/// `Lane::next_key`) when it is set, and a deadline that comes back
 /// to the time of a wake-up still queued takes that one's place, as the
 /// first of a node's wake-ups queued for a time fired when every move was
 /// queued: each wake-up fires where it fired then, and every other event
@@ -428,7 +428,7 @@ impl Lane {
                     self.free.push(slot);
                     let d = &self.in_flight[slot as usize];
                     let to = d.to;
-                    let l = to / self.lanes;
+                    let l = self.local(to);
                     if !self.alive[l] {
                         self.stats.lost += 1;
                         continue;
@@ -814,6 +814,8 @@ impl<L: Links> Sim<L> {
     /// Adds a node; returns its index.
     pub fn add(&mut self, node: Node) -> usize {
         let i = self.len;
+        // An event's key holds its node's index above the count's bits.
+        assert!(i < 1 << (64 - KEY_COUNT_BITS), "at most 2^24 nodes");
         self.len += 1;
         self.at_home.push(false);
         self.bind(i, node.addr());

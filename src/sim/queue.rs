@@ -7,9 +7,9 @@
 //! once when the clock reaches it (it holds a handful of events). Events
 //! further out wait in the overflow heap and move onto the wheel as it turns.
 //!
-//! The order is exactly that of a priority queue on (time, insertion
-//! number): ties in time leave in the order they were pushed, so one seed
-//! gives one run whatever the wheel's geometry.
+//! The order is exactly that of a priority queue on (time, key), the key
+//! the caller's (the simulator's: the node that made the event and that
+//! node's count), so one seed gives one run whatever the wheel's geometry.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -61,10 +61,10 @@ impl<T> Ord for Entry<T> {
     }
 }
 
-/// A priority queue of `T`s by time, ties broken by insertion order.
+/// A priority queue of `T`s by time, ties broken by the caller's keys.
 ///
 /// Pushes must not be earlier than the last event popped (the simulator's
-/// now); one that is anyway is delivered next, still in (time, insertion)
+/// now); one that is anyway is delivered next, still in (time, key)
 /// order among the events in the current slot.
 #[derive(Debug)]
 pub struct EventQueue<T> {
@@ -81,8 +81,6 @@ pub struct EventQueue<T> {
     on_wheel: usize,
     /// Events at or beyond `cursor + WHEEL_SLOTS`.
     overflow: BinaryHeap<Reverse<Entry<T>>>,
-    /// Insertion counter: the tie-break.
-    seq: u64,
 }
 
 impl<T: Copy> Default for EventQueue<T> {
@@ -101,7 +99,6 @@ impl<T: Copy> EventQueue<T> {
             current_sorted: false,
             on_wheel: 0,
             overflow: BinaryHeap::new(),
-            seq: 0,
         }
     }
 
@@ -115,27 +112,10 @@ impl<T: Copy> EventQueue<T> {
         self.len() == 0
     }
 
-    /// Queues `item` at `at`.
-    pub fn push(&mut self, at: Time, item: T) {
-        let seq = self.reserve();
-        self.push_keyed(at, seq, item);
-    }
-
-    /// Takes the next insertion number without queueing anything: the
-    /// place in the order of an event that may be queued later, with
-    /// [`EventQueue::push_keyed`] (the simulator's wake-ups: one queued per
-    /// node, at its earliest deadline, the later ones queued when it fires).
-    pub fn reserve(&mut self) -> u64 {
-        self.seq += 1;
-        self.seq
-    }
-
-    /// Queues `item` at `at` with the tie-break `seq`: a number from
-    /// [`EventQueue::reserve`] (it leaves among events of the same time as
-    /// if it had been pushed when the number was taken), or a key of the
-    /// caller's (the simulator's: the node that made the event and that
-    /// node's count). The key (`at`, `seq`) must not be earlier than the
-    /// last event popped.
+    /// Queues `item` at `at` with the tie-break `seq` (the simulator's:
+    /// the node that made the event and that node's count). The key (`at`,
+    /// `seq`) must not be earlier than the last event popped; one that is
+    /// anyway is popped next, in key order among the events of its slot.
     pub fn push_keyed(&mut self, at: Time, seq: u64, item: T) {
         let e = Entry { at, seq, item };
         let slot = slot_of(at).max(self.cursor);
@@ -178,7 +158,7 @@ impl<T: Copy> EventQueue<T> {
         self.pop_until_keyed(until).map(|(at, _, item)| (at, item))
     }
 
-    /// [`EventQueue::pop_until`], with the event's insertion number.
+    /// [`EventQueue::pop_until`], with the event's key.
     pub fn pop_until_keyed(&mut self, until: Time) -> Option<(Time, u64, T)> {
         loop {
             if self.current_sorted {
@@ -297,7 +277,8 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
-    /// The reference: a binary heap on (time, insertion number).
+    /// The reference: a binary heap on (time, key), the keys given in
+    /// increasing order as the simulator's are for each node.
     #[derive(Default)]
     struct Reference {
         heap: BinaryHeap<Reverse<(Time, u64, u32)>>,
@@ -321,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn pops_in_time_then_insertion_order_like_a_heap() {
+    fn pops_in_time_then_key_order_like_a_heap() {
         let mut rng = Rng::new(3);
         let mut q = EventQueue::new();
         let mut r = Reference::default();
@@ -338,9 +319,11 @@ mod tests {
                     _ => rng.below(60_000_000),
                 };
                 item += 1;
-                q.push(Time(now.0 + d), item);
+                q.push_keyed(Time(now.0 + d), u64::from(item), item);
                 r.push(Time(now.0 + d), item);
             }
+            let least = r.heap.peek().map(|Reverse((at, _, _))| *at);
+            assert_eq!(q.earliest(), least, "round {round}");
             // Run to a limit, sometimes far ahead with nothing in between.
             let step = if round % 1000 == 0 {
                 30_000_000
@@ -371,12 +354,13 @@ mod tests {
     #[test]
     fn an_event_pushed_at_now_while_draining_keeps_its_place() {
         let mut q = EventQueue::new();
-        q.push(Time(100), 1);
-        q.push(Time(100), 2);
-        q.push(Time(101), 3);
+        for (at, item) in [(100, 1), (100, 2), (101, 3)] {
+            q.push_keyed(Time(at), item, item);
+        }
         assert_eq!(q.pop_until(Time(1000)), Some((Time(100), 1)));
-        q.push(Time(100), 4);
-        q.push(Time(101), 5);
+        for (at, item) in [(100, 4), (101, 5)] {
+            q.push_keyed(Time(at), item, item);
+        }
         let rest: Vec<_> = std::iter::from_fn(|| q.pop_until(Time(1000))).collect();
         assert_eq!(
             rest,
