@@ -11,6 +11,11 @@
 //!   from a scratch copy of each file in which the body starts at byte N
 //!   (a page cache layout like coral's records, whose bodies start at
 //!   64-byte, not page, boundaries: benches/README.md, "Session 6").
+//!   With `sendfile`, a body the socket does not take whole (2 MB and
+//!   50 MB objects) goes on from where it stopped when `epoll` says the
+//!   socket has room (`EPOLLOUT`), as any server's large answers must; the
+//!   connection's next request waits for it. `copy` sends whole answers
+//!   only: it is a floor for small objects.
 //! - `floor dns ADDR`: one thread, `recvmmsg` / `sendmmsg` batches of 64;
 //!   every query gets its question back with one A record (a compression
 //!   pointer to the question, TTL 30, 127.0.0.1). No zone, no EDNS, no
@@ -79,10 +84,28 @@ fn check(r: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// A connection: bytes of requests not yet answered.
+/// A connection: bytes of requests not yet answered, and the answer whose
+/// body the socket has not yet taken whole, if any.
 struct Conn {
     fd: RawFd,
     buf: Vec<u8>,
+    sending: Option<Sending>,
+}
+
+/// The rest of a body sent with `sendfile`: file `file` of the served set,
+/// from byte `off` of it to byte `end`.
+struct Sending {
+    file: usize,
+    off: libc::off_t,
+    end: libc::off_t,
+}
+
+/// How far `answer` or `resume` got.
+enum Sent {
+    Whole,
+    /// The socket is full; the rest waits for `EPOLLOUT`.
+    Waiting(Sending),
+    Failed,
 }
 
 /// A file served by the HTTP floor.
@@ -176,6 +199,7 @@ fn http(addr: SocketAddr, dir: &str, at: Option<u64>) -> io::Result<()> {
                         conns[slot] = Some(Conn {
                             fd,
                             buf: Vec::new(),
+                            sending: None,
                         });
                         let mut cev = libc::epoll_event {
                             events: libc::EPOLLIN as u32,
@@ -189,22 +213,49 @@ fn http(addr: SocketAddr, dir: &str, at: Option<u64>) -> io::Result<()> {
                 let Some(c) = conns[slot].as_mut() else {
                     continue;
                 };
-                let got = libc::recv(c.fd, rbuf.as_mut_ptr().cast(), rbuf.len(), 0);
-                let mut close = got <= 0;
-                if got > 0 {
-                    c.buf.extend_from_slice(&rbuf[..got as usize]);
-                    while let Some(end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let target = c.buf[..end].split(|&b| b == b' ').nth(1).unwrap_or(b"");
-                        let f = files
-                            .iter()
-                            .find(|f| f.target == target)
-                            .unwrap_or(&files[0]);
-                        let sent = answer(c.fd, f, sendfile);
-                        c.buf.drain(..end + 4);
-                        if !sent {
-                            close = true;
-                            break;
+                let mut close = false;
+                if let Some(rest) = c.sending.take() {
+                    match resume(c.fd, &files[rest.file], rest) {
+                        Sent::Whole => {
+                            // Back to reading; answer what came meanwhile.
+                            let mut cev = libc::epoll_event {
+                                events: libc::EPOLLIN as u32,
+                                u64: slot as u64,
+                            };
+                            check(libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, c.fd, &mut cev))?;
                         }
+                        Sent::Waiting(rest) => {
+                            c.sending = Some(rest);
+                            continue;
+                        }
+                        Sent::Failed => close = true,
+                    }
+                } else if ev.events & libc::EPOLLIN as u32 != 0 {
+                    let got = libc::recv(c.fd, rbuf.as_mut_ptr().cast(), rbuf.len(), 0);
+                    close = got <= 0;
+                    if got > 0 {
+                        c.buf.extend_from_slice(&rbuf[..got as usize]);
+                    }
+                }
+                while !close && c.sending.is_none() {
+                    let Some(end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        break;
+                    };
+                    let target = c.buf[..end].split(|&b| b == b' ').nth(1).unwrap_or(b"");
+                    let i = files.iter().position(|f| f.target == target).unwrap_or(0);
+                    let sent = answer(c.fd, &files[i], i, sendfile);
+                    c.buf.drain(..end + 4);
+                    match sent {
+                        Sent::Whole => {}
+                        Sent::Waiting(rest) => {
+                            c.sending = Some(rest);
+                            let mut cev = libc::epoll_event {
+                                events: libc::EPOLLOUT as u32,
+                                u64: slot as u64,
+                            };
+                            check(libc::epoll_ctl(ep, libc::EPOLL_CTL_MOD, c.fd, &mut cev))?;
+                        }
+                        Sent::Failed => close = true,
                     }
                 }
                 if close {
@@ -216,10 +267,12 @@ fn http(addr: SocketAddr, dir: &str, at: Option<u64>) -> io::Result<()> {
     }
 }
 
-/// Sends one answer whole (blocking on a full socket, which a benchmark's
-/// client with one request in flight never causes); false on error.
-fn answer(fd: RawFd, f: &Served, sendfile: bool) -> bool {
-    let (head, body, file) = (&f.head[..], &f.body[..], f.file.as_raw_fd());
+/// Sends one answer (file `i` of the served set): whole, or with
+/// `sendfile` as far as the socket takes it. A head, or a `copy` answer,
+/// the socket does not take whole fails: a benchmark's client with one
+/// request in flight finds the socket empty.
+fn answer(fd: RawFd, f: &Served, i: usize, sendfile: bool) -> Sent {
+    let (head, body) = (&f.head[..], &f.body[..]);
     // SAFETY: the iovecs point at live slices; `fd` and `file` are open.
     unsafe {
         if sendfile {
@@ -230,17 +283,11 @@ fn answer(fd: RawFd, f: &Served, sendfile: bool) -> bool {
                 libc::MSG_MORE | libc::MSG_NOSIGNAL,
             ) != head.len() as isize
             {
-                return false;
+                return Sent::Failed;
             }
-            let start = f.at as libc::off_t;
-            let mut off = start;
-            while ((off - start) as usize) < body.len() {
-                let n = libc::sendfile(fd, file, &mut off, body.len() - (off - start) as usize);
-                if n <= 0 {
-                    return false;
-                }
-            }
-            return true;
+            let off = f.at as libc::off_t;
+            let end = off + body.len() as libc::off_t;
+            return resume(fd, f, Sending { file: i, off, end });
         }
         let mut iov = [
             libc::iovec {
@@ -258,10 +305,10 @@ fn answer(fd: RawFd, f: &Served, sendfile: bool) -> bool {
         let total = head.len() + body.len();
         let n = libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL);
         if n == total as isize {
-            return true;
+            return Sent::Whole;
         }
         if n < 0 {
-            return false;
+            return Sent::Failed;
         }
         // A short send: the rest in order.
         let mut rest = Vec::with_capacity(total - n as usize);
@@ -276,12 +323,35 @@ fn answer(fd: RawFd, f: &Served, sendfile: bool) -> bool {
                 libc::MSG_NOSIGNAL,
             );
             if m <= 0 {
-                return false;
+                return Sent::Failed;
             }
             at += m as usize;
         }
-        true
+        Sent::Whole
     }
+}
+
+/// Goes on with `sendfile` from `rest` until the body is sent or the socket
+/// is full.
+fn resume(fd: RawFd, f: &Served, mut rest: Sending) -> Sent {
+    // SAFETY: `fd` and the file are open; `rest.off` is a live local.
+    unsafe {
+        while rest.off < rest.end {
+            let n = libc::sendfile(
+                fd,
+                f.file.as_raw_fd(),
+                &mut rest.off,
+                (rest.end - rest.off) as usize,
+            );
+            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock {
+                return Sent::Waiting(rest);
+            }
+            if n <= 0 {
+                return Sent::Failed;
+            }
+        }
+    }
+    Sent::Whole
 }
 
 const BATCH: usize = 64;
