@@ -1,15 +1,16 @@
-//! How much of the simulator's join could run on several cores at once
-//! (issue 27 goal 6, session 9: a design measurement, not a parallel
-//! simulator). Joins `n` nodes exactly as `coral sim hotspot --no-baseline`
-//! does, lets the network settle for its minute, and cuts virtual time into
-//! windows of the links' minimum one-way delay: within a window no datagram
-//! sent can arrive, so the events of different nodes are independent and a
-//! conservative, window-synchronous parallel simulation could hand each
-//! partition of the nodes its own events and exchange datagrams at the
-//! window's end. Per window it counts the datagrams delivered to each
-//! partition (node index mod P); a window takes as long as its busiest
-//! partition, so `deliveries / Σ busiest` bounds the speed-up on P cores
-//! (before any cost of the barriers and the exchange).
+//! How much of the simulator's join can run on several cores at once
+//! (issue 27 goal 6; session 9's design measurement, and session 15's of
+//! the lanes by site). Joins `n` nodes exactly as `coral sim hotspot
+//! --no-baseline` does, lets the network settle for its minute, and cuts
+//! virtual time into windows in which no datagram sent between partitions
+//! can arrive, so the partitions' events are independent (the simulator's
+//! lanes, `Sim::with_threads`). Two cuts into P partitions: node index
+//! mod P, in windows of the links' minimum one-way delay; and whole sites
+//! (`World::site_lanes`, as `coral sim` runs), in windows of the least
+//! delay between partitions. Per window it counts the datagrams delivered
+//! to each partition; a window takes as long as its busiest partition, so
+//! `deliveries / Σ busiest` bounds the speed-up on P cores (before any
+//! cost of the barriers and the exchange).
 //!
 //! ```text
 //! cargo build --release --example sim_windows
@@ -29,25 +30,32 @@ use coral::time::Duration;
 /// Partition counts measured.
 const PARTS: [usize; 5] = [1, 2, 4, 8, 16];
 
-#[derive(Default)]
-struct Windows {
-    /// The window being counted and its deliveries per partition, per P.
+/// One way of cutting the nodes into P partitions and time into windows.
+struct Cut {
+    p: usize,
+    /// Each node's partition (None: node index mod P).
+    lane_of: Option<Vec<u16>>,
+    window_us: u64,
+    /// The window being counted and its deliveries per partition.
     current: u64,
-    counts: Vec<Vec<u64>>,
+    counts: Vec<u64>,
     in_window: u64,
-    /// Totals: deliveries, windows with any, Σ busiest partition per P,
-    /// deliveries in windows holding fewer than 16.
-    delivered: u64,
+    /// Totals: windows with any delivery, Σ busiest partition.
     windows: u64,
-    busiest: [u64; PARTS.len()],
-    in_small: u64,
+    busiest: u64,
 }
 
-impl Windows {
-    fn new() -> Windows {
-        Windows {
-            counts: PARTS.iter().map(|&p| vec![0; p]).collect(),
-            ..Windows::default()
+impl Cut {
+    fn new(p: usize, lane_of: Option<Vec<u16>>, window_us: u64) -> Cut {
+        Cut {
+            p,
+            lane_of,
+            window_us,
+            current: 0,
+            counts: vec![0; p],
+            in_window: 0,
+            windows: 0,
+            busiest: 0,
         }
     }
 
@@ -56,46 +64,92 @@ impl Windows {
             return;
         }
         self.windows += 1;
-        if self.in_window < 16 {
-            self.in_small += self.in_window;
-        }
-        for (k, c) in self.counts.iter_mut().enumerate() {
-            self.busiest[k] += c.iter().copied().max().unwrap_or(0);
-            c.iter_mut().for_each(|x| *x = 0);
-        }
+        self.busiest += self.counts.iter().copied().max().unwrap_or(0);
+        self.counts.iter_mut().for_each(|x| *x = 0);
         self.in_window = 0;
     }
 
-    fn see(&mut self, window: u64, to: usize) {
+    fn see(&mut self, at_us: u64, to: usize) {
+        let window = at_us / self.window_us;
         if window != self.current {
             self.close();
             self.current = window;
         }
         self.in_window += 1;
+        let part = match &self.lane_of {
+            Some(l) => usize::from(l[to]),
+            None => to % self.p,
+        };
+        self.counts[part] += 1;
+    }
+
+    fn reset(&mut self) {
+        self.close();
+        self.windows = 0;
+        self.busiest = 0;
+    }
+}
+
+#[derive(Default)]
+struct Windows {
+    cuts: Vec<Cut>,
+    /// Deliveries, and those in windows (of the first cut) holding fewer than 16.
+    delivered: u64,
+    in_small: u64,
+    small_window: u64,
+    small_count: u64,
+}
+
+impl Windows {
+    fn see(&mut self, at_us: u64, to: usize) {
         self.delivered += 1;
-        for (k, &p) in PARTS.iter().enumerate() {
-            self.counts[k][to % p] += 1;
+        let w = at_us / self.cuts[0].window_us;
+        if w != self.small_window {
+            if self.small_count < 16 {
+                self.in_small += self.small_count;
+            }
+            self.small_window = w;
+            self.small_count = 0;
+        }
+        self.small_count += 1;
+        for c in &mut self.cuts {
+            c.see(at_us, to);
         }
     }
 
     fn report(&mut self, phase: &str) {
-        self.close();
-        let per = self.delivered as f64 / self.windows.max(1) as f64;
-        print!(
-            "{phase:>6}: {} deliveries in {} windows ({per:.1} a window; {:.1} % in windows of < 16); bound on the speed-up, P = ",
+        if self.small_count < 16 {
+            self.in_small += self.small_count;
+        }
+        self.small_count = 0;
+        for c in &mut self.cuts {
+            c.close();
+        }
+        let first = &self.cuts[0];
+        println!(
+            "{phase:>6}: {} deliveries in {} windows of {} us ({:.1} a window; {:.1} % in windows of < 16)",
             self.delivered,
-            self.windows,
+            first.windows,
+            first.window_us,
+            self.delivered as f64 / first.windows.max(1) as f64,
             100.0 * self.in_small as f64 / self.delivered.max(1) as f64,
         );
-        for (k, &p) in PARTS.iter().enumerate() {
-            print!(
-                "{p}: {:.2}  ",
-                self.delivered as f64 / self.busiest[k].max(1) as f64
+        for c in &self.cuts {
+            println!(
+                "        {:>5} P = {:>2}: window {:>5} us, {:>8} windows, {:>6.1} a window, bound on the speed-up {:.2}",
+                if c.lane_of.is_some() { "sites" } else { "mod" },
+                c.p,
+                c.window_us,
+                c.windows,
+                self.delivered as f64 / c.windows.max(1) as f64,
+                self.delivered as f64 / c.busiest.max(1) as f64
             );
         }
-        println!();
-        let fresh = Windows::new();
-        *self = fresh;
+        for c in &mut self.cuts {
+            c.reset();
+        }
+        self.delivered = 0;
+        self.in_small = 0;
     }
 }
 
@@ -133,11 +187,22 @@ fn main() {
         baseline: false,
         ..HotspotParams::default()
     };
+    let mut cuts: Vec<Cut> = PARTS
+        .iter()
+        .map(|&p| Cut::new(p, None, window_us))
+        .collect();
+    for &p in &PARTS[1..] {
+        let (lane_of, lookahead) = world.site_lanes(p);
+        cuts.push(Cut::new(p, Some(lane_of), lookahead.as_micros()));
+    }
     let mut sim = network(&params, experiment_config(&params), world);
-    let windows = Arc::new(Mutex::new(Windows::new()));
+    let windows = Arc::new(Mutex::new(Windows {
+        cuts,
+        ..Windows::default()
+    }));
     let w = windows.clone();
     sim.set_tap(Some(Box::new(move |at, _from, to, _bytes: &[u8]| {
-        w.lock().unwrap().see(at.as_micros() / window_us, to);
+        w.lock().unwrap().see(at.as_micros(), to);
     })));
     let started = std::time::Instant::now();
     join_all(&params, &mut sim);

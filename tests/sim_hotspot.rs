@@ -3,8 +3,10 @@
 //! must show what the paper claims — logarithmic, not linear, load at the
 //! key's closest node.
 
+use coral::rng::Rng;
 use coral::sim::hotspot::{run, Bootstrap, HotspotParams};
 use coral::sim::net::HashedLinks;
+use coral::sim::world::World;
 use coral::Duration;
 
 fn params() -> HotspotParams {
@@ -174,6 +176,34 @@ fn hotspot_names_the_busiest_node_and_its_senders() {
 /// lane's nodes see the same datagrams in the same order, so every figure
 /// of the report is the same, the plain-DHT baseline's too. Three threads
 /// on CI's two cores also takes the barrier's path that yields the CPU.
+/// Issue 27: in the world model, whole sites in lanes (`World::site_lanes`)
+/// in windows of the least delay between lanes, taking turns on one
+/// thread: the same report as one lane.
+#[test]
+fn hotspot_report_is_the_same_in_site_lanes() {
+    let params = HotspotParams {
+        nodes: 300,
+        minutes: 1,
+        rate: 1.0,
+        seed: 2,
+        baseline: false,
+        ..Default::default()
+    };
+    let world = World::planetlab(300, &mut Rng::new(2));
+    let one = run(&params, world.clone());
+    for threads in [2, 4] {
+        let mut r = run(
+            &HotspotParams {
+                threads,
+                ..params.clone()
+            },
+            world.clone(),
+        );
+        r.params.threads = 1;
+        assert_eq!(r, one, "{threads} lanes");
+    }
+}
+
 #[test]
 fn hotspot_report_is_the_same_on_several_threads() {
     let one = run(&params(), links());

@@ -187,4 +187,34 @@ mod tests {
             assert!(r == one, "{threads} threads ran another run");
         }
     }
+
+    /// Issue 27: in the world model each site's nodes share a lane
+    /// (`World::site_lanes`) and the windows are the least delay between
+    /// lanes, longer than the least between nodes: on threads, still the
+    /// run of one lane.
+    #[test]
+    fn site_lanes_on_threads_run_what_one_lane_runs() {
+        coral::sim::net::set_lane_runner(&super::THREADS);
+        let params = HotspotParams {
+            nodes: 400,
+            minutes: 1,
+            rate: 1.0,
+            seed: 5,
+            baseline: false,
+            ..HotspotParams::default()
+        };
+        let world = coral::sim::world::World::planetlab(400, &mut coral::rng::Rng::new(5));
+        let one = run(&params, world.clone());
+        for threads in [2, 5] {
+            let mut r = run(
+                &HotspotParams {
+                    threads,
+                    ..params.clone()
+                },
+                world.clone(),
+            );
+            r.params.threads = 1;
+            assert!(r == one, "{threads} threads ran another run");
+        }
+    }
 }

@@ -9,10 +9,14 @@
 //! the seed and that same key, so one seed gives one run: the same run on
 //! one thread or several.
 //!
-//! **In lanes** ([`Sim::with_threads`]): node `i` lives in lane `i mod P`,
-//! each lane with its own event queue. No datagram arrives sooner than
-//! [`Links::min_one_way`] after it is sent, so virtual time is cut into
-//! windows of that length: within one, the lanes' events are independent
+//! **In lanes** ([`Sim::with_threads`]): each node lives in one of P
+//! lanes, each lane with its own event queue: where the links say
+//! ([`Links::lanes`]: the world model keeps each site's nodes in one lane),
+//! or else node `i` in lane `i mod P`. No datagram between lanes arrives
+//! sooner than a lookahead after it is sent (the least one-way delay
+//! between nodes of different lanes, at least [`Links::min_one_way`]), so
+//! virtual time is cut into windows of that length: within one, the
+//! lanes' events are independent
 //! (what a node sends in it arrives after it), each lane runs its own, and
 //! datagrams for another lane wait in a mailbox until the window's end (a
 //! conservative, window-synchronous parallel simulation). Each node sees
@@ -45,6 +49,15 @@ pub trait Links: Sync {
     /// several threads (zero: one thread only).
     fn min_one_way(&self) -> Duration {
         Duration::ZERO
+    }
+    /// Nodes to `p` lanes, when the model knows a better cut than node `i`
+    /// in lane `i mod p`: each node's lane (by index, for every node the
+    /// links know), and a lower bound on every [`Links::one_way`] between
+    /// nodes of different lanes, at least [`Links::min_one_way`] (the
+    /// lookahead of a run on `p` threads). None: `i mod p`, with
+    /// [`Links::min_one_way`].
+    fn lanes(&self, _p: usize) -> Option<(Vec<u16>, Duration)> {
+        None
     }
     /// Probability that a datagram from `a` to `b` is lost.
     fn loss(&self, _a: usize, _b: usize) -> f64 {
@@ -314,9 +327,35 @@ struct Wires<'a, L> {
     at_home: &'a [bool],
     by_addr: &'a HashMap<SocketAddr, usize, crate::dsht::id::FastBuildHasher>,
     seed: u64,
+    /// Each node's lane and place in it (empty on one lane: node `i` at `i`).
+    places: &'a [Place],
+    /// The least one-way delay between nodes of different lanes.
+    lookahead: Duration,
+}
+
+/// Where a node lives on several lanes: its lane, and its place in the
+/// lane's arrays.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    lane: u32,
+    local: u32,
 }
 
 impl<L> Wires<'_, L> {
+    /// Node `i`'s lane.
+    fn lane(&self, i: usize) -> usize {
+        self.places.get(i).map_or(0, |p| p.lane as usize)
+    }
+
+    /// Node `i`'s place in its lane's arrays.
+    fn local(&self, i: usize) -> usize {
+        if self.places.is_empty() {
+            i
+        } else {
+            self.places[i].local as usize
+        }
+    }
+
     /// The node at `addr`, if any.
     fn index_of(&self, addr: SocketAddr) -> Option<usize> {
         match sim_index(addr) {
@@ -326,8 +365,9 @@ impl<L> Wires<'_, L> {
     }
 }
 
-/// One thread's share of the network: the nodes `i` with `i mod lanes ==
-/// index`, at `i / lanes` in its arrays, and their events.
+/// One thread's share of the network: its nodes (those the links put in
+/// its lane, [`Links::lanes`], or else those with `i mod lanes == index`),
+/// in the order they were added, and their events.
 struct Lane {
     index: usize,
     lanes: usize,
@@ -391,15 +431,9 @@ impl Lane {
         }
     }
 
-    /// Node `i`'s place in this lane's arrays.
-    fn local(&self, i: usize) -> usize {
-        debug_assert_eq!(i % self.lanes, self.index);
-        i / self.lanes
-    }
-
-    /// The key of the next event node `i` makes: the node, then its count.
-    fn next_key(&mut self, i: usize) -> u64 {
-        let l = self.local(i);
+    /// The key of the next event node `i` (at `l` in this lane) makes: the
+    /// node, then its count.
+    fn next_key(&mut self, i: usize, l: usize) -> u64 {
         let n = self.made[l];
         assert!(n < 1 << KEY_COUNT_BITS, "node {i} made 2^40 events");
         self.made[l] = n + 1;
@@ -422,13 +456,13 @@ impl Lane {
             self.now = at;
             self.popped = (at, key);
             self.stats.events += 1;
-            let next = self.prefetch_next();
+            let next = self.prefetch_next(wires);
             match what {
                 What::Deliver(slot) => {
                     self.free.push(slot);
                     let d = &self.in_flight[slot as usize];
                     let to = d.to;
-                    let l = self.local(to);
+                    let l = wires.local(to);
                     if !self.alive[l] {
                         self.stats.lost += 1;
                         continue;
@@ -442,7 +476,7 @@ impl Lane {
                 }
                 What::Wake(node) => {
                     let node = node as usize;
-                    let l = self.local(node);
+                    let l = wires.local(node);
                     let w = &mut self.wakes[l];
                     w.came(at, key);
                     let alive = self.alive[l];
@@ -458,20 +492,20 @@ impl Lane {
                     }
                     // `arm` keeps the deadline at the node's next one, so a
                     // wake-up that is still current finds a timer due.
-                    self.set_deadline(node, Time::MAX);
+                    self.set_deadline(node, l, Time::MAX);
                     self.nodes[l].handle_timeout(at);
                     self.flush(node, wires);
                 }
                 What::Drive(node) => {
                     let node = node as usize;
-                    let l = self.local(node);
+                    let l = wires.local(node);
                     if !self.alive[l] {
                         continue;
                     }
                     let again = driver.fire(node, &mut self.nodes[l], at);
                     self.flush(node, wires);
                     if let Some(t) = again {
-                        self.schedule(node, t.max(at));
+                        self.schedule(node, l, t.max(at));
                     }
                 }
             }
@@ -495,23 +529,23 @@ impl Lane {
     /// event's node starts loading, with its datagram; after it, that node's
     /// levels. A hint only: results never depend on it. Returns that node's
     /// place in the lane.
-    fn prefetch_next(&self) -> Option<usize> {
-        let n = match *self.queue.peek_hint()? {
+    fn prefetch_next<L>(&self, wires: &Wires<'_, L>) -> Option<usize> {
+        let n = wires.local(match *self.queue.peek_hint()? {
             What::Deliver(slot) => {
                 let d = &self.in_flight[slot as usize];
                 crate::dsht::prefetch::prefetch(d.bytes.as_ptr(), d.bytes.len());
                 d.to
             }
             What::Wake(n) | What::Drive(n) => n as usize,
-        } / self.lanes;
+        });
         self.nodes[n].prefetch();
         crate::dsht::prefetch::prefetch((&self.wakes[n] as *const Wake).cast(), 1);
         Some(n)
     }
 
-    /// Queues a driver event for node `i` at `at`.
-    fn schedule(&mut self, i: usize, at: Time) {
-        let key = self.next_key(i);
+    /// Queues a driver event for node `i` (at `l` in this lane) at `at`.
+    fn schedule(&mut self, i: usize, l: usize, at: Time) {
+        let key = self.next_key(i, l);
         self.queue.push_keyed(at, key, What::Drive(i as u32));
     }
 
@@ -550,12 +584,12 @@ impl Lane {
     /// Sends everything node `i` has queued and schedules its next wake-up.
     fn flush<L: Links>(&mut self, i: usize, wires: &Wires<'_, L>) {
         let now = self.now;
-        let l = self.local(i);
+        let l = wires.local(i);
         let from = self.nodes[l].addr();
         while let Some(to_addr) = self.nodes[l].poll_transmit(&mut self.buf) {
             self.stats.datagrams += 1;
             self.stats.bytes += self.buf.len() as u64;
-            let key = self.next_key(i);
+            let key = self.next_key(i, l);
             let Some(to) = wires.index_of(to_addr) else {
                 self.stats.unroutable += 1;
                 continue;
@@ -567,12 +601,12 @@ impl Lane {
             }
             let one_way = wires.links.one_way(i, to);
             let at = now + one_way;
-            let lane = to % self.lanes;
+            let lane = wires.lane(to);
             if lane != self.index {
                 // It must arrive after the window the lanes are running.
                 assert!(
-                    one_way >= wires.links.min_one_way(),
-                    "a link's delay under the links' min_one_way"
+                    one_way >= wires.lookahead,
+                    "a delay between lanes under the lookahead (Links::lanes, Links::min_one_way)"
                 );
                 let fresh = self.spare.pop().unwrap_or_default();
                 let bytes = std::mem::replace(&mut self.buf, fresh);
@@ -603,16 +637,16 @@ impl Lane {
         // Contacts a node learnt are for other cores of a real node; here
         // nobody wants them (left alone, each node would hold 1,024).
         while self.nodes[l].poll_learned().is_some() {}
-        self.arm(i);
+        self.arm(i, l);
     }
 
-    /// Schedules node `i`'s next wake-up at its next deadline.
+    /// Schedules node `i`'s (at `l` in this lane) next wake-up at its next
+    /// deadline.
     ///
     /// Called after every input to the node, while it is in cache. A
     /// deadline earlier than the wake-up queued for the node is queued; a
     /// later one waits for that wake-up (see [`Wake`]).
-    fn arm(&mut self, i: usize) {
-        let l = self.local(i);
+    fn arm(&mut self, i: usize, l: usize) {
         // A deadline at `Time::MAX` is never reached: none. One due now
         // comes a microsecond later, after every event of this time: a
         // wake-up is never queued behind the event being handled, so its
@@ -624,7 +658,7 @@ impl Lane {
         if next == self.wakes[l].at {
             return;
         }
-        self.set_deadline(i, next);
+        self.set_deadline(i, l, next);
         let w = &mut self.wakes[l];
         if next < w.queued[0].0 {
             w.queue(next, w.seq, self.popped);
@@ -632,11 +666,10 @@ impl Lane {
         }
     }
 
-    /// Sets node `i`'s next deadline to `next` (`Time::MAX`: none), taking
-    /// its place in the order: the node's next key, or that of a wake-up
-    /// still queued for that time (see [`Wake`]).
-    fn set_deadline(&mut self, i: usize, next: Time) {
-        let l = self.local(i);
+    /// Sets node `i`'s (at `l` in this lane) next deadline to `next`
+    /// (`Time::MAX`: none), taking its place in the order: the node's next
+    /// key, or that of a wake-up still queued for that time (see [`Wake`]).
+    fn set_deadline(&mut self, i: usize, l: usize, next: Time) {
         let popped = self.popped;
         let w = &mut self.wakes[l];
         if w.at != Time::MAX && w.queued.iter().all(|&(t, _)| t != w.at) {
@@ -646,7 +679,7 @@ impl Lane {
         if next == Time::MAX {
             return;
         }
-        let reserved = self.next_key(i);
+        let reserved = self.next_key(i, l);
         let w = &mut self.wakes[l];
         let mut seq = reserved;
         for &(t, s) in &w.queued {
@@ -694,6 +727,14 @@ pub struct Sim<L: Links> {
     by_addr: HashMap<SocketAddr, usize, crate::dsht::id::FastBuildHasher>,
     seed: u64,
     links: L,
+    /// On several lanes: each node's lane from the links ([`Links::lanes`];
+    /// None: node `i` in lane `i mod lanes`).
+    lane_map: Option<Vec<u16>>,
+    /// On several lanes: where each node added lives (empty on one lane).
+    places: Vec<Place>,
+    /// The least one-way delay between nodes of different lanes: the
+    /// windows' length.
+    lookahead: Duration,
 }
 
 /// A callback that sees every delivered datagram: (time, sender index,
@@ -712,13 +753,26 @@ impl<L: Links> Sim<L> {
     /// An empty network at time zero whose nodes are run by `threads`
     /// threads (at least one; one lane each): the same run as on one
     /// thread. More than one needs links with a [`Links::min_one_way`]
-    /// above zero.
+    /// above zero. The nodes go to lanes as [`Links::lanes`] says, or
+    /// else node `i` to lane `i mod threads`.
     pub fn with_threads(links: L, seed: u64, threads: usize) -> Sim<L> {
         let lanes = threads.max(1);
         assert!(
             lanes == 1 || links.min_one_way() > Duration::ZERO,
             "several threads need links with a least one-way delay"
         );
+        assert!(lanes <= usize::from(u16::MAX), "at most 65,535 threads");
+        let placed = if lanes > 1 { links.lanes(lanes) } else { None };
+        let (lane_map, lookahead) = match placed {
+            Some((map, lookahead)) => {
+                assert!(
+                    lookahead >= links.min_one_way(),
+                    "lanes' lookahead under the links' min_one_way"
+                );
+                (Some(map), lookahead)
+            }
+            _ => (None, links.min_one_way()),
+        };
         Sim {
             now: Time::ZERO,
             lanes: (0..lanes).map(|k| Lane::new(k, lanes)).collect(),
@@ -727,7 +781,37 @@ impl<L: Links> Sim<L> {
             by_addr: HashMap::default(),
             seed,
             links,
+            lane_map,
+            places: Vec::new(),
+            lookahead,
         }
+    }
+
+    /// The lane node `i` goes to (it need not be added yet).
+    fn lane_for(&self, i: usize) -> usize {
+        let p = self.lanes.len();
+        match &self.lane_map {
+            _ if p == 1 => 0,
+            Some(map) => usize::from(
+                *map.get(i)
+                    .expect("Links::lanes places every node the simulation adds"),
+            ),
+            None => i % p,
+        }
+    }
+
+    /// Node `i`'s lane and place in it.
+    fn place(&self, i: usize) -> (usize, usize) {
+        match self.places.get(i) {
+            Some(p) => (p.lane as usize, p.local as usize),
+            None => (0, i),
+        }
+    }
+
+    /// The least one-way delay between nodes of different lanes: the length
+    /// of the windows a run on several threads is cut into.
+    pub fn lookahead(&self) -> Duration {
+        self.lookahead
     }
 
     /// The threads (lanes) the nodes are run by.
@@ -786,9 +870,14 @@ impl<L: Links> Sim<L> {
     /// 1.7 KB inline: at 100,000 nodes, doubling to 131,072 slots held 53 MB
     /// for nobody).
     pub fn reserve(&mut self, additional: usize) {
-        let p = self.lanes.len();
-        for (k, lane) in self.lanes.iter_mut().enumerate() {
-            let more = (self.len + additional + p - 1 - k) / p - lane.nodes.len();
+        let mut more = vec![0usize; self.lanes.len()];
+        for i in self.len..self.len + additional {
+            more[self.lane_for(i)] += 1;
+        }
+        if self.lanes.len() > 1 {
+            self.places.reserve_exact(additional);
+        }
+        for (lane, &more) in self.lanes.iter_mut().zip(&more) {
             lane.nodes.reserve_exact(more);
             lane.alive.reserve_exact(more);
             lane.wakes.reserve_exact(more);
@@ -797,18 +886,21 @@ impl<L: Links> Sim<L> {
         self.at_home.reserve_exact(additional);
     }
 
-    /// The lane of node `i`, with the wires, at the current time.
-    fn lane_of(&mut self, i: usize) -> (&mut Lane, Wires<'_, L>) {
-        let p = self.lanes.len();
-        let lane = &mut self.lanes[i % p];
+    /// The lane of node `i` and its place in it, with the wires, at the
+    /// current time.
+    fn lane_of(&mut self, i: usize) -> (&mut Lane, usize, Wires<'_, L>) {
+        let (k, l) = self.place(i);
+        let lane = &mut self.lanes[k];
         lane.now = self.now;
         let wires = Wires {
             links: &self.links,
             at_home: &self.at_home,
             by_addr: &self.by_addr,
             seed: self.seed,
+            places: &self.places,
+            lookahead: self.lookahead,
         };
-        (lane, wires)
+        (lane, l, wires)
     }
 
     /// Adds a node; returns its index.
@@ -819,7 +911,15 @@ impl<L: Links> Sim<L> {
         self.len += 1;
         self.at_home.push(false);
         self.bind(i, node.addr());
-        let (lane, wires) = self.lane_of(i);
+        if self.lanes.len() > 1 {
+            let k = self.lane_for(i);
+            let local = self.lanes[k].nodes.len();
+            self.places.push(Place {
+                lane: k as u32,
+                local: u32::try_from(local).expect("at most 2^24 nodes"),
+            });
+        }
+        let (lane, _, wires) = self.lane_of(i);
         lane.nodes.push(node);
         lane.alive.push(true);
         lane.wakes.push(Wake::NONE);
@@ -850,8 +950,8 @@ impl<L: Links> Sim<L> {
 
     /// Node `i`.
     pub fn node(&self, i: usize) -> &Node {
-        let p = self.lanes.len();
-        &self.lanes[i % p].nodes[i / p]
+        let (k, l) = self.place(i);
+        &self.lanes[k].nodes[l]
     }
 
     /// All nodes, in index order.
@@ -861,16 +961,15 @@ impl<L: Links> Sim<L> {
 
     /// Whether node `i` is running.
     pub fn is_alive(&self, i: usize) -> bool {
-        let p = self.lanes.len();
-        self.lanes[i % p].alive[i / p]
+        let (k, l) = self.place(i);
+        self.lanes[k].alive[l]
     }
 
     /// Calls into node `i` at the current time (an API call such as `put`),
     /// then sends what it produced.
     pub fn with_node<R>(&mut self, i: usize, f: impl FnOnce(&mut Node, Time) -> R) -> R {
         let now = self.now;
-        let (lane, wires) = self.lane_of(i);
-        let l = lane.local(i);
+        let (lane, l, wires) = self.lane_of(i);
         let r = f(&mut lane.nodes[l], now);
         lane.flush(i, &wires);
         r
@@ -881,16 +980,15 @@ impl<L: Links> Sim<L> {
     /// [`Sim::run_until`] such an event does nothing.
     pub fn schedule(&mut self, i: usize, at: Time) {
         let at = at.max(self.now);
-        let (lane, _) = self.lane_of(i);
-        lane.schedule(i, at);
+        let (lane, l, _) = self.lane_of(i);
+        lane.schedule(i, l, at);
     }
 
     /// Crashes node `i`: datagrams to it are lost until it is replaced.
     pub fn crash(&mut self, i: usize) {
-        let (lane, _) = self.lane_of(i);
-        let l = lane.local(i);
+        let (lane, l, _) = self.lane_of(i);
         lane.alive[l] = false;
-        lane.set_deadline(i, Time::MAX);
+        lane.set_deadline(i, l, Time::MAX);
     }
 
     /// Replaces node `i` with a fresh one (a restart: state is lost).
@@ -898,11 +996,10 @@ impl<L: Links> Sim<L> {
         let old = self.node(i).addr();
         self.by_addr.remove(&old);
         self.bind(i, node.addr());
-        let (lane, wires) = self.lane_of(i);
-        let l = lane.local(i);
+        let (lane, l, wires) = self.lane_of(i);
         lane.nodes[l] = node;
         lane.alive[l] = true;
-        lane.set_deadline(i, Time::MAX);
+        lane.set_deadline(i, l, Time::MAX);
         lane.flush(i, &wires);
     }
 
@@ -910,8 +1007,7 @@ impl<L: Links> Sim<L> {
     /// from `from` (for injecting malformed input).
     pub fn inject(&mut self, to: usize, from: SocketAddr, bytes: &[u8]) {
         let now = self.now;
-        let (lane, wires) = self.lane_of(to);
-        let l = lane.local(to);
+        let (lane, l, wires) = self.lane_of(to);
         let _ = lane.nodes[l].handle(now, from, bytes);
         lane.flush(to, &wires);
     }
@@ -940,8 +1036,8 @@ impl<L: Links> Sim<L> {
     }
 
     /// [`Sim::run_until`], calling `drivers[k]` for the driver events of
-    /// lane `k`'s nodes (node `i` is in lane `i mod threads`); on several
-    /// threads, in windows of [`Links::min_one_way`].
+    /// lane `k`'s nodes ([`Sim::with_threads`]); on several threads, in
+    /// windows of the [`Sim::lookahead`].
     pub fn run_until_with<D: Driver>(&mut self, until: Time, drivers: &mut [D]) {
         assert_eq!(drivers.len(), self.lanes.len(), "one driver a lane");
         let wires = Wires {
@@ -949,6 +1045,8 @@ impl<L: Links> Sim<L> {
             at_home: &self.at_home,
             by_addr: &self.by_addr,
             seed: self.seed,
+            places: &self.places,
+            lookahead: self.lookahead,
         };
         if self.lanes.len() == 1 {
             self.lanes[0].run(until, &wires, &mut drivers[0]);
@@ -965,9 +1063,12 @@ impl<L: Links> Sim<L> {
     /// driver about to call [`Sim::with_node`] on it: results never
     /// depend on it).
     pub fn prefetch(&self, i: usize) {
-        let p = self.lanes.len();
-        let lane = &self.lanes[i % p];
-        if let (Some(node), Some(w)) = (lane.nodes.get(i / p), lane.wakes.get(i / p)) {
+        if i >= self.len {
+            return;
+        }
+        let (k, l) = self.place(i);
+        let lane = &self.lanes[k];
+        if let (Some(node), Some(w)) = (lane.nodes.get(l), lane.wakes.get(l)) {
             node.prefetch();
             crate::dsht::prefetch::prefetch((w as *const Wake).cast(), 1);
         }
@@ -990,7 +1091,7 @@ impl<L: Links> Sim<L> {
 /// One lane's part of a run in windows ([`LaneRunner`]): what a runner on
 /// several threads calls, each lane on its own thread.
 pub trait LaneWindow: Send {
-    /// The lane's index: node `i` is in lane `i mod lanes`.
+    /// The lane's index.
     fn index(&self) -> usize;
     /// Runs the lane's events before `end` (µs of virtual time); returns
     /// when its next event is: the earliest of its queue's and of the
@@ -1077,8 +1178,8 @@ impl<L: Links, D: Driver> LaneWindow for LaneJob<'_, '_, L, D> {
 }
 
 /// Runs the lanes from `from` to `until` (inclusive) in windows of the
-/// links' least one-way delay: on the registered [`LaneRunner`]'s threads,
-/// or else [`run_windows_in_turn`].
+/// least one-way delay between lanes: on the registered [`LaneRunner`]'s
+/// threads, or else [`run_windows_in_turn`].
 fn run_windows<L: Links, D: Driver>(
     lanes: &mut [Lane],
     from: Time,
@@ -1086,7 +1187,7 @@ fn run_windows<L: Links, D: Driver>(
     wires: &Wires<'_, L>,
     drivers: &mut [D],
 ) {
-    let lookahead = wires.links.min_one_way().as_micros().max(1);
+    let lookahead = wires.lookahead.as_micros().max(1);
     let mut jobs: Vec<LaneJob<'_, '_, L, D>> = lanes
         .iter_mut()
         .zip(drivers.iter_mut())
@@ -1256,14 +1357,24 @@ mod tests {
 
     /// Links with hashed delays of at least 5 ms and 2 % loss.
     #[derive(Clone, Copy)]
-    struct LossyHashed(HashedLinks);
+    /// Hashed links with 2 % loss; with `blocks`, nodes in lanes in
+    /// blocks of consecutive indices (`Links::lanes`), not `i mod P`.
+    struct LossyHashed {
+        links: HashedLinks,
+        blocks: Option<usize>,
+    }
 
     impl Links for LossyHashed {
         fn one_way(&self, a: usize, b: usize) -> Duration {
-            self.0.one_way(a, b)
+            self.links.one_way(a, b)
         }
         fn min_one_way(&self) -> Duration {
-            self.0.min_one_way()
+            self.links.min_one_way()
+        }
+        fn lanes(&self, p: usize) -> Option<(Vec<u16>, Duration)> {
+            let n = self.blocks?;
+            let lanes = (0..n).map(|i| (i * p / n) as u16).collect();
+            Some((lanes, self.links.min_one_way()))
         }
         fn loss(&self, _a: usize, _b: usize) -> f64 {
             0.02
@@ -1273,10 +1384,11 @@ mod tests {
     /// Issue 27: a run on several threads is the run on one. Every node
     /// of every lane ends with the same id, counters and completed
     /// operations, through a join, loss, crashes, restarts and load given
-    /// between windows, with four lanes on CI's two cores.
+    /// between windows, with four lanes on CI's two cores; nodes in lanes
+    /// `i mod P` and where the links place them (`Links::lanes`).
     #[test]
     fn several_threads_run_what_one_runs() {
-        let run = |threads: usize| {
+        let run = |threads: usize, blocks: Option<usize>| {
             let params = HotspotParams {
                 nodes: 240,
                 seed: 5,
@@ -1284,11 +1396,14 @@ mod tests {
                 threads,
                 ..HotspotParams::default()
             };
-            let links = LossyHashed(HashedLinks {
-                min: Duration::from_millis(5),
-                max: Duration::from_millis(60),
-                seed: 5,
-            });
+            let links = LossyHashed {
+                links: HashedLinks {
+                    min: Duration::from_millis(5),
+                    max: Duration::from_millis(60),
+                    seed: 5,
+                },
+                blocks,
+            };
             let mut sim = network(&params, experiment_config(&params), links);
             assert_eq!(sim.threads(), threads);
             join_all(&params, &mut sim);
@@ -1319,11 +1434,18 @@ mod tests {
                 sim.misplaced_wakes(),
             )
         };
-        let one = run(1);
+        let one = run(1, None);
         assert!(one.0.lost > 100, "{:?}", one.0);
         assert!(one.0.events > 50_000, "{:?}", one.0);
         for threads in [2, 4] {
-            assert!(run(threads) == one, "{threads} threads ran another run");
+            assert!(
+                run(threads, None) == one,
+                "{threads} threads ran another run"
+            );
+            assert!(
+                run(threads, Some(240)) == one,
+                "{threads} threads, nodes in blocks, ran another run"
+            );
         }
     }
 }

@@ -490,6 +490,62 @@ impl World {
         Some((routers, vec![(v4(130, hi, lo, 0), 24)]))
     }
 
+    /// Whole sites to `p` lanes of a run on several threads
+    /// ([`Links::lanes`]): each node's lane, and the least one-way delay
+    /// between nodes of different lanes (the lookahead: the length of the
+    /// run's windows). Sites nearer one another than a radius go to one
+    /// lane together, so that two nodes in different lanes are at least a
+    /// router path and that distance apart; the radius is the largest of
+    /// [`LANE_RADII_KM`] at which no lane holds more than
+    /// [`LANE_IMBALANCE_MAX`] times its share of the nodes. At 20,000
+    /// nodes the lookahead is 1.5–2.2 ms on 2 to 16 lanes where
+    /// [`World::min_one_way`] is 474 µs (benches/README.md, "Session 15,
+    /// lanes by place").
+    ///
+    /// The bound, per pair of sites in different lanes: their backbone RTT
+    /// at their centres' distance less twice the farthest a node is nudged
+    /// from its site (the backbone RTT grows with distance), plus twice
+    /// each site's least access delay; halved and rounded down as
+    /// [`World::min_one_way`] is. Jitter only adds.
+    pub fn site_lanes(&self, p: usize) -> (Vec<u16>, Duration) {
+        let p = p.clamp(1, usize::from(u16::MAX));
+        let mut per_site = vec![0usize; SITES.len()];
+        let mut access = vec![f64::INFINITY; SITES.len()];
+        for n in &self.nodes {
+            per_site[n.site] += 1;
+            access[n.site] = access[n.site].min(n.access_ms);
+        }
+        let share = self.nodes.len().div_ceil(p) as f64;
+        let mut lane = Vec::new();
+        for &radius_km in &LANE_RADII_KM {
+            let (l, largest) = pack_sites(&per_site, p, radius_km);
+            lane = l;
+            if largest as f64 <= LANE_IMBALANCE_MAX * share {
+                break;
+            }
+        }
+        // With no pair of lanes holding nodes, nothing crosses: any
+        // lookahead holds; a second keeps the windows' arithmetic small.
+        let mut least_us: u64 = 1_000_000;
+        let used: Vec<usize> = (0..SITES.len()).filter(|&s| per_site[s] > 0).collect();
+        for (k, &s) in used.iter().enumerate() {
+            for &t in &used[k + 1..] {
+                if lane[s] == lane[t] {
+                    continue;
+                }
+                let (a, b) = (&SITES[s], &SITES[t]);
+                let km = (haversine_km(a.lat, a.lon, b.lat, b.lon) - 2.0 * nudge_km_max()).max(0.0);
+                let rtt_ms = backbone_rtt_ms(km, a, b) + 2.0 * (access[s] + access[t]);
+                least_us = least_us.min(((rtt_ms * 1000.0).floor() as u64).saturating_sub(1) / 2);
+            }
+        }
+        let lanes = self.nodes.iter().map(|n| lane[n.site]).collect();
+        (
+            lanes,
+            Duration::from_micros(least_us).max(World::min_one_way()),
+        )
+    }
+
     /// The backbone RTT between two sites (indices into [`SITES`]): fibre
     /// distance with route inflation, router delay and the sites' detours,
     /// without any node's access delay or jitter. Zero for a site and
@@ -516,6 +572,10 @@ impl Links for World {
         World::min_one_way()
     }
 
+    fn lanes(&self, p: usize) -> Option<(Vec<u16>, Duration)> {
+        Some(self.site_lanes(p))
+    }
+
     fn hint_path(&self, node: usize) -> Option<HintPath> {
         World::hint_path(self, node)
     }
@@ -528,6 +588,61 @@ pub fn haversine_km(lat1: f64, lon1: f64, lat2: f64, lon2: f64) -> f64 {
     let d_lambda = (lon2 - lon1).to_radians();
     let h = (d_phi / 2.0).sin().powi(2) + phi1.cos() * phi2.cos() * (d_lambda / 2.0).sin().powi(2);
     2.0 * EARTH_RADIUS_KM * h.clamp(0.0, 1.0).sqrt().asin()
+}
+
+/// The radii within which sites share a lane ([`World::site_lanes`]), in
+/// km, the largest tried first: 0 keeps only each site's nodes together.
+pub const LANE_RADII_KM: [f64; 6] = [125.0, 100.0, 75.0, 50.0, 25.0, 0.0];
+
+/// The most nodes a lane of [`World::site_lanes`] may hold, as a multiple of
+/// an even share, before a smaller radius is tried.
+pub const LANE_IMBALANCE_MAX: f64 = 1.1;
+
+/// Sites to `p` lanes: sites within `radius_km` of one another (and so on,
+/// transitively) form a group; groups by their number of nodes
+/// (`per_site`), most first, each to the lane with the fewest nodes so far
+/// (the lowest on a tie). Returns each site's lane and the most nodes a
+/// lane holds.
+fn pack_sites(per_site: &[usize], p: usize, radius_km: f64) -> (Vec<u16>, usize) {
+    fn root(group: &mut [usize], mut s: usize) -> usize {
+        while group[s] != s {
+            group[s] = group[group[s]];
+            s = group[s];
+        }
+        s
+    }
+    let mut group: Vec<usize> = (0..SITES.len()).collect();
+    for (s, a) in SITES.iter().enumerate() {
+        for (t, b) in SITES.iter().enumerate().skip(s + 1) {
+            if haversine_km(a.lat, a.lon, b.lat, b.lon) <= radius_km {
+                let (x, y) = (root(&mut group, s), root(&mut group, t));
+                group[x.max(y)] = x.min(y);
+            }
+        }
+    }
+    let roots: Vec<usize> = (0..SITES.len()).map(|s| root(&mut group, s)).collect();
+    let mut per_group = vec![0usize; SITES.len()];
+    for s in 0..SITES.len() {
+        per_group[roots[s]] += per_site[s];
+    }
+    let mut order: Vec<usize> = (0..SITES.len()).filter(|&g| per_group[g] > 0).collect();
+    order.sort_by_key(|&g| (std::cmp::Reverse(per_group[g]), g));
+    let mut load = vec![0usize; p];
+    let mut group_lane = vec![0u16; SITES.len()];
+    for &g in &order {
+        let l = (0..p).min_by_key(|&l| (load[l], l)).unwrap_or(0);
+        group_lane[g] = l as u16;
+        load[l] += per_group[g];
+    }
+    let lanes = (0..SITES.len()).map(|s| group_lane[roots[s]]).collect();
+    (lanes, load.into_iter().max().unwrap_or(0))
+}
+
+/// The farthest a node sits from its site's centre, in km: nudged by up to
+/// [`PLACE_NUDGE_DEG`] in latitude and in longitude (a degree of longitude
+/// is no longer than one of latitude), with 1 % to spare.
+fn nudge_km_max() -> f64 {
+    PLACE_NUDGE_DEG.to_radians() * EARTH_RADIUS_KM * std::f64::consts::SQRT_2 * 1.01
 }
 
 /// The backbone RTT over `km` of great-circle distance between distinct
@@ -781,6 +896,64 @@ mod tests {
         }
         assert!(least >= bound, "{least:?} < {bound:?}");
         assert!(least < bound + Duration::from_micros(200), "{least:?}");
+    }
+
+    /// Issue 27: with whole sites in lanes (`World::site_lanes`), no two
+    /// nodes in different lanes are nearer than the lanes' lookahead (or a
+    /// datagram between lanes would arrive inside the window it was sent
+    /// in), the lookahead is above `World::min_one_way` (the windows are
+    /// longer) and close to the nearest pair, and the lanes are even.
+    #[test]
+    fn no_delay_between_site_lanes_is_under_their_lookahead() {
+        for seed in 1..=4 {
+            let w = World::planetlab(2000, &mut Rng::new(seed));
+            let cuts: Vec<(usize, Vec<u16>, Duration)> = [2, 3, 4, 8, 16]
+                .into_iter()
+                .map(|p| {
+                    let (lanes, lookahead) = w.site_lanes(p);
+                    (p, lanes, lookahead)
+                })
+                .collect();
+            let mut least = vec![Duration::from_secs(1); cuts.len()];
+            for a in 0..w.len() {
+                for b in a + 1..w.len() {
+                    let d = w.one_way(a, b);
+                    for (k, (_, lanes, _)) in cuts.iter().enumerate() {
+                        if lanes[a] != lanes[b] {
+                            least[k] = least[k].min(d);
+                        }
+                    }
+                }
+            }
+            for (k, (p, lanes, lookahead)) in cuts.iter().enumerate() {
+                assert!(
+                    least[k] >= *lookahead,
+                    "seed {seed}, {p} lanes: {:?} < {lookahead:?}",
+                    least[k]
+                );
+                assert!(
+                    *lookahead >= Duration::from_micros(800),
+                    "seed {seed}, {p} lanes: {lookahead:?}"
+                );
+                assert!(
+                    least[k] < *lookahead + Duration::from_micros(300),
+                    "seed {seed}, {p} lanes: {:?} against {lookahead:?}",
+                    least[k]
+                );
+                let mut count = vec![0usize; *p];
+                for &l in lanes {
+                    count[usize::from(l)] += 1;
+                }
+                // Even within LANE_IMBALANCE_MAX, or else (radius 0) within
+                // a site's nodes: at most 3 of 166 shares of them.
+                let hi = *count.iter().max().unwrap();
+                assert!(
+                    hi as f64 <= LANE_IMBALANCE_MAX * 2000f64 / *p as f64 + 1.0
+                        || hi <= 2000 / p + 2000 * 3 / 166,
+                    "seed {seed}, {p} lanes: {count:?}"
+                );
+            }
+        }
     }
 
     #[test]
