@@ -11,7 +11,7 @@
 //!
 //! **In lanes** ([`Sim::with_threads`]): each node lives in one of P
 //! lanes, each lane with its own event queue: where the links say
-//! ([`Links::lanes`]: the world model keeps each site's nodes in one lane),
+//! ([`Links::lanes`]: the world model keeps nearby sites' nodes in one lane),
 //! or else node `i` in lane `i mod P`. No datagram between lanes arrives
 //! sooner than a lookahead after it is sent (the least one-way delay
 //! between nodes of different lanes, at least [`Links::min_one_way`]), so
