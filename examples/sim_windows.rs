@@ -40,9 +40,11 @@ struct Cut {
     current: u64,
     counts: Vec<u64>,
     in_window: u64,
-    /// Totals: windows with any delivery, Σ busiest partition.
+    /// Totals: windows with any delivery, Σ busiest partition,
+    /// deliveries in windows holding fewer than 16.
     windows: u64,
     busiest: u64,
+    in_small: u64,
 }
 
 impl Cut {
@@ -56,6 +58,7 @@ impl Cut {
             in_window: 0,
             windows: 0,
             busiest: 0,
+            in_small: 0,
         }
     }
 
@@ -64,6 +67,9 @@ impl Cut {
             return;
         }
         self.windows += 1;
+        if self.in_window < 16 {
+            self.in_small += self.in_window;
+        }
         self.busiest += self.counts.iter().copied().max().unwrap_or(0);
         self.counts.iter_mut().for_each(|x| *x = 0);
         self.in_window = 0;
@@ -87,41 +93,26 @@ impl Cut {
         self.close();
         self.windows = 0;
         self.busiest = 0;
+        self.in_small = 0;
     }
 }
 
 #[derive(Default)]
 struct Windows {
     cuts: Vec<Cut>,
-    /// Deliveries, and those in windows (of the first cut) holding fewer than 16.
+    /// Deliveries.
     delivered: u64,
-    in_small: u64,
-    small_window: u64,
-    small_count: u64,
 }
 
 impl Windows {
     fn see(&mut self, at_us: u64, to: usize) {
         self.delivered += 1;
-        let w = at_us / self.cuts[0].window_us;
-        if w != self.small_window {
-            if self.small_count < 16 {
-                self.in_small += self.small_count;
-            }
-            self.small_window = w;
-            self.small_count = 0;
-        }
-        self.small_count += 1;
         for c in &mut self.cuts {
             c.see(at_us, to);
         }
     }
 
     fn report(&mut self, phase: &str) {
-        if self.small_count < 16 {
-            self.in_small += self.small_count;
-        }
-        self.small_count = 0;
         for c in &mut self.cuts {
             c.close();
         }
@@ -132,7 +123,7 @@ impl Windows {
             first.windows,
             first.window_us,
             self.delivered as f64 / first.windows.max(1) as f64,
-            100.0 * self.in_small as f64 / self.delivered.max(1) as f64,
+            100.0 * first.in_small as f64 / self.delivered.max(1) as f64,
         );
         for c in &self.cuts {
             println!(
@@ -149,7 +140,6 @@ impl Windows {
             c.reset();
         }
         self.delivered = 0;
-        self.in_small = 0;
     }
 }
 
