@@ -196,6 +196,16 @@ impl<K: Eq + Hash + Copy, V> SmallMap<K, V> {
         }
     }
 
+    /// The value [`prefetch`](SmallMap::prefetch) starts loading (the
+    /// first entry's, in the small form), for a driver that prefetches what
+    /// it points to in turn.
+    pub fn first_value(&self) -> Option<&V> {
+        match &self.0 {
+            Repr::Small { values, .. } => values.first(),
+            Repr::Large(_) => None,
+        }
+    }
+
     /// Moves to the hash map when one more entry would not fit the vectors.
     fn grow_for_one(&mut self) {
         if let Repr::Small { keys, values } = &mut self.0 {

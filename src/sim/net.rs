@@ -456,7 +456,7 @@ impl Lane {
             self.now = at;
             self.popped = (at, key);
             self.stats.events += 1;
-            let next = self.prefetch_next(wires);
+            let next = self.prefetch_ahead(wires);
             match what {
                 What::Deliver(slot) => {
                     self.free.push(slot);
@@ -513,7 +513,7 @@ impl Lane {
                 self.events.retain(|(i, e)| driver.completed(*i, e));
             }
             if let Some(n) = next {
-                self.nodes[n].prefetch_levels();
+                self.nodes[n].prefetch_top_values();
             }
         }
         self.now = self.now.max(until);
@@ -523,24 +523,53 @@ impl Lane {
         self.popped = self.popped.max((until, u64::MAX));
     }
 
-    /// Prefetching, in two steps an event apart: at 10,000 nodes nearly
-    /// every line a node reads is a cache miss, and the misses depend on one
-    /// another (the node, then its levels). Before each event, the next
-    /// event's node starts loading, with its datagram; after it, that node's
-    /// levels. A hint only: results never depend on it. Returns that node's
-    /// place in the lane.
-    fn prefetch_next<L>(&self, wires: &Wires<'_, L>) -> Option<usize> {
-        let n = wires.local(match *self.queue.peek_hint()? {
+    /// Prefetching, in steps an event apart: at 10,000 nodes nearly every
+    /// line a node reads is a cache miss, and the misses depend on one
+    /// another (the node, then its levels, then the top level's store, then
+    /// that store's values: a hot key's put and get read all four). Before
+    /// each event, the third event ahead's node starts loading, with its
+    /// datagram and wake-up; the second's levels; the next one's top-level
+    /// store. After it, the next one's values. A put/get tick loads only
+    /// the node's lines an API call reads ([`Node::prefetch_call`]): whole
+    /// nodes three events ahead kept the CPU's fill buffers full. (With
+    /// two steps, node then levels, a hot key's store and values were
+    /// misses on the path; this chain: 0.83–0.96× the CPU at 10,000 nodes,
+    /// the same report, benches/README.md "Session 16".) A hint only:
+    /// results never depend on it. Returns the next event's node's place
+    /// in the lane.
+    fn prefetch_ahead<L>(&self, wires: &Wires<'_, L>) -> Option<usize> {
+        let third = self.queue.peek_hint_nth(2);
+        if let Some(n) = self.place_of(third, wires, true) {
+            if matches!(third, Some(What::Drive(_))) {
+                self.nodes[n].prefetch_call();
+            } else {
+                self.nodes[n].prefetch();
+            }
+            crate::dsht::prefetch::prefetch((&self.wakes[n] as *const Wake).cast(), 1);
+        }
+        if let Some(n) = self.place_of(self.queue.peek_hint_nth(1), wires, false) {
+            self.nodes[n].prefetch_levels();
+        }
+        let next = self.place_of(self.queue.peek_hint(), wires, false);
+        if let Some(n) = next {
+            self.nodes[n].prefetch_top_store();
+        }
+        next
+    }
+
+    /// The place in this lane of the node event `what` is for; with
+    /// `bytes`, a datagram's bytes start loading too.
+    fn place_of<L>(&self, what: Option<&What>, wires: &Wires<'_, L>, bytes: bool) -> Option<usize> {
+        Some(wires.local(match *what? {
             What::Deliver(slot) => {
                 let d = &self.in_flight[slot as usize];
-                crate::dsht::prefetch::prefetch(d.bytes.as_ptr(), d.bytes.len());
+                if bytes {
+                    crate::dsht::prefetch::prefetch(d.bytes.as_ptr(), d.bytes.len());
+                }
                 d.to
             }
             What::Wake(n) | What::Drive(n) => n as usize,
-        });
-        self.nodes[n].prefetch();
-        crate::dsht::prefetch::prefetch((&self.wakes[n] as *const Wake).cast(), 1);
-        Some(n)
+        }))
     }
 
     /// Queues a driver event for node `i` (at `l` in this lane) at `at`.

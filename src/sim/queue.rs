@@ -138,6 +138,17 @@ impl<T: Copy> EventQueue<T> {
             .map(|e| &e.item)
     }
 
+    /// The event most likely to be popped `k` events after the next one
+    /// (`peek_hint_nth(0)` is [`peek_hint`](Self::peek_hint)), if the
+    /// wheel's current slot holds it: a hint for prefetching further ahead.
+    pub fn peek_hint_nth(&self, k: usize) -> Option<&T> {
+        if !self.current_sorted {
+            return None;
+        }
+        let slot = &self.slots[(self.cursor & SLOT_MASK) as usize];
+        slot.len().checked_sub(k + 1).map(|i| &slot[i].item)
+    }
+
     /// The time of the earliest event queued, if any.
     pub fn earliest(&self) -> Option<Time> {
         if self.on_wheel == 0 {
@@ -371,5 +382,21 @@ mod tests {
                 (Time(101), 5)
             ]
         );
+    }
+
+    /// The hints name the events popped next, in order, when nothing is
+    /// pushed in between (within the wheel's current slot).
+    #[test]
+    fn the_hints_name_the_next_events_in_order() {
+        let mut q = EventQueue::new();
+        for item in 1..=5u64 {
+            q.push_keyed(Time(100 + item), item, item);
+        }
+        assert_eq!(q.pop_until(Time(1000)), Some((Time(101), 1)));
+        let hinted: Vec<_> = (0..5).map(|k| q.peek_hint_nth(k).copied()).collect();
+        assert_eq!(hinted, vec![Some(2), Some(3), Some(4), Some(5), None]);
+        assert_eq!(q.peek_hint(), q.peek_hint_nth(0));
+        let rest: Vec<_> = std::iter::from_fn(|| q.pop_until(Time(1000)).map(|(_, i)| i)).collect();
+        assert_eq!(rest, vec![2, 3, 4, 5]);
     }
 }
