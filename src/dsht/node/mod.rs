@@ -476,8 +476,9 @@ impl Node {
 
     /// [`Node::prefetch`] for a node about to be called through its API
     /// (a put or a get): only the lines every API call reads, not those
-    /// only a datagram does (at 10,000 nodes, 8 lines of 18: the prefetches
-    /// of a whole node three events ahead kept the CPU's fill buffers busy).
+    /// only a datagram does (8 lines of the 18 before the cold state: the
+    /// simulator's prefetches of whole nodes three events ahead kept the
+    /// CPU's fill buffers busy).
     pub fn prefetch_call(&self) {
         prefetch(
             (self as *const Node).cast(),
