@@ -130,17 +130,12 @@ impl<T: Copy> EventQueue<T> {
     /// holds it: a hint for prefetching, not an answer (an event pushed in
     /// between may come first).
     pub fn peek_hint(&self) -> Option<&T> {
-        if !self.current_sorted {
-            return None;
-        }
-        self.slots[(self.cursor & SLOT_MASK) as usize]
-            .last()
-            .map(|e| &e.item)
+        self.peek_hint_nth(0)
     }
 
     /// The event most likely to be popped `k` events after the next one
-    /// (`peek_hint_nth(0)` is [`peek_hint`](Self::peek_hint)), if the
-    /// wheel's current slot holds it: a hint for prefetching further ahead.
+    /// ([`peek_hint`](Self::peek_hint) is `k` = 0), if the wheel's current
+    /// slot holds it: a hint for prefetching further ahead.
     pub fn peek_hint_nth(&self, k: usize) -> Option<&T> {
         if !self.current_sorted {
             return None;
@@ -395,7 +390,7 @@ mod tests {
         assert_eq!(q.pop_until(Time(1000)), Some((Time(101), 1)));
         let hinted: Vec<_> = (0..5).map(|k| q.peek_hint_nth(k).copied()).collect();
         assert_eq!(hinted, vec![Some(2), Some(3), Some(4), Some(5), None]);
-        assert_eq!(q.peek_hint(), q.peek_hint_nth(0));
+        assert_eq!(q.peek_hint(), Some(&2));
         let rest: Vec<_> = std::iter::from_fn(|| q.pop_until(Time(1000)).map(|(_, i)| i)).collect();
         assert_eq!(rest, vec![2, 3, 4, 5]);
     }
