@@ -525,6 +525,46 @@ impl RoutingTable {
         (bits > 0).then(|| bits as usize - 1)
     }
 
+    /// Starts loading the bucket `id` falls in (its header among the
+    /// buckets): a hint for a driver that knows the next datagram's sender,
+    /// which the datagram will insert, refresh or remove. Changes nothing.
+    #[inline]
+    pub fn prefetch_bucket(&self, id: &Id) {
+        if let Some(b) = self
+            .bucket_index(id)
+            .and_then(|bi| self.buckets.get(Self::slot(bi)))
+        {
+            crate::dsht::prefetch::prefetch((b as *const Bucket).cast(), 1);
+        }
+    }
+
+    /// Once [`RoutingTable::prefetch_bucket`]'s line has arrived: starts
+    /// loading that bucket's contacts (ids, addresses and when each was
+    /// last seen). Changes nothing.
+    #[inline]
+    pub fn prefetch_contacts(&self, id: &Id) {
+        let Some(bi) = self.bucket_index(id) else {
+            return;
+        };
+        let (base, len) = self.span(bi);
+        if len == 0 {
+            return;
+        }
+        use crate::dsht::prefetch::prefetch;
+        prefetch(
+            self.ids[base..].as_ptr().cast(),
+            len * std::mem::size_of::<Id>(),
+        );
+        prefetch(
+            self.reach[base..].as_ptr().cast(),
+            len * std::mem::size_of::<Reach>(),
+        );
+        prefetch(
+            self.seen[base..].as_ptr().cast(),
+            len * std::mem::size_of::<Seen>(),
+        );
+    }
+
     /// Inserts or refreshes a contact that has just answered one of our RPCs
     /// (`rtt` measured on it), see [`Insert`].
     pub fn insert(&mut self, contact: Contact, now: Time, rtt: Option<Duration>) -> Insert {

@@ -153,6 +153,7 @@ enum What {
 /// A datagram on the wire. Its buffer is recycled: once delivered, it goes
 /// back to a node to encode its next datagram into.
 #[derive(Debug)]
+#[repr(align(64))]
 struct InFlight {
     to: usize,
     /// The address it was sent from.
@@ -512,8 +513,11 @@ impl Lane {
             if !self.events.is_empty() {
                 self.events.retain(|(i, e)| driver.completed(*i, e));
             }
-            if let Some(n) = next {
+            if let Some((n, slot)) = next {
                 self.nodes[n].prefetch_top_values();
+                if let Some(slot) = slot {
+                    self.nodes[n].prefetch_sender_contacts(&self.in_flight[slot as usize].bytes);
+                }
             }
         }
         self.now = self.now.max(until);
@@ -527,17 +531,28 @@ impl Lane {
     /// line a node reads is a cache miss, and the misses depend on one
     /// another (the node, then its levels, then the top level's store, then
     /// that store's values: a hot key's put and get read all four). Before
-    /// each event, the third event ahead's node starts loading, with its
-    /// datagram and wake-up; the second's levels; the next one's top-level
-    /// store. After it, the next one's values. A put/get tick loads only
+    /// each event, the fourth event ahead's datagram slot (`in_flight`,
+    /// whose entry names the node and the bytes) starts loading; the
+    /// third's node, with its datagram and wake-up; the second's levels
+    /// and, for a reply, its RPC's slot among the node's outstanding ones
+    /// ([`Node::prefetch_datagram`]); the next one's top-level store and
+    /// the buckets of its datagram's sender in every level's table
+    /// ([`Node::prefetch_sender_bucket`]). After it, the next one's values
+    /// and those buckets' contacts. (The slot and the RPC's entry were the
+    /// join's largest misses at 100,000 nodes; benches/README.md "Session
+    /// 17".) A put/get tick loads only
     /// the node's lines an API call reads ([`Node::prefetch_call`]): whole
     /// nodes three events ahead kept the CPU's fill buffers full. (With
     /// two steps, node then levels, a hot key's store and values were
     /// misses on the path; this chain: 0.83–0.96× the CPU at 10,000 nodes,
     /// the same report, benches/README.md "Session 16".) A hint only:
     /// results never depend on it. Returns the next event's node's place
-    /// in the lane.
-    fn prefetch_ahead<L>(&self, wires: &Wires<'_, L>) -> Option<usize> {
+    /// in the lane, and its datagram's slot if it is a delivery.
+    fn prefetch_ahead<L>(&self, wires: &Wires<'_, L>) -> Option<(usize, Option<u32>)> {
+        if let Some(&What::Deliver(slot)) = self.queue.peek_hint_nth(3) {
+            let d = &self.in_flight[slot as usize];
+            crate::dsht::prefetch::prefetch((d as *const InFlight).cast(), 1);
+        }
         let third = self.queue.peek_hint_nth(2);
         if let Some(n) = self.place_of(third, wires, true) {
             if matches!(third, Some(What::Drive(_))) {
@@ -547,14 +562,24 @@ impl Lane {
             }
             crate::dsht::prefetch::prefetch((&self.wakes[n] as *const Wake).cast(), 1);
         }
-        if let Some(n) = self.place_of(self.queue.peek_hint_nth(1), wires, false) {
+        let second = self.queue.peek_hint_nth(1);
+        if let Some(n) = self.place_of(second, wires, false) {
             self.nodes[n].prefetch_levels();
+            if let Some(&What::Deliver(slot)) = second {
+                self.nodes[n].prefetch_datagram(&self.in_flight[slot as usize].bytes);
+            }
         }
-        let next = self.place_of(self.queue.peek_hint(), wires, false);
-        if let Some(n) = next {
-            self.nodes[n].prefetch_top_store();
-        }
-        next
+        let first = self.queue.peek_hint();
+        let next = self.place_of(first, wires, false)?;
+        self.nodes[next].prefetch_top_store();
+        let slot = match first {
+            Some(&What::Deliver(slot)) => {
+                self.nodes[next].prefetch_sender_bucket(&self.in_flight[slot as usize].bytes);
+                Some(slot)
+            }
+            _ => None,
+        };
+        Some((next, slot))
     }
 
     /// The place in this lane of the node event `what` is for; with

@@ -37,6 +37,7 @@ mod delegate;
 mod drive;
 mod maintain;
 mod ops;
+mod pending;
 mod pinged;
 mod reply;
 mod send;
@@ -66,7 +67,7 @@ use crate::time::{Duration, Time};
 use clusters::Internal;
 use ops::Op;
 use pinged::PingedAddrs;
-use send::{Pending, Purpose};
+use send::Purpose;
 use timers::{Timer, Timers};
 use verified::VerifiedCache;
 
@@ -414,7 +415,7 @@ pub struct Node {
     services: Services,
     route_hint: u16,
     next_txid: u32,
-    pending: HashMap<u32, Pending, FastBuildHasher>,
+    pending: pending::PendingRpcs,
     verified: VerifiedCache,
     /// Senders that answered one of our RPCs from their address (the
     /// address is theirs): served in full and at the verified rate.
@@ -493,6 +494,49 @@ impl Node {
             self.levels.as_ptr().cast(),
             self.levels.len() * std::mem::size_of::<LevelState>(),
         );
+    }
+
+    /// Once [`Node::prefetch`]'s lines and `datagram`'s first line have
+    /// arrived: if the datagram is a reply, starts loading its RPC's slot
+    /// in the table of outstanding RPCs (a hint: a datagram that is not
+    /// well formed, or not a reply to us, changes nothing).
+    pub fn prefetch_datagram(&self, datagram: &[u8]) {
+        if let [_, kind, _, _, a, b, c, d, ..] = *datagram {
+            if kind & crate::dsht::wire::kind::REPLY != 0 {
+                self.pending.prefetch(u32::from_be_bytes([a, b, c, d]));
+            }
+        }
+    }
+
+    /// The sender's id in `datagram`, if it is long enough to hold one.
+    fn sender_of(datagram: &[u8]) -> Option<Id> {
+        datagram.get(8..28).map(|b| {
+            let mut id = Id::ZERO;
+            id.0.copy_from_slice(b);
+            id
+        })
+    }
+
+    /// Once [`Node::prefetch_levels`]' lines and `datagram`'s first line
+    /// have arrived: starts loading, in every level's routing table, the
+    /// bucket of the datagram's sender (which every well-formed datagram
+    /// from it inserts, refreshes or removes). A hint only.
+    pub fn prefetch_sender_bucket(&self, datagram: &[u8]) {
+        if let Some(sender) = Self::sender_of(datagram) {
+            for l in &self.levels {
+                l.table.prefetch_bucket(&sender);
+            }
+        }
+    }
+
+    /// Once [`Node::prefetch_sender_bucket`]'s lines have arrived: starts
+    /// loading the contacts of those buckets. A hint only.
+    pub fn prefetch_sender_contacts(&self, datagram: &[u8]) {
+        if let Some(sender) = Self::sender_of(datagram) {
+            for l in &self.levels {
+                l.table.prefetch_contacts(&sender);
+            }
+        }
     }
 
     /// Once [`Node::prefetch_levels`]' lines have arrived: starts loading
@@ -613,7 +657,7 @@ impl Node {
             route_hint: rng.next_u64() as u16,
             rng,
             levels,
-            pending: HashMap::default(),
+            pending: pending::PendingRpcs::default(),
             timers: Timers::default(),
             ops: HashMap::default(),
             next_op: 1,

@@ -24,7 +24,7 @@ impl Node {
         msg: Message,
     ) -> Result<(), Dropped> {
         let txid = msg.header.txid;
-        let Some(p) = self.pending.get(&txid).copied() else {
+        let Some(p) = self.pending.get(txid).copied() else {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);
         };
@@ -36,7 +36,7 @@ impl Node {
             self.stats.unexpected_replies += 1;
             return Err(Dropped::Unexpected);
         }
-        self.pending.remove(&txid);
+        self.pending.remove(txid);
         let tag = self.answered.tag(from, &msg.header.sender);
         self.answered.insert(tag);
         let rtt = now.saturating_since(p.sent);

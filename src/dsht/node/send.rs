@@ -77,22 +77,11 @@ impl Node {
         if self.pending.len() >= self.hot.pending_rpcs_max {
             return None;
         }
-        let mut txid = self.next_txid;
-        while self.pending.contains_key(&txid) {
-            txid = txid.wrapping_add(1);
-        }
-        self.next_txid = txid.wrapping_add(1);
         let deadline = now + self.hot.rpc_timeout;
         let request_kind = body.kind();
-        let mut header = self.header(route, txid, now);
-        if matches!(purpose, Purpose::VerifyPing) {
-            // A verifying ping needs none of our clusters (its pong carries
-            // the requester's): 30 bytes, so that it fits with the reply
-            // within `reply_amplification_max` of even a small request.
-            header.clusters.clear();
-        }
-        self.pending.insert(
-            txid,
+        // The next id in sequence whose slot is free (`PendingRpcs`).
+        let txid = self.pending.insert_next(
+            self.next_txid,
             Pending {
                 to,
                 to_id,
@@ -102,6 +91,14 @@ impl Node {
                 purpose,
             },
         );
+        self.next_txid = txid.wrapping_add(1);
+        let mut header = self.header(route, txid, now);
+        if matches!(purpose, Purpose::VerifyPing) {
+            // A verifying ping needs none of our clusters (its pong carries
+            // the requester's): 30 bytes, so that it fits with the reply
+            // within `reply_amplification_max` of even a small request.
+            header.clusters.clear();
+        }
         self.timers.push_rpc(deadline, txid);
         self.queue(to, Message { header, body });
         Some(txid)

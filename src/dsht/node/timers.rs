@@ -2,12 +2,10 @@
 //! [`Node::handle_timeout`], which fires what is due.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 
-use crate::dsht::id::FastBuildHasher;
 use crate::time::Time;
 
-use super::send::Pending;
 use super::Node;
 
 impl Node {
@@ -16,8 +14,8 @@ impl Node {
         while let Some((_, timer)) = self.timers.pop_due(now) {
             match timer {
                 Timer::Rpc(txid) => {
-                    if self.pending.get(&txid).is_some_and(|p| p.deadline <= now) {
-                        let p = self.pending.remove(&txid).expect("checked");
+                    if self.pending.get(txid).is_some_and(|p| p.deadline <= now) {
+                        let p = self.pending.remove(txid).expect("checked");
                         self.on_rpc_failed(now, txid, p);
                     }
                 }
@@ -53,18 +51,15 @@ impl Node {
     /// answered, operations finished), so that `poll_timeout` does not wake
     /// the driver for nothing. Timers further back go when they reach the front.
     pub(super) fn prune_timers(&mut self) {
-        let rpc_live = |pending: &HashMap<u32, Pending, FastBuildHasher>, at: Time, txid: u32| {
-            pending.get(&txid).is_some_and(|p| p.deadline == at)
-        };
         while let Some(&(at, txid)) = self.timers.rpc.front() {
-            if rpc_live(&self.pending, at, txid) {
+            if self.pending.live_until(txid, at) {
                 break;
             }
             self.timers.rpc.pop_front();
         }
         while let Some(&Reverse((at, timer))) = self.timers.heap.peek() {
             let live = match timer {
-                Timer::Rpc(txid) => rpc_live(&self.pending, at, txid),
+                Timer::Rpc(txid) => self.pending.live_until(txid, at),
                 Timer::Op(op) => self.ops.contains_key(&op),
                 Timer::Maintenance | Timer::ClusterEval { .. } | Timer::HintRenew => true,
             };
