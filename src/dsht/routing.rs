@@ -547,7 +547,7 @@ impl RoutingTable {
             return;
         };
         let (base, len) = self.span(bi);
-        if len == 0 {
+        if len == 0 || base + len > self.ids.len() {
             return;
         }
         use crate::dsht::prefetch::prefetch;

@@ -538,9 +538,8 @@ impl Lane {
     /// ([`Node::prefetch_datagram`]); the next one's top-level store and
     /// the buckets of its datagram's sender in every level's table
     /// ([`Node::prefetch_sender_bucket`]). After it, the next one's values
-    /// and those buckets' contacts. (The slot and the RPC's entry were the
-    /// join's largest misses at 100,000 nodes; benches/README.md "Session
-    /// 17".) A put/get tick loads only
+    /// and those buckets' contacts. (Those were the join's largest misses
+    /// at 100,000 nodes; benches/README.md "Session 17".) A put/get tick loads only
     /// the node's lines an API call reads ([`Node::prefetch_call`]): whole
     /// nodes three events ahead kept the CPU's fill buffers full. (With
     /// two steps, node then levels, a hot key's store and values were
