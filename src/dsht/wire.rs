@@ -902,10 +902,48 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The txid of `datagram` if its kind byte says reply, read at the
+/// header's fixed offsets without decoding or checking anything else: a
+/// hint for a driver prefetching the state the reply will touch, never a
+/// basis for a decision.
+pub fn peek_reply_txid(datagram: &[u8]) -> Option<u32> {
+    match *datagram {
+        [_, k, _, _, a, b, c, d, ..] if k & kind::REPLY != 0 => {
+            Some(u32::from_be_bytes([a, b, c, d]))
+        }
+        _ => None,
+    }
+}
+
+/// The sender's id in `datagram`, read at the header's fixed offset without
+/// decoding or checking anything else: a hint only, as [`peek_reply_txid`].
+pub fn peek_sender(datagram: &[u8]) -> Option<Id> {
+    let mut id = Id::ZERO;
+    id.0.copy_from_slice(datagram.get(8..8 + ID_BYTES)?);
+    Some(id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_peeks_read_what_decode_reads() {
+        let mut reply = Vec::new();
+        Message {
+            header: header(),
+            body: Body::Pong,
+        }
+        .encode(&mut reply);
+        let m = Message::decode(&reply).unwrap();
+        assert_eq!(peek_reply_txid(&reply), Some(m.header.txid));
+        assert_eq!(peek_sender(&reply), Some(m.header.sender));
+        assert_eq!(peek_reply_txid(&PING_BYTES), None, "a request");
+        assert_eq!(peek_sender(&PING_BYTES), Some(Id([0x11; 20])));
+        assert_eq!(peek_sender(&PING_BYTES[..27]), None, "too short");
+        assert_eq!(peek_reply_txid(&reply[..7]), None, "too short");
+    }
 
     fn header() -> Header {
         Header {

@@ -501,20 +501,9 @@ impl Node {
     /// in the table of outstanding RPCs (a hint: a datagram that is not
     /// well formed, or not a reply to us, changes nothing).
     pub fn prefetch_datagram(&self, datagram: &[u8]) {
-        if let [_, kind, _, _, a, b, c, d, ..] = *datagram {
-            if kind & crate::dsht::wire::kind::REPLY != 0 {
-                self.pending.prefetch(u32::from_be_bytes([a, b, c, d]));
-            }
+        if let Some(txid) = crate::dsht::wire::peek_reply_txid(datagram) {
+            self.pending.prefetch(txid);
         }
-    }
-
-    /// The sender's id in `datagram`, if it is long enough to hold one.
-    fn sender_of(datagram: &[u8]) -> Option<Id> {
-        datagram.get(8..28).map(|b| {
-            let mut id = Id::ZERO;
-            id.0.copy_from_slice(b);
-            id
-        })
     }
 
     /// Once [`Node::prefetch_levels`]' lines and `datagram`'s first line
@@ -522,7 +511,7 @@ impl Node {
     /// bucket of the datagram's sender (which every well-formed datagram
     /// from it inserts, refreshes or removes). A hint only.
     pub fn prefetch_sender_bucket(&self, datagram: &[u8]) {
-        if let Some(sender) = Self::sender_of(datagram) {
+        if let Some(sender) = crate::dsht::wire::peek_sender(datagram) {
             for l in &self.levels {
                 l.table.prefetch_bucket(&sender);
             }
@@ -532,7 +521,7 @@ impl Node {
     /// Once [`Node::prefetch_sender_bucket`]'s lines have arrived: starts
     /// loading the contacts of those buckets. A hint only.
     pub fn prefetch_sender_contacts(&self, datagram: &[u8]) {
-        if let Some(sender) = Self::sender_of(datagram) {
+        if let Some(sender) = crate::dsht::wire::peek_sender(datagram) {
             for l in &self.levels {
                 l.table.prefetch_contacts(&sender);
             }

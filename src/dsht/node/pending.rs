@@ -10,8 +10,9 @@
 //! and a driver that knows the reply coming next can start loading its
 //! slot ([`PendingRpcs::prefetch`]; issue 27: the probes of the node's
 //! hash maps, this one's the most, were 7.6 % of the simulator's join at
-//! 100,000 nodes, most of them cache misses). A reply's txid is the sender's to choose: it only ever selects
-//! a slot, whose key must then match it exactly.
+//! 100,000 nodes, most of them cache misses). A reply's txid is the
+//! sender's to choose: it only ever selects a slot, whose key must then
+//! match it exactly.
 
 use crate::dsht::prefetch::prefetch;
 use crate::time::Time;
