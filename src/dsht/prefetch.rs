@@ -12,12 +12,19 @@ pub fn prefetch(p: *const u8, bytes: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // Every line `[p, p + bytes)` touches: from the line `p` is in, so
+        // that a span that starts mid-line gets its last line too.
+        if bytes == 0 {
+            return;
+        }
+        let skew = p as usize & 63;
+        let line = p.wrapping_sub(skew);
         let mut off = 0;
-        while off < bytes {
+        while off < bytes + skew {
             // SAFETY: a prefetch never faults and reads nothing the program
             // sees, whatever the address; `wrapping_add` keeps the pointer
             // arithmetic defined.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8) };
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(off) as *const i8) };
             off += 64;
         }
     }

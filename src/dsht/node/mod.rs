@@ -37,6 +37,7 @@ mod delegate;
 mod drive;
 mod maintain;
 mod ops;
+mod optable;
 mod pending;
 mod pinged;
 mod reply;
@@ -398,7 +399,7 @@ pub struct Node {
     /// four times its entries, and an operation is 264 bytes (a node with a
     /// put under way held 1.1 KB of map for it); moving one in and out of
     /// the map, as driving it does, moves a pointer.
-    ops: HashMap<u64, Box<Op>, FastBuildHasher>,
+    ops: optable::OpTable<Box<Op>>,
     events: VecDeque<Event>,
     out: transmit::TransmitQueue,
     learned: VecDeque<(Level, Contact, Duration)>,
@@ -648,7 +649,7 @@ impl Node {
             levels,
             pending: pending::PendingRpcs::default(),
             timers: Timers::default(),
-            ops: HashMap::default(),
+            ops: optable::OpTable::default(),
             next_op: 1,
             next_txid,
             out: transmit::TransmitQueue::default(),

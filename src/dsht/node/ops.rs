@@ -326,11 +326,12 @@ impl Node {
         );
     }
 
-    /// A fresh operation id; an internal operation is registered before it
-    /// can complete (a get may complete at once from the local store).
+    /// A fresh operation id (the next in sequence whose slot in `ops` is
+    /// free, `optable`); an internal operation is registered before it can
+    /// complete (a get may complete at once from the local store).
     fn alloc_op(&mut self, internal: Option<Internal>) -> u64 {
-        let op = self.next_op;
-        self.next_op += 1;
+        let op = self.ops.free_from(self.next_op);
+        self.next_op = op + 1;
         if let Some(i) = internal {
             self.internal.insert(op, i);
         }

@@ -19,8 +19,7 @@ use crate::time::Time;
 
 use super::send::{Pending, Purpose};
 
-/// The fewest slots a table that holds anything has.
-const SLOTS_MIN: usize = 4;
+use super::optable::{shrunk_slots, SLOTS_MIN};
 
 /// A slot's key: the RPC's id and deadline (what a timer's liveness check
 /// reads), and whether the slot is in use.
@@ -126,34 +125,14 @@ impl PendingRpcs {
     /// `min`, in which its outstanding RPCs still each have a slot of their
     /// own (none if it is empty and `min` is 0).
     pub(super) fn shrink_to(&mut self, min: usize) {
-        let mut slots = if self.len == 0 && min == 0 {
-            0
-        } else {
-            min.max(SLOTS_MIN).next_power_of_two()
-        };
-        while slots < self.keys.len() {
-            if self.fits(slots) {
-                self.rebuild(slots);
-                return;
-            }
-            slots *= 2;
+        let held = self
+            .keys
+            .iter()
+            .filter(|k| k.live)
+            .map(|k| u64::from(k.txid));
+        if let Some(slots) = shrunk_slots(self.len, min, self.keys.len(), held) {
+            self.rebuild(slots);
         }
-    }
-
-    /// Whether every outstanding RPC would have a slot of its own in a
-    /// table of `slots` slots.
-    fn fits(&self, slots: usize) -> bool {
-        if slots == 0 {
-            return self.len == 0;
-        }
-        let mut used = vec![false; slots];
-        for k in self.keys.iter().filter(|k| k.live) {
-            let s = k.txid as usize & (slots - 1);
-            if std::mem::replace(&mut used[s], true) {
-                return false;
-            }
-        }
-        true
     }
 
     /// Moves every outstanding RPC into a table of `slots` slots (a power
