@@ -721,25 +721,26 @@ fn put_contacts(buf: &mut Vec<u8>, contacts: &[Contact]) {
         // address, port, services.
         match c.addr.ip() {
             IpAddr::V4(v4) => {
-                let mut e = [0u8; CONTACT_BYTES_V4];
-                e[..20].copy_from_slice(&c.id.0);
-                e[20] = 4;
-                e[21..25].copy_from_slice(&v4.octets());
-                e[25..27].copy_from_slice(&c.addr.port().to_be_bytes());
-                e[27] = c.services.0;
-                buf.extend_from_slice(&e);
+                buf.extend_from_slice(&contact_piece::<CONTACT_BYTES_V4>(c, 4, &v4.octets()))
             }
             IpAddr::V6(v6) => {
-                let mut e = [0u8; CONTACT_BYTES_MAX];
-                e[..20].copy_from_slice(&c.id.0);
-                e[20] = 6;
-                e[21..37].copy_from_slice(&v6.octets());
-                e[37..39].copy_from_slice(&c.addr.port().to_be_bytes());
-                e[39] = c.services.0;
-                buf.extend_from_slice(&e);
+                buf.extend_from_slice(&contact_piece::<CONTACT_BYTES_MAX>(c, 6, &v6.octets()))
             }
         }
     }
+}
+
+/// Contact `c` on the wire, `N` bytes: id, `family`, the address `ip`
+/// (`N` − 24 bytes), port, services.
+#[inline(always)]
+fn contact_piece<const N: usize>(c: &Contact, family: u8, ip: &[u8]) -> [u8; N] {
+    let mut e = [0u8; N];
+    e[..ID_BYTES].copy_from_slice(&c.id.0);
+    e[ID_BYTES] = family;
+    e[ID_BYTES + 1..N - 3].copy_from_slice(ip);
+    e[N - 3..N - 1].copy_from_slice(&c.addr.port().to_be_bytes());
+    e[N - 1] = c.services.0;
+    e
 }
 
 fn put_addr<B: Extend<u8>>(buf: &mut B, addr: SocketAddr) {

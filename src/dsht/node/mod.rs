@@ -395,10 +395,11 @@ pub struct Node {
     // -- Read by every API call and by the driver after every input.
     levels: Vec<LevelState>,
     next_op: u64,
-    /// Operations under way, by id. Boxed: a map keeps room for twice or
-    /// four times its entries, and an operation is 264 bytes (a node with a
-    /// put under way held 1.1 KB of map for it); moving one in and out of
-    /// the map, as driving it does, moves a pointer.
+    /// Operations under way, by id (`optable.rs`). Boxed: the table keeps
+    /// room for twice or four times its entries, and an operation is 264
+    /// bytes (a node with a put under way held 1.1 KB of map for it);
+    /// moving one in and out of the table, as driving it does, moves a
+    /// pointer.
     ops: optable::OpTable<Box<Op>>,
     events: VecDeque<Event>,
     out: transmit::TransmitQueue,
