@@ -302,6 +302,13 @@ const MEMBER_FORGET: Duration = Duration::from_secs(3600);
 /// full set of contacts, so that encoding rarely grows it.
 const DATAGRAM_BUFFER_BYTES: usize = 512;
 
+/// A transmit queue's slots and buffers, with nothing queued, that a driver
+/// lends to one node after another ([`Node::swap_transmit_room`]). What it
+/// keeps is bounded as a server's node's queue is
+/// (`dsht::limits::TRANSMIT_SLOTS_KEPT_MAX`, `TRANSMIT_BUFFER_KEPT_BYTES`).
+#[derive(Debug, Default)]
+pub struct TransmitRoom(transmit::TransmitQueue);
+
 struct LevelState {
     threshold_ms: u32,
     cluster: Cluster,
@@ -939,6 +946,24 @@ impl Node {
         let to = self.out.pop_front_into(buf)?;
         self.stats.datagrams_out += 1;
         Some(to)
+    }
+
+    /// Swaps this node's transmit queue with `room`: a driver of many nodes
+    /// on one thread (the simulator's lanes, issue 27) lends its one room to
+    /// each node it gives an input, and takes it back once it has drained
+    /// the node's datagrams with [`Node::poll_transmit_keeping`]. The node
+    /// encodes into the room's buffers, warm from the datagrams just
+    /// delivered, where on its own it would allocate a buffer per datagram
+    /// and a queue per input and free both once polled (with the lanes on
+    /// threads, often another thread's). Both must have nothing queued, so
+    /// that no datagram changes hands: the same datagrams in the same order.
+    #[inline]
+    pub fn swap_transmit_room(&mut self, room: &mut TransmitRoom) {
+        debug_assert!(
+            self.out.len() == 0 && room.0.len() == 0,
+            "a transmit room swapped with datagrams queued"
+        );
+        std::mem::swap(&mut self.out, &mut room.0);
     }
 
     /// The next contact this node verified and added to a routing table, with
