@@ -1047,6 +1047,58 @@ mod tests {
         assert!(sent > 2_000, "{sent} datagrams");
     }
 
+    /// Two nodes lent one transmit room in turn (`Node::swap_transmit_room`,
+    /// as a simulator's lane lends its room to each node it gives an input)
+    /// send what two nodes drained with `poll_transmit` send: the same
+    /// datagrams, counters and random state, over seeded random requests;
+    /// each hands the room back holding its buffers, and keeps no queue.
+    #[test]
+    fn nodes_lent_one_room_send_the_same() {
+        let mut rng = crate::rng::Rng::new(11);
+        let me: SocketAddr = NODE.parse().unwrap();
+        let two = |seed: u64| {
+            [0u64, 1].map(|k| Node::new(Config::default(), me, Time::ZERO, seed + k).unwrap())
+        };
+        let (mut lent, mut plain) = (two(21), two(21));
+        let mut room = super::super::TransmitRoom::default();
+        let mut now = Time::ZERO;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut sent = 0;
+        for round in 0..2_000u32 {
+            now = now + Duration::from_millis(rng.below(300));
+            let k = rng.below(2) as usize;
+            let from = SocketAddr::new([10, 0, 3, rng.below(30) as u8].into(), 7000);
+            let bytes = if rng.below(2) == 0 {
+                get(from, round)
+            } else {
+                request(from, round, Body::Ping)
+            };
+            lent[k].swap_transmit_room(&mut room);
+            for _ in 0..1 + rng.below(3) {
+                let x = lent[k].handle(now, from, &bytes);
+                assert_eq!(x, plain[k].handle(now, from, &bytes));
+            }
+            loop {
+                let x = lent[k].poll_transmit_keeping(&mut a);
+                assert_eq!(x, plain[k].poll_transmit(&mut b), "round {round}");
+                if x.is_none() {
+                    break;
+                }
+                assert_eq!(a, b, "round {round}");
+                sent += 1;
+            }
+            lent[k].swap_transmit_room(&mut room);
+            assert!(lent[k].out.holds_nothing(), "round {round}: a queue kept");
+            assert!(
+                !room.0.holds_nothing(),
+                "round {round}: the room came back empty"
+            );
+            assert_eq!(lent[k].stats, plain[k].stats);
+            assert_eq!(lent[k].rng.next_u64(), plain[k].rng.next_u64());
+        }
+        assert!(sent > 2_000, "{sent} datagrams");
+    }
+
     /// Whether a sender is bound to its address is what it was before the
     /// shortcut for the node's own address, over seeded random senders and
     /// addresses (the node's own IP and port among them), for both rules.

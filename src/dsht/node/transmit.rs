@@ -55,6 +55,13 @@ impl TransmitQueue {
         }
     }
 
+    /// Test builds: whether the queue holds no slot at all (as a node's
+    /// does once it hands a lent room back).
+    #[cfg(test)]
+    pub(super) fn holds_nothing(&self) -> bool {
+        self.slots.capacity() == 0
+    }
+
     /// Queues `bytes` for `to`, after every datagram queued.
     #[inline]
     pub(super) fn push_back(&mut self, to: SocketAddr, bytes: Vec<u8>) {
