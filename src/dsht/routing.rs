@@ -322,7 +322,7 @@ impl RoutingTable {
         let prefix = crate::dsht::store::prefix_of(addr.ip());
         let (mut ip, mut net) = (0, 0);
         for i in base..base + len {
-            let r = self.ip_at(i);
+            let r = self.addr_at(i).ip();
             ip += usize::from(r == addr.ip());
             net += usize::from(crate::dsht::store::prefix_of(r) == prefix);
         }
@@ -393,16 +393,6 @@ impl RoutingTable {
             .iter()
             .position(|x| x == id)
             .map(|p| base + p)
-    }
-
-    /// Slot `i`'s IP address.
-    fn ip_at(&self, i: usize) -> IpAddr {
-        let r = &self.reach[i];
-        if r.is_v6() {
-            IpAddr::from(self.reach6[i])
-        } else {
-            IpAddr::from(r.ip4)
-        }
     }
 
     /// Slot `i`'s address. Built as the family's variant directly (not
