@@ -937,6 +937,7 @@ fn busiest_json(b: &hotspot::Busiest) -> serde_json::Value {
 }
 
 fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
+    let usage = own_usage();
     let run = |x: &hotspot::HotspotRun| {
         json!({
             "closest_node_first_minute": x.closest_first_minute,
@@ -973,7 +974,30 @@ fn hotspot_json(r: &HotspotReport, wall_secs: f64) -> serde_json::Value {
         "wall_seconds": wall_secs,
         "events_per_second": hotspot_events(r) as f64 / wall_secs.max(1e-9),
         "threads": r.params.threads,
+        "user_cpu_seconds": usage.user_cpu_seconds,
+        "peak_rss_kb": usage.peak_rss_kb,
     })
+}
+
+/// What this process has spent so far, from `getrusage(RUSAGE_SELF)`: user
+/// CPU over all its threads, and its peak resident set. Goal 6 of issue 27
+/// is a time and a peak RSS; a run reports both of its own (as `time -v`
+/// would), and `benches/sim_ab.sh` compares two builds by them.
+struct Usage {
+    user_cpu_seconds: f64,
+    peak_rss_kb: u64,
+}
+
+fn own_usage() -> Usage {
+    // SAFETY: getrusage writes one `rusage` it is given and reads nothing.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer cannot fail.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    Usage {
+        user_cpu_seconds: ru.ru_utime.tv_sec as f64 + ru.ru_utime.tv_usec as f64 / 1e6,
+        // Kilobytes on Linux.
+        peak_rss_kb: ru.ru_maxrss.max(0) as u64,
+    }
 }
 
 /// Events simulated in both runs (the DSHT and, unless left out, the DHT
@@ -1068,8 +1092,9 @@ fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
     );
     println!();
     let events = hotspot_events(r);
+    let usage = own_usage();
     println!(
-        "  simulated {} datagrams, {} events in {:.1} s on {} thread{} ({:.0} events/s{})",
+        "  simulated {} datagrams, {} events in {:.1} s on {} thread{} ({:.0} events/s{}); user CPU {:.1} s, peak RSS {} KB",
         r.dsht.datagrams + r.dht.as_ref().map_or(0, |d| d.datagrams),
         events,
         wall_secs,
@@ -1080,7 +1105,9 @@ fn print_hotspot(r: &HotspotReport, wall_secs: f64) {
             ", DSHT and DHT baseline together"
         } else {
             ""
-        }
+        },
+        usage.user_cpu_seconds,
+        usage.peak_rss_kb
     );
 }
 

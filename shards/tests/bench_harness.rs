@@ -9,7 +9,7 @@
 //!   compiled into this test and run with their quick arguments;
 //! - `benches/counts.sh` (`QUICK=1`), `benches/cores.sh --quick`,
 //!   `benches/dns.sh 1 1` and `benches/onecore.sh` (each also `TOGETHER=1`),
-//!   `benches/proxy_ab.sh`, `benches/ring_ops.sh`
+//!   `benches/proxy_ab.sh`, `benches/ring_ops.sh`, `benches/sim_ab.sh`
 //!   run as scripts, with
 //!   this test's `coral` and, for DSHT load, this very binary (it answers
 //!   `key`, `load` and `echo` as the dsht_udp bench does).
@@ -20,7 +20,7 @@
 //!
 //! `harness = false`: `cargo test -p coral-shards --test bench_harness
 //! [NAME...]` runs the named harnesses only (dsht_udp, proxy_hits,
-//! idle_conns, counts, cores, dns, proxy_ab, onecore, ring_ops).
+//! idle_conns, counts, cores, dns, proxy_ab, onecore, ring_ops, sim_ab).
 
 // Each bench compiled in below declares its own `mod common;` (the benches'
 // shared helpers): loaded once per bench here, as in the bench binaries.
@@ -244,6 +244,46 @@ fn proxy_ab() {
     );
 }
 
+/// The simulator's two builds side by side, this build against itself on a
+/// small network: both rounds' reports the same (the script exits 2 if
+/// not), each with its user CPU and peak RSS.
+fn sim_ab() {
+    let out = script(
+        "benches/sim_ab.sh",
+        &[
+            CORAL,
+            CORAL,
+            "2",
+            "--nodes",
+            "300",
+            "--minutes",
+            "1",
+            "--no-baseline",
+        ],
+        &[],
+    );
+    for r in ["round 1:", "round 2:"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(r))
+            .unwrap_or_else(|| panic!("no `{r}` line in:\n{out}"));
+        assert!(line.ends_with("reports same"), "{line}");
+        // Both builds report their peak RSS, and `times` gave user CPU.
+        assert!(
+            line.contains(" KB; new (CPU ") && !line.contains("RSS ?"),
+            "{line}"
+        );
+        assert!(
+            !line.contains("user  s") && !line.contains("CPU 0.000"),
+            "{line}"
+        );
+    }
+    assert!(
+        out.contains("new/old user CPU over 2 rounds: min "),
+        "{out}"
+    );
+}
+
 fn onecore() {
     let Some(f) = floor() else {
         println!("onecore: skipped (needs the floor example)");
@@ -352,6 +392,9 @@ fn main() {
     }
     if want("ring_ops") {
         ring_ops();
+    }
+    if want("sim_ab") {
+        sim_ab();
     }
     // Last: it pins the calling thread (and what it starts after) to one CPU.
     if want("dsht_udp") {
