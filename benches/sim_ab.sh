@@ -41,12 +41,16 @@ field() {
 
 # run WHO CPU BINARY ARGS...: the binary's run on CPU, its report in
 # $TMP/WHO.json, its errors in WHO.err and its user CPU seconds (its
-# shell's children's, from `times`) in WHO.times.
+# shell's children's, from `times`) in WHO.times. The shell stops the run
+# when it is stopped (this script's cleanup signals the shell).
 run() {
     local who=$1 cpu=$2
     shift 2
-    taskset -c "$cpu" bash -c '
-        "${@:2}" >"$1.json" 2>"$1.err"
+    exec taskset -c "$cpu" bash -c '
+        "${@:2}" >"$1.json" 2>"$1.err" &
+        c=$!
+        trap "kill \$c 2>/dev/null; wait \$c; exit 143" TERM INT HUP
+        wait $c
         s=$?
         times >"$1.times"
         exit $s' run "$TMP/$who" "$@"
