@@ -101,15 +101,7 @@ impl RateLimiter {
     /// Counts one request from `ip`; `verified`: the source has answered
     /// our ping at this address.
     pub fn request(&mut self, now: Time, ip: IpAddr, verified: bool) -> Verdict {
-        let (interval, window, block) = (
-            if verified {
-                self.verified_interval
-            } else {
-                self.interval
-            },
-            self.window,
-            self.block,
-        );
+        let (interval, window, block) = self.rates(verified);
         // One lookup for a source the table holds (most requests: every
         // request of a busy source after its first), where a check and then
         // an entry hashed and probed the table twice (issue 27: the check
@@ -136,6 +128,17 @@ impl RateLimiter {
             &mut self.shared
         };
         Self::judge(record, now, verified, interval, window, block)
+    }
+
+    /// The interval between requests, the window and the block that apply
+    /// to a source (verified or not).
+    fn rates(&self, verified: bool) -> (Duration, Duration, Duration) {
+        let interval = if verified {
+            self.verified_interval
+        } else {
+            self.interval
+        };
+        (interval, self.window, self.block)
     }
 
     /// The verdict on one request under `record`, which it updates.
@@ -298,15 +301,7 @@ mod tests {
         {
             r.purge(now);
         }
-        let (interval, window, block) = (
-            if verified {
-                r.verified_interval
-            } else {
-                r.interval
-            },
-            r.window,
-            r.block,
-        );
+        let (interval, window, block) = r.rates(verified);
         let record = if r.sources.len() < r.sources_max || r.sources.contains_key(&ip) {
             r.sources.entry(ip).or_default()
         } else {
